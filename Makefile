@@ -1,0 +1,26 @@
+# The two commands of the README: `make demo` and `make test`. Everything else is a helper.
+UV ?= uv
+export UV_PYTHON ?= 3.11
+
+.PHONY: setup demo test lint typecheck render check-rendered unit
+
+setup:  ## install uv's environment (the project, its dev tools) from uv.lock
+	@command -v $(UV) >/dev/null || python3 -m pip install --quiet uv
+	$(UV) sync --frozen
+
+demo: setup  ## the embedded default: run radixfleet on this machine and write a report to out/
+	$(UV) run radixfleet demo --out out/demo
+
+render: setup  ## re-render runtimes/ and inferenceservices/ from the catalog
+	$(UV) run radixfleet render
+
+lint: setup
+	$(UV) run ruff check .
+	$(UV) run ruff format --check .
+	$(UV) run lint-imports
+
+typecheck: setup
+	$(UV) run mypy
+
+test: lint typecheck  ## everything CI runs: lint, types, and the whole test suite
+	$(UV) run pytest

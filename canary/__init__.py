@@ -1,0 +1,1 @@
+"""The rollout controller: metric-gated canaryTrafficPercent steps for InferenceServices."""

@@ -1,0 +1,1 @@
+"""InferenceService manifests rendered from the model catalog (catalog.yaml beside this file)."""

@@ -1,0 +1,1 @@
+"""Fleet controllers: autoscale, quota and failover, each split into observe, decide and act."""

@@ -1,0 +1,1 @@
+"""SGLang ClusterServingRuntimes, built in Python and rendered to the YAML beside this file."""
