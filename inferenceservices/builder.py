@@ -1,0 +1,187 @@
+"""InferenceServices rendered from the catalog: one per model and tenant, in the tenant's namespace.
+
+Each tenant gets its own replicas of a model it uses (its GPUs count against its own budget);
+LoRA adapters ride on a shared base model instead. Everything a controller needs to know about a
+model (GPUs per replica, SLOs, regions) travels as `radixfleet.io/*` labels and annotations.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from inferenceservices.scaling import concurrency_target
+from radixfleet import labels
+from radixfleet.config.catalog import Catalog, Model, Tenant
+from radixfleet.config.gpus import gpu_label_value
+from radixfleet.config.sizing import weight_gib
+from radixfleet.profile import resolve_profile
+from radixfleet.render.yamlout import Notes
+
+ADAPTER_DIR = "/mnt/adapters"
+# Knative caps a request's timeout at 600 s (max-revision-timeout-seconds); long generations of
+# a streaming response need all of it.
+REQUEST_TIMEOUT_S = 600
+# Cold start budget on a fresh GPU node: the node (80-120 s), SGLang start-up and CUDA graphs
+# (45-90 s), plus the download at the model store's speed (CALIBRATION.md).
+NODE_JOIN_S = 120
+STARTUP_S = 90
+DOWNLOAD_MIB_S = 250
+
+
+def progress_deadline_s(model: Model) -> int:
+    """Knative's progress deadline for a revision of `model`, in whole minutes, at least 10.
+
+    Knative's default (600 s) fails revisions of large models before their weights are even
+    down (knative/serving#15316); twice the expected cold start leaves room for a slow node.
+    """
+    cold_start = NODE_JOIN_S + STARTUP_S + weight_gib(model) * 1024 / DOWNLOAD_MIB_S
+    return max(600, 60 * math.ceil(2 * cold_start / 60))
+
+
+def namespace_of(tenant: Tenant) -> str:
+    """A tenant's models live in its first namespace."""
+    return tenant.namespaces[0]
+
+
+def _model_args(model: Model) -> list[str]:
+    args = ["--context-length", str(model.context_length)]
+    if model.tensor_parallel > 1:
+        args += ["--tp-size", str(model.tensor_parallel)]
+    if model.pipeline_parallel > 1:
+        args += ["--pp-size", str(model.pipeline_parallel)]
+    if model.expert_parallel > 1:
+        args += ["--ep-size", str(model.expert_parallel)]
+    if model.lora_adapters:
+        paths = [f"{a.name}={ADAPTER_DIR}/{a.name}" for a in model.lora_adapters]
+        args += ["--lora-paths", *paths, "--max-loras-per-batch", str(model.max_loras_per_batch)]
+    return args
+
+
+def _resources(model: Model) -> dict[str, Any]:
+    gpus = model.gpus_per_replica // model.nodes
+    # Host memory: room to stage the weights of this pod's share, plus SGLang's own processes.
+    memory_gi = max(32, math.ceil(weight_gib(model) / model.nodes * 1.2) + 16)
+    cpu = max(4, 8 * gpus)
+    return {
+        "requests": {labels.GPU_RESOURCE: str(gpus), "cpu": str(cpu), "memory": f"{memory_gi}Gi"},
+        "limits": {labels.GPU_RESOURCE: str(gpus), "memory": f"{memory_gi}Gi"},
+    }
+
+
+def _storage(model: Model) -> dict[str, Any]:
+    if not model.lora_adapters:
+        return {"storageUri": model.storage_uri}
+    # Several URIs: the base weights where the runtime expects them, each adapter beside them.
+    uris = [{"uri": model.storage_uri, "mountPath": "/mnt/models"}]
+    uris += [
+        {"uri": a.storage_uri, "mountPath": f"{ADAPTER_DIR}/{a.name}"} for a in model.lora_adapters
+    ]
+    return {"storageUris": uris}
+
+
+def _predictor(model: Model) -> dict[str, Any]:
+    storage = _storage(model)
+    predictor: dict[str, Any] = {
+        "minReplicas": model.min_replicas,
+        "maxReplicas": model.max_replicas,
+        "scaleMetric": "concurrency",
+        "scaleTarget": concurrency_target(model, resolve_profile(model.profile)),
+        "timeout": REQUEST_TIMEOUT_S,
+        "nodeSelector": {labels.GPU_TYPE: gpu_label_value(model.gpu_type)},
+        "tolerations": [
+            {
+                "key": labels.GPU_TAINT_KEY,
+                "operator": "Equal",
+                "value": labels.GPU_TAINT_VALUE,
+                "effect": labels.GPU_TAINT_EFFECT,
+            }
+        ],
+        "model": {
+            "modelFormat": {"name": "sglang"},
+            "runtime": model.runtime,
+            **({"storageUri": storage["storageUri"]} if "storageUri" in storage else {}),
+            "args": _model_args(model),
+            "resources": _resources(model),
+        },
+    }
+    if "storageUris" in storage:
+        predictor["storageUris"] = storage["storageUris"]
+    if model.nodes > 1:
+        predictor["workerSpec"] = {
+            "pipelineParallelSize": model.nodes,
+            "tensorParallelSize": model.gpus_per_replica // model.nodes,
+            "containers": [
+                {
+                    "name": "worker-container",
+                    "args": _model_args(model),
+                    "resources": _resources(model),
+                }
+            ],
+        }
+    return predictor
+
+
+def _annotations(model: Model) -> dict[str, str]:
+    multinode = model.nodes > 1
+    annotations = {
+        # Multi-node replicas only run in RawDeployment mode; everything else scales to zero.
+        "serving.kserve.io/deploymentMode": "RawDeployment" if multinode else "Serverless",
+        labels.GPU_TYPE: model.gpu_type,
+        labels.GPUS_PER_REPLICA: str(model.gpus_per_replica),
+        labels.SLO_TTFT_P95_MS: str(model.slo.ttft_p95_ms),
+        labels.SLO_ITL_P95_MS: str(model.slo.itl_p95_ms),
+        labels.REGIONS: ",".join(model.regions),
+    }
+    if not multinode:
+        annotations["serving.knative.dev/progress-deadline"] = f"{progress_deadline_s(model)}s"
+    if model.pd_peer:
+        annotations[labels.PD_PEER] = model.pd_peer
+    return annotations
+
+
+def build_inference_service(model: Model, tenant: Tenant) -> tuple[dict[str, Any], Notes]:
+    """The InferenceService serving `model` to `tenant`, and comments for its choices."""
+    isvc = {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {
+            "name": model.name,
+            "namespace": namespace_of(tenant),
+            "labels": {
+                labels.MODEL: model.name,
+                labels.TENANT: tenant.name,
+                labels.MANAGED_BY: labels.MANAGER,
+            },
+            "annotations": _annotations(model),
+        },
+        "spec": {"predictor": _predictor(model)},
+    }
+    notes = {
+        "spec.predictor.scaleTarget": "In-flight requests per replica: the largest batch that "
+        "keeps inter-token latency within\nthe SLO and fits the KV cache "
+        "(inferenceservices/scaling.py explains the derivation).",
+        "spec.predictor.minReplicas": "0 lets Knative scale the model to zero when idle "
+        "(KServe's default is 1)."
+        if model.min_replicas == 0
+        else "Kept warm: this model never scales to zero.",
+    }
+    return isvc, notes
+
+
+def build_namespaces(catalog: Catalog) -> list[dict[str, Any]]:
+    """Namespaces of every tenant that runs a model, labeled with their tenant."""
+    used = {t for m in catalog.models for t in m.tenants}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": ns,
+                "labels": {labels.TENANT: tenant.name, labels.MANAGED_BY: labels.MANAGER},
+            },
+        }
+        for tenant in catalog.tenants
+        if tenant.name in used
+        for ns in tenant.namespaces
+    ]

@@ -1,0 +1,116 @@
+"""The `radixfleet` command line: render, validate, and the commands each subsystem adds.
+
+Commands print what a platform engineer needs and exit non-zero on any problem; a bad catalog
+exits 2 and writes nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from radixfleet.config import ConfigError, load_catalog
+from radixfleet.render.fleet import render_tree, write_tree
+from radixfleet.validate import validate_paths
+
+app = typer.Typer(
+    name="radixfleet",
+    help="Run LLM serving fleets on Kubernetes: KServe + SGLang, cache-aware and scale-to-zero.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+DEFAULT_CATALOG = Path("inferenceservices/catalog.yaml")
+EXIT_PROBLEMS = 1
+EXIT_BAD_CONFIG = 2
+
+CatalogOption = Annotated[
+    Path, typer.Option("--catalog", help="The fleet catalog (regions, tenants, models).")
+]
+
+
+@app.command()
+def render(
+    catalog: CatalogOption = DEFAULT_CATALOG,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Write DIR/runtimes and DIR/inferenceservices instead of the repo's."),
+    ] = None,
+) -> None:
+    """Render the SGLang runtimes and the InferenceServices of a catalog to YAML."""
+    runtimes_dir, isvc_dir = _output_dirs(catalog, out)
+    try:
+        tree = render_tree(load_catalog(catalog))
+    except ConfigError as exc:
+        for problem in exc.problems:
+            err.print(f"[red]error[/red] {problem}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_CONFIG) from None
+    written = write_tree(tree, runtimes_dir=runtimes_dir, inferenceservices_dir=isvc_dir)
+    console.print(f"rendered {len(written)} files into {runtimes_dir} and {isvc_dir}")
+
+
+def _output_dirs(catalog: Path, out: Path | None) -> tuple[Path, Path]:
+    if out is not None:
+        return out / "runtimes", out / "inferenceservices"
+    # The committed copies: runtimes/ beside the catalog's inferenceservices/ folder.
+    isvc_dir = catalog.resolve().parent
+    return isvc_dir.parent / "runtimes", isvc_dir
+
+
+@app.command()
+def validate(
+    paths: Annotated[list[Path], typer.Argument(help="Manifest files or kustomize folders.")],
+) -> None:
+    """Check manifests against the KServe/Knative CRDs, Kubernetes schemas and SGLang's flags."""
+    missing = [p for p in paths if not p.exists()]
+    for path in missing:
+        err.print(
+            f"[red]error[/red] {path}: no such file or folder", highlight=False, soft_wrap=True
+        )
+    findings = validate_paths(p for p in paths if p.exists())
+    for finding in findings:
+        console.print(str(finding), highlight=False, soft_wrap=True)
+    count = len(findings) + len(missing)
+    console.print(f"{count} problem{'s' * (count != 1)}", highlight=False)
+    if count:
+        raise typer.Exit(EXIT_PROBLEMS)
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Where the demo writes its report.")] = Path("out/demo"),
+    catalog: CatalogOption = DEFAULT_CATALOG,
+) -> None:
+    """Render the example catalog into OUT, validate it, and build it with kustomize."""
+    with tempfile.TemporaryDirectory() as scratch:
+        rendered = Path(scratch) / "rendered"
+        render(catalog=catalog, out=rendered)
+        validate([rendered / "runtimes", rendered / "inferenceservices"])
+        _kustomize_check(rendered)
+        target = out / "rendered"
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(rendered, target)
+    console.print(f"manifests in {target}")
+
+
+def _kustomize_check(root: Path) -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        console.print("kubectl not found: skipped `kubectl kustomize`")
+        return
+    for folder in ("runtimes", "inferenceservices"):
+        subprocess.run([kubectl, "kustomize", str(root / folder)], check=True, capture_output=True)
+        console.print(f"kubectl kustomize {folder}: ok")
+
+
+def main() -> None:
+    """Entry point of the `radixfleet` script."""
+    app()

@@ -1,0 +1,176 @@
+"""The fleet's typed configuration: regions and GPU pools, tenants, and the model catalog.
+
+Field-level rules (ranges, name syntax, enums) live on the types; rules that relate entries to
+each other (a tenant that must exist, a GPU type some region must offer) live in `crosscheck.py`
+so that every problem in a file is reported at once.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+STORAGE_SCHEMES = ("s3://", "hf://", "pvc://", "gs://")
+
+
+def _dns1123_label(value: str) -> str:
+    if len(value) > 63 or not DNS1123_LABEL.match(value):
+        raise ValueError(
+            f"{value!r} is not a DNS-1123 label (lower case letters, digits and '-', "
+            "starting and ending with a letter or digit, at most 63 characters)"
+        )
+    return value
+
+
+def _storage_uri(value: str) -> str:
+    if not value.startswith(STORAGE_SCHEMES) or len(value.split("://", 1)[1]) == 0:
+        raise ValueError(f"{value!r} must start with one of {', '.join(STORAGE_SCHEMES)}")
+    return value
+
+
+Name = Annotated[str, AfterValidator(_dns1123_label)]
+StorageUri = Annotated[str, AfterValidator(_storage_uri)]
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+class Strict(BaseModel):
+    """Base of every config type: unknown keys are errors, values are not coerced across types."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+# How the cloud sells a pool's nodes.
+Capacity = Literal["spot", "on-demand"]
+
+# The SGLang ClusterServingRuntimes `runtimes/` renders; a model names one of them.
+KNOWN_RUNTIMES = (
+    "sglang",
+    "sglang-tp",
+    "sglang-multinode",
+    "sglang-lora",
+    "sglang-prefill",
+    "sglang-decode",
+)
+
+
+class GpuPool(Strict):
+    """A node pool of identical GPU nodes in one region."""
+
+    name: Name
+    instance_type: str
+    gpu_type: str
+    gpus_per_node: PositiveInt
+    min_nodes: NonNegativeInt = 0
+    max_nodes: PositiveInt
+    capacity: Capacity = "on-demand"
+    root_volume_gib: PositiveInt = 500
+
+
+class Region(Strict):
+    """A cloud region with one Kubernetes cluster and its GPU pools."""
+
+    name: Name
+    gpu_pools: list[GpuPool] = Field(min_length=1)
+
+
+class GpuBudget(Strict):
+    """GPUs a tenant is guaranteed of one GPU type, and how many more it may borrow when unused."""
+
+    guaranteed: NonNegativeInt
+    borrow: NonNegativeInt = 0
+
+
+class TokenBudget(Strict):
+    """Token-rate budgets in tokens per minute: overall, and optionally per model."""
+
+    tokens_per_minute: PositiveInt
+    per_model: dict[str, PositiveInt] = Field(default_factory=dict)
+
+
+class Tenant(Strict):
+    """A team sharing the fleet: where its workloads live and what it may use."""
+
+    name: Name
+    namespaces: list[Name] = Field(min_length=1)
+    gpu_budget: dict[str, GpuBudget] = Field(default_factory=dict)
+    token_budget: TokenBudget | None = None
+    priority: Annotated[int, Field(ge=0, le=1000)] = 100
+
+
+class Slo(Strict):
+    """Serving objectives the autoscaler, the canary judge and the failover detector hold to."""
+
+    ttft_p95_ms: PositiveInt
+    itl_p95_ms: PositiveInt
+
+
+class ModelArchitecture(Strict):
+    """The numbers of a model that size its GPU memory: weights and KV cache per token."""
+
+    params_billion: Annotated[float, Field(gt=0)]
+    layers: PositiveInt
+    kv_heads: PositiveInt
+    head_dim: PositiveInt
+    weight_bytes_per_param: Annotated[float, Field(gt=0)] = 2.0
+    kv_bytes_per_element: PositiveInt = 2
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        # K and V for every layer and KV head.
+        return self.layers * self.kv_heads * self.head_dim * 2 * self.kv_bytes_per_element
+
+    @property
+    def weight_bytes(self) -> int:
+        return int(self.params_billion * 1e9 * self.weight_bytes_per_param)
+
+
+class LoraAdapter(Strict):
+    """A LoRA adapter served on top of a base model, optionally owned by one tenant."""
+
+    name: Name
+    storage_uri: StorageUri
+    tenant: str | None = None
+
+
+class Model(Strict):
+    """One model of the catalog: where its weights are, how it runs, who uses it and where."""
+
+    name: Name
+    storage_uri: StorageUri
+    runtime: str
+    gpu_type: str
+    gpus_per_replica: PositiveInt = 1
+    tensor_parallel: PositiveInt = 1
+    pipeline_parallel: PositiveInt = 1
+    expert_parallel: PositiveInt = 1
+    nodes: PositiveInt = 1
+    context_length: PositiveInt
+    typical_request_tokens: PositiveInt = 2048
+    architecture: ModelArchitecture
+    slo: Slo
+    min_replicas: NonNegativeInt = 0
+    max_replicas: PositiveInt = 1
+    tenants: list[str] = Field(min_length=1)
+    regions: list[str] = Field(min_length=1)
+    lora_adapters: list[LoraAdapter] = Field(default_factory=list)
+    max_loras_per_batch: PositiveInt = 8
+    pd_peer: str | None = None
+    profile: str | None = None
+
+
+class Catalog(Strict):
+    """The whole fleet description: the file `inferenceservices/catalog.yaml`."""
+
+    regions: list[Region] = Field(min_length=1)
+    tenants: list[Tenant] = Field(min_length=1)
+    models: list[Model] = Field(default_factory=list)
+
+    def region(self, name: str) -> Region:
+        return next(r for r in self.regions if r.name == name)
+
+    def tenant(self, name: str) -> Tenant:
+        return next(t for t in self.tenants if t.name == name)

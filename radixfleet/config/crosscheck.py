@@ -1,0 +1,207 @@
+"""Rules that relate catalog entries to each other; each broken rule is one `Problem`.
+
+`check_catalog` never stops at the first problem: a platform team fixing a catalog wants the
+whole list in one run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+
+from radixfleet.config.catalog import KNOWN_RUNTIMES, Catalog, Model
+from radixfleet.config.gpus import GPU_TYPES, INSTANCE_TYPES
+from radixfleet.config.sizing import kv_capacity_tokens
+from radixfleet.profile import BUILTIN_PROFILES
+
+# (location, message) pairs; the loader adds the file name.
+Finding = tuple[str, str]
+
+
+def check_catalog(catalog: Catalog) -> list[Finding]:
+    """Every cross-entry problem of a structurally valid catalog, in file order."""
+    return [
+        *_duplicates(catalog),
+        *_regions(catalog),
+        *_tenants(catalog),
+        *(f for i, m in enumerate(catalog.models) for f in _model(catalog, i, m)),
+    ]
+
+
+def _duplicate_names(section: str, names: Iterable[str]) -> Iterator[Finding]:
+    names = list(names)
+    for name, count in Counter(names).items():
+        if count > 1:
+            index = [i for i, n in enumerate(names) if n == name][1]
+            yield f"{section}[{index}].name", f"duplicate name {name!r}"
+
+
+def _duplicates(catalog: Catalog) -> Iterator[Finding]:
+    yield from _duplicate_names("regions", (r.name for r in catalog.regions))
+    yield from _duplicate_names("tenants", (t.name for t in catalog.tenants))
+    yield from _duplicate_names("models", (m.name for m in catalog.models))
+    owners: dict[str, str] = {}
+    for i, tenant in enumerate(catalog.tenants):
+        for j, ns in enumerate(tenant.namespaces):
+            if ns in owners and owners[ns] != tenant.name:
+                yield (
+                    f"tenants[{i}].namespaces[{j}]",
+                    f"namespace {ns!r} is already claimed by tenant {owners[ns]!r}",
+                )
+            owners.setdefault(ns, tenant.name)
+
+
+def _regions(catalog: Catalog) -> Iterator[Finding]:
+    for i, region in enumerate(catalog.regions):
+        yield from _duplicate_names(f"regions[{i}].gpu_pools", (p.name for p in region.gpu_pools))
+        for j, pool in enumerate(region.gpu_pools):
+            loc = f"regions[{i}].gpu_pools[{j}]"
+            instance = INSTANCE_TYPES.get(pool.instance_type)
+            if instance is None:
+                known = ", ".join(sorted(INSTANCE_TYPES))
+                yield (
+                    f"{loc}.instance_type",
+                    f"unknown GPU instance type {pool.instance_type!r} (known: {known})",
+                )
+            elif instance.gpu_type != pool.gpu_type or instance.gpus != pool.gpus_per_node:
+                yield (
+                    f"{loc}.gpu_type",
+                    f"{pool.instance_type} has {instance.gpus}x {instance.gpu_type}, "
+                    f"not {pool.gpus_per_node}x {pool.gpu_type}",
+                )
+            if pool.min_nodes > pool.max_nodes:
+                yield f"{loc}.min_nodes", f"{pool.min_nodes} is above max_nodes {pool.max_nodes}"
+
+
+def _tenants(catalog: Catalog) -> Iterator[Finding]:
+    models = {m.name for m in catalog.models}
+    for i, tenant in enumerate(catalog.tenants):
+        for gpu_type in tenant.gpu_budget:
+            if gpu_type not in GPU_TYPES:
+                yield f"tenants[{i}].gpu_budget.{gpu_type}", f"unknown GPU type {gpu_type!r}"
+        per_model = tenant.token_budget.per_model if tenant.token_budget else {}
+        for model in per_model:
+            if model not in models:
+                yield f"tenants[{i}].token_budget.per_model.{model}", f"no model named {model!r}"
+
+
+def _model(catalog: Catalog, index: int, model: Model) -> Iterator[Finding]:
+    loc = f"models[{index}]"
+    yield from _model_references(catalog, loc, model)
+    yield from _model_parallelism(loc, model)
+    yield from _model_runtime(catalog, loc, model)
+    if model.min_replicas > model.max_replicas:
+        yield (
+            f"{loc}.min_replicas",
+            f"{model.min_replicas} is above max_replicas {model.max_replicas}",
+        )
+    if model.gpu_type in GPU_TYPES:
+        capacity = kv_capacity_tokens(model)
+        if model.context_length > capacity:
+            yield (
+                f"{loc}.context_length",
+                f"{model.context_length} tokens do not fit the KV budget of one replica "
+                f"({capacity} tokens on {model.gpus_per_replica}x {model.gpu_type})",
+            )
+
+
+def _model_references(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding]:
+    tenants = {t.name for t in catalog.tenants}
+    regions = {r.name: r for r in catalog.regions}
+    for j, tenant in enumerate(model.tenants):
+        if tenant not in tenants:
+            yield f"{loc}.tenants[{j}]", f"no tenant named {tenant!r}"
+    for j, adapter in enumerate(model.lora_adapters):
+        if adapter.tenant is not None and adapter.tenant not in tenants:
+            yield f"{loc}.lora_adapters[{j}].tenant", f"no tenant named {adapter.tenant!r}"
+    for j, wanted in enumerate(model.regions):
+        if wanted not in regions:
+            yield f"{loc}.regions[{j}]", f"no region named {wanted!r}"
+    if model.gpu_type not in GPU_TYPES:
+        yield (
+            f"{loc}.gpu_type",
+            f"unknown GPU type {model.gpu_type!r} (known: {', '.join(GPU_TYPES)})",
+        )
+        return
+    for j, region_name in enumerate(model.regions):
+        region = regions.get(region_name)
+        if region is None:
+            continue
+        pools = [p for p in region.gpu_pools if p.gpu_type == model.gpu_type]
+        if not pools:
+            yield (
+                f"{loc}.regions[{j}]",
+                f"region {region_name!r} has no GPU pool of type {model.gpu_type}",
+            )
+        elif all(p.gpus_per_node < model.gpus_per_replica // model.nodes for p in pools):
+            most = max(p.gpus_per_node for p in pools)
+            yield (
+                f"{loc}.gpus_per_replica",
+                f"{model.gpus_per_replica // model.nodes} GPUs per node do not fit the "
+                f"{model.gpu_type} pools of region {region_name!r} ({most} GPUs per node)",
+            )
+
+
+def _model_parallelism(loc: str, model: Model) -> Iterator[Finding]:
+    gpus, tp, pp, ep = (
+        model.gpus_per_replica,
+        model.tensor_parallel,
+        model.pipeline_parallel,
+        model.expert_parallel,
+    )
+    if gpus % tp:
+        yield f"{loc}.tensor_parallel", f"{tp} does not divide gpus_per_replica {gpus}"
+    elif gpus % pp:
+        yield f"{loc}.pipeline_parallel", f"{pp} does not divide gpus_per_replica {gpus}"
+    elif tp * pp != gpus:
+        yield (
+            f"{loc}.gpus_per_replica",
+            f"{gpus} GPUs but tensor_parallel x pipeline_parallel is {tp * pp}",
+        )
+    if tp % ep:
+        yield f"{loc}.expert_parallel", f"{ep} does not divide tensor_parallel {tp}"
+    if gpus % model.nodes:
+        yield f"{loc}.nodes", f"{model.nodes} nodes do not divide gpus_per_replica {gpus}"
+
+
+def _model_runtime(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding]:
+    runtime = model.runtime
+    if runtime not in KNOWN_RUNTIMES:
+        yield f"{loc}.runtime", f"unknown runtime {runtime!r} (known: {', '.join(KNOWN_RUNTIMES)})"
+        return
+    rules = {
+        "sglang": (model.gpus_per_replica == 1, "runs one GPU per replica; use sglang-tp"),
+        "sglang-tp": (model.nodes == 1, "runs on one node; use sglang-multinode"),
+        "sglang-multinode": (model.nodes == 2, "runs on exactly two nodes (head and worker)"),
+        "sglang-lora": (bool(model.lora_adapters), "needs at least one entry in lora_adapters"),
+    }
+    ok, why = rules.get(runtime, (True, ""))
+    if not ok:
+        yield f"{loc}.runtime", f"{runtime} {why}"
+    if runtime != "sglang-multinode" and model.nodes > 1:
+        yield f"{loc}.nodes", f"{model.nodes} nodes need runtime sglang-multinode"
+    if model.lora_adapters and runtime != "sglang-lora":
+        yield f"{loc}.lora_adapters", f"LoRA adapters need runtime sglang-lora, not {runtime}"
+    if model.profile is not None and model.profile not in BUILTIN_PROFILES:
+        known = ", ".join(sorted(BUILTIN_PROFILES))
+        yield f"{loc}.profile", f"unknown profile {model.profile!r} (known: {known})"
+    yield from _pd_pair(catalog, loc, model)
+
+
+def _pd_pair(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding]:
+    roles = {"sglang-prefill": "sglang-decode", "sglang-decode": "sglang-prefill"}
+    wanted = roles.get(model.runtime)
+    if wanted is None:
+        if model.pd_peer is not None:
+            yield f"{loc}.pd_peer", "only sglang-prefill and sglang-decode models have a pd_peer"
+        return
+    peer = next((m for m in catalog.models if m.name == model.pd_peer), None)
+    if peer is None:
+        yield f"{loc}.pd_peer", f"{model.runtime} needs pd_peer naming its {wanted} model"
+    elif peer.runtime != wanted or peer.pd_peer != model.name:
+        yield (
+            f"{loc}.pd_peer",
+            f"{peer.name!r} is not a {wanted} model paired back with {model.name!r}",
+        )
+    elif peer.storage_uri != model.storage_uri:
+        yield f"{loc}.pd_peer", f"{peer.name!r} serves other weights ({peer.storage_uri})"

@@ -1,0 +1,26 @@
+"""Label and annotation keys shared by the Pulumi program, the manifests and the controllers.
+
+The node pools `pulumi up` creates carry the same labels the InferenceServices select and the
+controllers reason about, so they are spelled once, here.
+"""
+
+GROUP = "radixfleet.io"
+
+GPU_TYPE = f"{GROUP}/gpu-type"
+GPU_POOL = f"{GROUP}/gpu-pool"
+CAPACITY_TYPE = f"{GROUP}/capacity-type"
+TENANT = f"{GROUP}/tenant"
+MODEL = f"{GROUP}/model"
+REGIONS = f"{GROUP}/regions"
+GPUS_PER_REPLICA = f"{GROUP}/gpus-per-replica"
+SLO_TTFT_P95_MS = f"{GROUP}/slo-ttft-p95-ms"
+SLO_ITL_P95_MS = f"{GROUP}/slo-itl-p95-ms"
+PD_PEER = f"{GROUP}/pd-peer"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "radixfleet"
+
+# The taint every GPU node carries, and the toleration every GPU workload needs.
+GPU_TAINT_KEY = "nvidia.com/gpu"
+GPU_TAINT_VALUE = "true"
+GPU_TAINT_EFFECT = "NoSchedule"
+GPU_RESOURCE = "nvidia.com/gpu"

@@ -1,0 +1,1 @@
+"""Rendering Kubernetes objects to files: commented YAML, kustomizations, atomic writes."""

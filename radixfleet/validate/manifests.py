@@ -1,0 +1,174 @@
+"""Validate manifest files: every document against its schema, its names and its SGLang flags."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+from radixfleet.validate.crd_schema import CrdKey, crd_schemas
+from radixfleet.validate.sglang_flags import check_args
+
+KUBERNETES_VERSION = "1.33.0"
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+# KServe derives DNS names (`<name>-predictor.<namespace>`) from an InferenceService's name, so
+# it must be a DNS-1035 label, like a Service's.
+DNS1035_KINDS = {"InferenceService", "Service"}
+LABEL_KINDS = {"Namespace", "InferenceService"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem in one object of one file."""
+
+    file: str
+    obj: str
+    location: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.location}: " if self.location else ""
+        return f"{self.file}: {self.obj}: {where}{self.message}"
+
+
+def validate_paths(paths: Iterable[Path]) -> list[Finding]:
+    """Every problem in the manifests at `paths` (files, or folders as kustomize builds them)."""
+    findings: list[Finding] = []
+    for file in _manifest_files(paths):
+        try:
+            docs = [
+                d for d in yaml.safe_load_all(file.read_text(encoding="utf-8")) if d is not None
+            ]
+        except (OSError, yaml.YAMLError) as exc:
+            findings.append(Finding(str(file), "-", "", f"cannot read: {exc}"))
+            continue
+        findings.extend(validate_documents(docs, source=str(file)))
+    return findings
+
+
+def _manifest_files(paths: Iterable[Path]) -> Iterator[Path]:
+    for path in paths:
+        kustomization = path / "kustomization.yaml"
+        if kustomization.is_file():
+            resources = yaml.safe_load(kustomization.read_text(encoding="utf-8")) or {}
+            for entry in resources.get("resources", []):
+                yield from _manifest_files([path / entry])
+        elif path.is_dir():
+            yield from sorted(p for p in path.rglob("*.y*ml") if p.suffix in (".yaml", ".yml"))
+        else:
+            yield path
+
+
+def validate_documents(docs: Iterable[Any], *, source: str) -> list[Finding]:
+    """Every problem of the given parsed YAML documents; `source` names their file."""
+    findings: list[Finding] = []
+    for index, doc in enumerate(docs):
+        ref = _ref(doc, index)
+        findings.extend(Finding(source, ref, loc, msg) for loc, msg in _check(doc))
+    return findings
+
+
+def _ref(doc: Any, index: int) -> str:
+    if not isinstance(doc, dict):
+        return f"document {index + 1}"
+    name = (doc.get("metadata") or {}).get("name", "?")
+    return f"{doc.get('kind', '?')}/{name}"
+
+
+def _check(doc: Any) -> Iterator[tuple[str, str]]:
+    if not isinstance(doc, dict) or not doc.get("apiVersion") or not doc.get("kind"):
+        yield "", "not a Kubernetes object (needs apiVersion and kind)"
+        return
+    yield from _check_metadata(doc)
+    yield from _check_schema(doc)
+    yield from _check_sglang(doc)
+
+
+def _check_metadata(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    metadata = doc.get("metadata") or {}
+    name = metadata.get("name")
+    kind = doc["kind"]
+    pattern, what = (
+        (DNS1035_LABEL, "DNS-1035 label")
+        if kind in DNS1035_KINDS
+        else (DNS1123_LABEL, "DNS-1123 label")
+        if kind in LABEL_KINDS
+        else (DNS1123_SUBDOMAIN, "DNS-1123 subdomain")
+    )
+    if not isinstance(name, str) or not pattern.match(name) or len(name) > 63:
+        yield "metadata.name", f"{name!r} is not a valid {what}"
+    namespace = metadata.get("namespace")
+    if namespace is not None and not DNS1123_LABEL.match(str(namespace)):
+        yield "metadata.namespace", f"{namespace!r} is not a DNS-1123 label"
+    for key, value in (metadata.get("labels") or {}).items():
+        if not isinstance(value, str) or len(value) > 63 or not LABEL_VALUE.match(value):
+            yield f"metadata.labels.{key}", f"{value!r} is not a valid label value"
+
+
+def _check_schema(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    key = CrdKey(doc["apiVersion"], doc["kind"])
+    schema = crd_schemas().get(key)
+    if schema is not None:
+        for error in _crd_validator(key).iter_errors(doc):
+            yield _location(error.absolute_path), _message(error)
+        return
+    try:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.SchemaNotFoundError:
+        yield "", f"no schema known for {doc['apiVersion']} {doc['kind']}"
+    except kubernetes_validate.ValidationError as exc:
+        yield _location(exc.path), _message(exc)
+
+
+@functools.cache
+def _crd_validator(key: CrdKey) -> jsonschema.Draft7Validator:
+    return jsonschema.Draft7Validator(crd_schemas()[key])
+
+
+def _location(path: Iterable[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _message(error: jsonschema.ValidationError) -> str:
+    if error.validator == "additionalProperties":
+        schema = error.schema if isinstance(error.schema, dict) else {}
+        given = error.instance if isinstance(error.instance, dict) else {}
+        extra = sorted(set(given) - set(schema.get("properties", {})))
+        return f"unknown field {', '.join(repr(e) for e in extra)}"
+    return error.message
+
+
+def _check_sglang(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    for location, args in _sglang_arg_lists(doc):
+        for message in check_args([str(a) for a in args]):
+            yield location, message
+
+
+def _sglang_arg_lists(doc: dict[str, Any]) -> Iterator[tuple[str, list[Any]]]:
+    spec = doc.get("spec") or {}
+    if doc["kind"] in ("ClusterServingRuntime", "ServingRuntime"):
+        for prefix, pod in (("spec", spec), ("spec.workerSpec", spec.get("workerSpec") or {})):
+            for i, container in enumerate(pod.get("containers") or []):
+                if "sglang.launch_server" in (container.get("command") or []):
+                    yield f"{prefix}.containers[{i}].args", container.get("args") or []
+    elif doc["kind"] == "InferenceService":
+        predictor = spec.get("predictor") or {}
+        model = predictor.get("model") or {}
+        if str(model.get("runtime", "")).startswith("sglang"):
+            yield "spec.predictor.model.args", model.get("args") or []
+            worker = predictor.get("workerSpec") or {}
+            for i, container in enumerate(worker.get("containers") or []):
+                yield f"spec.predictor.workerSpec.containers[{i}].args", container.get("args") or []

@@ -1,0 +1,104 @@
+"""Check SGLang command lines against sglang 0.5.23's own flag list (`server-args.json`).
+
+A flag the server does not know makes `launch_server` exit at start-up, on a GPU node, minutes
+into a rollout; checking here moves that failure to `radixfleet validate`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+# KServe fills `{{.Name}}`-style placeholders in runtime arguments at deploy time.
+TEMPLATE = re.compile(r"\{\{\s*\.[A-Za-z]+\s*\}\}")
+HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgG]?$")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One sglang command-line option as argparse knows it."""
+
+    dest: str
+    takes_value: bool
+    nargs: str | int | None
+    type: str | None
+    choices: tuple[str, ...] | None
+
+
+@functools.cache
+def sglang_flags() -> dict[str, Flag]:
+    """Every flag spelling of `python -m sglang.launch_server`, mapped to its definition."""
+    text = resources.files("radixfleet.schemas").joinpath("sglang/server-args.json").read_text()
+    flags: dict[str, Flag] = {}
+    for arg in json.loads(text)["arguments"]:
+        choices = tuple(str(c) for c in arg["choices"]) if arg["choices"] else None
+        flag = Flag(arg["dest"], arg["takes_value"], arg["nargs"], arg["type"], choices)
+        for spelling in arg["flags"]:
+            flags[spelling] = flag
+    return flags
+
+
+def check_args(args: Sequence[str]) -> Iterator[str]:
+    """One message per unknown flag or invalid value in an sglang argument list."""
+    flags = sglang_flags()
+    i = 0
+    while i < len(args):
+        token = args[i]
+        i += 1
+        if not token.startswith("--"):
+            yield f"{token!r} is not a flag (values follow the flag they belong to)"
+            continue
+        name, _, inline = token.partition("=")
+        flag = flags.get(name)
+        if flag is None:
+            yield f"unknown sglang flag {name}"
+            continue
+        values, i = _values(flag, args, i, inline if "=" in token else None)
+        for value in values:
+            problem = _check_value(flag, value)
+            if problem:
+                yield f"{name} {value!r}: {problem}"
+        if flag.takes_value and not values and flag.nargs not in ("*", "?"):
+            yield f"{name} needs a value"
+
+
+def _values(flag: Flag, args: Sequence[str], i: int, inline: str | None) -> tuple[list[str], int]:
+    if not flag.takes_value:
+        return ([inline] if inline is not None else []), i
+    if inline is not None:
+        return [inline], i
+    if flag.nargs in ("*", "+"):
+        start = i
+        while i < len(args) and not args[i].startswith("--"):
+            i += 1
+        return list(args[start:i]), i
+    if i < len(args) and (not args[i].startswith("--") or flag.nargs == "?"):
+        return [args[i]], i + 1
+    return [], i
+
+
+def _check_value(flag: Flag, value: str) -> str | None:
+    if not flag.takes_value:
+        return "takes no value"
+    if TEMPLATE.search(value):
+        return None if flag.type in (None, "str") else f"a template cannot be a {flag.type}"
+    if flag.choices and value not in flag.choices:
+        return f"not one of {', '.join(flag.choices)}"
+    return _check_type(flag.type, value)
+
+
+def _check_type(kind: str | None, value: str) -> str | None:
+    parsers: dict[str, Any] = {"int": int, "float": float}
+    if kind in parsers:
+        try:
+            parsers[kind](value)
+        except ValueError:
+            return f"not a valid {kind}"
+    if kind == "human_readable_int" and not HUMAN_INT.match(value):
+        return "not a number (like 8192 or 128k)"
+    return None
