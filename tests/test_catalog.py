@@ -1,0 +1,226 @@
+"""The catalog: the example loads; every kind of bad catalog is rejected with a located message."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from radixfleet.cli import app
+from radixfleet.config import ConfigError, load_catalog, parse_catalog
+from radixfleet.config.sizing import kv_capacity_tokens
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "inferenceservices" / "catalog.yaml"
+
+
+def example() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    return data
+
+
+def problems_of(data: dict[str, Any]) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        parse_catalog(yaml.safe_dump(data), source="catalog.yaml")
+    return [str(p) for p in caught.value.problems]
+
+
+def test_example_catalog_has_every_kind_of_model() -> None:
+    catalog = load_catalog(EXAMPLE)
+    runtimes = {m.runtime for m in catalog.models}
+    assert runtimes == {
+        "sglang",
+        "sglang-tp",
+        "sglang-lora",
+        "sglang-multinode",
+        "sglang-prefill",
+        "sglang-decode",
+    }
+    assert any(m.min_replicas == 0 and m.gpus_per_replica == 1 for m in catalog.models)
+    assert any(m.tensor_parallel == 4 for m in catalog.models)
+
+
+def _set(path: str, value: Any) -> Any:
+    """A mutation of the example catalog that sets one field (dotted path with [i] indexes)."""
+
+    def mutate(data: dict[str, Any]) -> None:
+        parts = path.replace("]", "").replace("[", ".").split(".")
+        node: Any = data
+        for part in parts[:-1]:
+            node = node[int(part)] if part.isdigit() else node[part]
+        last = parts[-1]
+        node[int(last) if last.isdigit() else last] = value
+
+    return mutate
+
+
+def _duplicate_model(data: dict[str, Any]) -> None:
+    data["models"].append(copy.deepcopy(data["models"][0]))
+
+
+BAD_CATALOGS = [
+    pytest.param(
+        _set("models[0].runtime", "vllm"),
+        "catalog.yaml: models[0].runtime: unknown runtime 'vllm'",
+        id="unknown-runtime",
+    ),
+    pytest.param(
+        _set("models[0].name", "Llama_8B"),
+        "catalog.yaml: models[0].name: 'Llama_8B' is not a DNS-1123 label",
+        id="name-not-dns1123",
+    ),
+    pytest.param(
+        _set("tenants[0].namespaces[0]", "team.search"),
+        "catalog.yaml: tenants[0].namespaces[0]: 'team.search' is not a DNS-1123 label",
+        id="namespace-not-dns1123",
+    ),
+    pytest.param(
+        _set("models[1].tensor_parallel", 3),
+        "catalog.yaml: models[1].tensor_parallel: 3 does not divide gpus_per_replica 4",
+        id="tp-does-not-divide-gpus",
+    ),
+    pytest.param(
+        _set("models[1].pipeline_parallel", 3),
+        "catalog.yaml: models[1].pipeline_parallel: 3 does not divide gpus_per_replica 4",
+        id="pp-does-not-divide-gpus",
+    ),
+    pytest.param(
+        _set("models[1].expert_parallel", 3),
+        "catalog.yaml: models[1].expert_parallel: 3 does not divide tensor_parallel 4",
+        id="ep-does-not-divide-tp",
+    ),
+    pytest.param(
+        _set("models[1].gpus_per_replica", 8),
+        "catalog.yaml: models[1].gpus_per_replica: 8 GPUs but tensor_parallel x "
+        "pipeline_parallel is 4",
+        id="tp-times-pp-not-gpus",
+    ),
+    pytest.param(
+        _set("models[0].min_replicas", 9),
+        "catalog.yaml: models[0].min_replicas: 9 is above max_replicas 8",
+        id="min-above-max-replicas",
+    ),
+    pytest.param(
+        _set("models[0].gpu_type", "L4"),
+        "catalog.yaml: models[0].regions[0]: region 'us-east-1' has no GPU pool of type L4",
+        id="gpu-type-no-region-offers",
+    ),
+    pytest.param(
+        _set("models[0].gpu_type", "TPUv5"),
+        "catalog.yaml: models[0].gpu_type: unknown GPU type 'TPUv5'",
+        id="unknown-gpu-type",
+    ),
+    pytest.param(
+        _set("models[0].tenants", ["search", "marketing"]),
+        "catalog.yaml: models[0].tenants[1]: no tenant named 'marketing'",
+        id="unknown-tenant",
+    ),
+    pytest.param(
+        _set("models[0].regions", ["us-west-2"]),
+        "catalog.yaml: models[0].regions[0]: no region named 'us-west-2'",
+        id="unknown-region",
+    ),
+    pytest.param(
+        _duplicate_model,
+        "catalog.yaml: models[6].name: duplicate name 'llama-3-1-8b'",
+        id="duplicate-model-name",
+    ),
+    pytest.param(
+        _set("tenants[1].namespaces", ["team-search"]),
+        "catalog.yaml: tenants[1].namespaces[0]: namespace 'team-search' is already claimed "
+        "by tenant 'search'",
+        id="namespace-claimed-twice",
+    ),
+    pytest.param(
+        _set("models[0].context_length", 1_000_000),
+        "catalog.yaml: models[0].context_length: 1000000 tokens do not fit the KV budget of "
+        "one replica (",
+        id="context-above-kv-budget",
+    ),
+    pytest.param(
+        _set("regions[0].gpu_pools[0].min_nodes", 7),
+        "catalog.yaml: regions[0].gpu_pools[0].min_nodes: 7 is above max_nodes 6",
+        id="pool-min-above-max",
+    ),
+    pytest.param(
+        _set("regions[0].gpu_pools[0].instance_type", "x9.huge"),
+        "catalog.yaml: regions[0].gpu_pools[0].instance_type: unknown GPU instance type 'x9.huge'",
+        id="unknown-instance-type",
+    ),
+    pytest.param(
+        _set("models[0].storage_uri", "ftp://models/x"),
+        "catalog.yaml: models[0].storage_uri: 'ftp://models/x' must start with one of",
+        id="bad-storage-scheme",
+    ),
+    pytest.param(
+        _set("models[0].max_replica", 3),
+        "catalog.yaml: models[0].max_replica: unknown field",
+        id="unknown-field",
+    ),
+    pytest.param(
+        _set("models[0].max_replicas", "eight"),
+        "catalog.yaml: models[0].max_replicas: 'eight': Input should be a valid integer",
+        id="wrong-type",
+    ),
+    pytest.param(
+        _set("models[4].pd_peer", "llama-3-1-8b"),
+        "catalog.yaml: models[4].pd_peer: 'llama-3-1-8b' is not a sglang-decode model",
+        id="pd-peer-wrong-role",
+    ),
+    pytest.param(
+        _set("models[2].runtime", "sglang"),
+        "catalog.yaml: models[2].lora_adapters: LoRA adapters need runtime sglang-lora",
+        id="lora-without-lora-runtime",
+    ),
+]
+
+
+@pytest.mark.parametrize(("mutate", "expected"), BAD_CATALOGS)
+def test_bad_catalog_names_file_entry_and_field(mutate: Any, expected: str) -> None:
+    data = example()
+    mutate(data)
+    problems = problems_of(data)
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    data = example()
+    _set("models[0].runtime", "vllm")(data)
+    _set("models[1].tensor_parallel", 3)(data)
+    _set("models[3].tenants", ["nobody"])(data)
+    assert len(problems_of(data)) == 3
+
+
+def test_cli_render_of_bad_catalog_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+    data = example()
+    _set("models[1].tensor_parallel", 3)(data)
+    bad = tmp_path / "catalog.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["render", "--catalog", str(bad), "--out", str(out)])
+    assert result.exit_code == 2
+    assert "models[1].tensor_parallel: 3 does not divide gpus_per_replica 4" in result.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("regions: [", "catalog.yaml: line 1: not valid YAML", id="broken-yaml"),
+        pytest.param("- a\n- b\n", "catalog.yaml: must be a mapping", id="not-a-mapping"),
+    ],
+)
+def test_unreadable_catalog(text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_catalog(text, source="catalog.yaml")
+    assert str(caught.value.problems[0]).startswith(expected)
+
+
+def test_kv_capacity_of_8b_on_h100_matches_calibration() -> None:
+    # CALIBRATION.md: about 420,000 tokens (+-10 %) for Llama-3.1-8B bf16 on one H100.
+    model = load_catalog(EXAMPLE).models[0]
+    assert 378_000 <= kv_capacity_tokens(model) <= 462_000

