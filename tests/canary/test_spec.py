@@ -91,7 +91,7 @@ GOOD = {
     ],
 }
 
-BAD = {
+BAD: dict[str, dict[str, Any]] = {
     "steps-not-increasing": {"steps": [20, 5]},
     "steps-repeat": {"steps": [5, 5, 50]},
     "step-zero": {"steps": [0, 50]},
