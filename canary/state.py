@@ -70,10 +70,10 @@ class RevisionMetrics(Wire):
 
     def value(self, metric: Metric) -> float | None:
         """The finite value of `metric`, or None when it is missing, NaN or infinite."""
-        return finite(getattr(self, _FIELD_OF[metric]))
+        return finite(getattr(self, FIELD_OF[metric]))
 
 
-_FIELD_OF = {
+FIELD_OF = {
     Metric.TTFT_P95: "ttft_p95",
     Metric.ITL_P95: "itl_p95",
     Metric.ERROR_RATE: "error_rate",
