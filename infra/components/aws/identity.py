@@ -1,0 +1,76 @@
+"""IAM roles that pods assume through EKS Pod Identity: no static keys anywhere in the fleet."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+
+
+def trust_policy(principal: str) -> str:
+    """A trust policy letting an AWS service principal assume the role (and tag the session)."""
+    actions = (
+        ["sts:AssumeRole", "sts:TagSession"]
+        if principal == POD_IDENTITY_PRINCIPAL
+        else ["sts:AssumeRole"]
+    )
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": principal}, "Action": actions}
+            ],
+        }
+    )
+
+
+def policy_document(statements: Sequence[dict[str, Any]]) -> pulumi.Output[str]:
+    """An IAM policy document from statements whose resources may still be outputs."""
+    return pulumi.Output.json_dumps({"Version": "2012-10-17", "Statement": list(statements)})
+
+
+@dataclass(frozen=True)
+class PodRoleArgs:
+    cluster_name: pulumi.Input[str]
+    # (namespace, service account) pairs that may assume the role.
+    service_accounts: Sequence[tuple[str, str]]
+    statements: Sequence[dict[str, Any]] = ()
+    managed_policy_arns: Sequence[pulumi.Input[str]] = field(default_factory=tuple)
+
+
+class PodRole(pulumi.ComponentResource):
+    """A role, its permissions, and the pod identity associations that hand it to pods."""
+
+    arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: PodRoleArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("radixfleet:aws:PodRole", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        role = aws.iam.Role(
+            f"{name}-role", assume_role_policy=trust_policy(POD_IDENTITY_PRINCIPAL), opts=child
+        )
+        if args.statements:
+            aws.iam.RolePolicy(
+                f"{name}-policy", role=role.id, policy=policy_document(args.statements), opts=child
+            )
+        for i, arn in enumerate(args.managed_policy_arns):
+            aws.iam.RolePolicyAttachment(
+                f"{name}-managed-{i}", role=role.name, policy_arn=arn, opts=child
+            )
+        for namespace, account in args.service_accounts:
+            aws.eks.PodIdentityAssociation(
+                f"{name}-{namespace}-{account}",
+                cluster_name=args.cluster_name,
+                namespace=namespace,
+                service_account=account,
+                role_arn=role.arn,
+                opts=child,
+            )
+        self.arn = role.arn
+        self.register_outputs({"arn": role.arn})

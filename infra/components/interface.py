@@ -1,0 +1,67 @@
+"""What one region of the fleet is, independent of the cloud that hosts it.
+
+`pulumi up` wires regions through this interface only: a second cloud adds an implementation of
+`RegionalFleet` and a branch in `regional_fleet`, and nothing global changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import pulumi
+
+from infra.settings import Fleet
+from radixfleet.config import Region
+
+
+@dataclass(frozen=True)
+class ModelStoreRef:
+    """The region's copy of the model store, as its serving pods see it."""
+
+    # The bucket the catalog's URIs name, and this region's bucket that replaces it.
+    catalog_bucket: str
+    bucket: str
+    # A cloud policy granting read access to the bucket (and its key); attached to pod identities.
+    reader_policy: pulumi.Input[str]
+
+
+@dataclass(frozen=True)
+class RegionalFleetArgs:
+    """Everything a region needs: its catalog entry, the stack's settings, its model store."""
+
+    fleet: Fleet
+    region: Region
+    model_store: ModelStoreRef
+
+
+class RegionalFleet(Protocol):
+    """The outputs the global pieces (DNS, exports) need from a region."""
+
+    @property
+    def cluster_name(self) -> pulumi.Output[str]: ...
+
+    @property
+    def kubeconfig(self) -> pulumi.Output[str]: ...
+
+    @property
+    def ingress_hostname(self) -> pulumi.Output[str]:
+        """The public name of the region's load balancer in front of the models."""
+        ...
+
+
+class UnknownCloudError(ValueError):
+    """The stack names a cloud no `RegionalFleet` implementation exists for."""
+
+
+def regional_fleet(
+    name: str, args: RegionalFleetArgs, opts: pulumi.ResourceOptions | None = None
+) -> RegionalFleet:
+    """The region component for the stack's cloud; an unknown cloud is an error, not a default."""
+    cloud = args.fleet.settings.cloud
+    if cloud == "aws":
+        # Imported here so that a stack on another cloud never loads the AWS SDK.
+        from infra.components.aws.region import AwsRegionalFleet
+
+        return AwsRegionalFleet(name, args, opts)
+    raise UnknownCloudError(f"no regional fleet for cloud {cloud!r}")

@@ -1,0 +1,187 @@
+"""What radixfleet itself puts into a region's cluster: its CRDs and controllers, the SGLang
+runtimes, the tenant namespaces and InferenceServices of the region, and the dashboards and
+alerting rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra import manifests as m
+from infra.components.kube.addons import as_input
+from radixfleet import labels
+
+
+@dataclass(frozen=True)
+class WorkloadsArgs:
+    region: str
+    controller_image: str
+    controller_replicas: int
+    crds: Sequence[m.Manifest]
+    runtimes: Sequence[m.Manifest]
+    namespaces: Sequence[m.Manifest]
+    inference_services: Sequence[m.Manifest]
+    dashboards_dir: Path
+    # KServe must be up (CRDs, webhooks) before runtimes and InferenceServices.
+    kserve: pulumi.Resource
+    # kube-prometheus-stack brings the PrometheusRule CRD and Grafana's dashboard sidecar.
+    monitoring: pulumi.Resource
+
+
+def _meta(name: str, namespace: str | None = None) -> k8s.meta.v1.ObjectMetaArgs:
+    return k8s.meta.v1.ObjectMetaArgs(
+        name=name, namespace=namespace, labels={labels.MANAGED_BY: labels.MANAGER}
+    )
+
+
+class Workloads(pulumi.ComponentResource):
+    """radixfleet's own resources in one cluster."""
+
+    def __init__(self, name: str, args: WorkloadsArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("radixfleet:kube:Workloads", name, None, opts)
+        self._name, self._args = name, args
+        crds = [self._crd(crd) for crd in args.crds]
+        namespaces = {
+            ns["metadata"]["name"]: k8s.core.v1.Namespace(
+                f"{name}-ns-{ns['metadata']['name']}",
+                metadata=as_input(ns["metadata"]),
+                opts=self._opts(),
+            )
+            for ns in args.namespaces
+        }
+        self._controllers(crds, list(namespaces))
+        self._serving(list(namespaces.values()))
+        self._dashboards()
+        self.register_outputs({})
+
+    def _opts(self, after: Sequence[pulumi.Resource] = ()) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self, depends_on=list(after))
+
+    def _crd(self, crd: m.Manifest) -> k8s.apiextensions.v1.CustomResourceDefinition:
+        return k8s.apiextensions.v1.CustomResourceDefinition(
+            f"{self._name}-crd-{crd['metadata']['name']}",
+            metadata=as_input(crd["metadata"]),
+            spec=as_input(crd["spec"]),
+            opts=self._opts(),
+        )
+
+    def _controllers(
+        self,
+        crds: list[k8s.apiextensions.v1.CustomResourceDefinition],
+        tenant_namespaces: list[str],
+    ) -> None:
+        args, name = self._args, f"{self._name}-controllers"
+        namespace = k8s.core.v1.Namespace(
+            name, metadata=_meta(m.CONTROLLERS_NAMESPACE), opts=self._opts()
+        )
+        after = self._opts([namespace])
+        account = k8s.core.v1.ServiceAccount(
+            name, metadata=_meta(m.CONTROLLERS, m.CONTROLLERS_NAMESPACE), opts=after
+        )
+        plurals = [crd["spec"]["names"]["plural"] for crd in args.crds]
+        self._bind(name, m.controller_cluster_rules(plurals), namespace=None, after=[namespace])
+        self._bind(
+            f"{name}-leader",
+            m.LEADER_ELECTION_RULES,
+            namespace=m.CONTROLLERS_NAMESPACE,
+            after=[namespace],
+        )
+        for tenant_ns in tenant_namespaces:
+            self._bind(
+                f"{name}-{tenant_ns}", m.TENANT_RULES, namespace=tenant_ns, after=[namespace]
+            )
+        deployment = m.controller_deployment(
+            image=args.controller_image, replicas=args.controller_replicas, region=args.region
+        )
+        k8s.apps.v1.Deployment(
+            name,
+            metadata=as_input(deployment["metadata"]),
+            spec=as_input(deployment["spec"]),
+            opts=self._opts([account, *crds]),
+        )
+
+    def _bind(
+        self,
+        name: str,
+        rules: list[m.Manifest],
+        *,
+        namespace: str | None,
+        after: Sequence[pulumi.Resource],
+    ) -> None:
+        """A Role (or ClusterRole) with `rules`, bound to the controllers' service account."""
+        role_name = m.CONTROLLERS
+        subject = k8s.rbac.v1.SubjectArgs(
+            kind="ServiceAccount", name=m.CONTROLLERS, namespace=m.CONTROLLERS_NAMESPACE
+        )
+        if namespace is None:
+            role: pulumi.Resource = k8s.rbac.v1.ClusterRole(
+                name, metadata=_meta(role_name), rules=as_input(rules), opts=self._opts(after)
+            )
+            k8s.rbac.v1.ClusterRoleBinding(
+                name,
+                metadata=_meta(role_name),
+                role_ref=k8s.rbac.v1.RoleRefArgs(
+                    api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role_name
+                ),
+                subjects=[subject],
+                opts=self._opts([role]),
+            )
+            return
+        role = k8s.rbac.v1.Role(
+            name,
+            metadata=_meta(role_name, namespace),
+            rules=as_input(rules),
+            opts=self._opts(after),
+        )
+        k8s.rbac.v1.RoleBinding(
+            name,
+            metadata=_meta(role_name, namespace),
+            role_ref=k8s.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io", kind="Role", name=role_name
+            ),
+            subjects=[subject],
+            opts=self._opts([role]),
+        )
+
+    def _serving(self, namespaces: list[k8s.core.v1.Namespace]) -> None:
+        runtimes = [self._custom(r, [self._args.kserve]) for r in self._args.runtimes]
+        for isvc in self._args.inference_services:
+            self._custom(isvc, [self._args.kserve, *runtimes, *namespaces])
+
+    def _custom(
+        self, manifest: m.Manifest, after: Sequence[pulumi.Resource]
+    ) -> k8s.apiextensions.CustomResource:
+        meta = manifest["metadata"]
+        ident = "-".join(p for p in (meta.get("namespace"), meta["name"]) if p)
+        return k8s.apiextensions.CustomResource(
+            f"{self._name}-{manifest['kind'].lower()}-{ident}",
+            api_version=manifest["apiVersion"],
+            kind=manifest["kind"],
+            metadata=as_input(meta),
+            spec=manifest["spec"],
+            opts=self._opts(after),
+        )
+
+    def _dashboards(self) -> None:
+        directory, after = self._args.dashboards_dir, [self._args.monitoring]
+        for path in m.dashboard_files(directory):
+            name = m.k8s_name(f"radixfleet-dashboard-{path.stem}")
+            k8s.core.v1.ConfigMap(
+                f"{self._name}-{name}",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=name,
+                    namespace=m.MONITORING_NAMESPACE,
+                    # kube-prometheus-stack's Grafana sidecar loads ConfigMaps with this label.
+                    labels={"grafana_dashboard": "1", labels.MANAGED_BY: labels.MANAGER},
+                    annotations={"grafana_folder": m.DASHBOARD_FOLDER},
+                ),
+                data={path.name: path.read_text(encoding="utf-8")},
+                opts=self._opts(after),
+            )
+        for rule in m.prometheus_rules(directory):
+            self._custom(rule, after)

@@ -1,0 +1,450 @@
+"""What the Pulumi components put into each cluster, as plain data: no Pulumi, no I/O but reads.
+
+Node labels and taints, Helm values, the Knative Serving resource, the controllers' RBAC and
+Deployment, and the runtimes and InferenceServices of a region. Keeping them pure lets the tests
+check the policies (labels the manifests select, least privilege) without running Pulumi.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferenceservices.builder import build_inference_service, build_namespaces, namespace_of
+from radixfleet import labels
+from radixfleet.config import Catalog, GpuPool, Region
+from radixfleet.config.catalog import KNOWN_RUNTIMES
+from radixfleet.config.gpus import gpu_label_value
+from radixfleet.render.fleet import served_tenants
+from runtimes.builder import build_runtime
+
+Manifest = dict[str, Any]
+
+NODE_ROLE = f"{labels.GROUP}/node-role"
+CONTROLLERS = "radixfleet-controllers"
+CONTROLLERS_NAMESPACE = "radixfleet-system"
+MONITORING_NAMESPACE = "monitoring"
+DASHBOARD_FOLDER = "radixfleet"
+KNATIVE_NAMESPACE = "knative-serving"
+# Kourier's gateway pods, which the operator deploys beside Knative Serving.
+KOURIER_SELECTOR = {"app": "3scale-kourier-gateway"}
+KOURIER_HTTP_PORT = 8080
+# Encrypted gp3, the default storage class of every cluster.
+STORAGE_CLASS = "gp3-encrypted"
+
+
+def gpu_node_labels(pool: GpuPool) -> dict[str, str]:
+    """Labels of a GPU pool's nodes: what InferenceServices select and controllers count."""
+    return {
+        labels.GPU_TYPE: gpu_label_value(pool.gpu_type),
+        labels.GPU_POOL: pool.name,
+        labels.CAPACITY_TYPE: pool.capacity,
+        NODE_ROLE: "gpu",
+        # The NVIDIA device plugin chart's default affinity looks for this label, which
+        # node-feature-discovery would otherwise have to set.
+        "nvidia.com/gpu.present": "true",
+    }
+
+
+SYSTEM_NODE_LABELS = {NODE_ROLE: "system"}
+
+GPU_TOLERATION = {
+    "key": labels.GPU_TAINT_KEY,
+    "operator": "Equal",
+    "value": labels.GPU_TAINT_VALUE,
+    "effect": labels.GPU_TAINT_EFFECT,
+}
+
+# Add-ons that must run on GPU nodes select them by the GPU type label's presence.
+GPU_NODE_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": labels.GPU_TYPE, "operator": "Exists"}]}
+            ]
+        }
+    }
+}
+
+
+def kubeconfig(*, cluster: str, endpoint: str, ca_data: str, region: str) -> str:
+    """A kubeconfig that authenticates with `aws eks get-token`: no static credentials."""
+    user = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": "aws",
+            "args": ["eks", "get-token", "--cluster-name", cluster, "--region", region],
+        }
+    }
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": cluster,
+                "cluster": {"server": endpoint, "certificate-authority-data": ca_data},
+            }
+        ],
+        "users": [{"name": cluster, "user": user}],
+        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": cluster}}],
+        "current-context": cluster,
+    }
+    return json.dumps(config)
+
+
+def device_plugin_values() -> Manifest:
+    return {"tolerations": [GPU_TOLERATION], "affinity": GPU_NODE_AFFINITY}
+
+
+def dcgm_exporter_values() -> Manifest:
+    return {
+        "tolerations": [GPU_TOLERATION],
+        "affinity": GPU_NODE_AFFINITY,
+        # kube-prometheus-stack discovers ServiceMonitors in every namespace (see below).
+        "serviceMonitor": {"enabled": True, "interval": "15s"},
+    }
+
+
+def system_placement() -> Manifest:
+    """Values that keep an add-on on the system nodes, never on a GPU node."""
+    return {"nodeSelector": SYSTEM_NODE_LABELS}
+
+
+def cert_manager_values() -> Manifest:
+    return {"crds": {"enabled": True}, **system_placement()}
+
+
+def kserve_values(*, domain: str) -> Manifest:
+    return {
+        "kserve": {
+            "controller": {
+                "deploymentMode": "Serverless",
+                # Knative's ingress here is Kourier, not Istio: KServe must not write Istio
+                # VirtualServices.
+                "gateway": {"domain": domain, "disableIstioVirtualHost": True},
+                **system_placement(),
+            }
+        }
+    }
+
+
+def prometheus_stack_values(*, admin_secret: str, storage_class: str) -> Manifest:
+    volume = {
+        "spec": {
+            "storageClassName": storage_class,
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "100Gi"}},
+        }
+    }
+    return {
+        "grafana": {
+            # The password lives in a Secret the program fills from a random value, never in
+            # the chart's default ("prom-operator").
+            "admin": {
+                "existingSecret": admin_secret,
+                "userKey": "admin-user",
+                "passwordKey": "admin-password",
+            },
+            # Dashboards arrive as labeled ConfigMaps from any namespace (infra/ and teams).
+            "sidecar": {
+                "dashboards": {
+                    "enabled": True,
+                    "label": "grafana_dashboard",
+                    "labelValue": "1",
+                    "searchNamespace": "ALL",
+                    # A ConfigMap's `grafana_folder` annotation picks its Grafana folder.
+                    "folderAnnotation": "grafana_folder",
+                    "provider": {"foldersFromFilesStructure": True},
+                }
+            },
+            **system_placement(),
+        },
+        "prometheus": {
+            "prometheusSpec": {
+                # Without these, Prometheus only sees monitors and rules of this Helm release.
+                "serviceMonitorSelectorNilUsesHelmValues": False,
+                "podMonitorSelectorNilUsesHelmValues": False,
+                "ruleSelectorNilUsesHelmValues": False,
+                "retention": "15d",
+                "storageSpec": {"volumeClaimTemplate": volume},
+                **system_placement(),
+            }
+        },
+    }
+
+
+def cluster_autoscaler_values(*, cluster: str, region: str, service_account: str) -> Manifest:
+    return {
+        "autoDiscovery": {"clusterName": cluster},
+        "awsRegion": region,
+        "rbac": {"serviceAccount": {"create": True, "name": service_account}},
+        "extraArgs": {
+            "balance-similar-node-groups": "true",
+            # GPU nodes are expensive: prefer the pool that wastes the least of a new node.
+            "expander": "least-waste",
+            "skip-nodes-with-system-pods": "false",
+        },
+        **system_placement(),
+    }
+
+
+def knative_serving(
+    *, version: str, domain: str, scale_to_zero: bool, stable_window: str, grace_period: str
+) -> Manifest:
+    """The KnativeServing resource the Knative operator turns into a Serving installation."""
+    return {
+        "apiVersion": "operator.knative.dev/v1beta1",
+        "kind": "KnativeServing",
+        "metadata": {"name": "knative-serving", "namespace": KNATIVE_NAMESPACE},
+        "spec": {
+            "version": version,
+            "ingress": {"kourier": {"enabled": True, "service-type": "ClusterIP"}},
+            "config": {
+                "network": {"ingress-class": "kourier.ingress.networking.knative.dev"},
+                "domain": {domain: ""},
+                "autoscaler": {
+                    "enable-scale-to-zero": "true" if scale_to_zero else "false",
+                    "stable-window": stable_window,
+                    "scale-to-zero-grace-period": grace_period,
+                },
+                # Large models need Knative's whole 600 s request budget (REQUEST_TIMEOUT_S).
+                "defaults": {"max-revision-timeout-seconds": "600"},
+            },
+        },
+    }
+
+
+INGRESS_SERVICE = "radixfleet-ingress"
+
+
+def ingress_spec() -> Manifest:
+    """The load balancer Service in front of Kourier; TLS ends at the load balancer, whose
+    annotations (certificate, security group) the cloud's region component supplies.
+    """
+    return {
+        "type": "LoadBalancer",
+        "selector": KOURIER_SELECTOR,
+        "ports": [{"name": "https", "port": 443, "targetPort": KOURIER_HTTP_PORT}],
+    }
+
+
+# --- the radixfleet controllers -------------------------------------------------------------
+
+
+def load_crds(directory: Path) -> list[Manifest]:
+    """The radixfleet CustomResourceDefinitions shipped in `directory` (none is fine)."""
+    if not directory.is_dir():
+        return []
+    return [
+        doc
+        for path in sorted(directory.glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+        if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
+    ]
+
+
+def controller_cluster_rules(crd_plurals: list[str]) -> list[Manifest]:
+    """Cluster-wide permissions of the canary, autoscale, quota and failover controllers.
+
+    Each rule names its resources and verbs; nothing may delete or create workloads.
+    """
+    watch = ["get", "list", "watch"]
+    rules: list[Manifest] = [
+        {
+            "apiGroups": ["serving.kserve.io"],
+            "resources": ["inferenceservices"],
+            "verbs": [*watch, "patch"],
+        },
+        {
+            "apiGroups": ["serving.kserve.io"],
+            "resources": ["inferenceservices/status"],
+            "verbs": ["get"],
+        },
+        # Revisions and pods: which replica holds which cache, what is ready.
+        {"apiGroups": ["serving.knative.dev"], "resources": ["revisions"], "verbs": watch},
+        {"apiGroups": [""], "resources": ["pods", "namespaces"], "verbs": watch},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        # kopf discovers the resources it serves through the CRDs.
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "verbs": ["list", "watch"],
+        },
+    ]
+    if crd_plurals:
+        rules.append(
+            {"apiGroups": [labels.GROUP], "resources": crd_plurals, "verbs": [*watch, "patch"]}
+        )
+        rules.append(
+            {
+                "apiGroups": [labels.GROUP],
+                "resources": [f"{p}/status" for p in crd_plurals],
+                "verbs": ["get", "patch", "update"],
+            }
+        )
+    return rules
+
+
+# Leader election happens in the controllers' own namespace only.
+LEADER_ELECTION_RULES: list[Manifest] = [
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch"],
+    }
+]
+
+# The quota controller keeps each tenant namespace's ResourceQuota in line with its budget.
+TENANT_RULES: list[Manifest] = [
+    {
+        "apiGroups": [""],
+        "resources": ["resourcequotas"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch"],
+    }
+]
+
+
+def controller_deployment(*, image: str, replicas: int, region: str) -> Manifest:
+    """The controllers' Deployment: non-root, read-only, AWS access only via pod identity."""
+    container = {
+        "name": "controllers",
+        "image": image,
+        "args": ["controllers", "run", "--region", region],
+        "env": [{"name": "AWS_REGION", "value": region}],
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "256Mi"},
+            "limits": {"memory": "512Mi"},
+        },
+        "securityContext": {
+            "runAsNonRoot": True,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        # kopf and Python write temporary files; the root file system stays read-only.
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    selector = {"app.kubernetes.io/name": CONTROLLERS}
+    return {
+        "metadata": {"name": CONTROLLERS, "namespace": CONTROLLERS_NAMESPACE, "labels": selector},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": selector},
+                "spec": {
+                    "serviceAccountName": CONTROLLERS,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "nodeSelector": SYSTEM_NODE_LABELS,
+                    "containers": [container],
+                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                },
+            },
+        },
+    }
+
+
+# --- what the catalog puts into a region ----------------------------------------------------
+
+
+def runtimes() -> list[Manifest]:
+    """Every SGLang ClusterServingRuntime: cluster-wide and cheap, so every region has them all."""
+    return [build_runtime(name)[0] for name in KNOWN_RUNTIMES]
+
+
+def region_inference_services(
+    catalog: Catalog, region: Region, *, bucket_from: str, bucket_to: str
+) -> list[Manifest]:
+    """The InferenceServices of the models that run in `region`, reading the region's bucket."""
+    isvcs = []
+    for model in catalog.models:
+        if region.name not in model.regions:
+            continue
+        for tenant in served_tenants(catalog, model):
+            isvc, _ = build_inference_service(model, tenant)
+            isvcs.append(rewrite_bucket(isvc, bucket_from, bucket_to))
+    return isvcs
+
+
+def region_namespaces(catalog: Catalog, isvcs: list[Manifest]) -> list[Manifest]:
+    """Tenant namespaces that hold at least one of the region's InferenceServices."""
+    used = {isvc["metadata"]["namespace"] for isvc in isvcs}
+    return [ns for ns in build_namespaces(catalog) if ns["metadata"]["name"] in used]
+
+
+def tenant_namespaces(catalog: Catalog) -> list[str]:
+    return [namespace_of(t) for t in catalog.tenants]
+
+
+def rewrite_bucket(value: Any, bucket_from: str, bucket_to: str) -> Any:
+    """`value` with every `s3://<bucket_from>/...` string pointing at `bucket_to` instead."""
+    old, new = f"s3://{bucket_from}/", f"s3://{bucket_to}/"
+    if isinstance(value, str):
+        return new + value[len(old) :] if value.startswith(old) else value
+    if isinstance(value, dict):
+        return {k: rewrite_bucket(v, bucket_from, bucket_to) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rewrite_bucket(v, bucket_from, bucket_to) for v in value]
+    return value
+
+
+# --- dashboards and rules -------------------------------------------------------------------
+
+
+def dashboard_files(directory: Path) -> list[Path]:
+    """Grafana dashboard JSON files, in a stable order (none is fine)."""
+    return sorted(directory.glob("**/*.json")) if directory.is_dir() else []
+
+
+def prometheus_rules(directory: Path) -> list[Manifest]:
+    """PrometheusRule objects for the rule files in `directory` (none is fine).
+
+    PrometheusRule objects are taken as they are; bare rule files (`groups:` only, the form
+    promtool reads) are wrapped, but only when the directory has no PrometheusRule objects, since
+    generators may write both forms of the same rules.
+    """
+    objects, bare = [], []
+    for path, index, doc in _yaml_documents(directory):
+        if doc.get("kind") == "PrometheusRule":
+            objects.append(_in_monitoring(doc))
+        elif doc.get("groups") and "kind" not in doc:
+            bare.append(_wrap_rules(k8s_name(path.stem, index), doc["groups"]))
+    return objects or bare
+
+
+def _yaml_documents(directory: Path) -> Iterator[tuple[Path, int, Manifest]]:
+    if not directory.is_dir():
+        return
+    for path in sorted([*directory.glob("**/*.yaml"), *directory.glob("**/*.yml")]):
+        for index, doc in enumerate(yaml.safe_load_all(path.read_text(encoding="utf-8"))):
+            if isinstance(doc, dict):
+                yield path, index, doc
+
+
+def _in_monitoring(rule: Manifest) -> Manifest:
+    metadata = {**rule["metadata"], "namespace": MONITORING_NAMESPACE}
+    return {**rule, "metadata": metadata}
+
+
+def _wrap_rules(name: str, groups: list[Manifest]) -> Manifest:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": name, "namespace": MONITORING_NAMESPACE},
+        "spec": {"groups": groups},
+    }
+
+
+def k8s_name(stem: str, index: int = 0) -> str:
+    """A DNS-1123 object name from a file name (plus an index for the n-th document)."""
+    base = "".join(c if c.isalnum() else "-" for c in stem.lower()).strip("-")[:50]
+    return f"{base}-{index}" if index else base

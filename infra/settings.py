@@ -1,0 +1,402 @@
+"""The stack configuration, typed: infra-only settings plus the catalog they point at.
+
+Regions, GPU pools and models come from the catalog file that `radixfleet:catalog` names, read by
+the same `radixfleet.config` module as `radixfleet render`, so pool names and labels have one
+source. Everything else (versions, network, DNS, model store) lives in the stack config. Parsing
+reports every problem at once, located by config key, before any resource is declared.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from radixfleet.config import Catalog, ConfigError, Problem, Region, load_catalog
+from radixfleet.config.errors import format_location
+from radixfleet.config.load import pydantic_problems
+
+NAMESPACE = "radixfleet"
+
+# A pinned version: exact numbers, optionally a `v` and a build suffix (`v1.19.5-eksbuild.1`).
+# Ranges, `latest` and bare majors would let two `pulumi up` runs install different software.
+PINNED = re.compile(r"^v?\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$")
+KUBERNETES_MINOR = re.compile(r"^1\.\d{2}$")
+DURATION = re.compile(r"^(\d+)(s|m|h)$")
+AWS_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
+
+# Helm charts every region installs; a stack config must pin each one.
+REQUIRED_CHARTS = (
+    "nvidia-device-plugin",
+    "dcgm-exporter",
+    "cert-manager",
+    "knative-operator",
+    "kserve-crd",
+    "kserve-resources",
+    "kube-prometheus-stack",
+    "cluster-autoscaler",
+)
+# EKS-managed add-ons every cluster runs; pinned like the charts.
+REQUIRED_EKS_ADDONS = (
+    "vpc-cni",
+    "coredns",
+    "kube-proxy",
+    "eks-pod-identity-agent",
+    "aws-ebs-csi-driver",
+)
+
+
+def _pinned(value: str) -> str:
+    if not PINNED.match(value):
+        raise ValueError(f"{value!r} is not a pinned version like 1.2.3 or v1.2.3-build.1")
+    return value
+
+
+def _kubernetes_minor(value: str) -> str:
+    if not KUBERNETES_MINOR.match(value):
+        raise ValueError(f"{value!r} is not a Kubernetes minor version like '1.33' (quote it)")
+    return value
+
+
+def duration_seconds(value: str) -> int:
+    """Seconds of a Knative-style duration such as `60s`, `5m` or `1h`."""
+    match = DURATION.match(value)
+    if match is None:
+        raise ValueError(f"{value!r} is not a duration like 60s, 5m or 1h")
+    return int(match.group(1)) * {"s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def _duration(value: str) -> str:
+    duration_seconds(value)
+    return value
+
+
+Pinned = Annotated[str, AfterValidator(_pinned)]
+Duration = Annotated[str, AfterValidator(_duration)]
+
+
+class Settings(BaseModel):
+    """Base of every stack-config type: camelCase keys as Pulumi YAML writes them, no extras."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class Chart(Settings):
+    """Where a Helm chart comes from and the exact version to install."""
+
+    repo: str
+    version: Pinned
+    # The published chart name when it differs from the key (KServe's kserve-resources chart is
+    # published as `kserve`).
+    chart: str | None = None
+
+
+class SystemNodes(Settings):
+    """The node group for the add-ons and controllers; GPU pools come from the catalog."""
+
+    instance_type: str = "m7i.2xlarge"
+    min_nodes: Annotated[int, Field(ge=1)] = 2
+    max_nodes: Annotated[int, Field(ge=1)] = 6
+    root_volume_gib: Annotated[int, Field(ge=20)] = 100
+
+
+class ClusterSettings(Settings):
+    """The EKS cluster of every region."""
+
+    kubernetes_version: Annotated[str, AfterValidator(_kubernetes_minor)]
+    private_endpoint: bool = True
+    public_access_cidrs: list[str] = Field(default_factory=list)
+    gpu_ami_type: Literal["AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA"] = (
+        "AL2023_x86_64_NVIDIA"
+    )
+    system_nodes: SystemNodes = SystemNodes()
+    addons: dict[str, Pinned]
+
+
+class NetworkSettings(Settings):
+    """The VPC of every region: one CIDR per region so that regions can be peered later."""
+
+    vpc_cidrs: dict[str, str]
+    availability_zones: Annotated[int, Field(ge=3, le=6)] = 3
+    # One NAT gateway per zone survives a zone outage; `single` trades that for cost.
+    nat_gateways: Literal["per-az", "single"] = "per-az"
+
+
+class KnativeSettings(Settings):
+    """Knative Serving's version and the autoscaler settings scale-to-zero depends on."""
+
+    serving_version: Pinned
+    scale_to_zero: bool = True
+    stable_window: Duration = "60s"
+    scale_to_zero_grace_period: Duration = "30s"
+
+
+class ModelStoreSettings(Settings):
+    """The S3 model store: one bucket per region, optionally replicated from a primary."""
+
+    # The bucket the catalog's s3:// URIs name; each region's bucket is `<bucket>-<region>` and
+    # the InferenceServices of a region read from theirs.
+    bucket: str
+    mode: Literal["replicated", "per-region"] = "replicated"
+    primary_region: str | None = None
+    force_destroy: bool = False
+    # The service account serving pods run as in tenant namespaces (KServe's default).
+    service_account: str = "default"
+
+
+class DnsSettings(Settings):
+    """The Route 53 zone holding one weighted record per model and region."""
+
+    zone_id: str
+    domain: str
+    # Route 53 probes the model's router, not its replicas, so health checks never keep a
+    # scale-to-zero model awake.
+    health_check_path: str = "/health"
+    weights: dict[str, Annotated[int, Field(ge=0, le=255)]] = Field(default_factory=dict)
+
+
+class ControllerSettings(Settings):
+    """The radixfleet controllers' image and replica count (leader election picks one)."""
+
+    image: str
+    tag: Pinned
+    replicas: Annotated[int, Field(ge=1, le=5)] = 2
+
+
+class StackSettings(Settings):
+    """Every `radixfleet:*` key of a stack config."""
+
+    cloud: Literal["aws"] = "aws"
+    catalog: str
+    regions: list[str] | None = None
+    reserved_pools: list[str] = Field(default_factory=list)
+    network: NetworkSettings
+    cluster: ClusterSettings
+    charts: dict[str, Chart]
+    knative: KnativeSettings
+    model_store: ModelStoreSettings
+    dns: DnsSettings
+    controllers: ControllerSettings
+    dashboards_dir: str = "../dashboards"
+    crds_dir: str = "../radixfleet/crds"
+
+
+# Keys read as plain strings; all others are YAML objects, lists or booleans.
+STRING_KEYS = frozenset({"cloud", "catalog", "dashboardsDir", "crdsDir"})
+CONFIG_KEYS = tuple(field.alias or name for name, field in StackSettings.model_fields.items())
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """A fully validated stack: its settings, its catalog and the regions it deploys."""
+
+    settings: StackSettings
+    catalog: Catalog
+    regions: list[Region]
+    base_dir: Path
+
+    def path(self, relative: str) -> Path:
+        """A path from the stack config, relative to the Pulumi project directory."""
+        return (self.base_dir / relative).resolve()
+
+    @property
+    def primary_region(self) -> str:
+        return self.settings.model_store.primary_region or self.regions[0].name
+
+
+def parse_fleet(raw: Mapping[str, Any], *, source: str, base_dir: Path) -> Fleet:
+    """Validate the `radixfleet:*` values (keys without the namespace) and load the catalog.
+
+    Raises `ConfigError` with every problem of the stack config and the catalog together.
+    """
+    try:
+        settings = StackSettings.model_validate(dict(raw))
+    except ValidationError as exc:
+        problems = pydantic_problems(exc, source=source)
+        raise ConfigError([_namespaced(p) for p in problems]) from exc
+    catalog = _load(settings, source=source, base_dir=base_dir)
+    problems = [
+        Problem(source, f"{NAMESPACE}:{loc}", msg) for loc, msg in check_stack(settings, catalog)
+    ]
+    if problems:
+        raise ConfigError(problems)
+    wanted = settings.regions or [r.name for r in catalog.regions]
+    return Fleet(settings, catalog, [catalog.region(n) for n in wanted], base_dir)
+
+
+def _namespaced(problem: Problem) -> Problem:
+    return Problem(problem.file, f"{NAMESPACE}:{problem.location}", problem.message)
+
+
+def _load(settings: StackSettings, *, source: str, base_dir: Path) -> Catalog:
+    try:
+        return load_catalog((base_dir / settings.catalog).resolve())
+    except ConfigError as exc:
+        # The catalog's own problems, led by the key that pointed at it.
+        lead = Problem(source, f"{NAMESPACE}:catalog", "the catalog it names has problems")
+        raise ConfigError([lead, *exc.problems]) from exc
+
+
+Finding = tuple[str, str]
+
+
+def check_stack(settings: StackSettings, catalog: Catalog) -> list[Finding]:
+    """Every problem relating the stack config to itself and to the catalog."""
+    regions = _check_regions(settings, catalog)
+    wanted = [r for r in (settings.regions or [r.name for r in catalog.regions])]
+    deployed = [catalog.region(n) for n in dict.fromkeys(wanted) if n in _names(catalog)]
+    return [
+        *regions,
+        *_check_pools(settings, catalog, deployed),
+        *_check_versions(settings),
+        *_check_network(settings, deployed),
+        *_check_endpoint(settings),
+        *_check_model_store(settings, deployed),
+        *_check_dns(settings, deployed),
+    ]
+
+
+def _names(catalog: Catalog) -> set[str]:
+    return {r.name for r in catalog.regions}
+
+
+def _check_regions(settings: StackSettings, catalog: Catalog) -> Iterator[Finding]:
+    wanted = settings.regions if settings.regions is not None else []
+    for name, count in Counter(wanted).items():
+        if count > 1:
+            yield "regions", f"region {name!r} is listed {count} times"
+    for i, name in enumerate(wanted):
+        if name not in _names(catalog):
+            yield f"regions[{i}]", f"the catalog has no region {name!r}"
+    for i, region in enumerate(catalog.regions):
+        if not AWS_REGION.match(region.name):
+            yield "catalog", f"regions[{i}].name {region.name!r} is not an AWS region name"
+
+
+def pool_users(catalog: Catalog, region: Region) -> dict[str, list[str]]:
+    """For each GPU pool of `region`, the catalog models that can run on it there."""
+    users: dict[str, list[str]] = {p.name: [] for p in region.gpu_pools}
+    for model in catalog.models:
+        if region.name not in model.regions:
+            continue
+        per_node = model.gpus_per_replica // model.nodes
+        for pool in region.gpu_pools:
+            if pool.gpu_type == model.gpu_type and pool.gpus_per_node >= per_node:
+                users[pool.name].append(model.name)
+    return users
+
+
+def _check_pools(
+    settings: StackSettings, catalog: Catalog, deployed: list[Region]
+) -> Iterator[Finding]:
+    reserved = set(settings.reserved_pools)
+    for region in deployed:
+        for pool, models in pool_users(catalog, region).items():
+            key = f"{region.name}/{pool}"
+            if not models and key not in reserved:
+                yield (
+                    "catalog",
+                    f"GPU pool {key} is used by no catalog model: remove it, add a model that "
+                    f"runs on it, or list it in {NAMESPACE}:reservedPools",
+                )
+            elif models and key in reserved:
+                yield "reservedPools", f"{key} is not spare: {', '.join(models)} run on it"
+    known = {f"{r.name}/{p.name}" for r in deployed for p in r.gpu_pools}
+    for i, key in enumerate(settings.reserved_pools):
+        if key not in known:
+            yield f"reservedPools[{i}]", f"no deployed GPU pool {key!r} (write region/pool)"
+
+
+def _check_versions(settings: StackSettings) -> Iterator[Finding]:
+    for name in REQUIRED_CHARTS:
+        if name not in settings.charts:
+            yield f"charts.{name}", "missing: every add-on chart needs a repo and a pinned version"
+    for name in sorted(set(settings.charts) - set(REQUIRED_CHARTS)):
+        yield f"charts.{name}", f"unknown chart (known: {', '.join(REQUIRED_CHARTS)})"
+    for name in REQUIRED_EKS_ADDONS:
+        if name not in settings.cluster.addons:
+            yield f"cluster.addons.{name}", "missing: every EKS add-on needs a pinned version"
+    window = duration_seconds(settings.knative.stable_window)
+    if not 6 <= window <= 3600:
+        yield "knative.stableWindow", f"{window}s is outside Knative's 6s..1h"
+
+
+def _check_network(settings: StackSettings, deployed: list[Region]) -> Iterator[Finding]:
+    cidrs = settings.network.vpc_cidrs
+    networks: dict[str, ipaddress.IPv4Network] = {}
+    for region in deployed:
+        if region.name not in cidrs:
+            yield f"network.vpcCidrs.{region.name}", "missing: every region needs its VPC CIDR"
+    for name, text in cidrs.items():
+        try:
+            network = ipaddress.IPv4Network(text)
+        except ValueError as exc:
+            yield f"network.vpcCidrs.{name}", str(exc)
+            continue
+        if not 16 <= network.prefixlen <= 18:
+            yield f"network.vpcCidrs.{name}", f"{text} must be a /16, /17 or /18"
+        clash = next((n for n, other in networks.items() if other.overlaps(network)), None)
+        if clash is not None:
+            yield f"network.vpcCidrs.{name}", f"{text} overlaps the CIDR of {clash}"
+        networks[name] = network
+    yield from _unknown_regions("network.vpcCidrs", cidrs, deployed)
+
+
+def _check_endpoint(settings: StackSettings) -> Iterator[Finding]:
+    cluster = settings.cluster
+    if cluster.private_endpoint:
+        return
+    if not cluster.public_access_cidrs:
+        yield (
+            "cluster.publicAccessCidrs",
+            "a public API endpoint needs the CIDRs allowed to reach it (or privateEndpoint: true)",
+        )
+    for i, cidr in enumerate(cluster.public_access_cidrs):
+        try:
+            network = ipaddress.IPv4Network(cidr)
+        except ValueError as exc:
+            yield f"cluster.publicAccessCidrs[{i}]", str(exc)
+            continue
+        if network.prefixlen == 0:
+            yield f"cluster.publicAccessCidrs[{i}]", "the whole internet may not reach the API"
+
+
+def _check_model_store(settings: StackSettings, deployed: list[Region]) -> Iterator[Finding]:
+    store = settings.model_store
+    names = [r.name for r in deployed]
+    if store.primary_region is not None and store.primary_region not in names:
+        yield "modelStore.primaryRegion", f"{store.primary_region!r} is not a deployed region"
+    for name in names:
+        bucket = f"{store.bucket}-{name}"
+        if not BUCKET.match(bucket) or "--" in bucket:
+            yield "modelStore.bucket", f"{bucket!r} (the {name} bucket) is not a valid S3 name"
+
+
+def _check_dns(settings: StackSettings, deployed: list[Region]) -> Iterator[Finding]:
+    yield from _unknown_regions("dns.weights", settings.dns.weights, deployed)
+    if not settings.dns.health_check_path.startswith("/"):
+        yield "dns.healthCheckPath", "must start with '/'"
+
+
+def _unknown_regions(
+    key: str, values: Mapping[str, object], deployed: list[Region]
+) -> Iterator[Finding]:
+    names = {r.name for r in deployed}
+    for name in values:
+        if name not in names:
+            yield f"{key}.{name}", f"{name!r} is not a deployed region"
+
+
+def location(parts: list[str | int]) -> str:
+    """A config location like `radixfleet:cluster.addons.coredns`."""
+    return f"{NAMESPACE}:{format_location(parts)}"
