@@ -1,0 +1,41 @@
+"""The replica model: one SGLang replica in explicit time, shared by the emulator and the twin.
+
+No I/O and no clock inside: callers pass `now`. See :mod:`radixfleet.replica.model`.
+"""
+
+from radixfleet.replica.clock import Clock, MonotonicClock, VirtualClock
+from radixfleet.replica.faults import HEALTHY, Faults
+from radixfleet.replica.model import Health, ReplicaModel, SchedulePolicy
+from radixfleet.replica.radix import CacheFullError, RadixCache
+from radixfleet.replica.request import (
+    Event,
+    EventKind,
+    Phase,
+    RejectedError,
+    RejectReason,
+    Request,
+    RequestSpec,
+)
+from radixfleet.replica.stats import CounterValues, ReplicaStats
+
+__all__ = [
+    "HEALTHY",
+    "CacheFullError",
+    "Clock",
+    "CounterValues",
+    "Event",
+    "EventKind",
+    "Faults",
+    "Health",
+    "MonotonicClock",
+    "Phase",
+    "RadixCache",
+    "RejectReason",
+    "RejectedError",
+    "ReplicaModel",
+    "ReplicaStats",
+    "Request",
+    "RequestSpec",
+    "SchedulePolicy",
+    "VirtualClock",
+]
