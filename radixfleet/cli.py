@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from radixfleet.config import ConfigError, load_catalog
+from radixfleet.emulator.cli import emulate
 from radixfleet.render.fleet import render_tree, write_tree
 from radixfleet.validate import validate_paths
 
@@ -109,6 +110,9 @@ def _kustomize_check(root: Path) -> None:
     for folder in ("runtimes", "inferenceservices"):
         subprocess.run([kubectl, "kustomize", str(root / folder)], check=True, capture_output=True)
         console.print(f"kubectl kustomize {folder}: ok")
+
+
+app.command("emulate")(emulate)
 
 
 def main() -> None:

@@ -1,0 +1,110 @@
+"""The informational bodies of an emulated replica: /v1/models, /model_info, /server_info.
+
+/server_info reports SGLang's own server-argument defaults (from the flag list shipped in
+`radixfleet/schemas/sglang/server-args.json`) overridden by what this replica runs with, plus
+the scheduler's `internal_states`, as sglang 0.5.23 does.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from radixfleet.replica import ReplicaStats
+
+if TYPE_CHECKING:
+    from radixfleet.emulator.server import EmulatorConfig
+
+SGLANG_VERSION = "0.5.23"
+
+
+@functools.cache
+def sglang_defaults() -> dict[str, Any]:
+    """Every SGLang server argument with its default, from the shipped flag list."""
+    text = resources.files("radixfleet.schemas").joinpath("sglang/server-args.json").read_text()
+    return {arg["dest"]: arg["default"] for arg in json.loads(text)["arguments"]}
+
+
+def models_list(config: EmulatorConfig) -> dict[str, Any]:
+    """OpenAI's model list: the one served model."""
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": config.model_name,
+                "object": "model",
+                "created": int(time.time()),
+                "owned_by": "sglang",
+                "root": config.profile.model_path,
+                "max_model_len": config.profile.context_length,
+            }
+        ],
+    }
+
+
+def model_info(config: EmulatorConfig, *, tokenizer_dir: Path) -> dict[str, Any]:
+    """SGLang's /model_info; paths point at the local tokenizer so routers need no download."""
+    return {
+        "model_path": str(tokenizer_dir),
+        "tokenizer_path": str(tokenizer_dir),
+        "is_generation": True,
+        "preferred_sampling_params": None,
+        "weight_version": "default",
+        "has_image_understanding": False,
+        "has_audio_understanding": False,
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "served_model_name": config.model_name,
+    }
+
+
+def server_info(
+    config: EmulatorConfig, *, tokenizer_dir: Path, stats: ReplicaStats, version: str
+) -> dict[str, Any]:
+    """SGLang's /server_info: server arguments, internal states and version."""
+    profile = config.profile
+    args = dict(sglang_defaults())
+    args.update(
+        model_path=str(tokenizer_dir),
+        tokenizer_path=str(tokenizer_dir),
+        served_model_name=config.model_name,
+        host=config.host,
+        port=config.port,
+        context_length=profile.context_length,
+        max_running_requests=profile.max_running_requests,
+        max_total_tokens=profile.kv_capacity_tokens,
+        max_queued_requests=profile.max_queued_requests,
+        chunked_prefill_size=profile.chunked_prefill_size,
+        mem_fraction_static=profile.mem_fraction_static,
+        page_size=profile.page_size,
+        tp_size=profile.gpu_count,
+        dp_size=1,
+        pp_size=1,
+        schedule_policy=config.schedule_policy.value,
+        enable_metrics=config.enable_metrics,
+        api_key=None,  # never echo the key
+    )
+    internal = {
+        "max_total_num_tokens": stats.max_total_num_tokens,
+        "last_gen_throughput": stats.gen_throughput,
+        "token_usage": stats.token_usage,
+        "num_running_reqs": stats.num_running_reqs,
+        "num_queue_reqs": stats.num_queue_reqs,
+        "cache_hit_rate": stats.cache_hit_rate,
+        "memory_usage": {
+            "weight": profile.weights_gb / profile.gpu_count,
+            "kvcache": profile.kv_capacity_tokens * profile.kv_bytes_per_token / 1e9,
+        },
+    }
+    return {
+        **args,
+        "internal_states": [internal],
+        "version": SGLANG_VERSION,
+        "radixfleet_version": version,
+        "emulated": True,
+        "profile": profile.name,
+    }

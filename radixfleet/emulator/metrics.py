@@ -1,0 +1,170 @@
+"""The emulator's /metrics: SGLang 0.5.23's `sglang:*` names, types and scheduler labels.
+
+Gauges and counters are read from the replica model at scrape time (a custom collector, so the
+request path pays nothing for them); latency histograms are observed when requests finish.
+Every family carries the scheduler labels `model_name, engine_type, tp_rank, pp_rank,
+moe_ep_rank`; the conformance test checks every exported name and type against
+`radixfleet/schemas/sglang/metrics.json`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from radixfleet.profile import ReplicaProfile
+from radixfleet.replica import ReplicaStats, Request
+
+LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
+
+# Bucket edges in the spirit of SGLang's defaults, with finer low edges for canary judgement.
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.0, 4.0,
+                6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0)  # fmt: skip
+ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06,
+               0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)  # fmt: skip
+E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0,
+               100.0, 200.0, 400.0, 600.0, 1200.0, 1800.0, 2400.0)  # fmt: skip
+TOKEN_BUCKETS = (16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0)
+
+
+class SchedulerCollector(Collector):
+    """Yields the scheduler's gauges and counters from a fresh model snapshot per scrape."""
+
+    def __init__(
+        self,
+        *,
+        stats: Callable[[], ReplicaStats],
+        profile: ReplicaProfile,
+        labels: dict[str, str],
+    ) -> None:
+        self._stats = stats
+        self._profile = profile
+        self._labels = labels
+
+    def collect(self) -> Iterator[Metric]:
+        """One family per SGLang metric, each with the scheduler labels."""
+        stats = self._stats()
+        for name, doc, value in self._gauges(stats):
+            family = GaugeMetricFamily(name, doc, labels=LABELS)
+            family.add_metric(list(self._labels.values()), value)
+            yield family
+        for name, doc, value in self._counters(stats):
+            extra = ("cache_source",) if name == "sglang:cached_tokens_total" else ()
+            counter = CounterMetricFamily(name, doc, labels=LABELS + extra)
+            suffix = ["device"] if extra else []
+            counter.add_metric([*self._labels.values(), *suffix], value)
+            yield counter
+
+    def _gauges(self, stats: ReplicaStats) -> list[tuple[str, str, float]]:
+        profile = self._profile
+        kv_gb = profile.kv_capacity_tokens * profile.kv_bytes_per_token / 1e9 / profile.gpu_count
+        return [
+            ("sglang:num_running_reqs", "The number of running requests.", stats.num_running_reqs),
+            ("sglang:num_queue_reqs", "The number of requests in the waiting queue.",
+             stats.num_queue_reqs),
+            ("sglang:num_used_tokens", "The number of used tokens.", stats.kv_used_tokens),
+            ("sglang:token_usage", "The token usage.", stats.token_usage),
+            ("sglang:full_token_usage", "The token usage of full attention layers.",
+             stats.token_usage),
+            ("sglang:kv_used_tokens", "KV tokens in use.", stats.kv_used_tokens),
+            ("sglang:kv_evictable_tokens", "Cached KV tokens that can be evicted.",
+             stats.kv_evictable_tokens),
+            ("sglang:kv_available_tokens", "Free KV tokens.", stats.kv_available_tokens),
+            ("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV pool.",
+             stats.max_total_num_tokens),
+            ("sglang:cache_hit_rate", "The prefix cache hit rate.", stats.cache_hit_rate),
+            ("sglang:gen_throughput", "The generation throughput (token/s).",
+             stats.gen_throughput),
+            ("sglang:decode_sum_seq_lens", "The sum of all sequence lengths in decode.",
+             stats.decode_sum_seq_lens),
+            ("sglang:context_len", "Maximum context length.", profile.context_length),
+            ("sglang:page_size", "KV cache page size.", profile.page_size),
+            ("sglang:num_retracted_reqs", "The number of retracted requests.", 0),
+            ("sglang:num_paused_reqs", "The number of paused requests.", 0),
+            ("sglang:is_cuda_graph", "Whether the batch is using CUDA graph.", 1),
+            ("sglang:weight_memory_usage_gb", "Weight memory per GPU in GB.",
+             profile.weights_gb / profile.gpu_count),
+            ("sglang:kv_cache_memory_usage_gb", "KV cache memory per GPU in GB.", kv_gb),
+        ]  # fmt: skip
+
+    @staticmethod
+    def _counters(stats: ReplicaStats) -> list[tuple[str, str, float]]:
+        totals = stats.counters
+        return [
+            ("sglang:num_requests_total", "Number of requests processed.",
+             totals.num_requests_total),
+            ("sglang:num_aborted_requests_total", "Number of requests aborted.",
+             totals.num_aborted_requests_total),
+            ("sglang:prompt_tokens_total", "Number of prefill tokens processed.",
+             totals.prompt_tokens_total),
+            ("sglang:generation_tokens_total", "Number of generation tokens processed.",
+             totals.generation_tokens_total),
+            ("sglang:cached_tokens_total",
+             "Number of cached prompt tokens by source (device/host/storage).",
+             totals.cached_tokens_total),
+            ("sglang:evicted_tokens_total", "Number of evicted tokens.",
+             totals.evicted_tokens_total),
+        ]  # fmt: skip
+
+
+class RequestHistograms:
+    """Latency and size histograms, observed once per finished request."""
+
+    def __init__(self, *, registry: CollectorRegistry, labels: dict[str, str]) -> None:
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            family = Histogram(name, doc, LABELS, registry=registry, buckets=buckets)
+            return family.labels(**labels)
+
+        self.ttft = histogram(
+            "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+            TTFT_BUCKETS)  # fmt: skip
+        self.itl = histogram(
+            "sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+            ITL_BUCKETS)  # fmt: skip
+        self.e2e = histogram(
+            "sglang:e2e_request_latency_seconds",
+            "Histogram of End-to-end request latency in seconds", E2E_BUCKETS)  # fmt: skip
+        self.queue = histogram(
+            "sglang:queue_time_seconds", "Histogram of queueing time in seconds.", E2E_BUCKETS
+        )
+        self.prompt = histogram(
+            "sglang:prompt_tokens_histogram", "Histogram of prompt token length.", TOKEN_BUCKETS
+        )
+        self.generation = histogram(
+            "sglang:generation_tokens_histogram", "Histogram of generation token length.",
+            TOKEN_BUCKETS)  # fmt: skip
+
+    def observe(self, request: Request) -> None:
+        """Record one finished request."""
+        if request.ttft is not None:
+            self.ttft.observe(request.ttft)
+        if request.queue_time is not None:
+            self.queue.observe(request.queue_time)
+        if request.e2e_latency is not None:
+            self.e2e.observe(request.e2e_latency)
+        itl = request.mean_itl
+        if itl is not None:
+            # One observation per token gap, as SGLang records them; the gaps share the mean.
+            for _ in range(request.spec.output_tokens - 1):
+                self.itl.observe(itl)
+        self.prompt.observe(request.spec.prompt_tokens)
+        self.generation.observe(request.generated)
+
+
+def build_registry(
+    *, stats: Callable[[], ReplicaStats], profile: ReplicaProfile, model_name: str
+) -> tuple[CollectorRegistry, RequestHistograms]:
+    """A registry holding the emulator's families only (several emulators may share a process)."""
+    labels = {
+        "model_name": model_name,
+        "engine_type": "unified",
+        "tp_rank": "0",
+        "pp_rank": "0",
+        "moe_ep_rank": "0",
+    }
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SchedulerCollector(stats=stats, profile=profile, labels=labels))
+    return registry, RequestHistograms(registry=registry, labels=labels)

@@ -1,0 +1,317 @@
+"""SGLang 0.5.23's request and response bodies: parsing into a Job, formatting the answers.
+
+Pure functions, no I/O: the server reads JSON, calls `parse_*`, runs the job through the model,
+and calls `format_*`. Bad input raises :class:`ApiError` carrying SGLang's status and error body
+`{"error": {"message", "type", "code", "retryable"}}`. Unknown fields are accepted (the router
+adds some of its own).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from radixfleet.emulator.tokenizer import EmulatorTokenizer
+
+#: Defaults of SGLang's request types.
+GENERATE_MAX_NEW_TOKENS = 128
+COMPLETION_MAX_TOKENS = 16
+#: Bounds of the "natural" answer length when a request does not force one (EOS not ignored).
+NATURAL_MIN, NATURAL_SPAN = 16, 240
+
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "UnauthorizedError",
+    404: "NotFoundError",
+    405: "MethodNotAllowedError",
+    413: "RequestEntityTooLargeError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
+
+
+class ApiError(Exception):
+    """An error answered to the client with SGLang's body; never a traceback."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+    def body(self) -> dict[str, Any]:
+        """SGLang's error body for this error."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": _ERROR_TYPES.get(self.status, "InternalServerError"),
+                "code": self.status,
+                "retryable": self.status in (408, 429) or self.status >= 500,
+            }
+        }
+
+
+@dataclass(slots=True)
+class Job:
+    """One generation as the server runs it: the prompt in tokens and the answer to give."""
+
+    kind: str  # "generate", "completion" or "chat"
+    model: str
+    prompt_ids: list[int]
+    max_new_tokens: int
+    answer_ids: list[int] = field(default_factory=list)
+    stopped: bool = False  # ends on EOS rather than on max_new_tokens
+    stream: bool = False
+    include_usage: bool = False
+    rid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+# -- parsing -----------------------------------------------------------------------------------
+
+
+def _field(body: dict[str, Any], name: str, kinds: type | tuple[type, ...], default: Any) -> Any:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+        raise ApiError(400, f"Field '{name}' has the wrong type: {type(value).__name__}.")
+    if not isinstance(value, kinds):
+        raise ApiError(400, f"Field '{name}' has the wrong type: {type(value).__name__}.")
+    return value
+
+
+def _max_tokens(value: Any, *, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ApiError(400, f"{name} must be a non-negative integer, got {value!r}.")
+    return value
+
+
+def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
+    stream = bool(_field(body, "stream", bool, False))
+    options = _field(body, "stream_options", dict, {})
+    return stream, bool(options.get("include_usage", False))
+
+
+def _prompt_ids(prompt: Any, tokenizer: EmulatorTokenizer, *, name: str) -> list[int]:
+    if isinstance(prompt, str):
+        return tokenizer.encode(prompt)
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        return tokenizer.encode(prompt[0])
+    if isinstance(prompt, list) and prompt and all(_is_token(item) for item in prompt):
+        return list(prompt)
+    raise ApiError(400, f"'{name}' must be a string or a list of token ids.")
+
+
+def _is_token(item: Any) -> bool:
+    return isinstance(item, int) and not isinstance(item, bool) and item >= 0
+
+
+def parse_generate(body: dict[str, Any], tokenizer: EmulatorTokenizer) -> Job:
+    """SGLang's native /generate: `text` or `input_ids`, and `sampling_params`."""
+    if body.get("text") is not None:
+        prompt_ids = _prompt_ids(body["text"], tokenizer, name="text")
+    elif body.get("input_ids") is not None:
+        prompt_ids = _prompt_ids(body["input_ids"], tokenizer, name="input_ids")
+    else:
+        raise ApiError(400, "Either text or input_ids should be provided.")
+    params = _field(body, "sampling_params", dict, {})
+    max_new = _max_tokens(
+        params.get("max_new_tokens", GENERATE_MAX_NEW_TOKENS) or 0, name="max_new_tokens"
+    )
+    stream, _ = _stream_flags(body)
+    job = Job(kind="generate", model="", prompt_ids=prompt_ids, max_new_tokens=max_new)
+    job.stream = stream
+    if isinstance(body.get("rid"), str):
+        job.rid = body["rid"]
+    _decide_answer(job, tokenizer, ignore_eos=bool(params.get("ignore_eos", False)))
+    return job
+
+
+def parse_completion(body: dict[str, Any], tokenizer: EmulatorTokenizer, *, model: str) -> Job:
+    """OpenAI /v1/completions."""
+    if body.get("prompt") is None:
+        raise ApiError(400, "Field 'prompt' is required.")
+    prompt_ids = _prompt_ids(body["prompt"], tokenizer, name="prompt")
+    max_new = _max_tokens(_field(body, "max_tokens", int, COMPLETION_MAX_TOKENS), name="max_tokens")
+    job = Job(kind="completion", model=model, prompt_ids=prompt_ids, max_new_tokens=max_new)
+    job.stream, job.include_usage = _stream_flags(body)
+    _decide_answer(job, tokenizer, ignore_eos=bool(body.get("ignore_eos", False)))
+    return job
+
+
+def parse_chat(
+    body: dict[str, Any], tokenizer: EmulatorTokenizer, *, model: str, context_length: int
+) -> Job:
+    """OpenAI /v1/chat/completions; without max_tokens the answer may use the whole context."""
+    messages = _field(body, "messages", list, None)
+    if not messages:
+        raise ApiError(400, "Field 'messages' is required and must be a non-empty list.")
+    prompt_ids = tokenizer.encode(tokenizer.chat_prompt([_message(item) for item in messages]))
+    default = max(context_length - len(prompt_ids), 0)
+    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    max_new = default if limit is None else _max_tokens(limit, name="max_tokens")
+    job = Job(kind="chat", model=model, prompt_ids=prompt_ids, max_new_tokens=max_new)
+    job.stream, job.include_usage = _stream_flags(body)
+    _decide_answer(job, tokenizer, ignore_eos=bool(body.get("ignore_eos", False)))
+    return job
+
+
+def _message(item: Any) -> tuple[str, str]:
+    if not isinstance(item, dict) or not isinstance(item.get("role"), str):
+        raise ApiError(400, "Each message must be an object with a string 'role'.")
+    content = item.get("content")
+    if content is None or isinstance(content, str):
+        return item["role"], content or ""
+    if isinstance(content, list):
+        texts = [part.get("text", "") for part in content if isinstance(part, dict)]
+        if all(isinstance(text, str) for text in texts):
+            return item["role"], "".join(texts)
+    raise ApiError(400, "Message 'content' must be a string or a list of text parts.")
+
+
+def _decide_answer(job: Job, tokenizer: EmulatorTokenizer, *, ignore_eos: bool) -> None:
+    """Pick the answer: deterministic in the prompt, ending on EOS unless told otherwise."""
+    seed = hash((len(job.prompt_ids), tuple(job.prompt_ids[-32:]))) & 0xFFFFFFFF
+    natural = NATURAL_MIN + seed % NATURAL_SPAN
+    length = job.max_new_tokens if ignore_eos else min(job.max_new_tokens, natural)
+    job.stopped = length < job.max_new_tokens
+    job.answer_ids = tokenizer.answer(seed=seed, length=length)
+
+
+# -- formatting --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the model reported about a finished (or streaming) job."""
+
+    completion_tokens: int
+    cached_tokens: int
+    finished: bool
+    e2e_latency: float = 0.0
+
+
+def finish_reason(job: Job, outcome: Outcome) -> str | None:
+    """OpenAI's finish reason once finished."""
+    if not outcome.finished:
+        return None
+    return "stop" if job.stopped else "length"
+
+
+def usage(job: Job, outcome: Outcome) -> dict[str, Any]:
+    """OpenAI usage, with SGLang's cached-token report."""
+    prompt = len(job.prompt_ids)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": outcome.completion_tokens,
+        "total_tokens": prompt + outcome.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": outcome.cached_tokens},
+    }
+
+
+def format_generate(
+    job: Job, outcome: Outcome, tokenizer: EmulatorTokenizer, *, upto: int
+) -> dict[str, Any]:
+    """A /generate body (or stream chunk): cumulative text and ids up to `upto` tokens."""
+    ids = job.answer_ids[:upto]
+    reason: dict[str, Any] | None = None
+    if outcome.finished:
+        reason = (
+            {"type": "stop", "matched": tokenizer.eos_token_id}
+            if job.stopped
+            else {"type": "length", "length": len(job.answer_ids)}
+        )
+    return {
+        "text": tokenizer.decode(ids),
+        "output_ids": ids,
+        "meta_info": {
+            "id": job.rid,
+            "finish_reason": reason,
+            "prompt_tokens": len(job.prompt_ids),
+            "completion_tokens": len(ids),
+            "cached_tokens": outcome.cached_tokens,
+            "e2e_latency": outcome.e2e_latency,
+        },
+    }
+
+
+def format_completion(job: Job, outcome: Outcome, text: str) -> dict[str, Any]:
+    """A whole /v1/completions body."""
+    choice = {
+        "index": 0,
+        "text": text,
+        "logprobs": None,
+        "finish_reason": finish_reason(job, outcome),
+        "matched_stop": None,
+    }
+    return {
+        "id": job.rid,
+        "object": "text_completion",
+        "created": job.created,
+        "model": job.model,
+        "choices": [choice],
+        "usage": usage(job, outcome),
+    }
+
+
+def format_chat(job: Job, outcome: Outcome, text: str) -> dict[str, Any]:
+    """A whole /v1/chat/completions body."""
+    message = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": finish_reason(job, outcome),
+        "matched_stop": None,
+    }
+    return {
+        "id": job.rid,
+        "object": "chat.completion",
+        "created": job.created,
+        "model": job.model,
+        "choices": [choice],
+        "usage": usage(job, outcome),
+    }
+
+
+def stream_chunk(job: Job, *, delta: str, reason: str | None, role: bool = False) -> dict[str, Any]:
+    """One OpenAI streaming chunk (completion or chat) carrying `delta`."""
+    if job.kind == "chat":
+        delta_body: dict[str, Any] = {"content": delta}
+        if role:
+            delta_body["role"] = "assistant"
+        choice: dict[str, Any] = {"index": 0, "delta": delta_body, "logprobs": None}
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": delta, "logprobs": None}
+        obj = "text_completion"
+    choice["finish_reason"] = reason
+    return {
+        "id": job.rid,
+        "object": obj,
+        "created": job.created,
+        "model": job.model,
+        "choices": [choice],
+    }
+
+
+def usage_chunk(job: Job, outcome: Outcome) -> dict[str, Any]:
+    """The final usage-only chunk sent when `stream_options.include_usage` is set."""
+    obj = "chat.completion.chunk" if job.kind == "chat" else "text_completion"
+    return {
+        "id": job.rid,
+        "object": obj,
+        "created": job.created,
+        "model": job.model,
+        "choices": [],
+        "usage": usage(job, outcome),
+    }
+
+
+def block_keys(ids: Sequence[int], block_tokens: int) -> tuple[tuple[int, ...], ...]:
+    """The cache block keys of `ids`: every full block of `block_tokens` ids, as a tuple."""
+    end = len(ids) - len(ids) % block_tokens
+    return tuple(tuple(ids[start : start + block_tokens]) for start in range(0, end, block_tokens))

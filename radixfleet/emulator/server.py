@@ -1,0 +1,421 @@
+"""The emulated SGLang replica's HTTP server (aiohttp), speaking sglang 0.5.23's interface.
+
+Routes: /generate, /v1/completions, /v1/chat/completions (SSE streaming ending in [DONE]),
+/v1/models, /health, /health_generate, /ready, /model_info, /server_info, /flush_cache,
+/metrics; and, outside SGLang's interface, /_radixfleet/{faults,crash,restart} to inject faults.
+Every error answers SGLang's JSON error body; a crashed replica drops connections unanswered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from radixfleet import __version__
+from radixfleet.emulator import protocol
+from radixfleet.emulator.driver import Driver, Ticket
+from radixfleet.emulator.info import model_info, models_list, server_info
+from radixfleet.emulator.metrics import build_registry
+from radixfleet.emulator.protocol import ApiError, Job, Outcome
+from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
+from radixfleet.profile import ReplicaProfile
+from radixfleet.replica import (
+    Faults,
+    Health,
+    MonotonicClock,
+    Phase,
+    RejectedError,
+    ReplicaModel,
+    RequestSpec,
+    SchedulePolicy,
+)
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+OPEN_PREFIXES = ("/health", "/ready", "/metrics")  # SGLang lets these through without the key
+FLUSH_TEXT = (
+    "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+    "waiting requests, the operation will not be performed.)\n"
+)
+
+
+@dataclass(frozen=True)
+class EmulatorConfig:
+    """Everything one emulated replica is started with."""
+
+    profile: ReplicaProfile
+    served_model_name: str | None = None
+    api_key: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 30000
+    enable_metrics: bool = True
+    warm: bool = False  # skip the cold start
+    block_tokens: int = 16
+    schedule_policy: SchedulePolicy = SchedulePolicy.FCFS
+    stream_interval: float = 0.02
+    health_timeout: float = 20.0
+    cache_dir: Path | None = None
+    seed: int = 0
+
+    @property
+    def model_name(self) -> str:
+        """The name clients use (SGLang's --served-model-name, defaulting to the model path)."""
+        return self.served_model_name or self.profile.model_path
+
+
+class Emulator:
+    """One replica: the model, its real-time driver, the tokenizer and the aiohttp app."""
+
+    def __init__(self, config: EmulatorConfig, *, tokenizer: EmulatorTokenizer | None = None):
+        self.config = config
+        self.tokenizer = tokenizer or load_tokenizer(config.cache_dir)
+        clock = MonotonicClock()
+        self.model = ReplicaModel(
+            profile=config.profile,
+            now=clock.now(),
+            block_tokens=config.block_tokens,
+            schedule_policy=config.schedule_policy,
+            warm=config.warm,
+            seed=config.seed,
+        )
+        self.driver = Driver(self.model, clock=clock, stream_interval=config.stream_interval)
+        self.registry, self.histograms = build_registry(
+            stats=lambda: self.model.stats(self.driver.now()),
+            profile=config.profile,
+            model_name=config.model_name,
+        )
+        self.app = self._build_app()
+
+    # -- app ---------------------------------------------------------------------------------
+
+    def _build_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024**2)
+        routes = [
+            web.post("/generate", self.generate),
+            web.post("/v1/completions", self.completions),
+            web.post("/v1/chat/completions", self.chat),
+            web.get("/v1/models", self.models),
+            web.get("/health", self.health),
+            web.get("/health_generate", self.health),
+            web.get("/ready", self.ready),
+            web.get("/model_info", self.model_info),
+            web.get("/get_model_info", self.model_info),
+            web.get("/server_info", self.server_info),
+            web.get("/get_server_info", self.server_info),
+            web.route("*", "/flush_cache", self.flush_cache),
+            web.get("/_radixfleet/faults", self.get_faults),
+            web.post("/_radixfleet/faults", self.set_faults),
+            web.post("/_radixfleet/crash", self.crash),
+            web.post("/_radixfleet/restart", self.restart),
+        ]
+        if self.config.enable_metrics:
+            routes.append(web.get("/metrics", self.metrics))
+        app.add_routes(routes)
+        app.on_shutdown.append(self._on_shutdown)
+        return app
+
+    async def _on_shutdown(self, _app: web.Application) -> None:
+        self.driver.close()
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self.model.health(self.driver.now()) is Health.CRASHED:
+            return _drop(request)
+        try:
+            self._check_key(request)
+            return await handler(request)
+        except ApiError as err:
+            return _error(err)
+        except web.HTTPException as err:
+            if err.status < 400:
+                raise
+            return _error(ApiError(err.status, err.reason))
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception:
+            log.exception("unhandled error on %s", request.path)
+            return _error(ApiError(500, "Internal server error."))
+
+    def _check_key(self, request: web.Request) -> None:
+        key = self.config.api_key
+        if key is None or request.path.startswith(OPEN_PREFIXES):
+            return
+        if request.headers.get("Authorization") != f"Bearer {key}":
+            raise ApiError(401, "Unauthorized")
+
+    # -- generation --------------------------------------------------------------------------
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        """SGLang's native /generate."""
+        job = protocol.parse_generate(await _json(request), self.tokenizer)
+        return await self._run(request, job)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI /v1/completions."""
+        body = await _json(request)
+        job = protocol.parse_completion(body, self.tokenizer, model=self._model(body))
+        return await self._run(request, job)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI /v1/chat/completions."""
+        body = await _json(request)
+        job = protocol.parse_chat(
+            body,
+            self.tokenizer,
+            model=self._model(body),
+            context_length=self.config.profile.context_length,
+        )
+        return await self._run(request, job)
+
+    def _model(self, body: dict[str, Any]) -> str:
+        name = body.get("model")
+        accepted = {self.config.model_name, self.config.profile.model_path, "default"}
+        if name is None or name in accepted or name == str(self.tokenizer.path):
+            return self.config.model_name
+        raise ApiError(404, f"The model '{name}' does not exist.")
+
+    def _submit(self, job: Job) -> Ticket:
+        answer = job.answer_ids + ([self.tokenizer.eos_token_id] if job.stopped else [])
+        block = self.config.block_tokens
+        spec = RequestSpec(
+            rid=job.rid,
+            prompt_tokens=len(job.prompt_ids),
+            output_tokens=max(1, len(job.answer_ids)),
+            max_new_tokens=max(1, job.max_new_tokens),
+            prompt_blocks=protocol.block_keys(job.prompt_ids, block),
+            finish_blocks=protocol.block_keys(job.prompt_ids + answer, block),
+        )
+        if self.model.get(job.rid) is not None:
+            raise ApiError(400, f"Duplicate request id {job.rid}.")
+        try:
+            return self.driver.submit(spec, streaming=job.stream)
+        except RejectedError as err:
+            raise ApiError(err.reason.status, err.message) from None
+
+    async def _run(self, request: web.Request, job: Job) -> web.StreamResponse:
+        ticket = self._submit(job)
+        try:
+            if job.stream:
+                return await self._stream(request, job, ticket)
+            await self._wait_done(ticket)
+            return self._answer(request, job, ticket)
+        finally:
+            self.driver.release(ticket)
+
+    async def _wait_done(self, ticket: Ticket) -> None:
+        while not ticket.request.done:
+            await ticket.changed.wait()
+            ticket.changed.clear()
+
+    def _outcome(self, ticket: Ticket) -> Outcome:
+        request = ticket.request
+        finished = request.phase is Phase.FINISHED
+        tokens = self.driver.generated(ticket)
+        return Outcome(
+            completion_tokens=tokens,
+            cached_tokens=request.cached_tokens,
+            finished=finished,
+            e2e_latency=request.e2e_latency or 0.0,
+        )
+
+    def _answer(self, request: web.Request, job: Job, ticket: Ticket) -> web.StreamResponse:
+        if ticket.request.phase is not Phase.FINISHED:
+            return _drop(request)  # aborted by a crash: the client sees the connection go
+        self.histograms.observe(ticket.request)
+        outcome = self._final_outcome(job, ticket)
+        if job.kind == "generate":
+            body = protocol.format_generate(job, outcome, self.tokenizer, upto=len(job.answer_ids))
+        else:
+            text = self.tokenizer.decode(job.answer_ids)
+            format_body = protocol.format_chat if job.kind == "chat" else protocol.format_completion
+            body = format_body(job, outcome, text)
+        return web.json_response(body)
+
+    def _final_outcome(self, job: Job, ticket: Ticket) -> Outcome:
+        outcome = self._outcome(ticket)
+        # The model runs at least one step even for max_new_tokens=0; report what was asked.
+        return Outcome(
+            completion_tokens=len(job.answer_ids),
+            cached_tokens=outcome.cached_tokens,
+            finished=True,
+            e2e_latency=outcome.e2e_latency,
+        )
+
+    # -- streaming ---------------------------------------------------------------------------
+
+    async def _stream(self, request: web.Request, job: Job, ticket: Ticket) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        if job.kind == "chat":
+            await _send(response, protocol.stream_chunk(job, delta="", reason=None, role=True))
+        sent = 0
+        while True:
+            done = ticket.request.done
+            upto = min(self.driver.generated(ticket), len(job.answer_ids))
+            if done and ticket.request.phase is not Phase.FINISHED:
+                return _drop(request)
+            if upto > sent or done:
+                await self._send_progress(response, job, ticket, sent=sent, upto=upto)
+                sent = upto
+            if done:
+                break
+            await ticket.changed.wait()
+            ticket.changed.clear()
+        await self._send_tail(response, job, ticket)
+        return response
+
+    async def _send_progress(
+        self, response: web.StreamResponse, job: Job, ticket: Ticket, *, sent: int, upto: int
+    ) -> None:
+        if job.kind == "generate":
+            outcome = self._outcome(ticket)
+            upto = len(job.answer_ids) if outcome.finished else upto
+            await _send(response, protocol.format_generate(job, outcome, self.tokenizer, upto=upto))
+            return
+        if upto > sent:
+            delta = self.tokenizer.decode(job.answer_ids[sent:upto])
+            await _send(response, protocol.stream_chunk(job, delta=delta, reason=None))
+
+    async def _send_tail(self, response: web.StreamResponse, job: Job, ticket: Ticket) -> None:
+        self.histograms.observe(ticket.request)
+        outcome = self._final_outcome(job, ticket)
+        if job.kind != "generate":
+            reason = protocol.finish_reason(job, outcome)
+            await _send(response, protocol.stream_chunk(job, delta="", reason=reason))
+            if job.include_usage:
+                await _send(response, protocol.usage_chunk(job, outcome))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+
+    # -- information -------------------------------------------------------------------------
+
+    async def models(self, _request: web.Request) -> web.StreamResponse:
+        """OpenAI /v1/models."""
+        return web.json_response(models_list(self.config))
+
+    async def model_info(self, _request: web.Request) -> web.StreamResponse:
+        """/model_info: model_path is the local tokenizer directory, for sglang-router."""
+        return web.json_response(model_info(self.config, tokenizer_dir=self.tokenizer.path))
+
+    async def server_info(self, _request: web.Request) -> web.StreamResponse:
+        """/server_info: the server arguments and the scheduler's internal state."""
+        stats = self.model.stats(self.driver.now())
+        body = server_info(
+            self.config, tokenizer_dir=self.tokenizer.path, stats=stats, version=__version__
+        )
+        return web.json_response(body)
+
+    async def metrics(self, _request: web.Request) -> web.StreamResponse:
+        """Prometheus text exposition of the sglang:* families."""
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    # -- health ------------------------------------------------------------------------------
+
+    async def health(self, _request: web.Request) -> web.StreamResponse:
+        """200 once warm and responsive; 503 while starting; a hang answers 503 at timeout."""
+        deadline = self.driver.now() + self.config.health_timeout
+        while True:
+            state = self.model.health(self.driver.now())
+            if state is Health.READY:
+                return web.Response(status=200)
+            if state is not Health.HUNG or self.driver.now() >= deadline:
+                return web.Response(status=503)
+            await asyncio.sleep(min(0.05, max(deadline - self.driver.now(), 0.0)))
+
+    async def ready(self, _request: web.Request) -> web.StreamResponse:
+        """200 when the replica takes traffic, else 503."""
+        ok = self.model.health(self.driver.now()) is Health.READY
+        return web.Response(status=200 if ok else 503)
+
+    async def flush_cache(self, _request: web.Request) -> web.StreamResponse:
+        """Drop the prefix cache when idle (SGLang's text answer)."""
+        flushed = self.model.flush_cache(now=self.driver.now())
+        return web.Response(status=200 if flushed else 400, text=FLUSH_TEXT)
+
+    # -- faults ------------------------------------------------------------------------------
+
+    async def get_faults(self, _request: web.Request) -> web.StreamResponse:
+        """The faults in force and the health they lead to."""
+        return web.json_response(self._faults_body())
+
+    async def set_faults(self, request: web.Request) -> web.StreamResponse:
+        """Replace the faults in force: {"hung", "slowdown", "error_rate"}."""
+        body = await _json(request)
+        try:
+            faults = Faults(
+                hung=bool(body.get("hung", False)),
+                slowdown=float(body.get("slowdown", 1.0)),
+                error_rate=float(body.get("error_rate", 0.0)),
+            )
+        except (TypeError, ValueError) as err:
+            raise ApiError(400, f"Invalid faults: {err}") from None
+        self.model.set_faults(faults, now=self.driver.now())
+        self.driver.poke()
+        return web.json_response(self._faults_body())
+
+    async def crash(self, request: web.Request) -> web.StreamResponse:
+        """Crash now; {"restart_after": seconds} restarts (with a cold start) after that."""
+        body = await _json(request) if request.can_read_body else {}
+        after = body.get("restart_after")
+        if after is not None and not isinstance(after, int | float):
+            raise ApiError(400, "restart_after must be a number of seconds.")
+        # Answer first, then crash: the caller learns the crash happened.
+        asyncio.get_running_loop().call_soon(self._crash, None if after is None else float(after))
+        return web.json_response({"crashed": True, "restart_after": after})
+
+    def _crash(self, restart_after: float | None) -> None:
+        self.model.crash(now=self.driver.now(), restart_after=restart_after)
+        self.driver.poke()
+
+    async def restart(self, _request: web.Request) -> web.StreamResponse:
+        """Restart the replica now (cold start included)."""
+        self.model.restart(now=self.driver.now())
+        self.driver.poke()
+        return web.json_response(self._faults_body())
+
+    def _faults_body(self) -> dict[str, Any]:
+        faults = self.model.faults
+        health = self.model.health(self.driver.now())
+        return {
+            "hung": faults.hung,
+            "slowdown": faults.slowdown,
+            "error_rate": faults.error_rate,
+            "health": health.value,
+        }
+
+
+async def _json(request: web.Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.read())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ApiError(400, f"Invalid JSON body: {err}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request body must be a JSON object.")
+    return body
+
+
+async def _send(response: web.StreamResponse, chunk: dict[str, Any]) -> None:
+    await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+
+
+def _error(err: ApiError) -> web.Response:
+    return web.json_response(err.body(), status=err.status)
+
+
+def _drop(request: web.Request) -> NoReturn:
+    """Close the connection without an answer, as a dead process would."""
+    if request.transport is not None:
+        request.transport.abort()
+    raise ConnectionResetError("replica crashed")
