@@ -1,7 +1,7 @@
 """The emulator's /metrics: SGLang 0.5.23's `sglang:*` names, types and scheduler labels.
 
 Gauges and counters are read from the replica model at scrape time (a custom collector, so the
-request path pays nothing for them); latency histograms are observed when requests finish.
+request path pays nothing for them); histograms are counted as requests finish.
 Every family carries the scheduler labels `model_name, engine_type, tp_rank, pp_rank,
 moe_ep_rank`; the conformance test checks every exported name and type against
 `radixfleet/schemas/sglang/metrics.json`.
@@ -9,10 +9,17 @@ moe_ep_rank`; the conformance test checks every exported name and type against
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from radixfleet.profile import ReplicaProfile
@@ -110,32 +117,56 @@ class SchedulerCollector(Collector):
         ]  # fmt: skip
 
 
-class RequestHistograms:
-    """Latency and size histograms, observed once per finished request."""
+class _Histogram:
+    """Bucket counts of one unlabelled series; observing many equal values costs O(log n)."""
 
-    def __init__(self, *, registry: CollectorRegistry, labels: dict[str, str]) -> None:
-        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            family = Histogram(name, doc, LABELS, registry=registry, buckets=buckets)
-            return family.labels(**labels)
+    def __init__(self, name: str, doc: str, buckets: tuple[float, ...]) -> None:
+        self.name, self.doc, self.edges = name, doc, buckets
+        self.counts = [0] * (len(buckets) + 1)  # the last slot is +Inf
+        self.total = 0.0
 
-        self.ttft = histogram(
+    def observe(self, value: float, *, times: int = 1) -> None:
+        self.counts[bisect.bisect_left(self.edges, value)] += times
+        self.total += value * times
+
+    def family(self, labels: dict[str, str]) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(self.name, self.doc, labels=list(labels))
+        cumulative, running = [], 0
+        for edge, count in zip((*self.edges, math.inf), self.counts, strict=True):
+            running += count
+            cumulative.append(("+Inf" if math.isinf(edge) else repr(float(edge)), running))
+        family.add_metric(list(labels.values()), cumulative, self.total)
+        return family
+
+
+class RequestHistograms(Collector):
+    """Latency and size histograms, observed once per finished request.
+
+    Kept by hand rather than with prometheus_client's Histogram so that no `_created` series
+    appear (SGLang's names are the contract) and a request's token gaps count in one step.
+    """
+
+    def __init__(self, *, labels: dict[str, str]) -> None:
+        self._labels = labels
+        self.ttft = _Histogram(
             "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
             TTFT_BUCKETS)  # fmt: skip
-        self.itl = histogram(
+        self.itl = _Histogram(
             "sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
             ITL_BUCKETS)  # fmt: skip
-        self.e2e = histogram(
+        self.e2e = _Histogram(
             "sglang:e2e_request_latency_seconds",
             "Histogram of End-to-end request latency in seconds", E2E_BUCKETS)  # fmt: skip
-        self.queue = histogram(
+        self.queue = _Histogram(
             "sglang:queue_time_seconds", "Histogram of queueing time in seconds.", E2E_BUCKETS
         )
-        self.prompt = histogram(
+        self.prompt = _Histogram(
             "sglang:prompt_tokens_histogram", "Histogram of prompt token length.", TOKEN_BUCKETS
         )
-        self.generation = histogram(
+        self.generation = _Histogram(
             "sglang:generation_tokens_histogram", "Histogram of generation token length.",
             TOKEN_BUCKETS)  # fmt: skip
+        self._all = (self.ttft, self.itl, self.e2e, self.queue, self.prompt, self.generation)
 
     def observe(self, request: Request) -> None:
         """Record one finished request."""
@@ -148,10 +179,14 @@ class RequestHistograms:
         itl = request.mean_itl
         if itl is not None:
             # One observation per token gap, as SGLang records them; the gaps share the mean.
-            for _ in range(request.spec.output_tokens - 1):
-                self.itl.observe(itl)
+            self.itl.observe(itl, times=request.spec.output_tokens - 1)
         self.prompt.observe(request.spec.prompt_tokens)
         self.generation.observe(request.generated)
+
+    def collect(self) -> Iterator[Metric]:
+        """One histogram family each, with the scheduler labels."""
+        for histogram in self._all:
+            yield histogram.family(self._labels)
 
 
 def build_registry(
@@ -167,4 +202,6 @@ def build_registry(
     }
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SchedulerCollector(stats=stats, profile=profile, labels=labels))
-    return registry, RequestHistograms(registry=registry, labels=labels)
+    histograms = RequestHistograms(labels=labels)
+    registry.register(histograms)
+    return registry, histograms
