@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from radixfleet.config import ConfigError, load_catalog
+from radixfleet.dashboards import render_dashboards
 from radixfleet.emulator.cli import emulate
 from radixfleet.render.fleet import render_tree, write_tree
 from radixfleet.validate import validate_paths
@@ -43,19 +44,27 @@ def render(
     catalog: CatalogOption = DEFAULT_CATALOG,
     out: Annotated[
         Path | None,
-        typer.Option(help="Write DIR/runtimes and DIR/inferenceservices instead of the repo's."),
+        typer.Option(
+            help="Write DIR/runtimes, DIR/inferenceservices, DIR/dashboards, not the repo's."
+        ),
     ] = None,
 ) -> None:
     """Render the SGLang runtimes and the InferenceServices of a catalog to YAML."""
     runtimes_dir, isvc_dir = _output_dirs(catalog, out)
     try:
-        tree = render_tree(load_catalog(catalog))
+        fleet = load_catalog(catalog)
+        tree = render_tree(fleet)
     except ConfigError as exc:
         for problem in exc.problems:
             err.print(f"[red]error[/red] {problem}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_CONFIG) from None
     written = write_tree(tree, runtimes_dir=runtimes_dir, inferenceservices_dir=isvc_dir)
     console.print(f"rendered {len(written)} files into {runtimes_dir} and {isvc_dir}")
+    # Grafana dashboards and Prometheus rules (radixfleet/dashboards), beside runtimes/: DIR/
+    # dashboards with --out, else the repo's dashboards/. The SLO rules read the catalog.
+    dashboards_dir = runtimes_dir.parent / "dashboards"
+    boards = render_dashboards(dashboards_dir, catalog=fleet)
+    console.print(f"rendered {len(boards)} files into {dashboards_dir}")
 
 
 def _output_dirs(catalog: Path, out: Path | None) -> tuple[Path, Path]:
