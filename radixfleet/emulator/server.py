@@ -93,6 +93,7 @@ class Emulator:
             profile=config.profile,
             model_name=config.model_name,
         )
+        self.health_checks = 0  # answered /health and /health_generate probes, for tests
         self.app = self._build_app()
 
     # -- app ---------------------------------------------------------------------------------
@@ -112,6 +113,7 @@ class Emulator:
             web.get("/server_info", self.server_info),
             web.get("/get_server_info", self.server_info),
             web.route("*", "/flush_cache", self.flush_cache),
+            web.get("/get_load", self.get_load),
             web.get("/_radixfleet/faults", self.get_faults),
             web.post("/_radixfleet/faults", self.set_faults),
             web.post("/_radixfleet/crash", self.crash),
@@ -316,6 +318,17 @@ class Emulator:
         )
         return web.json_response(body)
 
+    async def get_load(self, _request: web.Request) -> web.StreamResponse:
+        """/get_load: per data-parallel rank, the load sglang-router's policies read."""
+        stats = self.model.stats(self.driver.now())
+        load = {
+            "dp_rank": 0,
+            "num_reqs": stats.num_running_reqs + stats.num_queue_reqs,
+            "num_waiting_reqs": stats.num_queue_reqs,
+            "num_tokens": stats.kv_used_tokens,
+        }
+        return web.json_response([load])
+
     async def metrics(self, _request: web.Request) -> web.StreamResponse:
         """Prometheus text exposition of the sglang:* families."""
         body = generate_latest(self.registry)
@@ -325,6 +338,7 @@ class Emulator:
 
     async def health(self, _request: web.Request) -> web.StreamResponse:
         """200 once warm and responsive; 503 while starting; a hang answers 503 at timeout."""
+        self.health_checks += 1
         deadline = self.driver.now() + self.config.health_timeout
         while True:
             state = self.model.health(self.driver.now())
