@@ -20,7 +20,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic.alias_generators import to_camel
 
 from radixfleet.config import Catalog, ConfigError, Problem, Region, load_catalog
-from radixfleet.config.errors import format_location
 from radixfleet.config.load import pydantic_problems
 
 NAMESPACE = "radixfleet"
@@ -62,7 +61,7 @@ def _pinned(value: str) -> str:
 
 def _kubernetes_minor(value: str) -> str:
     if not KUBERNETES_MINOR.match(value):
-        raise ValueError(f"{value!r} is not a Kubernetes minor version like '1.33' (quote it)")
+        raise ValueError(f"{value!r} is not a Kubernetes minor version such as '1.33'")
     return value
 
 
@@ -178,7 +177,7 @@ class StackSettings(Settings):
 
     cloud: Literal["aws"] = "aws"
     catalog: str
-    regions: list[str] | None = None
+    regions: list[str] | None = Field(default=None, min_length=1)
     reserved_pools: list[str] = Field(default_factory=list)
     network: NetworkSettings
     cluster: ClusterSettings
@@ -252,11 +251,10 @@ Finding = tuple[str, str]
 
 def check_stack(settings: StackSettings, catalog: Catalog) -> list[Finding]:
     """Every problem relating the stack config to itself and to the catalog."""
-    regions = _check_regions(settings, catalog)
-    wanted = [r for r in (settings.regions or [r.name for r in catalog.regions])]
+    wanted = settings.regions or [r.name for r in catalog.regions]
     deployed = [catalog.region(n) for n in dict.fromkeys(wanted) if n in _names(catalog)]
     return [
-        *regions,
+        *_check_regions(settings, catalog),
         *_check_pools(settings, catalog, deployed),
         *_check_versions(settings),
         *_check_network(settings, deployed),
@@ -395,8 +393,3 @@ def _unknown_regions(
     for name in values:
         if name not in names:
             yield f"{key}.{name}", f"{name!r} is not a deployed region"
-
-
-def location(parts: list[str | int]) -> str:
-    """A config location like `radixfleet:cluster.addons.coredns`."""
-    return f"{NAMESPACE}:{format_location(parts)}"

@@ -102,13 +102,15 @@ class RecordingMocks(pulumi.runtime.Mocks):
     ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
             region = args.args.get("region", "mock-1")
-            return {"names": [f"{region}{z}" for z in "abcdef"]}, None
-        return {}, None
+            return {"names": [f"{region}{z}" for z in "abcdef"]}, []
+        return {}, []
 
 
-def run_program(config: Mapping[str, Any], *, stack: str = "example") -> RecordingMocks:
+def run_program(
+    config: Mapping[str, Any], *, stack: str = "example", mocks: RecordingMocks | None = None
+) -> RecordingMocks:
     """Run `infra.program.main` under mocks with `config` (a stack's `config:` block)."""
-    mocks = RecordingMocks()
+    mocks = mocks or RecordingMocks()
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False)
     pulumi.runtime.set_all_config(
         {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}

@@ -45,6 +45,8 @@ class EksCluster(pulumi.ComponentResource):
     kubeconfig: pulumi.Output[str]
     node_role_arn: pulumi.Output[str]
     system_nodes: aws.eks.NodeGroup
+    # What any node group needs first (the CNI), and what the add-ons need (nodes, DNS, EBS).
+    node_prerequisites: list[pulumi.Resource]
     ready: list[pulumi.Resource]
 
     def __init__(self, name: str, args: EksClusterArgs, opts: pulumi.ResourceOptions | None = None):
@@ -69,6 +71,7 @@ class EksCluster(pulumi.ComponentResource):
             )
         )
         early = [self._addon(cluster, n, child) for n in ADDONS_BEFORE_NODES]
+        self.node_prerequisites = list(early)
         self.system_nodes = self._system_nodes(cluster, early)
         late = [
             self._addon(cluster, "coredns", child, after=[self.system_nodes]),

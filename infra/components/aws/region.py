@@ -181,7 +181,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
                     node_labels=m.gpu_node_labels(pool),
                 ),
                 pulumi.ResourceOptions.merge(
-                    child, pulumi.ResourceOptions(depends_on=cluster.ready)
+                    child, pulumi.ResourceOptions(depends_on=cluster.node_prerequisites)
                 ),
             )
             groups.append(nodes.node_group)

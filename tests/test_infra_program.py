@@ -1,0 +1,386 @@
+"""The whole Pulumi program under mocks, for the example stack: the fleet's policies hold for
+every resource it declares (clusters, node groups, security groups, buckets, Helm releases,
+Route 53 records), and the node groups carry what the InferenceServices select.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from infra import manifests
+from infra.components.aws.nodes import EKS_TAINT_EFFECTS
+from infra.settings import PINNED, REQUIRED_CHARTS, REQUIRED_EKS_ADDONS, Fleet
+from infra.testing import Declared, RecordingMocks, example_config, radixfleet_values, run_program
+from radixfleet import labels
+from radixfleet.config import GpuPool, load_catalog
+from radixfleet.config.gpus import INSTANCE_TYPES
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+REGIONS = ["us-east-1", "eu-west-1", "ap-northeast-1"]
+
+
+@pytest.fixture(scope="module")
+def stack() -> RecordingMocks:
+    return run_program(example_config())
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Fleet:
+    from infra.program import INFRA_DIR
+    from infra.settings import parse_fleet
+
+    return parse_fleet(radixfleet_values(example_config()), source="example", base_dir=INFRA_DIR)
+
+
+def of_type(stack: RecordingMocks, typ: str) -> list[Declared]:
+    return [r for r in stack.resources if r.type == typ]
+
+
+def in_region(resources: list[Declared], region: str) -> list[Declared]:
+    return [r for r in resources if r.name.startswith(f"region-{region}-")]
+
+
+def by_id(stack: RecordingMocks) -> dict[str, Declared]:
+    return {r.id: r for r in stack.resources}
+
+
+def test_one_cluster_per_region_with_pinned_version_and_encrypted_secrets(
+    stack: RecordingMocks,
+) -> None:
+    clusters = of_type(stack, "aws:eks/cluster:Cluster")
+    assert len(clusters) == len(REGIONS)
+    for region in REGIONS:
+        (cluster,) = in_region(clusters, region)
+        assert cluster.inputs["name"] == f"radixfleet-example-{region}"
+        assert cluster.inputs["version"] == "1.33"
+        assert cluster.inputs["encryptionConfig"]["resources"] == ["secrets"]
+        assert cluster.inputs["encryptionConfig"]["provider"]["keyArn"]
+        assert cluster.inputs["accessConfig"]["authenticationMode"] == "API"
+        vpc = cluster.inputs["vpcConfig"]
+        assert vpc["endpointPrivateAccess"] is True
+        assert "0.0.0.0/0" not in vpc.get("publicAccessCidrs", [])
+
+
+def test_every_cluster_has_an_oidc_provider_and_the_pod_identity_agent(
+    stack: RecordingMocks,
+) -> None:
+    for region in REGIONS:
+        assert (
+            len(
+                in_region(
+                    of_type(stack, "aws:iam/openIdConnectProvider:OpenIdConnectProvider"), region
+                )
+            )
+            == 1
+        )
+        addons = {
+            a.inputs["addonName"] for a in in_region(of_type(stack, "aws:eks/addon:Addon"), region)
+        }
+        assert addons == set(REQUIRED_EKS_ADDONS)
+
+
+def test_vpcs_span_three_zones_with_private_node_subnets_nat_and_endpoints(
+    stack: RecordingMocks,
+) -> None:
+    for region in REGIONS:
+        subnets = in_region(of_type(stack, "aws:ec2/subnet:Subnet"), region)
+        private = [s for s in subnets if "kubernetes.io/role/internal-elb" in s.inputs["tags"]]
+        assert len({s.inputs["availabilityZone"] for s in private}) == 3
+        assert all(not s.inputs.get("mapPublicIpOnLaunch") for s in subnets)
+        assert len(in_region(of_type(stack, "aws:ec2/natGateway:NatGateway"), region)) == 3
+        services = {
+            e.inputs["serviceName"]
+            for e in in_region(of_type(stack, "aws:ec2/vpcEndpoint:VpcEndpoint"), region)
+        }
+        assert services == {f"com.amazonaws.{region}.{s}" for s in ("s3", "ecr.api", "ecr.dkr")}
+    node_groups = of_type(stack, "aws:eks/nodeGroup:NodeGroup")
+    private_ids = {
+        s.id
+        for s in of_type(stack, "aws:ec2/subnet:Subnet")
+        if "kubernetes.io/role/internal-elb" in s.inputs["tags"]
+    }
+    assert all(set(ng.inputs["subnetIds"]) <= private_ids for ng in node_groups)
+
+
+def gpu_node_groups(stack: RecordingMocks, region: str) -> dict[str, Declared]:
+    groups = in_region(of_type(stack, "aws:eks/nodeGroup:NodeGroup"), region)
+    return {
+        g.inputs["labels"][labels.GPU_POOL]: g
+        for g in groups
+        if labels.GPU_POOL in g.inputs["labels"]
+    }
+
+
+def test_one_gpu_node_group_per_catalog_pool_sized_and_priced_as_configured(
+    stack: RecordingMocks, fleet: Fleet
+) -> None:
+    for region in fleet.regions:
+        groups = gpu_node_groups(stack, region.name)
+        assert set(groups) == {p.name for p in region.gpu_pools}
+        for pool in region.gpu_pools:
+            group = groups[pool.name].inputs
+            assert group["instanceTypes"] == [pool.instance_type]
+            assert group["amiType"] == "AL2023_x86_64_NVIDIA"
+            assert group["capacityType"] == ("SPOT" if pool.capacity == "spot" else "ON_DEMAND")
+            scaling = group["scalingConfig"]
+            assert (scaling["minSize"], scaling["maxSize"]) == (pool.min_nodes, pool.max_nodes)
+            assert pool.min_nodes <= scaling["desiredSize"] <= pool.max_nodes
+
+
+def expected_gpu_labels(pool: GpuPool) -> dict[str, str]:
+    return {
+        labels.GPU_TYPE: pool.gpu_type.lower(),
+        labels.GPU_POOL: pool.name,
+        labels.CAPACITY_TYPE: pool.capacity,
+    }
+
+
+def test_every_gpu_node_group_is_tainted_and_labeled(stack: RecordingMocks, fleet: Fleet) -> None:
+    taint = {
+        "key": labels.GPU_TAINT_KEY,
+        "value": labels.GPU_TAINT_VALUE,
+        "effect": EKS_TAINT_EFFECTS[labels.GPU_TAINT_EFFECT],
+    }
+    for region in fleet.regions:
+        for pool in region.gpu_pools:
+            group = gpu_node_groups(stack, region.name)[pool.name].inputs
+            assert group["taints"] == [taint]
+            assert expected_gpu_labels(pool).items() <= group["labels"].items()
+
+
+def schedulable(isvc: dict[str, Any], group: dict[str, Any]) -> bool:
+    """Would the predictor's pods land on this node group: selector, tolerations, GPU count."""
+    predictor = isvc["spec"]["predictor"]
+    selects = predictor["nodeSelector"].items() <= group["labels"].items()
+    tolerated = all(
+        any(
+            t["key"] == taint["key"]
+            and t.get("value") == taint["value"]
+            and EKS_TAINT_EFFECTS[t["effect"]] == taint["effect"]
+            for t in predictor["tolerations"]
+        )
+        for taint in group["taints"]
+    )
+    gpus = int(predictor["model"]["resources"]["requests"][labels.GPU_RESOURCE])
+    fits = INSTANCE_TYPES[group["instanceTypes"][0]].gpus >= gpus
+    return selects and tolerated and fits
+
+
+def test_every_inference_service_has_a_node_group_it_schedules_on(
+    stack: RecordingMocks, fleet: Fleet
+) -> None:
+    isvcs = of_type(stack, "kubernetes:serving.kserve.io/v1beta1:InferenceService")
+    assert isvcs
+    for region in fleet.regions:
+        groups = [g.inputs for g in gpu_node_groups(stack, region.name).values()]
+        for isvc in in_region(isvcs, region.name):
+            assert any(schedulable(isvc.inputs, g) for g in groups), isvc.name
+
+
+def test_each_region_runs_the_runtimes_and_the_inference_services_of_its_models(
+    stack: RecordingMocks, fleet: Fleet
+) -> None:
+    isvcs = of_type(stack, "kubernetes:serving.kserve.io/v1beta1:InferenceService")
+    runtimes = of_type(stack, "kubernetes:serving.kserve.io/v1alpha1:ClusterServingRuntime")
+    for region in fleet.regions:
+        served = {i.inputs["metadata"]["name"] for i in in_region(isvcs, region.name)}
+        assert served == {m.name for m in fleet.catalog.models if region.name in m.regions}
+        assert len(in_region(runtimes, region.name)) == len(manifests.runtimes())
+        for isvc in in_region(isvcs, region.name):
+            uri = isvc.inputs["spec"]["predictor"]["model"].get("storageUri", "")
+            assert not uri.startswith("s3://radixfleet-models/")
+            if uri.startswith("s3://"):
+                assert uri.startswith(f"s3://radixfleet-models-{region.name}/")
+
+
+def test_imdsv2_and_encrypted_volumes_on_every_node(stack: RecordingMocks) -> None:
+    templates = {t.id: t for t in of_type(stack, "aws:ec2/launchTemplate:LaunchTemplate")}
+    assert not of_type(stack, "aws:ec2/instance:Instance")
+    for template in templates.values():
+        metadata = template.inputs["metadataOptions"]
+        assert metadata["httpTokens"] == "required"
+        assert metadata["httpPutResponseHopLimit"] == 1
+        for device in template.inputs["blockDeviceMappings"]:
+            assert device["ebs"]["encrypted"] == "true"
+    for group in of_type(stack, "aws:eks/nodeGroup:NodeGroup"):
+        assert group.inputs["launchTemplate"]["id"] in templates
+
+
+def test_gpu_root_volumes_are_sized_for_model_weights(stack: RecordingMocks, fleet: Fleet) -> None:
+    templates = {t.id: t for t in of_type(stack, "aws:ec2/launchTemplate:LaunchTemplate")}
+    for region in fleet.regions:
+        for pool in region.gpu_pools:
+            group = gpu_node_groups(stack, region.name)[pool.name]
+            template = templates[group.inputs["launchTemplate"]["id"]]
+            (device,) = template.inputs["blockDeviceMappings"]
+            assert device["ebs"]["volumeSize"] == pool.root_volume_gib
+
+
+def world_open_rules(stack: RecordingMocks) -> Iterator[Declared]:
+    for rule in of_type(stack, "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"):
+        if rule.inputs.get("cidrIpv4") == "0.0.0.0/0" or rule.inputs.get("cidrIpv6") == "::/0":
+            yield rule
+
+
+def test_no_security_group_is_open_to_the_world_except_443_on_load_balancers(
+    stack: RecordingMocks,
+) -> None:
+    ids = by_id(stack)
+    open_rules = list(world_open_rules(stack))
+    assert len(open_rules) == len(REGIONS)
+    for rule in open_rules:
+        assert (rule.inputs["fromPort"], rule.inputs["toPort"]) == (443, 443)
+        group = ids[rule.inputs["securityGroupId"]]
+        assert group.inputs["tags"]["radixfleet.io/role"] == "load-balancer"
+    for group in of_type(stack, "aws:ec2/securityGroup:SecurityGroup"):
+        assert not group.inputs.get("ingress"), "rules live in separate resources"
+    assert not of_type(stack, "aws:ec2/securityGroupRule:SecurityGroupRule")
+
+
+def test_no_public_bucket(stack: RecordingMocks) -> None:
+    buckets = of_type(stack, "aws:s3/bucket:Bucket")
+    assert {b.inputs["bucket"] for b in buckets} == {f"radixfleet-models-{r}" for r in REGIONS}
+    for bucket in buckets:
+        attached = [r for r in stack.resources if r.inputs.get("bucket") == bucket.id]
+        kinds = {r.type.split(":")[-1]: r.inputs for r in attached}
+        block = kinds["BucketPublicAccessBlock"]
+        assert all(
+            block[k] is True
+            for k in (
+                "blockPublicAcls",
+                "blockPublicPolicy",
+                "ignorePublicAcls",
+                "restrictPublicBuckets",
+            )
+        )
+        assert kinds["BucketVersioning"]["versioningConfiguration"]["status"] == "Enabled"
+        (rule,) = kinds["BucketServerSideEncryptionConfiguration"]["rules"]
+        assert rule["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "aws:kms"
+        policy = json.loads(kinds["BucketPolicy"]["policy"])
+        assert [s["Effect"] for s in policy["Statement"]] == ["Deny"]
+        assert policy["Statement"][0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        assert "acl" not in bucket.inputs
+
+
+def test_the_primary_bucket_replicates_to_every_other_region(stack: RecordingMocks) -> None:
+    (replication,) = of_type(stack, "aws:s3/bucketReplicationConfig:BucketReplicationConfig")
+    assert replication.inputs["bucket"] == "model-store-us-east-1-id"
+    targets = {r["destination"]["bucket"] for r in replication.inputs["rules"]}
+    assert targets == {f"arn:aws:mock:::model-store-{r}" for r in REGIONS[1:]}
+
+
+def test_serving_pods_read_models_through_pod_identity_without_keys(stack: RecordingMocks) -> None:
+    policies = {p.id: p for p in of_type(stack, "aws:iam/policy:Policy")}
+    for policy in policies.values():
+        actions = {a for s in json.loads(policy.inputs["policy"])["Statement"] for a in s["Action"]}
+        assert actions == {"s3:ListBucket", "s3:GetObject", "s3:GetObjectVersion", "kms:Decrypt"}
+    associations = of_type(stack, "aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    for region in REGIONS:
+        namespaces = {
+            a.inputs["namespace"]
+            for a in in_region(associations, region)
+            if "model-reader" in a.name
+        }
+        isvcs = in_region(
+            of_type(stack, "kubernetes:serving.kserve.io/v1beta1:InferenceService"), region
+        )
+        assert namespaces == {i.inputs["metadata"]["namespace"] for i in isvcs}
+    assert not of_type(stack, "aws:iam/accessKey:AccessKey")
+
+
+def test_versions_are_pinned(stack: RecordingMocks) -> None:
+    for release in of_type(stack, "kubernetes:helm.sh/v3:Release"):
+        assert PINNED.match(release.inputs["version"]), release.name
+    for addon in of_type(stack, "aws:eks/addon:Addon"):
+        assert PINNED.match(addon.inputs["addonVersion"]), addon.name
+    for serving in of_type(stack, "kubernetes:operator.knative.dev/v1beta1:KnativeServing"):
+        assert PINNED.match(serving.inputs["spec"]["version"])
+    for deployment in of_type(stack, "kubernetes:apps/v1:Deployment"):
+        for container in deployment.inputs["spec"]["template"]["spec"]["containers"]:
+            image, _, tag = container["image"].rpartition(":")
+            assert image and PINNED.match(tag)
+
+
+def test_helm_releases_for_every_add_on_in_every_region(stack: RecordingMocks) -> None:
+    releases = of_type(stack, "kubernetes:helm.sh/v3:Release")
+    for region in REGIONS:
+        assert {r.inputs["name"] for r in in_region(releases, region)} == set(REQUIRED_CHARTS)
+    kserve = next(r for r in releases if r.inputs["name"] == "kserve-resources")
+    assert kserve.inputs["chart"].endswith("/kserve")
+    assert kserve.inputs["values"]["kserve"]["controller"]["deploymentMode"] == "Serverless"
+
+
+def test_knative_autoscaler_settings_come_from_the_stack(stack: RecordingMocks) -> None:
+    for serving in of_type(stack, "kubernetes:operator.knative.dev/v1beta1:KnativeServing"):
+        autoscaler = serving.inputs["spec"]["config"]["autoscaler"]
+        assert autoscaler == {
+            "enable-scale-to-zero": "true",
+            "stable-window": "60s",
+            "scale-to-zero-grace-period": "30s",
+        }
+
+
+def test_controllers_are_least_privilege_and_unprivileged(stack: RecordingMocks) -> None:
+    roles = [
+        *of_type(stack, "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"),
+        *of_type(stack, "kubernetes:rbac.authorization.k8s.io/v1:Role"),
+    ]
+    for role in roles:
+        for rule in role.inputs["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["apiGroups"]
+            assert "*" not in rule["resources"] and "secrets" not in rule["resources"]
+            assert not {"delete", "deletecollection", "escalate", "bind"} & set(rule["verbs"])
+    for deployment in of_type(stack, "kubernetes:apps/v1:Deployment"):
+        pod = deployment.inputs["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        (container,) = pod["containers"]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert not any("AWS_ACCESS_KEY" in e["name"] for e in container["env"])
+
+
+def test_dashboards_and_rules_are_provisioned_in_every_region(
+    stack: RecordingMocks, fleet: Fleet
+) -> None:
+    directory = fleet.path(fleet.settings.dashboards_dir)
+    dashboards = [
+        c
+        for c in of_type(stack, "kubernetes:core/v1:ConfigMap")
+        if "grafana_dashboard" in c.inputs["metadata"]["labels"]
+    ]
+    rules = of_type(stack, "kubernetes:monitoring.coreos.com/v1:PrometheusRule")
+    for region in REGIONS:
+        assert len(in_region(dashboards, region)) == len(manifests.dashboard_files(directory))
+        assert len(in_region(rules, region)) == len(manifests.prometheus_rules(directory))
+
+
+def test_health_checked_records_for_every_model_in_every_region_it_runs_in(
+    stack: RecordingMocks, fleet: Fleet
+) -> None:
+    checks = {c.id: c for c in of_type(stack, "aws:route53/healthCheck:HealthCheck")}
+    weighted = [
+        r for r in of_type(stack, "aws:route53/record:Record") if r.inputs.get("setIdentifier")
+    ]
+    seen = set()
+    for record in weighted:
+        check = checks[record.inputs["healthCheckId"]]
+        assert check.inputs["type"] == "HTTPS" and check.inputs["port"] == 443
+        assert record.inputs["records"] == [check.inputs["fqdn"]]
+        assert record.inputs["zoneId"] == "Z0123456789EXAMPLE"
+        seen.add((record.inputs["name"], record.inputs["setIdentifier"]))
+    expected = {
+        (f"{m.name}.models.example.com", r.name)
+        for m in fleet.catalog.models
+        for r in fleet.regions
+        if r.name in m.regions
+    }
+    assert seen == expected
+
+
+def test_the_example_catalog_is_the_repository_catalog(fleet: Fleet) -> None:
+    # One source of truth: the stack deploys the catalog `radixfleet render` renders.
+    assert fleet.catalog == load_catalog(fleet.path("../inferenceservices/catalog.yaml"))
