@@ -1,0 +1,216 @@
+"""How many short requests per second one emulated SGLang replica sustains on one CPU core.
+
+Starts `python -m radixfleet.emulator` as a subprocess pinned to one core and drives it from
+this process, pinned to another core, with a closed loop of concurrent aiohttp clients posting
+short /v1/completions requests (a ~20-token prompt, 16 output tokens). Two scenarios, side by
+side in one run:
+
+- `h100`: the replica's real step times (CALIBRATION.md's H100 + Llama-3.1-8B), so throughput
+  is whatever the model and the one core allow together;
+- `cpu-bound`: step times scaled by 0.001, so the core's work (HTTP, JSON, tokenization, the
+  model's bookkeeping) is the only limit.
+
+Writes `emulator_throughput.json` (results, machine, settings). Goal: >= 300 requests/s.
+
+    uv run python benchmarks/emulator_throughput.py [--duration 10] [--concurrency 256] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+SCENARIOS = {"h100": 1.0, "cpu-bound": 0.001}
+GOAL_RPS = 300.0
+PROMPT = "Summarise the state of the fleet in region {index} in one short sentence, please."
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_emulator(*, port: int, time_scale: float, core: int | None) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable, "-m", "radixfleet.emulator",
+        "--port", str(port), "--warm", "--time-scale", str(time_scale),
+    ]  # fmt: skip
+    pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as answer:
+                if answer.status == 200:
+                    return process
+        except OSError:
+            time.sleep(0.2)
+    process.kill()
+    raise RuntimeError("the emulator did not become healthy")
+
+
+async def client(
+    session: aiohttp.ClientSession, url: str, *, stop_at: float, worker: int, out: dict[str, Any]
+) -> None:
+    index = 0
+    while time.monotonic() < stop_at:
+        payload = {"prompt": PROMPT.format(index=f"{worker}-{index}"), "max_tokens": 16}
+        sent = time.monotonic()
+        async with session.post(f"{url}/v1/completions", json=payload) as response:
+            await response.read()
+            ok = response.status == 200
+        out["latencies" if ok else "errors"].append(time.monotonic() - sent)
+        index += 1
+
+
+async def drive(url: str, *, duration: float, concurrency: int, warmup: float) -> dict[str, Any]:
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        scratch: dict[str, Any] = {"latencies": [], "errors": []}
+        await asyncio.gather(
+            *(
+                client(session, url, stop_at=time.monotonic() + warmup, worker=w, out=scratch)
+                for w in range(concurrency)
+            )
+        )
+        out: dict[str, Any] = {"latencies": [], "errors": []}
+        started = time.monotonic()
+        await asyncio.gather(
+            *(
+                client(session, url, stop_at=started + duration, worker=w, out=out)
+                for w in range(concurrency)
+            )
+        )
+        elapsed = time.monotonic() - started
+    latencies = sorted(out["latencies"])
+    return {
+        "requests": len(latencies),
+        "errors": len(out["errors"]),
+        "seconds": round(elapsed, 3),
+        "requests_per_second": round(len(latencies) / elapsed, 1),
+        "latency_p50_s": round(statistics.median(latencies), 4) if latencies else None,
+        "latency_p99_s": round(latencies[int(0.99 * (len(latencies) - 1))], 4)
+        if latencies
+        else None,
+    }
+
+
+def emulator_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_scenario(
+    name: str, *, duration: float, concurrency: int, warmup: float, cores: tuple[int, int] | None
+) -> dict[str, Any]:
+    port = free_port()
+    process = start_emulator(
+        port=port, time_scale=SCENARIOS[name], core=None if cores is None else cores[0]
+    )
+    try:
+        cpu_before = emulator_cpu_seconds(process.pid)
+        result = asyncio.run(
+            drive(
+                f"http://127.0.0.1:{port}",
+                duration=duration,
+                concurrency=concurrency,
+                warmup=warmup,
+            )
+        )
+        cpu = emulator_cpu_seconds(process.pid) - cpu_before
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    busy = cpu / result["seconds"]
+    result.update(
+        time_scale=SCENARIOS[name],
+        emulator_core_utilisation=round(busy, 3),
+        # What one fully busy core would serve: the ceiling when the load generator is the limit.
+        requests_per_emulator_cpu_second=round(result["requests"] / cpu, 1) if cpu else None,
+    )
+    return result
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "aiohttp": aiohttp.__version__,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--duration", type=float, default=10.0, help="seconds measured per scenario"
+    )
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds before measuring")
+    parser.add_argument("--concurrency", type=int, default=256, help="clients in the closed loop")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args()
+    cores = (0, 1) if (os.cpu_count() or 1) >= 2 else None
+    if cores is not None:
+        os.sched_setaffinity(0, {cores[1]})  # the load generator keeps off the emulator's core
+    results = {
+        name: run_scenario(
+            name,
+            duration=args.duration,
+            concurrency=args.concurrency,
+            warmup=args.warmup,
+            cores=cores,
+        )
+        for name in SCENARIOS
+    }
+    report = {
+        "benchmark": "emulator_throughput",
+        "goal_requests_per_second": GOAL_RPS,
+        "met_goal": all(r["requests_per_second"] >= GOAL_RPS for r in results.values()),
+        "results": results,
+        "settings": {
+            "duration_s": args.duration,
+            "warmup_s": args.warmup,
+            "concurrency": args.concurrency,
+            "endpoint": "/v1/completions",
+            "max_tokens": 16,
+            "prompt": PROMPT,
+            "emulator_pinned_core": None if cores is None else cores[0],
+            "client_pinned_core": None if cores is None else cores[1],
+            "profile": "h100-llama-3.1-8b",
+        },
+        "machine": machine(),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    target = args.out / "emulator_throughput.json"
+    target.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    print(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    main()
