@@ -188,7 +188,7 @@ def _legend(fig: Figure, ax: Any, *, columns: int) -> int:
 def _style(ax: Any, unit: str) -> None:
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_value(v, unit)))
     # x is unix seconds, labelled as UTC clock time.
-    ax.xaxis.set_major_locator(MaxNLocator(nbins=4, steps=[1, 2, 3, 5, 6, 10]))
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda t, _: _clock(t)))
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)

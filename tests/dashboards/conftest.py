@@ -2,7 +2,8 @@
 
 The Prometheus is Debian's `prometheus` binary on a free loopback port with a throwaway data
 directory, scraping every second and evaluating the generated rule file every second, so rates
-and recording rules have values a few seconds after start.
+and recording rules have values a few seconds after start. It scrapes emulated SGLang replicas
+under traffic (fleet.py) and the stand-in exporter for what cannot run here (standin.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from radixfleet.config import load_catalog
 from radixfleet.config.catalog import Catalog
 from radixfleet.dashboards import promql, rules
-from tests.dashboards.standin import REGIONS, StandinCollector
+from tests.dashboards.fleet import ReplicaTarget, emulated_fleet
+from tests.dashboards.standin import StandinCollector
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG = REPO / "inferenceservices" / "catalog.yaml"
@@ -57,7 +59,7 @@ def free_port() -> int:
 def standin_exporter(catalog: Catalog) -> Iterator[str]:
     """The stand-in exporter (see standin.py) on a free port; yields host:port."""
     registry = CollectorRegistry()
-    registry.register(StandinCollector(catalog, with_sglang=True))
+    registry.register(StandinCollector(catalog))
     server = serve_text_format(registry)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -91,26 +93,29 @@ def serve_text_format(registry: CollectorRegistry) -> ThreadingHTTPServer:
     return ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 
 
-def prometheus_config(targets: list[str], rule_file: Path) -> dict[str, object]:
+@pytest.fixture(scope="session")
+def sglang_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ReplicaTarget]]:
+    """Emulated SGLang replicas in two regions, with traffic flowing."""
+    with emulated_fleet(tmp_path_factory.mktemp("tokenizer")) as targets:
+        yield targets
+
+
+def prometheus_config(
+    *, standin: str, replicas: list[ReplicaTarget], rule_file: Path
+) -> dict[str, object]:
     return {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(rule_file)],
         "scrape_configs": [
             {
+                "job_name": "sglang-replicas",
+                "static_configs": [{"targets": [r.address], "labels": r.labels} for r in replicas],
+            },
+            {
                 "job_name": "standin-exporters",
                 # The stand-in speaks for exporters in several regions: keep its region labels.
                 "honor_labels": True,
-                "static_configs": [{"targets": targets}],
-            },
-            {
-                # Stand-in for the SGLang replicas' own scrape jobs until the emulated replicas
-                # run here: one target per region, so `up` of an sglang job exists per region.
-                # It stores no samples; the job above already has them.
-                "job_name": "sglang-standin",
-                "static_configs": [
-                    {"targets": targets, "labels": {"region": region}} for region in REGIONS
-                ],
-                "metric_relabel_configs": [{"action": "drop", "regex": ".*"}],
+                "static_configs": [{"targets": [standin]}],
             },
         ],
     }
@@ -118,7 +123,10 @@ def prometheus_config(targets: list[str], rule_file: Path) -> dict[str, object]:
 
 @pytest.fixture(scope="session")
 def live_prometheus(
-    tmp_path_factory: pytest.TempPathFactory, catalog: Catalog, standin_exporter: str
+    tmp_path_factory: pytest.TempPathFactory,
+    catalog: Catalog,
+    standin_exporter: str,
+    sglang_replicas: list[ReplicaTarget],
 ) -> Iterator[LivePrometheus]:
     """Debian's Prometheus scraping the local fleet, with the generated rules loaded."""
     binary = shutil.which("prometheus")
@@ -129,7 +137,10 @@ def live_prometheus(
     # The fleet evaluates every 30 s; here every second, so the test needs seconds, not minutes.
     rule_file.write_text(yaml.safe_dump(rules.rule_file(catalog, interval="1s"), sort_keys=False))
     config = work / "prometheus.yml"
-    config.write_text(yaml.safe_dump(prometheus_config([standin_exporter], rule_file)))
+    scrape = prometheus_config(
+        standin=standin_exporter, replicas=sglang_replicas, rule_file=rule_file
+    )
+    config.write_text(yaml.safe_dump(scrape))
     port = free_port()
     log = (work / "prometheus.log").open("w")
     proc = subprocess.Popen(

@@ -1,18 +1,15 @@
 """A stand-in exporter for the series no process on this machine can export.
 
 It stands in for exporters that cannot run here: NVIDIA's DCGM exporter (needs GPUs),
-kube-state-metrics (needs a cluster) and radixfleet's controllers (not exporting yet), across
-two regions. Until the emulated SGLang replica (`radixfleet emulate`) is in the tree it also
-stands in for SGLang's `/metrics`, with sglang 0.5.23's names, labels and default buckets.
-
-Values are realistic functions of time: counters grow at fixed rates from the moment the exporter
-starts, latencies follow log-normal distributions around CALIBRATION.md's numbers, so every
-rate, ratio and quantile the dashboards ask for has a value after two scrapes.
+kube-state-metrics (needs a cluster) and radixfleet's controllers (not exporting yet). Its pods
+and GPUs are those of the emulated replicas (fleet.py), so GPU and SGLang panels tell one story.
+Values are realistic and constant, except counters, which grow at fixed rates from the moment
+the exporter starts, so every rate and ratio the dashboards ask for has a value after two
+scrapes. Every series carries `region`, as each region's exporters would.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,149 +17,52 @@ from dataclasses import dataclass
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
 
 from radixfleet import metrics_names as m
 from radixfleet.config.catalog import Catalog
+from tests.dashboards.fleet import PLACEMENTS
 
 REGIONS = ("us-east-1", "eu-west-1")
-SGLANG_LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
 
 
 @dataclass(frozen=True)
-class Replica:
-    """One SGLang replica of a model in a region, with its traffic."""
+class Pod:
+    """The pod of one emulated replica, with the GPUs its model needs."""
 
     region: str
     namespace: str
-    model: str
+    name: str
     index: int
-    rps: float
-    ttft_median_s: float
-    itl_median_s: float
     gpus: int
 
-    @property
-    def pod(self) -> str:
-        return f"{self.model}-predictor-00001-deployment-{self.index}"
 
-    @property
-    def instance(self) -> str:
-        return f"10.{REGIONS.index(self.region)}.0.{10 + self.index}:8080"
-
-
-def fleet_replicas() -> list[Replica]:
-    """Two regions; the 8B model for two tenants, the 70B one (TP4) for one."""
-    out = []
-    for region in REGIONS:
-        for i in range(2):
-            out.append(Replica(region, "team-search", "llama-3-1-8b", i, 3.0, 0.09, 0.008, 1))
-            out.append(Replica(region, "team-support", "llama-3-1-8b", 2 + i, 1.5, 0.07, 0.007, 1))
-        out.append(Replica(region, "team-search", "llama-3-1-70b", 4, 0.8, 0.35, 0.018, 4))
-    return out
-
-
-def _lognormal_cdf(x: float, median: float, sigma: float = 0.5) -> float:
-    return 0.5 * (1 + math.erf((math.log(x) - math.log(median)) / (sigma * math.sqrt(2))))
+def fleet_pods(catalog: Catalog) -> list[Pod]:
+    """One pod per emulated replica, GPUs as the catalog gives its model."""
+    gpus = {model.name: model.gpus_per_replica for model in catalog.models}
+    return [
+        Pod(p.region, p.namespace, f"{p.model}-predictor-00001-deployment-{i}", i, gpus[p.model])
+        for i, p in enumerate(PLACEMENTS)
+    ]
 
 
 class StandinCollector(Collector):
     """Collects every stood-in series at the time of the scrape."""
 
-    def __init__(self, catalog: Catalog, *, with_sglang: bool) -> None:
+    def __init__(self, catalog: Catalog) -> None:
         self._catalog = catalog
-        self._with_sglang = with_sglang
         self._start = time.time()
-        self._replicas = fleet_replicas()
+        self._pods = fleet_pods(catalog)
 
     def collect(self) -> Iterator[Metric]:
         elapsed = time.time() - self._start + 1.0
-        if self._with_sglang:
-            yield from self._sglang(elapsed)
         yield from self._dcgm()
         yield from self._kube_state()
         yield from self._tenants(elapsed)
         yield from self._regions(elapsed)
         yield from self._canary(elapsed)
-
-    # ---- SGLang ----------------------------------------------------------------------------
-
-    def _sglang(self, t: float) -> Iterator[Metric]:
-        labels = ["region", "namespace", "instance", "revision", *SGLANG_LABELS]
-        fams = {
-            "counters": {
-                name: CounterMetricFamily(name.removesuffix("_total"), name, labels=labels)
-                for name in (
-                    m.SGLANG_REQUESTS,
-                    m.SGLANG_ABORTED,
-                    m.SGLANG_PROMPT_TOKENS,
-                    m.SGLANG_GENERATION_TOKENS,
-                    m.SGLANG_CACHED_TOKENS,
-                )
-            },
-            "gauges": {
-                name: GaugeMetricFamily(name, name, labels=labels)
-                for name in (
-                    m.SGLANG_RUNNING,
-                    m.SGLANG_QUEUE,
-                    m.SGLANG_TOKEN_USAGE,
-                    m.SGLANG_CACHE_HIT_RATE,
-                    m.SGLANG_GEN_THROUGHPUT,
-                )
-            },
-        }
-        histograms = []
-        for r in self._replicas:
-            values = self._label_values(r)
-            requests = r.rps * t
-            counts = {
-                m.SGLANG_REQUESTS: requests,
-                m.SGLANG_ABORTED: requests * 0.002,
-                m.SGLANG_PROMPT_TOKENS: requests * 1155,
-                m.SGLANG_GENERATION_TOKENS: requests * 211,
-                m.SGLANG_CACHED_TOKENS: requests * 1155 * 0.55,
-            }
-            for name, value in counts.items():
-                fams["counters"][name].add_metric(values, value)
-            gauges = {
-                m.SGLANG_RUNNING: 4.0 * r.rps,
-                m.SGLANG_QUEUE: 1.0 if r.model.endswith("70b") else 0.0,
-                m.SGLANG_TOKEN_USAGE: 0.2 + 0.05 * r.index,
-                m.SGLANG_CACHE_HIT_RATE: 0.55,
-                m.SGLANG_GEN_THROUGHPUT: 211 * r.rps,
-            }
-            for name, value in gauges.items():
-                fams["gauges"][name].add_metric(values, value)
-            histograms += [
-                (m.SGLANG_TTFT, m.SGLANG_TTFT_BUCKETS, values, requests, r.ttft_median_s),
-                (m.SGLANG_ITL, m.SGLANG_ITL_BUCKETS, values, requests * 210, r.itl_median_s),
-                (m.SGLANG_E2E, m.SGLANG_TTFT_BUCKETS, values, requests, r.itl_median_s * 211),
-            ]
-        yield from fams["counters"].values()
-        yield from fams["gauges"].values()
-        yield from self._histograms(labels, histograms)
-
-    @staticmethod
-    def _label_values(r: Replica) -> list[str]:
-        revision = f"{r.model}-predictor-00001"
-        return [r.region, r.namespace, r.instance, revision, r.model, "unified", "0", "0", "0"]
-
-    @staticmethod
-    def _histograms(
-        labels: list[str],
-        items: list[tuple[str, tuple[float, ...], list[str], float, float]],
-    ) -> Iterator[Metric]:
-        fams: dict[str, HistogramMetricFamily] = {}
-        for name, bounds, values, count, median in items:
-            fam = fams.setdefault(name, HistogramMetricFamily(name, name, labels=labels))
-            buckets = [(repr(b), count * _lognormal_cdf(b, median)) for b in bounds]
-            buckets.append(("+Inf", count))
-            mean = median * math.exp(0.125)  # log-normal mean with sigma 0.5
-            fam.add_metric(values, buckets, sum_value=count * mean)
-        yield from fams.values()
 
     # ---- DCGM and kube-state-metrics -------------------------------------------------------
 
@@ -172,16 +72,16 @@ class StandinCollector(Collector):
         memory = GaugeMetricFamily(
             m.DCGM_FB_USED, "Framebuffer memory used (in MiB).", labels=labels
         )
-        for r in self._replicas:
+        for r in self._pods:
             for gpu in range(r.gpus):
                 values = [
                     r.region,
                     str(gpu),
-                    f"GPU-{r.region}-{r.pod}-{gpu}",
+                    f"GPU-{r.region}-{r.name}-{gpu}",
                     "NVIDIA H100 80GB HBM3",
                     f"ip-10-{REGIONS.index(r.region)}-0-{r.index}",
                     r.namespace,
-                    r.pod,
+                    r.name,
                 ]
                 util.add_metric(values, 55.0 + 10 * r.index + 5 * gpu)
                 memory.add_metric(values, 71_000.0)
@@ -199,7 +99,7 @@ class StandinCollector(Collector):
             "The number of requested request resource by a container.",
             labels=["region", "namespace", "pod", "container", "node", "resource", "unit"],
         )
-        pods = [(r.region, r.namespace, r.pod, r.gpus, "Running") for r in self._replicas]
+        pods = [(r.region, r.namespace, r.name, r.gpus, "Running") for r in self._pods]
         # A scale-up waiting for a GPU node in eu-west-1.
         pods.append(
             ("eu-west-1", "team-search", "llama-3-1-8b-predictor-00001-deployment-9", 1, "Pending")
