@@ -118,8 +118,9 @@ def parse_generate(body: dict[str, Any], tokenizer: EmulatorTokenizer) -> Job:
     else:
         raise ApiError(400, "Either text or input_ids should be provided.")
     params = _field(body, "sampling_params", dict, {})
+    requested = params.get("max_new_tokens")
     max_new = _max_tokens(
-        params.get("max_new_tokens", GENERATE_MAX_NEW_TOKENS) or 0, name="max_new_tokens"
+        GENERATE_MAX_NEW_TOKENS if requested is None else requested, name="max_new_tokens"
     )
     stream, _ = _stream_flags(body)
     job = Job(kind="generate", model="", prompt_ids=prompt_ids, max_new_tokens=max_new)
