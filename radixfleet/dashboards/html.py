@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
@@ -255,3 +256,16 @@ _PAGE = """<!DOCTYPE html>
 {body}
 </body></html>
 """
+
+
+def write_dashboard_report(out_dir: Path, prometheus_url: str, start: float, end: float) -> Path:
+    """Write `out_dir/dashboards.html`: every generated dashboard over [start, end]."""
+    # Imported here: render pulls in every dashboard module, which a caller of
+    # render_dashboard_html with its own JSON does not need.
+    from radixfleet.dashboards.render import all_dashboards
+
+    page = render_dashboard_html(list(all_dashboards().values()), prometheus_url, start, end)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "dashboards.html"
+    path.write_text(page, encoding="utf-8")
+    return path

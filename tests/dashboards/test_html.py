@@ -12,7 +12,7 @@ import pytest
 from matplotlib import image
 
 from radixfleet.dashboards import sli
-from radixfleet.dashboards.html import format_value, legend_text, render_dashboard_html
+from radixfleet.dashboards.html import format_value, legend_text, write_dashboard_report
 from radixfleet.dashboards.render import all_dashboards
 from tests.dashboards.conftest import LivePrometheus, wait_for_series
 
@@ -50,9 +50,9 @@ def test_static_page_shows_every_panel_with_data(
     wait_for_series(live_prometheus.url, [sli.slo_ttft_bad_ratio("5m")], timeout_s=20)
     time.sleep(2)  # a few more points per line
     boards = list(all_dashboards().values())
-    page = render_dashboard_html(boards, live_prometheus.url, live_prometheus.started, time.time())
-    html_path = tmp_path / "dashboards.html"
-    html_path.write_text(page, encoding="utf-8")
+    html_path = write_dashboard_report(
+        tmp_path, live_prometheus.url, live_prometheus.started, time.time()
+    )
 
     dom = chromium(["--dump-dom", html_path.as_uri()], profile=tmp_path / "profile-dom")
     shot = tmp_path / "dashboards.png"
