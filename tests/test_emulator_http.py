@@ -26,7 +26,7 @@ FAST = ReplicaProfile().scaled(time_factor=0.001)
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> EmulatorTokenizer:
-    return load_tokenizer(tmp_path_factory.mktemp("cache"))
+    return load_tokenizer(tmp_path_factory.getbasetemp() / "tokenizer-cache")
 
 
 def serve(tokenizer: EmulatorTokenizer, **overrides: Any) -> Any:

@@ -45,7 +45,7 @@ async def run_all(url: str) -> list[tuple[int, bool]]:
 def test_thousand_concurrent_streams_lose_nothing(tmp_path_factory: pytest.TempPathFactory) -> None:
     # Real H100 step times: all thousand fit in one batch and stream for about a second.
     config = EmulatorConfig(profile=ReplicaProfile(), port=0, warm=True)
-    tokenizer = load_tokenizer(tmp_path_factory.mktemp("cache"))
+    tokenizer = load_tokenizer(tmp_path_factory.getbasetemp() / "tokenizer-cache")
     with serve_in_thread(config, tokenizer=tokenizer) as replica:
         started = time.monotonic()
         results = asyncio.run(run_all(replica.url))

@@ -50,7 +50,7 @@ def replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEmulato
     config = EmulatorConfig(
         profile=ReplicaProfile().scaled(time_factor=0.001), port=0, warm=True, seed=1
     )
-    tokenizer = load_tokenizer(tmp_path_factory.mktemp("cache"))
+    tokenizer = load_tokenizer(tmp_path_factory.getbasetemp() / "tokenizer-cache")
     with serve_in_thread(config, tokenizer=tokenizer) as running:
         shared = "a shared system prompt that every request starts with. " * 20
         for prompt in (shared + "One question?", shared + "Another question?"):

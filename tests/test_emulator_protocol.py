@@ -19,7 +19,7 @@ CONTEXT = 4096
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> EmulatorTokenizer:
-    return load_tokenizer(tmp_path_factory.mktemp("cache"))
+    return load_tokenizer(tmp_path_factory.getbasetemp() / "tokenizer-cache")
 
 
 words = st.lists(

@@ -55,7 +55,7 @@ def wait_ready(url: str, *, workers: int, router: subprocess.Popen[bytes]) -> No
 def fleet(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[str, list[RunningEmulator]]]:
-    tokenizer = load_tokenizer(tmp_path_factory.mktemp("cache"))
+    tokenizer = load_tokenizer(tmp_path_factory.getbasetemp() / "tokenizer-cache")
     profile = ReplicaProfile().scaled(time_factor=0.01)
     port = free_port()
     with ExitStack() as stack:
