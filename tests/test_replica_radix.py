@@ -75,7 +75,14 @@ class CacheMachine(RuleBasedStateMachine):
 
     @invariant()
     def tree_matches_token_count(self) -> None:
-        assert self.cache.node_count * BLOCK == self.cache.cached_tokens
+        nodes, tokens, stack = 0, 0, list(self.cache.root.children.values())
+        while stack:
+            node = stack.pop()
+            assert node.depth == node.parent.depth + len(node.key)  # type: ignore[union-attr]
+            assert node.ref >= sum(child.ref for child in node.children.values())
+            nodes, tokens = nodes + 1, tokens + len(node.key) * BLOCK
+            stack.extend(node.children.values())
+        assert (nodes, tokens) == (self.cache.node_count, self.cache.cached_tokens)
 
 
 CacheMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
@@ -115,7 +122,19 @@ def test_referenced_nodes_are_never_evicted() -> None:
 
 
 def test_parent_becomes_evictable_after_its_children_go() -> None:
-    cache = RadixCache(capacity_tokens=12, block_tokens=4)
+    cache = RadixCache(capacity_tokens=16, block_tokens=4)
     cache.insert(["a", "b", "c"], now=0.0)
-    assert cache.evict(12) == 12
-    assert cache.cached_tokens == 0
+    cache.insert(["a", "x"], now=1.0)  # splits "a" off as the shared parent
+    assert cache.node_count == 3
+    assert cache.evict(16) == 16
+    assert (cache.cached_tokens, cache.node_count) == (0, 0)
+
+
+def test_match_splits_a_node_where_the_match_ends() -> None:
+    cache = RadixCache(capacity_tokens=64, block_tokens=4)
+    cache.insert(["a", "b", "c", "d"], now=0.0)
+    node = cache.match(["a", "b", "z"], now=1.0)
+    assert (node.depth, node.key, cache.node_count) == (2, ("a", "b"), 2)
+    cache.lock(node)
+    assert (cache.used_tokens, cache.evictable_tokens) == (8, 8)
+    assert cache.evict(64) == 8  # only the unlocked tail ("c", "d") goes

@@ -1,16 +1,17 @@
 """A block-level radix prefix cache with a KV token budget, in the way SGLang's RadixCache counts.
 
 Prompts are sequences of fixed-size token blocks; a block's key is anything hashable (a tuple of
-token ids in the emulator, a trace's block hash in the twin). Each tree node holds one block.
-Running requests *lock* the path they use; unlocked nodes are *evictable* and go in LRU order
-when space is needed. Tokens a request holds outside the tree (a partial last block, decode
-tokens) are *private*. The three counts SGLang reports follow:
+token ids in the emulator, a trace's block hash in the twin). As in SGLang, the tree is path
+compressed: a node holds a run of blocks, is split where two sequences diverge or where a match
+ends, and is evicted whole. Running requests *lock* the path they use; unlocked nodes are
+*evictable* and go in LRU order (leaves first) when space is needed. Tokens a request holds
+outside the tree (a partial last block, decode tokens) are *private*. The counts SGLang reports:
 
     used = locked tree tokens + private tokens
     evictable = unlocked tree tokens
     available = capacity - used - evictable
 
-Every operation costs O(blocks touched) plus O(log n) per evicted node.
+Matching and inserting cost O(blocks) plus O(nodes on the path); eviction O(log n) per node.
 """
 
 from __future__ import annotations
@@ -25,18 +26,30 @@ class CacheFullError(RuntimeError):
 
 
 class Node:
-    """One cached block: its key, its place in the tree, its lock count and last use."""
+    """A run of cached blocks: its keys, its place in the tree, its lock count and last use."""
 
     __slots__ = ("alive", "children", "depth", "key", "last_access", "parent", "ref")
 
-    def __init__(self, *, key: Hashable, parent: Node | None, now: float) -> None:
+    def __init__(
+        self, *, key: tuple[Hashable, ...], parent: Node | None, now: float, ref: int = 0
+    ) -> None:
         self.key = key
         self.parent = parent
         self.children: dict[Hashable, Node] = {}
-        self.ref = 0
+        self.ref = ref
         self.last_access = now
-        self.depth: int = 0 if parent is None else parent.depth + 1
+        self.depth: int = len(key) if parent is None else parent.depth + len(key)
         self.alive = True
+
+
+def _common(key: tuple[Hashable, ...], blocks: Sequence[Hashable], start: int, end: int) -> int:
+    """How many leading blocks of `key` equal blocks[start:end]."""
+    count = 0
+    for mine, theirs in zip(key, itertools.islice(blocks, start, end), strict=False):
+        if mine != theirs:
+            break
+        count += 1
+    return count
 
 
 class RadixCache:
@@ -47,8 +60,7 @@ class RadixCache:
             raise ValueError("capacity_tokens and block_tokens must be positive")
         self.capacity_tokens = capacity_tokens
         self.block_tokens = block_tokens
-        self.root = Node(key=None, parent=None, now=0.0)
-        self.root.ref = 1  # the root is never evicted
+        self.root = Node(key=(), parent=None, now=0.0, ref=1)  # the root is never evicted
         self._tree_tokens = 0
         self._locked_tokens = 0
         self._private_tokens = 0
@@ -72,7 +84,7 @@ class RadixCache:
     @property
     def available_tokens(self) -> int:
         """Tokens neither used nor cached."""
-        return self.capacity_tokens - self.used_tokens - self.evictable_tokens
+        return self.capacity_tokens - self._private_tokens - self._tree_tokens
 
     @property
     def cached_tokens(self) -> int:
@@ -81,51 +93,57 @@ class RadixCache:
 
     @property
     def node_count(self) -> int:
-        """Cached blocks (tree nodes, root excluded)."""
+        """Tree nodes, root excluded."""
         return self._nodes
 
     # -- lookups and locks -------------------------------------------------------------------
 
     def match(self, blocks: Sequence[Hashable], *, now: float, limit: int | None = None) -> Node:
-        """The deepest cached node along `blocks` (at most `limit` blocks); touches the path."""
-        node = self.root
+        """The node ending where `blocks` (at most `limit` of them) stop matching; touches it.
+
+        A match that ends inside a node splits it there, so the answer always ends exactly at
+        the matched depth (`node.depth` blocks), ready to be locked.
+        """
         end = len(blocks) if limit is None else min(limit, len(blocks))
-        children = node.children
-        for index in range(end):
-            child = children.get(blocks[index])
+        node, index = self.root, 0
+        while index < end:
+            child = node.children.get(blocks[index])
             if child is None:
                 break
+            matched = _common(child.key, blocks, index, end)
+            if matched < len(child.key):
+                child = self._split(child, matched)
             child.last_access = now
-            node = child
-            children = node.children
+            node, index = child, index + matched
         return node
 
     def lock(self, node: Node) -> None:
         """Mark the path to `node` as in use by one more request (no longer evictable)."""
+        block = self.block_tokens
         while node is not self.root:
             if node.ref == 0:
-                self._locked_tokens += self.block_tokens
+                self._locked_tokens += len(node.key) * block
             node.ref += 1
-            assert node.parent is not None
-            node = node.parent
+            node = node.parent  # type: ignore[assignment]  # only the root has no parent
 
     def unlock(self, node: Node) -> None:
         """Release one request's hold on the path to `node`; unused nodes become evictable."""
+        block = self.block_tokens
         while node is not self.root:
             node.ref -= 1
             if node.ref == 0:
-                self._locked_tokens -= self.block_tokens
+                self._locked_tokens -= len(node.key) * block
                 if not node.children:
                     self._push(node)
-            assert node.parent is not None
-            node = node.parent
+            node = node.parent  # type: ignore[assignment]  # only the root has no parent
 
     # -- private tokens ----------------------------------------------------------------------
 
     def allocate(self, tokens: int) -> None:
         """Take `tokens` private tokens, evicting cached blocks if free space is short."""
-        if tokens > self.available_tokens:
-            self.evict(tokens - self.available_tokens)
+        short = tokens - self.available_tokens
+        if short > 0:
+            self.evict(short)
             if tokens > self.available_tokens:
                 raise CacheFullError(f"need {tokens} tokens, {self.available_tokens} available")
         self._private_tokens += tokens
@@ -139,31 +157,23 @@ class RadixCache:
     # -- insertion and eviction --------------------------------------------------------------
 
     def insert(self, blocks: Sequence[Hashable], *, now: float) -> Node:
-        """Cache `blocks` as a path and return its last node; new nodes start unlocked.
+        """Cache `blocks` as a path and return the node ending at its end; new nodes unlocked.
 
         Callers insert tokens they already hold privately and free those right before, so room
         is normally there; if not, cached blocks off this path are evicted first.
         """
-        node = self.root
-        index = 0
-        for index in range(len(blocks)):
-            child = node.children.get(blocks[index])
-            if child is None:
-                break
-            child.last_access = now
-            node = child
-        else:
+        node = self.match(blocks, now=now)
+        index = node.depth
+        if index == len(blocks):
             return node
-        self._make_room(node=node, tokens=(len(blocks) - index) * self.block_tokens)
-        for key in blocks[index:]:
-            child = Node(key=key, parent=node, now=now)
-            node.children[key] = child
-            node = child
-        added = (len(blocks) - index) * self.block_tokens
-        self._tree_tokens += added
-        self._nodes += len(blocks) - index
-        self._push(node)
-        return node
+        tokens = (len(blocks) - index) * self.block_tokens
+        self._make_room(node=node, tokens=tokens)
+        leaf = Node(key=tuple(blocks[index:]), parent=node, now=now)
+        node.children[blocks[index]] = leaf
+        self._tree_tokens += tokens
+        self._nodes += 1
+        self._push(leaf)
+        return leaf
 
     def evict(self, tokens: int) -> int:
         """Free at least `tokens` evictable tokens, least recently used leaves first."""
@@ -175,8 +185,7 @@ class RadixCache:
             if node.last_access > stamp:
                 self._push(node)  # touched since it was queued: requeue at its new age
                 continue
-            self._remove(node)
-            freed += self.block_tokens
+            freed += self._remove(node)
         self.evicted_tokens_total += freed
         return freed
 
@@ -190,6 +199,19 @@ class RadixCache:
         self._heap.clear()
         return True
 
+    def _split(self, node: Node, at: int) -> Node:
+        """Cut `node` after `at` blocks; return the new head. `node` keeps its tail and identity
+        (its locks, heap entries and the requests pointing at it stay valid)."""
+        parent = node.parent
+        assert parent is not None
+        head = Node(key=node.key[:at], parent=parent, now=node.last_access, ref=node.ref)
+        parent.children[node.key[0]] = head
+        node.key = node.key[at:]
+        node.parent = head
+        head.children[node.key[0]] = node
+        self._nodes += 1
+        return head
+
     def _make_room(self, *, node: Node, tokens: int) -> None:
         if tokens <= self.available_tokens:
             return
@@ -201,15 +223,17 @@ class RadixCache:
         if tokens > self.available_tokens:
             raise CacheFullError(f"inserting {tokens} tokens, {self.available_tokens} available")
 
-    def _remove(self, node: Node) -> None:
+    def _remove(self, node: Node) -> int:
         parent = node.parent
         assert parent is not None
-        del parent.children[node.key]
+        del parent.children[node.key[0]]
         node.alive = False
-        self._tree_tokens -= self.block_tokens
+        tokens = len(node.key) * self.block_tokens
+        self._tree_tokens -= tokens
         self._nodes -= 1
         if parent is not self.root and parent.ref == 0 and not parent.children:
             self._push(parent)
+        return tokens
 
     def _push(self, node: Node) -> None:
         heapq.heappush(self._heap, (node.last_access, next(self._serial), node))
