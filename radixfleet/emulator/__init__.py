@@ -1,0 +1,12 @@
+"""The emulated SGLang replica: the replica model behind sglang 0.5.23's HTTP interface.
+
+Run one with `radixfleet emulate --port P [--profile FILE|NAME] [--model NAME]`, or in-process
+with :func:`radixfleet.emulator.testing.serve_in_thread`. Modules: `server` (aiohttp routes),
+`driver` (plays the model in real time), `protocol` (request and response bodies, errors),
+`metrics` (`sglang:*` families), `info` (/model_info, /server_info), `tokenizer` (the
+deterministic tokenizer written for sglang-router), `cli` (the command).
+"""
+
+from radixfleet.emulator.server import Emulator, EmulatorConfig
+
+__all__ = ["Emulator", "EmulatorConfig"]
