@@ -1,0 +1,270 @@
+"""Act: carry out the canary's decisions on the cluster, and the kopf handlers that run them.
+
+Each tick of a CanaryPolicy (a kopf timer) reconciles every InferenceService that names it:
+observe (KServe status, command annotations, Prometheus when an analysis is due), decide
+(`canary.decide`, pure), act. Acting writes the rollout's status first and moves traffic
+second, so a controller stopped between the two re-asserts the recorded weight on restart.
+Traffic moves by a JSON patch that re-checks the canary revision atomically; a stale action
+is dropped and decided again next tick. Events go to the InferenceService.
+
+kopf watches the CanaryPolicy, not the InferenceService: kopf keeps its own bookkeeping in
+annotations of the objects it handles, and KServe copies InferenceService annotations into the
+Knative revision template, which would start a new revision.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from canary.decide import Decision, analysis_due, decide
+from canary.kube import (
+    CanaryPolicies,
+    Events,
+    InferenceServices,
+    KubeCanaryPolicies,
+    KubeError,
+    KubeEvents,
+    KubeInferenceServices,
+    StaleRevisionError,
+    policy_name,
+)
+from canary.observe import commands, measure, observe_isvc
+from canary.queries import QueryConfig
+from canary.spec import API_VERSION, COMMAND_PREFIX, MIN_INTERVAL_SECONDS, PLURAL, CanaryPolicySpec
+from canary.state import Observed, RolloutStatus, Verb
+from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
+from radixfleet.labels import GROUP
+
+log = logging.getLogger(__name__)
+
+PROMETHEUS_URL_ENV = "RADIXFLEET_PROMETHEUS_URL"
+DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
+
+
+def rollout_of(policy: Mapping[str, Any], inference_service: str) -> RolloutStatus | None:
+    """The recorded rollout of one InferenceService in a policy's status, if any."""
+    for entry in (policy.get("status") or {}).get("rollouts", []):
+        if entry.get("inferenceService") == inference_service:
+            return RolloutStatus.model_validate(entry)
+    return None
+
+
+def to_wire(status: RolloutStatus) -> dict[str, Any]:
+    """A rollout as stored in the CR: camelCase, and no null (the schema has no nullable)."""
+    return dict(_prune(status.model_dump(mode="json", by_alias=True)))
+
+
+def _prune(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _prune(v) for k, v in value.items() if not _missing(v)}
+    if isinstance(value, list):
+        return [_prune(v) for v in value]
+    return value
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
+
+
+@dataclass
+class Controller:
+    """The act layer: ports in, decisions carried out. `reconcile_policy` is one tick."""
+
+    isvcs: InferenceServices
+    policies: CanaryPolicies
+    events: Events
+    prometheus: Prometheus
+    queries: QueryConfig = field(default_factory=QueryConfig)
+
+    def reconcile_policy(self, policy: Mapping[str, Any], *, now: datetime) -> list[Decision]:
+        """Decide and act for every InferenceService that names this policy."""
+        meta = policy["metadata"]
+        spec = CanaryPolicySpec.model_validate(policy.get("spec") or {})
+        return [
+            self.reconcile(isvc, policy, spec, now=now)
+            for isvc in self.isvcs.in_namespace(meta["namespace"])
+            if policy_name(isvc) == meta["name"]
+        ]
+
+    def reconcile(
+        self,
+        isvc: Mapping[str, Any],
+        policy: Mapping[str, Any],
+        spec: CanaryPolicySpec,
+        *,
+        now: datetime,
+    ) -> Decision:
+        before = rollout_of(policy, isvc["metadata"]["name"])
+        observed = self.observe(isvc, policy, spec, before, now=now)
+        decision = decide(observed, spec, before, now)
+        self.act(isvc, policy, observed, before, decision)
+        return decision
+
+    def observe(
+        self,
+        isvc: Mapping[str, Any],
+        policy: Mapping[str, Any],
+        spec: CanaryPolicySpec,
+        before: RolloutStatus | None,
+        *,
+        now: datetime,
+    ) -> Observed:
+        observed = observe_isvc(isvc)
+        observed = replace(observed, manual=commands(policy, observed))
+        same = before is not None and before.canary_revision == observed.canary_revision
+        if not (same and observed.canary_ready and analysis_due(spec, before, now)):
+            return observed  # Prometheus is asked only when an analysis will use the answer
+        measured, error = measure(
+            self.prometheus, namespace=isvc["metadata"]["namespace"], observed=observed,
+            spec=spec, at=now, config=self.queries,
+        )  # fmt: skip
+        return replace(observed, measured=measured, metrics_error=error)
+
+    def act(
+        self,
+        isvc: Mapping[str, Any],
+        policy: Mapping[str, Any],
+        observed: Observed,
+        before: RolloutStatus | None,
+        decision: Decision,
+    ) -> None:
+        meta = isvc["metadata"]
+        if decision.status is not None and _worth_writing(before, decision.status):
+            self.policies.write_rollout(
+                meta["namespace"], policy["metadata"]["name"], to_wire(decision.status)
+            )
+        moved = not _traffic_differs(observed, decision) or self._move(meta, observed, decision)
+        if not moved:
+            return
+        if _newsworthy(before, decision):
+            self.events.emit(
+                involved=isvc, reason=f"Canary{decision.verb.value.capitalize()}",
+                message=decision.reason, warning=decision.warning,
+            )  # fmt: skip
+
+    def _move(self, meta: Mapping[str, Any], observed: Observed, decision: Decision) -> bool:
+        assert observed.canary_revision is not None
+        try:
+            self.isvcs.set_canary_percent(
+                meta["namespace"], meta["name"], percent=decision.canary_percent,
+                canary_revision=observed.canary_revision,
+            )  # fmt: skip
+        except StaleRevisionError:
+            log.info("%s/%s: a newer revision appeared; deciding again", *_ns_name(meta))
+            return False
+        return True
+
+
+def _ns_name(meta: Mapping[str, Any]) -> tuple[str, str]:
+    return meta["namespace"], meta["name"]
+
+
+def _traffic_differs(observed: Observed, decision: Decision) -> bool:
+    if decision.remove_percent:
+        return observed.weight is not None
+    return decision.canary_percent is not None and decision.canary_percent != observed.weight
+
+
+def _worth_writing(before: RolloutStatus | None, after: RolloutStatus) -> bool:
+    # A hold's countdown changes its reason every tick; writing it each time would churn the
+    # object for nothing. Anything else that changed is progress and is written.
+    if before is None or before.last_decision is None or after.last_decision is None:
+        return True
+    if before.model_copy(update={"last_decision": None}) != after.model_copy(
+        update={"last_decision": None}
+    ):
+        return True
+    was, now = before.last_decision, after.last_decision
+    return was.action != now.action or (now.action is Verb.HALT and was.reason != now.reason)
+
+
+def _newsworthy(before: RolloutStatus | None, decision: Decision) -> bool:
+    after = decision.status
+    if after is None:
+        return False
+    if decision.verb in (Verb.ADVANCE, Verb.PROMOTE, Verb.ROLLBACK):
+        return True
+    if before is None or before.canary_revision != after.canary_revision:
+        return True
+    return before.phase != after.phase or before.failed_checks != after.failed_checks
+
+
+# ---- kopf ----------------------------------------------------------------------------------
+
+
+def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
+    """Add the canary's handlers to `registry`; nothing is registered on import."""
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        # kopf's bookkeeping stays on our CanaryPolicies, under our own prefix.
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+            prefix=COMMAND_PREFIX
+        )
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=COMMAND_PREFIX
+        )
+
+    @kopf.timer(
+        GROUP,
+        API_VERSION,
+        PLURAL,
+        id="canary-tick",
+        interval=MIN_INTERVAL_SECONDS,
+        registry=registry,
+    )
+    def tick(body: kopf.Body, **_: Any) -> None:
+        run_tick(controller, body, now=datetime.now(UTC))
+
+
+def run_tick(controller: Controller, body: Mapping[str, Any], *, now: datetime) -> None:
+    """One timer tick, with errors translated to kopf's retry vocabulary."""
+    try:
+        controller.reconcile_policy(body, now=now)
+    except ValidationError as error:
+        raise kopf.PermanentError(f"invalid CanaryPolicy spec: {error}") from error
+    except KubeError as error:
+        if error.temporary:
+            raise kopf.TemporaryError(str(error), delay=MIN_INTERVAL_SECONDS) from error
+        raise kopf.PermanentError(str(error)) from error
+
+
+def kube_controller(*, prometheus_url: str | None = None) -> Controller:
+    """A Controller on the in-cluster (or kubeconfig) credentials and the given Prometheus."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    api = client.ApiClient()
+    url = prometheus_url or os.environ.get(PROMETHEUS_URL_ENV, DEFAULT_PROMETHEUS_URL)
+    return Controller(
+        isvcs=KubeInferenceServices(api),
+        policies=KubeCanaryPolicies(api),
+        events=KubeEvents(api, clock=lambda: datetime.now(UTC)),
+        prometheus=HttpPrometheus(url),
+    )
+
+
+def run(
+    *, namespaces: Sequence[str] = (), prometheus_url: str | None = None, standalone: bool = False
+) -> None:
+    """Run the controller until interrupted (`radixfleet canary run`)."""
+    registry = kopf.OperatorRegistry()
+    register(registry, kube_controller(prometheus_url=prometheus_url))
+    kopf.run(
+        registry=registry,
+        namespaces=list(namespaces),
+        clusterwide=not namespaces,
+        standalone=standalone,
+    )
