@@ -26,21 +26,18 @@ import kopf
 from pydantic import ValidationError
 
 from canary.decide import Decision, analysis_due, decide
-from canary.kube import (
+from canary.observe import commands, measure, observe_isvc
+from canary.ports import (
     CanaryPolicies,
     Events,
     InferenceServices,
-    KubeCanaryPolicies,
     KubeError,
-    KubeEvents,
-    KubeInferenceServices,
     StaleRevisionError,
     policy_name,
 )
-from canary.observe import commands, measure, observe_isvc
 from canary.queries import QueryConfig
 from canary.spec import API_VERSION, COMMAND_PREFIX, MIN_INTERVAL_SECONDS, PLURAL, CanaryPolicySpec
-from canary.state import Observed, RolloutStatus, Verb
+from canary.state import Observed, RolloutStatus, Verb, rollout_of
 from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
 from radixfleet.labels import GROUP
 
@@ -48,14 +45,6 @@ log = logging.getLogger(__name__)
 
 PROMETHEUS_URL_ENV = "RADIXFLEET_PROMETHEUS_URL"
 DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
-
-
-def rollout_of(policy: Mapping[str, Any], inference_service: str) -> RolloutStatus | None:
-    """The recorded rollout of one InferenceService in a policy's status, if any."""
-    for entry in (policy.get("status") or {}).get("rollouts", []):
-        if entry.get("inferenceService") == inference_service:
-            return RolloutStatus.model_validate(entry)
-    return None
 
 
 def to_wire(status: RolloutStatus) -> dict[str, Any]:
@@ -241,6 +230,8 @@ def run_tick(controller: Controller, body: Mapping[str, Any], *, now: datetime) 
 def kube_controller(*, prometheus_url: str | None = None) -> Controller:
     """A Controller on the in-cluster (or kubeconfig) credentials and the given Prometheus."""
     from kubernetes import client, config
+
+    from canary.kube import KubeCanaryPolicies, KubeEvents, KubeInferenceServices
 
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from canary.kube import KubeError, StaleRevisionError, merge_rollout
+from canary.ports import KubeError, StaleRevisionError, merge_rollout
 
 
 @dataclass(frozen=True)

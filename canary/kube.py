@@ -1,9 +1,8 @@
-"""The canary controller's Kubernetes ports and their implementation on the kubernetes client.
+"""The canary's Kubernetes ports (canary/ports.py) on the kubernetes client.
 
-Three small ports: InferenceServices (read, move traffic), CanaryPolicies (read, write one
-rollout's status, annotate commands) and Events. Errors keep the HTTP status: `ConflictError` (409,
-re-read and retry), `StaleRevisionError` (the canary changed under us: drop the action), and
-`KubeError.temporary` for what a later attempt can fix.
+Traffic moves by a JSON patch whose `test` re-checks the canary revision in the same request;
+policy status is replaced through the status subresource with the resourceVersion read, and a
+409 is retried from a fresh read.
 """
 
 from __future__ import annotations
@@ -12,12 +11,13 @@ import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from canary.spec import API_VERSION, PLURAL, POLICY_ANNOTATION
+from canary.ports import ConflictError, KubeError, StaleRevisionError, merge_rollout
+from canary.spec import API_VERSION, PLURAL
 from radixfleet.labels import GROUP
 
 KSERVE_GROUP, KSERVE_VERSION, ISVC_PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"
@@ -25,73 +25,8 @@ PERCENT_PATH = "/spec/predictor/canaryTrafficPercent"
 CANARY_PATH = "/status/components/predictor/latestCreatedRevision"
 FIELD_MANAGER = "radixfleet-canary"
 CONFLICT_ATTEMPTS = 5
-TEMPORARY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 T = TypeVar("T")
-
-
-class KubeError(Exception):
-    """A Kubernetes API call failed; `status` is the HTTP status (None: no response)."""
-
-    def __init__(self, message: str, *, status: int | None) -> None:
-        super().__init__(message)
-        self.status = status
-
-    @property
-    def temporary(self) -> bool:
-        return self.status is None or self.status in TEMPORARY_STATUSES
-
-
-class ConflictError(KubeError):
-    """409: the object changed since it was read; re-read and decide again."""
-
-
-class StaleRevisionError(KubeError):
-    """The InferenceService's latest revision is no longer the canary the action was for."""
-
-
-class InferenceServices(Protocol):
-    def in_namespace(self, namespace: str) -> list[dict[str, Any]]: ...
-
-    def set_canary_percent(
-        self, namespace: str, name: str, *, percent: int | None, canary_revision: str
-    ) -> None:
-        """Set canaryTrafficPercent (None removes it) only if `canary_revision` is still latest."""
-        ...
-
-
-class CanaryPolicies(Protocol):
-    def get(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-
-    def write_rollout(self, namespace: str, name: str, rollout: dict[str, Any]) -> None:
-        """Replace the policy's `status.rollouts` entry of `rollout["inferenceService"]`."""
-        ...
-
-    def annotate(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
-        """Set annotations on the policy; None removes one."""
-        ...
-
-
-class Events(Protocol):
-    def emit(
-        self, *, involved: Mapping[str, Any], reason: str, message: str, warning: bool
-    ) -> None: ...
-
-
-def policy_name(isvc: Mapping[str, Any]) -> str | None:
-    """The CanaryPolicy an InferenceService names in its annotation, if any."""
-    annotations = isvc.get("metadata", {}).get("annotations") or {}
-    name = annotations.get(POLICY_ANNOTATION)
-    return str(name) if name else None
-
-
-def merge_rollout(status: Mapping[str, Any], rollout: dict[str, Any]) -> dict[str, Any]:
-    """A policy status with `rollout` in place of its InferenceService's entry."""
-    key = rollout["inferenceService"]
-    others = [r for r in status.get("rollouts", []) if r.get("inferenceService") != key]
-    rollouts = sorted([*others, rollout], key=lambda r: str(r["inferenceService"]))
-    active = sum(r.get("phase") not in ("Promoted", "RolledBack") for r in rollouts)
-    return {**status, "rollouts": rollouts, "activeRollouts": active}
 
 
 def _call(what: str, call: Callable[[], T]) -> T:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -187,3 +188,11 @@ def _approved_weight(value: str, canary_revision: str) -> int | None:
     if revision != canary_revision or not weight.isdigit():
         return None
     return int(weight)
+
+
+def rollout_of(policy: Mapping[str, Any], inference_service: str) -> RolloutStatus | None:
+    """The recorded rollout of one InferenceService in a policy's status, if any."""
+    for entry in (policy.get("status") or {}).get("rollouts", []):
+        if entry.get("inferenceService") == inference_service:
+            return RolloutStatus.model_validate(entry)
+    return None

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from canary.cli import canary_app
 from radixfleet.config import ConfigError, load_catalog
 from radixfleet.dashboards import render_dashboards
 from radixfleet.emulator.cli import emulate
@@ -29,6 +30,7 @@ app = typer.Typer(
 )
 console = Console()
 err = Console(stderr=True)
+app.add_typer(canary_app, name="canary")
 
 DEFAULT_CATALOG = Path("inferenceservices/catalog.yaml")
 EXIT_PROBLEMS = 1

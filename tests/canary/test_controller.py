@@ -8,12 +8,12 @@ from typing import Any
 import kopf
 import pytest
 
-from canary.controller import Controller, register, rollout_of, run_tick, to_wire
+from canary.controller import Controller, register, run_tick, to_wire
 from canary.fakes import FakeCanaryPolicies, FakeEvents, FakeInferenceServices
-from canary.kube import KubeError, StaleRevisionError
+from canary.ports import KubeError, StaleRevisionError
 from canary.queries import REQUESTS, QueryConfig, revision_queries
 from canary.spec import POLICY_ANNOTATION, Metric
-from canary.state import Phase, Verb
+from canary.state import Phase, Verb, rollout_of
 from radixfleet.adapters.prometheus import MetricsUnavailable
 from radixfleet.adapters.prometheus_fake import FakePrometheus
 

@@ -1,0 +1,81 @@
+"""The canary controller's Kubernetes ports: three small Protocols and their typed errors.
+
+InferenceServices (list, move traffic), CanaryPolicies (read, write one rollout's status,
+annotate commands) and Events. Errors keep the HTTP status: `ConflictError` (409, re-read and
+retry), `StaleRevisionError` (the canary changed under us: drop the action), and
+`KubeError.temporary` for what a later attempt can fix. No client library is imported here, so
+the CLI and the fakes stay light; `canary/kube.py` implements the ports on the kubernetes client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from canary.spec import POLICY_ANNOTATION
+
+TEMPORARY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class KubeError(Exception):
+    """A Kubernetes API call failed; `status` is the HTTP status (None: no response)."""
+
+    def __init__(self, message: str, *, status: int | None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def temporary(self) -> bool:
+        return self.status is None or self.status in TEMPORARY_STATUSES
+
+
+class ConflictError(KubeError):
+    """409: the object changed since it was read; re-read and decide again."""
+
+
+class StaleRevisionError(KubeError):
+    """The InferenceService's latest revision is no longer the canary the action was for."""
+
+
+class InferenceServices(Protocol):
+    def in_namespace(self, namespace: str) -> list[dict[str, Any]]: ...
+
+    def set_canary_percent(
+        self, namespace: str, name: str, *, percent: int | None, canary_revision: str
+    ) -> None:
+        """Set canaryTrafficPercent (None removes it) only if `canary_revision` is still latest."""
+        ...
+
+
+class CanaryPolicies(Protocol):
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def write_rollout(self, namespace: str, name: str, rollout: dict[str, Any]) -> None:
+        """Replace the policy's `status.rollouts` entry of `rollout["inferenceService"]`."""
+        ...
+
+    def annotate(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        """Set annotations on the policy; None removes one."""
+        ...
+
+
+class Events(Protocol):
+    def emit(
+        self, *, involved: Mapping[str, Any], reason: str, message: str, warning: bool
+    ) -> None: ...
+
+
+def policy_name(isvc: Mapping[str, Any]) -> str | None:
+    """The CanaryPolicy an InferenceService names in its annotation, if any."""
+    annotations = isvc.get("metadata", {}).get("annotations") or {}
+    name = annotations.get(POLICY_ANNOTATION)
+    return str(name) if name else None
+
+
+def merge_rollout(status: Mapping[str, Any], rollout: dict[str, Any]) -> dict[str, Any]:
+    """A policy status with `rollout` in place of its InferenceService's entry."""
+    key = rollout["inferenceService"]
+    others = [r for r in status.get("rollouts", []) if r.get("inferenceService") != key]
+    rollouts = sorted([*others, rollout], key=lambda r: str(r["inferenceService"]))
+    active = sum(r.get("phase") not in ("Promoted", "RolledBack") for r in rollouts)
+    return {**status, "rollouts": rollouts, "activeRollouts": active}
