@@ -33,9 +33,11 @@ def test_emulate_serves_a_profile_from_yaml_until_terminated(tmp_path: Path) -> 
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         info = None
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while info is None:
-            assert process.poll() is None and time.monotonic() < deadline
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"emulator never served: {process.communicate()[0].decode()}")
             try:
                 url = f"http://127.0.0.1:{port}"
                 with urllib.request.urlopen(f"{url}/health", timeout=2) as health:
