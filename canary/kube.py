@@ -80,9 +80,25 @@ class KubeInferenceServices:
         try:
             _call(f"patch {namespace}/{name}", lambda: self._patch(namespace, name, [test, move]))
         except KubeError as error:
-            if error.status == 422 and "test" in str(error):
-                raise StaleRevisionError(str(error), status=error.status) from error
+            # A failed `test` answers a bare 422 "Invalid"; read the object to tell it apart
+            # from a refused value.
+            if error.status == 422 and self._latest(namespace, name) != canary_revision:
+                raise StaleRevisionError(f"{name}: the canary is no longer {canary_revision}",
+                                         status=422) from error  # fmt: skip
             raise
+
+    def _latest(self, namespace: str, name: str) -> str | None:
+        isvc = _as_dict(
+            _call(
+                f"get {namespace}/{name}",
+                lambda: self.api.get_namespaced_custom_object(
+                    KSERVE_GROUP, KSERVE_VERSION, namespace, ISVC_PLURAL, name
+                ),
+            )
+        )
+        predictor = isvc.get("status", {}).get("components", {}).get("predictor", {})
+        latest = predictor.get("latestCreatedRevision")
+        return str(latest) if latest else None
 
     def _patch(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> Any:
         return self.api.patch_namespaced_custom_object(
