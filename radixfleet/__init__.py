@@ -1,3 +1,3 @@
-"""radixfleet: the kernel every subsystem imports (typed config, adapters, CLI, local fleet, twin)."""
+"""radixfleet's kernel: typed config, adapters, the CLI, the local fleet and the fleet twin."""
 
 __version__ = "0.1.0"
