@@ -29,6 +29,7 @@ from canary.state import (
     Phase,
     RolloutStatus,
     Verb,
+    finite,
 )
 
 
@@ -181,10 +182,11 @@ def halt_reason(spec: CanaryPolicySpec, measured: Measured | None) -> str | None
     needs_stable = any(check.needs_stable for check in spec.checks)
     sides = [("canary", measured.canary)] + [("stable", measured.stable)] * needs_stable
     for side, metrics in sides:
-        requests = metrics.requests
-        if requests is None or not requests >= spec.min_requests:
-            shown = "no" if requests is None else f"{requests:.0f}"
-            return f"too few requests: {side} served {shown} of {spec.min_requests} needed"
+        requests = finite(metrics.requests)
+        if requests is None:
+            return f"too few requests: no request count for the {side} revision"
+        if requests < spec.min_requests:
+            return f"too few requests: {side} served {requests:.0f} of {spec.min_requests} needed"
     for check in spec.checks:
         for side, metrics in sides[: 1 + check.needs_stable]:
             if metrics.value(check.metric) is None:

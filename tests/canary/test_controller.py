@@ -49,11 +49,13 @@ def policy(**spec: Any) -> dict[str, Any]:
     return {"metadata": {"name": POLICY, "namespace": NS}, "spec": spec}
 
 
-def answers(canary: dict[str, float], stable: dict[str, float] = GOOD) -> dict[str, Any]:
+def answers(
+    canary: dict[str, float], stable: dict[str, float] = GOOD, *, namespace: str = NS
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for revision, values in ((CANARY, canary), (STABLE, stable)):
         queries = revision_queries(
-            namespace=NS, revision=revision, window_seconds=60, config=QueryConfig()
+            namespace=namespace, revision=revision, window_seconds=60, config=QueryConfig()
         )
         out |= {queries[key]: value for key, value in values.items()}
     return out
