@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from canary.spec import API_VERSION, KIND, POLICY_ANNOTATION, CanaryPolicySpec
 from inferenceservices.scaling import concurrency_target
 from radixfleet import labels
 from radixfleet.config.catalog import Catalog, Model, Tenant
@@ -107,6 +108,10 @@ def _predictor(model: Model) -> dict[str, Any]:
     }
     if "storageUris" in storage:
         predictor["storageUris"] = storage["storageUris"]
+    if model.canary_policy:
+        # KServe pins every new predictor revision at 0 % until the canary controller steps it;
+        # without the field a new revision takes all traffic as soon as it is ready.
+        predictor["canaryTrafficPercent"] = 0
     if model.nodes > 1:
         predictor["workerSpec"] = {
             "pipelineParallelSize": model.nodes,
@@ -137,6 +142,8 @@ def _annotations(model: Model) -> dict[str, str]:
         annotations["serving.knative.dev/progress-deadline"] = f"{progress_deadline_s(model)}s"
     if model.pd_peer:
         annotations[labels.PD_PEER] = model.pd_peer
+    if model.canary_policy:
+        annotations[POLICY_ANNOTATION] = model.canary_policy
     return annotations
 
 
@@ -185,3 +192,17 @@ def build_namespaces(catalog: Catalog) -> list[dict[str, Any]]:
         if tenant.name in used
         for ns in tenant.namespaces
     ]
+
+
+def build_canary_policy(name: str, namespace: str) -> dict[str, Any]:
+    """A CanaryPolicy with the platform's default steps and checks (canary/spec.py)."""
+    return {
+        "apiVersion": f"{labels.GROUP}/{API_VERSION}",
+        "kind": KIND,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {labels.MANAGED_BY: labels.MANAGER},
+        },
+        "spec": CanaryPolicySpec().model_dump(by_alias=True, mode="json", exclude_none=True),
+    }

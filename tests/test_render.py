@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -63,16 +64,21 @@ def test_kubectl_kustomize_builds(folder: str) -> None:
     kinds = [d["kind"] for d in yaml.safe_load_all(built) if d]
     expected = {
         "runtimes": {"ClusterServingRuntime"},
-        "inferenceservices": {"Namespace", "InferenceService"},
+        "inferenceservices": {"Namespace", "InferenceService", "CanaryPolicy"},
     }
     assert set(kinds) == expected[folder]
 
 
-def test_every_model_and_tenant_gets_an_inference_service(rendered: Path) -> None:
-    catalog = load_catalog(CATALOG)
+def inference_services(rendered: Path) -> list[dict[str, Any]]:
     docs = [
         yaml.safe_load(p.read_text()) for p in (rendered / "inferenceservices").rglob("*/*.yaml")
     ]
+    return [d for d in docs if d["kind"] == "InferenceService"]
+
+
+def test_every_model_and_tenant_gets_an_inference_service(rendered: Path) -> None:
+    catalog = load_catalog(CATALOG)
+    docs = inference_services(rendered)
     names = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs}
     lora = {m.name for m in catalog.models if m.lora_adapters}
     for model in catalog.models:
@@ -83,14 +89,13 @@ def test_every_model_and_tenant_gets_an_inference_service(rendered: Path) -> Non
 
 def test_scale_to_zero_models_say_min_replicas_zero_explicitly(rendered: Path) -> None:
     # KServe's default minReplicas is 1: scale-to-zero needs the explicit 0.
-    for path in (rendered / "inferenceservices").rglob("*/*.yaml"):
-        predictor = yaml.safe_load(path.read_text())["spec"]["predictor"]
-        assert "minReplicas" in predictor
+    for doc in inference_services(rendered):
+        assert "minReplicas" in doc["spec"]["predictor"]
 
 
 def test_gpu_workloads_select_and_tolerate_gpu_nodes(rendered: Path) -> None:
-    for path in (rendered / "inferenceservices").rglob("*/*.yaml"):
-        predictor = yaml.safe_load(path.read_text())["spec"]["predictor"]
+    for doc in inference_services(rendered):
+        predictor = doc["spec"]["predictor"]
         assert predictor["nodeSelector"]["radixfleet.io/gpu-type"]
         assert {
             "key": "nvidia.com/gpu",
@@ -147,3 +152,24 @@ def test_tighter_itl_slo_never_raises_the_target() -> None:
         for ms in (10, 20, 40, 80, 160)
     ]
     assert targets == sorted(targets)
+
+
+def test_canary_models_start_new_revisions_at_zero_under_their_policy(rendered: Path) -> None:
+    catalog = load_catalog(CATALOG)
+    for model in catalog.models:
+        for tenant in model.tenants[:1]:
+            ns = catalog.tenant(tenant).namespaces[0]
+            doc = yaml.safe_load(
+                (rendered / "inferenceservices" / ns / f"{model.name}.yaml").read_text()
+            )
+            annotations = doc["metadata"]["annotations"]
+            predictor = doc["spec"]["predictor"]
+            if model.canary_policy:
+                assert annotations["radixfleet.io/canary-policy"] == model.canary_policy
+                assert predictor["canaryTrafficPercent"] == 0
+                policy = (
+                    rendered / "inferenceservices" / ns / f"canarypolicy-{model.canary_policy}.yaml"
+                )
+                assert yaml.safe_load(policy.read_text())["kind"] == "CanaryPolicy"
+            else:
+                assert "canaryTrafficPercent" not in predictor

@@ -160,6 +160,8 @@ class Model(Strict):
     max_loras_per_batch: PositiveInt = 8
     pd_peer: str | None = None
     profile: str | None = None
+    # A CanaryPolicy of the tenant's namespace that judges this model's rollouts (canary/).
+    canary_policy: Name | None = None
 
 
 class Catalog(Strict):

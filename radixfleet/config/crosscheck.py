@@ -180,6 +180,8 @@ def _model_runtime(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding
         yield f"{loc}.runtime", f"{runtime} {why}"
     if runtime != "sglang-multinode" and model.nodes > 1:
         yield f"{loc}.nodes", f"{model.nodes} nodes need runtime sglang-multinode"
+    if model.canary_policy is not None and model.nodes > 1:
+        yield f"{loc}.canary_policy", "multi-node models run in RawDeployment mode: no canaries"
     if model.lora_adapters and runtime != "sglang-lora":
         yield f"{loc}.lora_adapters", f"LoRA adapters need runtime sglang-lora, not {runtime}"
     if model.profile is not None and model.profile not in BUILTIN_PROFILES:

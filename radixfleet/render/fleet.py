@@ -13,7 +13,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferenceservices.builder import build_inference_service, build_namespaces, namespace_of
+from inferenceservices.builder import (
+    build_canary_policy,
+    build_inference_service,
+    build_namespaces,
+    namespace_of,
+)
 from radixfleet.config.catalog import KNOWN_RUNTIMES, Catalog, Model, Tenant
 from radixfleet.render.yamlout import to_yaml
 from runtimes.builder import build_runtime
@@ -52,9 +57,22 @@ def render_tree(catalog: Catalog) -> RenderedTree:
             isvcs[f"{namespace_of(tenant)}/{model.name}.yaml"] = to_yaml(
                 isvc, notes=notes, header=MARKER
             )
+    for namespace, policy in sorted(_canary_policies(catalog)):
+        isvcs[f"{namespace}/canarypolicy-{policy}.yaml"] = to_yaml(
+            build_canary_policy(policy, namespace), header=MARKER
+        )
     runtimes["kustomization.yaml"] = _kustomization(runtimes)
     isvcs["kustomization.yaml"] = _kustomization(isvcs)
     return RenderedTree(runtimes=runtimes, inferenceservices=isvcs)
+
+
+def _canary_policies(catalog: Catalog) -> set[tuple[str, str]]:
+    return {
+        (namespace_of(tenant), model.canary_policy)
+        for model in catalog.models
+        if model.canary_policy
+        for tenant in served_tenants(catalog, model)
+    }
 
 
 def _documents(objects: Iterable[dict[str, object]]) -> str:
