@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import client, dynamic, watch
 from kubernetes.client.exceptions import ApiException
 
 from tests.apiserver.fixture import ApiServer
@@ -198,3 +198,14 @@ def test_a_watch_resumes_from_a_resource_version(isvcs: Isvcs) -> None:
             break
     # Only what happened after the resourceVersion, in order; "before" is not replayed.
     assert seen == [("ADDED", "after-1"), ("ADDED", "after-2")]
+
+
+def test_discovery_lists_the_custom_resources(apiserver: ApiServer, kube_client: Any) -> None:
+    # kubectl and kopf find resources through /api and /apis, which this server only serves
+    # because our main adds them (the aggregator in front of it serves them in a cluster).
+    resources = apiserver.kubectl("api-resources", "--api-group", GROUP, "-o", "name").stdout
+    assert f"{PLURAL}.{GROUP}" in resources.split()
+    discovered = dynamic.DynamicClient(kube_client).resources.get(  # type: ignore[no-untyped-call]
+        api_version=f"{GROUP}/{VERSION}", kind="InferenceService"
+    )
+    assert (discovered.name, discovered.namespaced) == (PLURAL, True)

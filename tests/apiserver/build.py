@@ -23,6 +23,7 @@ from pathlib import Path
 SOURCE_DIR = Path(__file__).resolve().parent
 SOURCES = ("go.mod", "go.sum", "main.go")
 MODULE = "k8s.io/apiextensions-apiserver"
+KEEP_BUILDS = 3
 # Where Debian's golang and the official tarball put go, for shells whose PATH lacks it.
 GO_FALLBACKS = (Path("/usr/local/go/bin/go"), Path("/usr/lib/go/bin/go"))
 
@@ -118,6 +119,15 @@ def _build(target: Path, *, log: Path | None) -> None:
         raise BuildError(f"go build failed ({result.returncode}):\n{result.stderr[-4000:]}")
     Path(tmp).chmod(0o755)
     Path(tmp).replace(target)
+    _prune(keep=KEEP_BUILDS)
+
+
+def _prune(*, keep: int) -> None:
+    """Drop all but the newest few builds (85 MB each); a few, not one, so that checkouts at
+    different commits on one machine do not rebuild each other's."""
+    builds = sorted(cache_root().glob("*/apiserver"), key=lambda p: p.stat().st_mtime)
+    for old in builds[:-keep]:
+        shutil.rmtree(old.parent, ignore_errors=True)
 
 
 def main() -> int:

@@ -169,7 +169,12 @@ func installDiscoveryRoots(s *genericapiserver.GenericAPIServer) {
 
 	legacy := s.AggregatedLegacyDiscoveryGroupManager
 	noCore := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}})
+		// Empty lists, not nulls: some clients iterate them without a check.
+		writeJSON(w, metav1.APIVersions{
+			TypeMeta:                   metav1.TypeMeta{Kind: "APIVersions"},
+			Versions:                   []string{},
+			ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{},
+		})
 	})
 	api := discoveryendpoint.WrapAggregatedDiscoveryToHandler(noCore, legacy, legacy)
 	s.Handler.GoRestfulContainer.Add(api.GenerateWebService("/api", metav1.APIVersions{}))
@@ -186,7 +191,10 @@ func classicGroups(aggregated http.Handler, r *http.Request) (*metav1.APIGroupLi
 	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil {
 		return nil, fmt.Errorf("decoding aggregated discovery (%d): %w", rec.Code, err)
 	}
-	out := &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}}
+	out := &metav1.APIGroupList{
+		TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"},
+		Groups:   []metav1.APIGroup{},
+	}
 	for _, g := range list.Items {
 		group := metav1.APIGroup{Name: g.Name}
 		for _, v := range g.Versions {
