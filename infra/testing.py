@@ -7,6 +7,7 @@ every declared resource so that tests can assert policies over all of them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -106,11 +107,26 @@ class RecordingMocks(pulumi.runtime.Mocks):
         return {}, []
 
 
+def _ensure_event_loop() -> None:
+    """Give Pulumi's runtime an open event loop on this thread.
+
+    The SDK drives mocks through `asyncio.get_event_loop()`; code that ran earlier in the same
+    process (`asyncio.run`, test frameworks) may have closed or unset the current loop.
+    """
+    try:
+        loop = asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:
+        loop = None
+    if loop is None or loop.is_closed():
+        asyncio.set_event_loop(asyncio.new_event_loop())
+
+
 def run_program(
     config: Mapping[str, Any], *, stack: str = "example", mocks: RecordingMocks | None = None
 ) -> RecordingMocks:
     """Run `infra.program.main` under mocks with `config` (a stack's `config:` block)."""
     mocks = mocks or RecordingMocks()
+    _ensure_event_loop()
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False)
     pulumi.runtime.set_all_config(
         {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
