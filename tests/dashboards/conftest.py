@@ -55,7 +55,7 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def standin_exporter(catalog: Catalog) -> Iterator[str]:
     """The stand-in exporter (see standin.py) on a free port; yields host:port."""
     registry = CollectorRegistry()
@@ -93,7 +93,7 @@ def serve_text_format(registry: CollectorRegistry) -> ThreadingHTTPServer:
     return ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def sglang_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ReplicaTarget]]:
     """Emulated SGLang replicas in two regions, with traffic flowing."""
     with emulated_fleet(tmp_path_factory.mktemp("tokenizer")) as targets:
@@ -121,14 +121,18 @@ def prometheus_config(
     }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def live_prometheus(
     tmp_path_factory: pytest.TempPathFactory,
     catalog: Catalog,
     standin_exporter: str,
     sglang_replicas: list[ReplicaTarget],
 ) -> Iterator[LivePrometheus]:
-    """Debian's Prometheus scraping the local fleet, with the generated rules loaded."""
+    """Debian's Prometheus scraping the local fleet, with the generated rules loaded.
+
+    Package-scoped, like the replicas and exporters it scrapes: they stop (and their traffic
+    with them) once the last test of tests/dashboards has run, not at the end of the session.
+    """
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.skip("prometheus is not installed (scripts/provision.sh installs it)")
