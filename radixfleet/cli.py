@@ -20,6 +20,7 @@ from radixfleet.config import ConfigError, load_catalog
 from radixfleet.dashboards import render_dashboards
 from radixfleet.emulator.cli import emulate
 from radixfleet.render.fleet import render_tree, write_tree
+from radixfleet.twin.cli import bench, twin_app
 from radixfleet.validate import validate_paths
 
 app = typer.Typer(
@@ -31,6 +32,8 @@ app = typer.Typer(
 console = Console()
 err = Console(stderr=True)
 app.add_typer(canary_app, name="canary")
+app.add_typer(twin_app, name="twin")
+app.command("bench")(bench)
 
 DEFAULT_CATALOG = Path("inferenceservices/catalog.yaml")
 EXIT_PROBLEMS = 1

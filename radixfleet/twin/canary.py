@@ -1,0 +1,80 @@
+"""Canary policies: radixfleet's (the canary controller's own `decide`) and a no-analysis one.
+
+:class:`RadixfleetCanary` calls `canary.decide.decide` exactly as the controller does, with the
+twin's per-revision numbers in place of Prometheus and virtual time turned into datetimes; it
+keeps the rollout status between ticks as the CanaryPolicy's status would. :class:`NoAnalysis`
+is the baseline: KServe's `canaryTrafficPercent` stepped on the same schedule (Flagger's 60 s
+interval) with nothing judged, so every canary is promoted.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from canary.decide import analysis_due, decide
+from canary.spec import FULL_TRAFFIC, CanaryPolicySpec
+from canary.state import Observed, RolloutStatus, Verb
+from radixfleet.twin.interfaces import CanaryObservation, CanaryStep
+
+#: Virtual second 0 as a datetime, for the controller's decision function.
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+#: How often the controller looks at a rollout (its kopf timer).
+TICK_S = 10.0
+
+
+def at(seconds: float) -> datetime:
+    """Virtual seconds as the datetime the canary's `decide` expects."""
+    return EPOCH + timedelta(seconds=seconds)
+
+
+class RadixfleetCanary:
+    """radixfleet's canary controller: metric-gated steps with halt-don't-fail."""
+
+    def __init__(self, spec: CanaryPolicySpec | None = None, *, tick_s: float = TICK_S) -> None:
+        self.spec = spec or CanaryPolicySpec()
+        self.tick_s = tick_s
+        self.window_s = float(self.spec.interval_seconds)
+        self.status: RolloutStatus | None = None
+
+    def step(self, observed: CanaryObservation, now: float) -> CanaryStep:
+        """One controller pass over the rollout."""
+        when = at(now)
+        due = analysis_due(self.spec, self.status, when)
+        snapshot = Observed(
+            inference_service=observed.service,
+            canary_revision="canary",
+            stable_revision="stable",
+            canary_ready=observed.canary_ready,
+            weight=observed.weight,
+            measured=observed.measured if due else None,
+        )
+        decision = decide(snapshot, self.spec, self.status, when)
+        self.status = decision.status
+        if decision.remove_percent:
+            return CanaryStep(promote=True, reason=decision.reason)
+        if decision.verb is Verb.ROLLBACK:
+            return CanaryStep(rollback=True, reason=decision.reason)
+        return CanaryStep(weight=decision.canary_percent, reason=decision.reason)
+
+
+class NoAnalysis:
+    """Steps through the same weights every interval once the canary is ready; never judges."""
+
+    def __init__(self, spec: CanaryPolicySpec | None = None, *, tick_s: float = TICK_S) -> None:
+        self.spec = spec or CanaryPolicySpec()
+        self.tick_s = tick_s
+        self.window_s = float(self.spec.interval_seconds)
+        self._last_move: float | None = None
+
+    def step(self, observed: CanaryObservation, now: float) -> CanaryStep:
+        """The next weight when the interval has passed; promote after the last one."""
+        if not observed.canary_ready:
+            return CanaryStep(reason="waiting for the canary to become ready")
+        due = self._last_move is None or now - self._last_move >= self.spec.interval_seconds
+        if observed.weight > 0 and not due:
+            return CanaryStep(reason=f"holding at {observed.weight}%")
+        self._last_move = now
+        target = self.spec.next_step(observed.weight)
+        if target >= FULL_TRAFFIC:
+            return CanaryStep(promote=True, reason=f"promoting after {observed.weight}%")
+        return CanaryStep(weight=target, reason=f"advancing to {target}% without analysis")

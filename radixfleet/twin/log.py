@@ -1,0 +1,118 @@
+"""What a run records: one row per request, one per replica lifetime, one per decision.
+
+Columns are compact typed arrays so an hour of a thousand requests a second fits in memory and
+crosses a process boundary cheaply; everything else (percentiles, windows, ratios) is computed
+from them at the end by :mod:`radixfleet.twin.results`.
+"""
+
+from __future__ import annotations
+
+import enum
+from array import array
+from dataclasses import dataclass, field
+
+
+class Status(enum.IntEnum):
+    """How a request ended."""
+
+    OK = 0
+    SERVER_ERROR = 1  # every attempt answered 5xx (not ready, injected error)
+    ABORTED = 2  # the replica died under it
+    REGION_DOWN = 3  # its region's endpoint refused the connection
+    TIMEOUT = 4  # buffered for a replica longer than the request timeout
+    THROTTLED = 5  # refused by the tenant's budget (429)
+    TOO_LONG = 6  # beyond the model's context (400)
+    NO_SERVICE = 7  # sent to a region that does not serve its model
+
+
+@dataclass
+class RequestLog:
+    """Per request: arrival index, where and how it was served, and its latencies."""
+
+    index: array[int] = field(default_factory=lambda: array("q"))
+    region: array[int] = field(default_factory=lambda: array("h"))
+    revision: array[int] = field(default_factory=lambda: array("b"))
+    status: array[int] = field(default_factory=lambda: array("b"))
+    cold: array[int] = field(default_factory=lambda: array("b"))
+    ttft: array[float] = field(default_factory=lambda: array("d"))
+    itl: array[float] = field(default_factory=lambda: array("d"))
+    prompt: array[int] = field(default_factory=lambda: array("l"))
+    output: array[int] = field(default_factory=lambda: array("l"))
+    cached: array[int] = field(default_factory=lambda: array("l"))
+    ended: array[float] = field(default_factory=lambda: array("d"))
+
+    def add(
+        self,
+        *,
+        index: int,
+        region: int,
+        revision: int,
+        status: Status,
+        cold: bool,
+        ttft: float,
+        itl: float,
+        prompt: int,
+        output: int,
+        cached: int,
+        ended: float,
+    ) -> None:
+        """One finished or failed request; NaN for latencies it does not have."""
+        self.index.append(index)
+        self.region.append(region)
+        self.revision.append(revision)
+        self.status.append(int(status))
+        self.cold.append(cold)
+        self.ttft.append(ttft)
+        self.itl.append(itl)
+        self.prompt.append(prompt)
+        self.output.append(output)
+        self.cached.append(cached)
+        self.ended.append(ended)
+
+    def extend(self, other: RequestLog) -> None:
+        """Append another log's rows (another worker's regions)."""
+        for name in self.__dataclass_fields__:
+            getattr(self, name).extend(getattr(other, name))
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+@dataclass(frozen=True)
+class ReplicaSpan:
+    """One replica from scheduling to removal: what it cost in GPU time."""
+
+    region: str
+    model: str
+    revision: int
+    created_at: float
+    removed_at: float
+    gpus: int
+
+    @property
+    def gpu_seconds(self) -> float:
+        """GPUs held times seconds held, cold start included."""
+        return (self.removed_at - self.created_at) * self.gpus
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """A policy decision worth showing: scaling, traffic shifts, canary steps."""
+
+    at: float
+    kind: str  # "canary", "traffic", "fault"
+    region: str
+    model: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A service's replica counts at one sampling time."""
+
+    at: float
+    region: str
+    model: str
+    ready: int
+    active: int
+    buffered: int

@@ -1,0 +1,67 @@
+"""Per-revision numbers over a sliding window: what the canary judge reads instead of PromQL.
+
+The controller asks Prometheus for p95 TTFT and ITL (histogram quantiles), the error ratio and
+the cache hit rate of each revision over its analysis interval; the twin computes the same
+from the requests that ended in the window, exactly rather than from histogram buckets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from canary.state import Measured, RevisionMetrics
+from radixfleet.replica import RequestSpec
+
+
+class CanaryWindow:
+    """Finished requests and 5xx answers of the stable (0) and canary (1) revisions."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._done: tuple[deque[tuple[float, float, float, int, int]], ...] = (deque(), deque())
+        self._errors: tuple[deque[float], ...] = (deque(), deque())
+
+    def add(
+        self, revision: int, t: float, ttft: float, itl: float, cached: int, spec: RequestSpec
+    ) -> None:
+        """A request of `revision` finished at `t`."""
+        self._done[revision].append((t, ttft, itl, cached, spec.prompt_tokens))
+
+    def error(self, revision: int, t: float) -> None:
+        """A 5xx answer (or a request lost to a crash) of `revision` at `t`."""
+        self._errors[revision].append(t)
+
+    def measure(self, now: float) -> Measured:
+        """Both revisions' numbers over the last `window_s` seconds."""
+        return Measured(canary=self._revision(1, now), stable=self._revision(0, now))
+
+    def _revision(self, revision: int, now: float) -> RevisionMetrics:
+        horizon = now - self.window_s
+        done, errors = self._done[revision], self._errors[revision]
+        while done and done[0][0] <= horizon:
+            done.popleft()
+        while errors and errors[0] <= horizon:
+            errors.popleft()
+        total = len(done) + len(errors)
+        if total == 0:
+            return RevisionMetrics()
+        prompt = sum(item[4] for item in done)
+        return RevisionMetrics(
+            requests=float(total),
+            ttft_p95=quantile([item[1] for item in done], 0.95),
+            itl_p95=quantile([item[2] for item in done if not math.isnan(item[2])], 0.95),
+            error_rate=len(errors) / total,
+            cache_hit_rate=sum(item[3] for item in done) / prompt if prompt else None,
+        )
+
+
+def quantile(values: list[float], q: float) -> float | None:
+    """The `q` quantile by linear interpolation (numpy's default); None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

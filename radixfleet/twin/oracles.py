@@ -1,0 +1,102 @@
+"""Hindsight oracles: the best a policy could do on this workload, to judge policies against.
+
+- :func:`prefix_oracle`: the prefix hit rate of one infinite cache per model that has seen
+  every earlier request (no eviction, no routing mistakes).
+- :func:`gpu_oracle`: the fewest GPU-seconds that meet the SLO knowing the future: per minute
+  and per region, just enough warm replicas for that minute's arrivals at the largest rate one
+  replica serves within the SLO (found by simulating one replica on the model's own requests),
+  with no cold start and perfect balance. It is a bound, not a policy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from radixfleet.replica import EventKind, RejectedError, ReplicaModel, SchedulePolicy
+from radixfleet.twin.region import _profile
+from radixfleet.twin.scenario import Model
+from radixfleet.twin.workload import Workload, infinite_cache_hit_rate
+
+WINDOW_S = 60.0
+CALIBRATION_REQUESTS = 400
+
+
+@dataclass(frozen=True)
+class GpuOracle:
+    """The hindsight GPU budget, and the per-replica capacity it was built from."""
+
+    gpu_hours: float
+    capacity_rps: dict[str, float]
+
+
+def prefix_oracle(workload: Workload) -> dict[str, float]:
+    """Per model, the infinite-cache prefix hit rate over the whole run."""
+    return infinite_cache_hit_rate(workload)
+
+
+def gpu_oracle(workload: Workload) -> GpuOracle:
+    """The hindsight minimum GPU-hours meeting every model's SLO (see the module docstring)."""
+    scenario = workload.scenario
+    arrivals = workload.arrivals
+    capacity = {m.name: replica_capacity(workload, i) for i, m in enumerate(scenario.models)}
+    windows = max(1, math.ceil(scenario.duration_s / WINDOW_S))
+    bins = np.minimum((arrivals.t // WINDOW_S).astype(np.int64), windows - 1)
+    gpu_seconds = 0.0
+    for m, model in enumerate(scenario.models):
+        gpus = _profile(model.profile, scenario).gpu_count
+        per_window = capacity[model.name] * WINDOW_S
+        for r in range(len(scenario.regions)):
+            mask = (arrivals.model == m) & (arrivals.home == r)
+            counts = np.bincount(bins[mask], minlength=windows)
+            gpu_seconds += float(np.ceil(counts / per_window).sum()) * WINDOW_S * gpus
+    return GpuOracle(gpu_hours=gpu_seconds / 3600.0, capacity_rps=capacity)
+
+
+def replica_capacity(workload: Workload, model_index: int) -> float:
+    """The highest arrival rate one warm replica serves within the model's SLO target."""
+    model = workload.scenario.models[model_index]
+    indices = np.nonzero(workload.arrivals.model == model_index)[0][:CALIBRATION_REQUESTS]
+    if len(indices) == 0:
+        return 1.0
+    low, high = 0.05, 1.0
+    while _meets(workload, model, indices, high) and high < 1e4:
+        low, high = high, high * 2
+    for _ in range(8):
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if _meets(workload, model, indices, middle) else (low, middle)
+    return low
+
+
+def _meets(workload: Workload, model: Model, indices: np.ndarray, rate: float) -> bool:
+    replica = ReplicaModel(
+        profile=_profile(model.profile, workload.scenario),
+        now=0.0,
+        block_tokens=model.block_tokens,
+        schedule_policy=SchedulePolicy(model.schedule_policy),
+        warm=True,
+    )
+    ttft_limit, itl_limit = model.slo.ttft_ms / 1000.0, model.slo.itl_ms / 1000.0
+    good = 0
+    for k, index in enumerate(indices.tolist()):
+        now = k / rate  # evenly spaced: the oracle also smooths arrivals within a window
+        for event in replica.advance(now):
+            good += _good(event.kind, event.request, ttft_limit, itl_limit)
+        try:
+            replica.submit(workload.spec(index), now=now)
+        except RejectedError:
+            continue
+    while (when := replica.next_event_time()) is not None:
+        for event in replica.advance(when):
+            good += _good(event.kind, event.request, ttft_limit, itl_limit)
+    return good >= model.slo.target * len(indices)
+
+
+def _good(kind: EventKind, request: object, ttft_limit: float, itl_limit: float) -> int:
+    if kind is not EventKind.FINISHED:
+        return 0
+    ttft = getattr(request, "ttft", None)
+    itl = getattr(request, "mean_itl", None)
+    return int(ttft is not None and ttft <= ttft_limit and (itl is None or itl <= itl_limit))

@@ -1,0 +1,99 @@
+"""Policies by name: the built-in baselines, and `module:attribute` for anything else.
+
+A scenario's policy set names one policy per decision. A name is either a built-in below or
+`package.module:factory`, a callable taking a :class:`PolicyContext` and returning an object
+that implements the matching protocol of :mod:`radixfleet.twin.interfaces`. That is how
+radixfleet's controllers (policies/autoscale, policies/failover, ...) plug in without the twin
+importing them: their twin adapter is named in the scenario.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from radixfleet.twin.autoscale import Fixed, Kpa
+from radixfleet.twin.canary import NoAnalysis, RadixfleetCanary
+from radixfleet.twin.interfaces import AdmitAll
+from radixfleet.twin.routing import CacheAware, LeastLoad, RoundRobin
+from radixfleet.twin.scenario import Model, Scenario
+from radixfleet.twin.traffic import Route53, Static
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a policy factory may read: the scenario, and the model and region it serves."""
+
+    scenario: Scenario
+    model: Model | None = None
+    region: str | None = None
+    seed: int = 0
+
+
+Factory = Callable[[PolicyContext], Any]
+
+
+def _model(ctx: PolicyContext) -> Model:
+    assert ctx.model is not None, "a per-model policy was built without its model"
+    return ctx.model
+
+
+ROUTING: Mapping[str, Factory] = {
+    "round_robin": lambda ctx: RoundRobin(),
+    "least_load": lambda ctx: LeastLoad(),
+    "cache_aware": lambda ctx: CacheAware(
+        ctx.scenario.router, block_tokens=_model(ctx).block_tokens, seed=ctx.seed
+    ),
+}
+AUTOSCALE: Mapping[str, Factory] = {
+    "kpa": lambda ctx: Kpa(),
+    "fixed": lambda ctx: Fixed(_model(ctx).initial_replicas),
+}
+TRAFFIC: Mapping[str, Factory] = {
+    "static": lambda ctx: Static([r.name for r in ctx.scenario.regions]),
+    "route53": lambda ctx: Route53(ctx.scenario),
+}
+CANARY: Mapping[str, Factory] = {
+    "radixfleet": lambda ctx: RadixfleetCanary(),
+    "no_analysis": lambda ctx: NoAnalysis(),
+}
+ADMISSION: Mapping[str, Factory] = {"none": lambda ctx: AdmitAll()}
+
+KINDS: Mapping[str, Mapping[str, Factory]] = {
+    "routing": ROUTING,
+    "autoscale": AUTOSCALE,
+    "traffic": TRAFFIC,
+    "canary": CANARY,
+    "admission": ADMISSION,
+}
+
+
+class UnknownPolicyError(ValueError):
+    """A policy name that is neither built in nor an importable `module:attribute`."""
+
+
+def resolve(kind: str, name: str) -> Factory:
+    """The factory for policy `name` of `kind` (routing, autoscale, traffic, canary)."""
+    builtins = KINDS[kind]
+    if name in builtins:
+        return builtins[name]
+    if ":" not in name:
+        known = ", ".join(sorted(builtins))
+        raise UnknownPolicyError(
+            f"unknown {kind} policy {name!r}; built-in: {known}, or module:attr"
+        )
+    module_name, _, attribute = name.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as err:
+        raise UnknownPolicyError(f"{kind} policy {name!r} cannot be imported: {err}") from None
+    if not callable(factory):
+        raise UnknownPolicyError(f"{kind} policy {name!r} is not callable")
+    return factory  # type: ignore[no-any-return]
+
+
+def build(kind: str, name: str, ctx: PolicyContext) -> Any:
+    """A fresh policy instance."""
+    return resolve(kind, name)(ctx)

@@ -1,0 +1,233 @@
+"""From what a run recorded to the numbers of results.json: per policy, ratios, oracles.
+
+Definitions (the issue left them open; they are written into results.json too):
+
+- a request *meets the SLO* when it succeeded, its TTFT (from the client's arrival, buffering
+  included) is within `ttft_ms` and its mean inter-token latency within `itl_ms`; failed
+  requests count against every attainment;
+- *goodput* is requests (and output tokens) per second that met the SLO;
+- *GPU-hours* count each replica from scheduling to removal, cold starts included;
+- *prefix hit rate* is cached prompt tokens over prompt tokens of served requests;
+- *failover recovery* is the time from an outage's start to the first sample window after
+  which every window until the outage ends serves the region's clients at the SLO target;
+- *canary exposure* is the requests a canary revision served; *detection* the time from its
+  creation to its rollback.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from radixfleet.twin.fleet import RunRecord
+from radixfleet.twin.log import Status
+from radixfleet.twin.oracles import GpuOracle
+from radixfleet.twin.scenario import CanaryRollout, RegionOutage, Scenario
+from radixfleet.twin.workload import Workload
+
+DEFINITIONS = {
+    "slo_attainment": "share of all requests that succeeded with TTFT <= slo.ttft_ms and mean "
+    "ITL <= slo.itl_ms (failed requests count as misses)",
+    "goodput_rps": "requests per second that met the SLO",
+    "gpu_hours": "replica GPU time from scheduling to removal, cold starts included",
+    "prefix_hit_rate": "cached prompt tokens / prompt tokens of served requests",
+    "cold_start_waits": "requests buffered because no replica of their revision was ready",
+    "failover.recovery_s": "outage start to the first sample window after which every window "
+    "until the outage ends meets the SLO target for the region's clients",
+    "canary.exposure": "requests the canary revision served",
+    "canary.detection_s": "canary creation to rollback (null: never rolled back)",
+}
+HEADLINE = ("goodput_rps", "slo_attainment", "gpu_hours", "prefix_hit_rate", "ttft_p95_s")
+
+
+class Columns:
+    """A run's request log joined with the arrivals, as numpy arrays."""
+
+    def __init__(self, record: RunRecord, workload: Workload) -> None:
+        log = record.log
+        self.index = np.frombuffer(log.index, dtype=np.int64) if len(log) else np.zeros(0, np.int64)
+        order = np.argsort(self.index, kind="stable")
+        self.index = self.index[order]
+        self.status = np.array(log.status, dtype=np.int64)[order]
+        self.region = np.array(log.region, dtype=np.int64)[order]
+        self.revision = np.array(log.revision, dtype=np.int64)[order]
+        self.cold = np.array(log.cold, dtype=bool)[order]
+        self.ttft = np.array(log.ttft, dtype=np.float64)[order]
+        self.itl = np.array(log.itl, dtype=np.float64)[order]
+        self.prompt = np.array(log.prompt, dtype=np.int64)[order]
+        self.output = np.array(log.output, dtype=np.int64)[order]
+        self.cached = np.array(log.cached, dtype=np.int64)[order]
+        a = workload.arrivals
+        self.arrival = a.t[self.index]
+        self.home = a.home[self.index]
+        self.model = a.model[self.index]
+        self.ok = self.status == Status.OK
+        self.good = self._good(workload.scenario)
+
+    def _good(self, scenario: Scenario) -> NDArray[np.bool_]:
+        ttft_limit = np.array([m.slo.ttft_ms / 1000.0 for m in scenario.models])[self.model]
+        itl_limit = np.array([m.slo.itl_ms / 1000.0 for m in scenario.models])[self.model]
+        itl_ok = np.isnan(self.itl) | (self.itl <= itl_limit)
+        with np.errstate(invalid="ignore"):
+            good: NDArray[np.bool_] = self.ok & (self.ttft <= ttft_limit) & itl_ok
+        return good
+
+
+def policy_metrics(record: RunRecord, workload: Workload) -> dict[str, Any]:
+    """Every number of one policy's run."""
+    scenario = workload.scenario
+    c = Columns(record, workload)
+    n = len(c.index)
+    duration = scenario.duration_s
+    ttft_limit = np.array([m.slo.ttft_ms / 1000.0 for m in scenario.models])[c.model]
+    itl_limit = np.array([m.slo.itl_ms / 1000.0 for m in scenario.models])[c.model]
+    with np.errstate(invalid="ignore"):
+        ttft_ok = c.ok & (c.ttft <= ttft_limit)
+        itl_ok = c.ok & (np.isnan(c.itl) | (c.itl <= itl_limit))
+    served_prompt = int(c.prompt[c.ok].sum())
+    return {
+        "requests": n,
+        "failed": int((~c.ok).sum()),
+        "failed_by_reason": _reasons(c.status),
+        "ttft_attainment": _share(ttft_ok, n),
+        "itl_attainment": _share(itl_ok, n),
+        "slo_attainment": _share(c.good, n),
+        "goodput_rps": float(c.good.sum()) / duration,
+        "goodput_tokens_per_s": float(c.output[c.good].sum()) / duration,
+        "gpu_hours": sum(span.gpu_seconds for span in record.spans) / 3600.0,
+        "prefix_hit_rate": float(c.cached[c.ok].sum()) / served_prompt if served_prompt else 0.0,
+        "cold_start_waits": int(c.cold.sum()),
+        "ttft_p50_s": _pct(c.ttft[c.ok], 50),
+        "ttft_p95_s": _pct(c.ttft[c.ok], 95),
+        "ttft_p99_s": _pct(c.ttft[c.ok], 99),
+        "itl_p50_s": _pct(c.itl[c.ok], 50),
+        "itl_p95_s": _pct(c.itl[c.ok], 95),
+        "failover": _failover(record, c, scenario),
+        "canary": _canary(record, c, scenario),
+        "wall_s": record.wall_s,
+    }
+
+
+def _share(mask: NDArray[np.bool_], n: int) -> float:
+    return float(mask.sum()) / n if n else 0.0
+
+
+def _pct(values: NDArray[np.float64], q: float) -> float | None:
+    values = values[~np.isnan(values)]
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+def _reasons(status: NDArray[np.int64]) -> dict[str, int]:
+    counts = np.bincount(status, minlength=len(Status))
+    return {s.name.lower(): int(counts[s]) for s in Status if s is not Status.OK and counts[s]}
+
+
+def _failover(record: RunRecord, c: Columns, scenario: Scenario) -> list[dict[str, Any]]:
+    names = [r.name for r in scenario.regions]
+    out = []
+    for fault in scenario.faults:
+        if not isinstance(fault, RegionOutage):
+            continue
+        r = names.index(fault.region)
+        end = min(fault.at_s + fault.duration_s, scenario.duration_s)
+        during = (c.home == r) & (c.arrival >= fault.at_s) & (c.arrival < end)
+        out.append(
+            {
+                "region": fault.region,
+                "at_s": fault.at_s,
+                "shifted_s": _first_shift(record, fault.region, fault.at_s),
+                "recovery_s": _recovery(c, during, fault.at_s, end, scenario),
+                "clients_requests": int(during.sum()),
+                "clients_failed": int((during & ~c.ok).sum()),
+                "clients_slo_attainment": _share(c.good & during, int(during.sum())),
+            }
+        )
+    return out
+
+
+def _first_shift(record: RunRecord, region: str, since: float) -> float | None:
+    for at, weights in record.traffic:
+        row = weights.get(region, {})
+        if at >= since and row.get(region, 0.0) < sum(row.values()):
+            return at - since
+    return None
+
+
+def _recovery(
+    c: Columns, during: NDArray[np.bool_], start: float, end: float, scenario: Scenario
+) -> float | None:
+    step = scenario.sample_interval_s
+    edges = np.arange(start, end + step, step)
+    target = min(m.slo.target for m in scenario.models)
+    bins = np.digitize(c.arrival[during], edges) - 1
+    total = np.bincount(bins, minlength=len(edges))[: len(edges) - 1]
+    good = np.bincount(bins, weights=c.good[during], minlength=len(edges))[: len(edges) - 1]
+    meets = (total == 0) | (good >= target * total)
+    for k in range(len(meets)):
+        if meets[k:].all():
+            return float(edges[k] - start)
+    return None
+
+
+def _canary(record: RunRecord, c: Columns, scenario: Scenario) -> list[dict[str, Any]]:
+    out = []
+    for fault in scenario.faults:
+        if not isinstance(fault, CanaryRollout):
+            continue
+        m = next(i for i, model in enumerate(scenario.models) if model.name == fault.model)
+        mine = (c.model == m) & (c.arrival >= fault.at_s)
+        canary = mine & (c.revision == 1)
+        decisions = [d for d in record.decisions if d.kind == "canary" and d.model == fault.model]
+        rollbacks = [d.at for d in decisions if d.detail.startswith("rollback")]
+        promotions = [d.at for d in decisions if d.detail.startswith("promote")]
+        bad = fault.regression.slowdown > 1.0 or fault.regression.error_rate > 0.0
+        out.append(
+            {
+                "model": fault.model,
+                "at_s": fault.at_s,
+                "bad": bad,
+                "exposure": int(canary.sum()),
+                "exposure_share": _share(canary, int(mine.sum())),
+                "exposure_failed": int((canary & ~c.ok).sum()),
+                "detection_s": (max(rollbacks) - fault.at_s) if rollbacks else None,
+                "promoted_s": (max(promotions) - fault.at_s) if promotions else None,
+                "outcome": "rolled_back" if rollbacks else "promoted" if promotions else "open",
+            }
+        )
+    return out
+
+
+def ratios(
+    metrics: dict[str, dict[str, Any]],
+    baselines: Sequence[str],
+    *,
+    oracle_hit: float | None,
+    oracle_gpu: GpuOracle | None,
+) -> dict[str, Any]:
+    """Each policy's headline numbers over each baseline's, and over the oracles."""
+    out: dict[str, Any] = {}
+    for name, values in metrics.items():
+        entry: dict[str, Any] = {}
+        for base in baselines:
+            if base != name:
+                entry[f"vs_{base}"] = {
+                    key: _ratio(values.get(key), metrics[base].get(key)) for key in HEADLINE
+                }
+        if oracle_hit is not None:
+            entry["prefix_hit_rate_vs_oracle"] = _ratio(values["prefix_hit_rate"], oracle_hit)
+        if oracle_gpu is not None:
+            entry["gpu_hours_vs_oracle"] = _ratio(values["gpu_hours"], oracle_gpu.gpu_hours)
+        out[name] = entry
+    return out
+
+
+def _ratio(value: Any, base: Any) -> float | None:
+    if value is None or base is None or not isinstance(value, int | float):
+        return None
+    if base == 0 or math.isnan(float(base)):
+        return None
+    return float(value) / float(base)

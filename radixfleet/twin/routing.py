@@ -1,0 +1,258 @@
+"""Routing policies: sglang-router 0.3.2's round_robin and cache_aware, and least load.
+
+`CacheAware` follows sglang-router's `policies/cache_aware.rs` and `tree.rs` rule for rule: a
+multi-tenant radix tree of what was sent to each worker (not of what the worker still caches);
+when loads are imbalanced (max - min > `balance_abs_threshold` and max > min x
+`balance_rel_threshold`) the least loaded worker wins; otherwise the worker holding the longest
+prefix wins if it covers more than `cache_threshold` of the prompt, else the worker whose tree is
+smallest. Every `eviction_interval_s` each worker's tree is cut back to `max_tree_size_chars`,
+least recently used leaves first. Loads are the router's own in-flight counts.
+
+Two translations: the tree holds the workload's cache blocks rather than characters (sizes are
+converted at `chars_per_token`), and where several workers hold the matched node the real router
+takes the first key of a hash map, an arbitrary but fixed order, which the twin draws once per
+worker from the seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Hashable, Sequence
+
+from radixfleet.replica import RequestSpec
+from radixfleet.twin.interfaces import WorkerView
+from radixfleet.twin.scenario import RouterSettings
+
+
+class RoundRobin:
+    """The next worker in turn (sglang-router `round_robin`)."""
+
+    def __init__(self) -> None:
+        self._counter = 0
+
+    def select(self, spec: RequestSpec, workers: Sequence[WorkerView], now: float) -> int:
+        """Worker `counter mod n`, counter advancing by one per request."""
+        index = self._counter % len(workers)
+        self._counter += 1
+        return index
+
+    def forget(self, worker_id: int) -> None:
+        """Nothing is kept per worker."""
+
+
+class LeastLoad:
+    """The worker with the fewest requests in flight (shortest queue); ties to the oldest."""
+
+    def select(self, spec: RequestSpec, workers: Sequence[WorkerView], now: float) -> int:
+        """Index of the least loaded worker."""
+        best, best_load = 0, workers[0].load
+        for index in range(1, len(workers)):
+            load = workers[index].load
+            if load < best_load:
+                best, best_load = index, load
+        return best
+
+    def forget(self, worker_id: int) -> None:
+        """Nothing is kept per worker."""
+
+
+class _Node:
+    """A run of blocks and, per worker that was sent it, when that worker last used it."""
+
+    __slots__ = ("children", "key", "parent", "tenants")
+
+    def __init__(self, key: tuple[Hashable, ...], parent: _Node | None) -> None:
+        self.key = key
+        self.parent = parent
+        self.children: dict[Hashable, _Node] = {}
+        self.tenants: dict[int, float] = {}
+
+
+class ApproxTree:
+    """sglang-router's multi-tenant approximate radix tree, over blocks instead of characters."""
+
+    def __init__(self, *, chars_per_block: float) -> None:
+        self.root = _Node((), None)
+        self.chars_per_block = chars_per_block
+        self.size: dict[int, float] = {}  # chars per worker (`tenant_char_count`)
+
+    def add_tenant(self, tenant: int, now: float) -> None:
+        """Register a worker with an empty tree (the router's `insert("", url)`)."""
+        self.root.tenants[tenant] = now
+        self.size.setdefault(tenant, 0.0)
+
+    def prefix_match(self, blocks: Sequence[Hashable]) -> tuple[int, _Node]:
+        """Blocks matched from the start, and the node where matching stopped."""
+        node, index, end = self.root, 0, len(blocks)
+        while index < end:
+            child = node.children.get(blocks[index])
+            if child is None:
+                break
+            key = child.key
+            shared = 1  # the first block matched through the children map
+            limit = min(len(key), end - index)
+            while shared < limit and key[shared] == blocks[index + shared]:
+                shared += 1
+            index += shared
+            node = child
+            if shared < len(key):
+                break  # a partial match ends here, as in tree.rs
+        return index, node
+
+    def touch(self, node: _Node, tenant: int, now: float) -> None:
+        """Refresh `tenant`'s access time from `node` up to the root (tree.rs prefix_match)."""
+        current: _Node | None = node
+        while current is not None:
+            if tenant in current.tenants:
+                current.tenants[tenant] = now
+            current = current.parent
+
+    def insert(self, blocks: Sequence[Hashable], tenant: int, now: float) -> None:
+        """Record that `tenant` was sent `blocks`, splitting nodes where paths diverge."""
+        node, index, end = self.root, 0, len(blocks)
+        self._attach(node, tenant, now)
+        while index < end:
+            child = node.children.get(blocks[index])
+            if child is None:
+                leaf = _Node(tuple(blocks[index:]), node)
+                node.children[blocks[index]] = leaf
+                self._attach(leaf, tenant, now)
+                return
+            key = child.key
+            shared = 1
+            limit = min(len(key), end - index)
+            while shared < limit and key[shared] == blocks[index + shared]:
+                shared += 1
+            if shared < len(key):
+                child = self._split(child, shared)
+            self._attach(child, tenant, now)
+            node, index = child, index + shared
+
+    def _attach(self, node: _Node, tenant: int, now: float) -> None:
+        if tenant not in node.tenants:
+            self.size[tenant] = self.size.get(tenant, 0.0) + len(node.key) * self.chars_per_block
+        node.tenants[tenant] = now
+
+    def _split(self, node: _Node, at: int) -> _Node:
+        parent = node.parent
+        assert parent is not None
+        head = _Node(node.key[:at], parent)
+        head.tenants = dict(node.tenants)
+        parent.children[node.key[0]] = head
+        node.key = node.key[at:]
+        node.parent = head
+        head.children[node.key[0]] = node
+        return head
+
+    def remove_tenant(self, tenant: int) -> None:
+        """Forget a worker everywhere (tree.rs `remove_tenant`)."""
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            node.tenants.pop(tenant, None)
+            stack.extend(node.children.values())
+        self._prune(self.root)
+        self.size.pop(tenant, None)
+
+    def _prune(self, node: _Node) -> None:
+        for key, child in list(node.children.items()):
+            self._prune(child)
+            if not child.tenants and not child.children:
+                del node.children[key]
+
+    def evict_by_size(self, max_chars: float) -> None:
+        """Cut every worker over `max_chars` back to it, least recently used leaves first."""
+        for tenant in [t for t, size in self.size.items() if size > max_chars]:
+            self._evict_tenant(tenant, max_chars)
+
+    def _evict_tenant(self, tenant: int, max_chars: float) -> None:
+        heap: list[tuple[float, int, _Node]] = []
+        serial = 0
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            if node is not self.root and self._is_leaf_of(node, tenant):
+                heap.append((node.tenants[tenant], serial, node))
+                serial += 1
+        heapq.heapify(heap)
+        while heap and self.size[tenant] > max_chars:
+            _, _, node = heapq.heappop(heap)
+            del node.tenants[tenant]
+            self.size[tenant] -= len(node.key) * self.chars_per_block
+            parent = node.parent
+            if not node.tenants and not node.children and parent is not None:
+                del parent.children[node.key[0]]
+            if parent is not None and parent is not self.root and self._is_leaf_of(parent, tenant):
+                heapq.heappush(heap, (parent.tenants[tenant], serial, parent))
+                serial += 1
+
+    @staticmethod
+    def _is_leaf_of(node: _Node, tenant: int) -> bool:
+        if tenant not in node.tenants:
+            return False
+        return not any(tenant in child.tenants for child in node.children.values())
+
+
+class CacheAware:
+    """sglang-router's `cache_aware` policy; see the module docstring."""
+
+    def __init__(self, settings: RouterSettings, *, block_tokens: int, seed: int) -> None:
+        self.settings = settings
+        self.block_tokens = block_tokens
+        self.tree = ApproxTree(chars_per_block=block_tokens * settings.chars_per_token)
+        self._rank_rng = random.Random(seed)
+        self._rank: dict[int, float] = {}
+        self._next_eviction = settings.eviction_interval_s
+
+    def select(self, spec: RequestSpec, workers: Sequence[WorkerView], now: float) -> int:
+        """The worker for `spec` under the balance, cache-threshold and smallest-tree rules."""
+        self._maintain(workers, now)
+        blocks = spec.prompt_blocks
+        index = self._imbalanced_choice(workers)
+        if index is None:
+            index = self._cache_choice(spec, workers, now)
+        self.tree.insert(blocks, workers[index].id, now)
+        return index
+
+    def forget(self, worker_id: int) -> None:
+        """Drop a removed worker's part of the tree."""
+        if worker_id in self._rank:
+            self.tree.remove_tenant(worker_id)
+            del self._rank[worker_id]
+
+    def _maintain(self, workers: Sequence[WorkerView], now: float) -> None:
+        for worker in workers:
+            if worker.id not in self._rank:
+                self._rank[worker.id] = self._rank_rng.random()
+                self.tree.add_tenant(worker.id, now)
+        if now >= self._next_eviction:
+            self.tree.evict_by_size(self.settings.max_tree_size_chars)
+            while self._next_eviction <= now:
+                self._next_eviction += self.settings.eviction_interval_s
+
+    def _imbalanced_choice(self, workers: Sequence[WorkerView]) -> int | None:
+        loads = [worker.load for worker in workers]
+        high, low = max(loads), min(loads)
+        settings = self.settings
+        if (
+            high - low > settings.balance_abs_threshold
+            and high > low * settings.balance_rel_threshold
+        ):
+            return loads.index(low)
+        return None
+
+    def _cache_choice(self, spec: RequestSpec, workers: Sequence[WorkerView], now: float) -> int:
+        matched, node = self.tree.prefix_match(spec.prompt_blocks)
+        rate = matched * self.block_tokens / spec.prompt_tokens if spec.prompt_tokens else 0.0
+        position = {worker.id: i for i, worker in enumerate(workers)}
+        if rate > self.settings.cache_threshold:
+            holders = [t for t in node.tenants if t in position]
+            if holders:
+                chosen = min(holders, key=self._rank.__getitem__)
+                self.tree.touch(node, chosen, now)
+                return position[chosen]
+            return 0  # the matched worker is gone: the first healthy one, as the router does
+        sizes = self.tree.size
+        return min(range(len(workers)), key=lambda i: (sizes.get(workers[i].id, 0.0), i))

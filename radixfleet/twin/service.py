@@ -1,0 +1,242 @@
+"""One model in one region: its revisions, their replicas, routers, autoscalers and buffer.
+
+A :class:`Service` is what an InferenceService is in one cluster. Each :class:`Revision` (the
+stable one, and a canary while one rolls out) has its own replicas, its own router (sglang-router
+in front of the predictor pods) and its own autoscaler, as Knative scales revisions apart.
+Requests arriving while a revision has no ready replica wait in its buffer (Knative's activator)
+and are sent as soon as one is ready. The region (:mod:`radixfleet.twin.region`) owns the clock
+and the event queue; the service asks it to schedule and to log.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from radixfleet.profile import ReplicaProfile
+from radixfleet.replica import Faults, RejectedError, RejectReason, ReplicaModel, RequestSpec
+from radixfleet.twin.interfaces import (
+    DrainChooser,
+    ReplicaView,
+    RoutingPolicy,
+    ScalingPolicy,
+    ServiceObservation,
+)
+from radixfleet.twin.log import Status
+from radixfleet.twin.metrics import CanaryWindow
+from radixfleet.twin.scenario import Model
+
+if TYPE_CHECKING:
+    from radixfleet.twin.region import Region
+
+PROVISIONING, STARTING, READY, CRASHED, DRAINING = (
+    "provisioning",
+    "starting",
+    "ready",
+    "crashed",
+    "draining",
+)
+
+
+class Job:
+    """A client request on its way through the fleet."""
+
+    __slots__ = ("arrival", "cold", "index", "revision", "spec")
+
+    def __init__(self, index: int, arrival: float, spec: RequestSpec) -> None:
+        self.index = index
+        self.arrival = arrival
+        self.spec = spec
+        self.revision = 0
+        self.cold = False
+
+
+class Replica:
+    """One predictor pod: its GPU, its place in the lifecycle and its replica model."""
+
+    __slots__ = ("created_at", "id", "load", "model", "planned", "revision", "service", "state")
+
+    def __init__(
+        self, *, replica_id: int, service: Service, revision: Revision, created_at: float
+    ) -> None:
+        self.id = replica_id
+        self.service = service
+        self.revision = revision
+        self.created_at = created_at
+        self.state = PROVISIONING
+        self.model: ReplicaModel | None = None
+        self.load = 0  # the router's in-flight count
+        self.planned: float | None = None  # the model's next event time, as queued
+
+
+class Revision:
+    """The replicas of one revision, with their router, autoscaler and activator buffer."""
+
+    def __init__(
+        self, *, index: int, router: RoutingPolicy, scaler: ScalingPolicy, faults: Faults
+    ) -> None:
+        self.index = index
+        self.router = router
+        self.scaler = scaler
+        self.faults = faults
+        self.replicas: list[Replica] = []
+        self.routable: list[Replica] = []
+        self.buffer: deque[Job] = deque()
+        self.retired = False  # promoted away from, or rolled back: scaled to zero
+        self.in_flight = 0
+        self.arrivals = 0
+        self.finished = 0
+        self._area = 0.0  # integral of in-flight over time since the last tick
+        self._area_since = 0.0
+        self._area_at = 0.0
+
+    def count(self, delta: int, now: float) -> None:
+        """Change the in-flight count, keeping its time integral for the autoscaler."""
+        self._area += self.in_flight * (now - self._area_at)
+        self._area_at = now
+        self.in_flight += delta
+
+    def mean_concurrency(self, now: float) -> float:
+        """Time-average in-flight count since the previous call."""
+        self.count(0, now)
+        span = now - self._area_since
+        mean = self._area / span if span > 0 else float(self.in_flight)
+        self._area, self._area_since = 0.0, now
+        return mean
+
+    def active(self) -> list[Replica]:
+        """Replicas that exist and are not being drained."""
+        return [r for r in self.replicas if r.state != DRAINING]
+
+
+class Service:
+    """A model in a region; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        region: Region,
+        model: Model,
+        model_index: int,
+        profile: ReplicaProfile,
+        stable: Revision,
+        max_attempts: int,
+    ) -> None:
+        self.region = region
+        self.model = model
+        self.model_index = model_index
+        self.profile = profile
+        self.revisions = [stable]
+        self.max_attempts = max_attempts
+        self.canary_weight = 0
+        self.canary_policy: Any = None
+        self.floor = model.min_replicas  # raised by the traffic policy's pre-scaling
+        self.window: CanaryWindow | None = None  # per-revision numbers while a canary runs
+        self.canary_started: float | None = None
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def arrive(self, job: Job, u_revision: float, now: float) -> None:
+        """A request reached this service: pick its revision, then a replica or the buffer."""
+        weight = self.canary_weight
+        revision = self.revisions[0]
+        if weight and len(self.revisions) > 1 and u_revision * 100.0 < weight:
+            revision = self.revisions[1]
+        job.revision = revision.index
+        revision.arrivals += 1
+        if revision.routable:
+            self.dispatch(job, revision, now)
+            return
+        job.cold = True
+        revision.buffer.append(job)
+        if not any(r.state != DRAINING for r in revision.replicas):
+            self.region.scale_now(self, revision, now)  # the activator wakes a revision at zero
+
+    def dispatch(self, job: Job, revision: Revision, now: float) -> None:
+        """Route and submit, retrying other picks on 5xx as sglang-router does."""
+        spec, workers = job.spec, revision.routable
+        for _ in range(self.max_attempts):
+            replica = workers[revision.router.select(spec, workers, now)]
+            model = replica.model
+            assert model is not None
+            try:
+                request = model.submit(spec, now=now)
+            except RejectedError as err:
+                if err.reason is RejectReason.TOO_LONG:
+                    self.region.fail(job, Status.TOO_LONG, now)
+                    return
+                if self.window is not None:
+                    self.window.error(revision.index, now)
+                continue
+            replica.load += 1
+            revision.count(1, now)
+            self.region.track(request, job, replica, self)
+            return
+        self.region.fail(job, Status.SERVER_ERROR, now)
+
+    def flush(self, revision: Revision, now: float) -> None:
+        """Send the buffered requests of `revision` now that a replica is ready."""
+        timeout = self.model.request_timeout_s
+        while revision.buffer and revision.routable:
+            job = revision.buffer.popleft()
+            if now - job.arrival > timeout:
+                self.region.fail(job, Status.TIMEOUT, now)
+            else:
+                self.dispatch(job, revision, now)
+
+    def expire(self, revision: Revision, now: float) -> None:
+        """Fail buffered requests that waited past the request timeout."""
+        timeout = self.model.request_timeout_s
+        while revision.buffer and now - revision.buffer[0].arrival > timeout:
+            self.region.fail(revision.buffer.popleft(), Status.TIMEOUT, now)
+
+    # -- scaling -----------------------------------------------------------------------------
+
+    def observe(self, revision: Revision, now: float) -> ServiceObservation:
+        """The autoscaler's view of `revision` at a tick."""
+        wants_stats = revision.scaler.needs_replica_stats
+        views = [
+            ReplicaView(
+                id=r.id,
+                state=r.state,
+                created_at=r.created_at,
+                in_flight=r.load,
+                stats=r.model.stats(now) if wants_stats and r.model is not None else None,
+            )
+            for r in revision.replicas
+        ]
+        observed = ServiceObservation(
+            region=self.region.name,
+            model=self.model.name,
+            replicas=views,
+            concurrency=revision.in_flight,
+            mean_concurrency=revision.mean_concurrency(now),
+            buffered=len(revision.buffer),
+            arrivals=revision.arrivals,
+            finished=revision.finished,
+            min_replicas=self.floor_of(revision),
+            max_replicas=self.model.max_replicas,
+        )
+        revision.arrivals = revision.finished = 0
+        return observed
+
+    def floor_of(self, revision: Revision) -> int:
+        """The fewest replicas `revision` may have: none once retired, one for a live canary."""
+        if revision.retired:
+            return 0
+        if revision.index == 1:
+            return max(1, self.floor)
+        return self.floor
+
+    def target(self, revision: Revision, desired: int) -> int:
+        """The policy's answer clamped to the revision's bounds."""
+        if revision.retired:
+            return 0
+        return min(max(desired, self.floor_of(revision)), self.model.max_replicas)
+
+    def victims(self, revision: Revision, observed: ServiceObservation, count: int) -> list[int]:
+        """Which replicas to remove: the policy's choice, else not-ready then youngest first."""
+        if isinstance(revision.scaler, DrainChooser):
+            return revision.scaler.choose_victims(observed, count)
+        ranked = sorted(revision.active(), key=lambda r: (r.state == READY, -r.created_at, -r.id))
+        return [r.id for r in ranked[:count]]
