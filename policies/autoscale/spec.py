@@ -1,0 +1,210 @@
+"""The AutoscalePolicy's spec as a type: every field, default and limit of a model's scaling.
+
+One AutoscalePolicy scales one InferenceService of its own namespace, named in
+`spec.inferenceService` (like an HPA's scaleTargetRef). The policy points at the model, not
+the other way round: an annotation added to an existing InferenceService would be copied by
+KServe into a new Knative revision, so adopting a policy would restart the model.
+
+The CRD in `radixfleet/crds/autoscalepolicies.radixfleet.io.yaml` repeats these defaults so that
+the API server fills them in; a test keeps the two equal. The decision layer reads only this type.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, time
+from enum import StrEnum
+from typing import Annotated, Self
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+API_VERSION = "v1alpha1"
+KIND = "AutoscalePolicy"
+PLURAL = "autoscalepolicies"
+
+MIN_INTERVAL_SECONDS = 5
+CLOCK = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
+
+
+class Spec(BaseModel):
+    """Base of the spec types: camelCase on the wire as in the CRD, unknown keys rejected."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+
+Fraction = Annotated[float, Field(ge=0.01, le=1)]
+Replicas = Annotated[int, Field(ge=0, le=1000)]
+
+
+class Slo(Spec):
+    """Per-request objectives; a p95 over them pushes the model up (never down)."""
+
+    ttft_p95_ms: Annotated[float, Field(ge=1)] = 1000.0
+    itl_p95_ms: Annotated[float, Field(ge=1)] = 50.0
+
+
+class Targets(Spec):
+    """What one ready replica should carry, from SGLang's gauges.
+
+    `kvUsage` is `sglang:token_usage` (KV tokens held by running requests over capacity;
+    cached but unreferenced prefixes count as free). `queuePerReplica` is how many
+    `sglang:num_queue_reqs` a replica may hold before the queue counts as demand: queued
+    requests beyond it are added at the KV footprint of a running request. `runningPerReplica`
+    optionally bounds `sglang:num_running_reqs` too. A change smaller than `tolerance` (relative
+    to the current count) is ignored, so noise around a target moves nothing.
+    """
+
+    kv_usage: Fraction = 0.7
+    queue_per_replica: Annotated[float, Field(ge=0)] = 2.0
+    running_per_replica: Annotated[float, Field(ge=1)] | None = None
+    tolerance: Annotated[float, Field(ge=0, le=0.5)] = 0.1
+
+
+class ScaleUp(Spec):
+    """Scale-up behaviour: act on the lowest recommendation of the window (0 s: at once).
+
+    One tick adds at most `max(current x maxRate, current + minStep) - current` replicas.
+    """
+
+    stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 0
+    max_rate: Annotated[float, Field(ge=1.01, le=1000)] = 2.0
+    min_step: Annotated[int, Field(ge=1, le=1000)] = 4
+
+
+class ScaleDown(Spec):
+    """Scale-down behaviour: act on the highest recommendation of the window.
+
+    A long window is what keeps a noisy signal from flapping, and each removal throws away a
+    warm prefix cache, so the default waits five minutes (the HPA's default too). One tick
+    removes at most `current - floor(current / maxRate)` replicas (at least one).
+    """
+
+    stabilization_seconds: Annotated[int, Field(ge=0, le=7200)] = 300
+    max_rate: Annotated[float, Field(ge=1.01, le=1000)] = 2.0
+
+
+class Day(StrEnum):
+    MON = "Mon"
+    TUE = "Tue"
+    WED = "Wed"
+    THU = "Thu"
+    FRI = "Fri"
+    SAT = "Sat"
+    SUN = "Sun"
+
+
+ALL_DAYS = tuple(Day)
+
+
+class ScheduleWindow(Spec):
+    """A warm floor for part of the day: `minReplicas` from `start` to `end` (HH:MM).
+
+    An `end` at or before `start` wraps past midnight; `days` name the day the window starts.
+    """
+
+    start: str
+    end: str
+    min_replicas: Replicas
+    days: list[Day] = Field(default_factory=lambda: list(ALL_DAYS), min_length=1)
+
+    @field_validator("start", "end")
+    @classmethod
+    def _clock(cls, value: str) -> str:
+        if not CLOCK.match(value):
+            raise ValueError(f"{value!r} is not a 24-hour HH:MM time")
+        return value
+
+    def covers(self, local: datetime) -> bool:
+        """Whether the window holds at `local` (a time in the policy's time zone)."""
+        start, end, now = _clock(self.start), _clock(self.end), local.time()
+        today = ALL_DAYS[local.weekday()]
+        if start < end:
+            return today in self.days and start <= now < end
+        yesterday = ALL_DAYS[(local.weekday() - 1) % 7]
+        return (today in self.days and now >= start) or (yesterday in self.days and now < end)
+
+
+def _clock(text: str) -> time:
+    hours, minutes = text.split(":")
+    return time(int(hours), int(minutes))
+
+
+class Predictive(Spec):
+    """Scale for the load expected once a new replica is ready, from recent arrival rates.
+
+    The arrival rate's trend over `lookbackSeconds` is extrapolated one cold start ahead and
+    divided by what one replica serves at the targets: `replicaRps` when set, else learned from
+    the observed rate and signals. `headroom` multiplies the forecast.
+    """
+
+    enabled: bool = True
+    lookback_seconds: Annotated[int, Field(ge=30, le=3600)] = 300
+    headroom: Annotated[float, Field(ge=1, le=10)] = 1.1
+    replica_rps: Annotated[float, Field(ge=0.001)] | None = None
+
+
+class WarmPool(Spec):
+    """Replicas kept ready ahead of demand: a floor by time of day, and a predicted one."""
+
+    schedule: list[ScheduleWindow] = Field(default_factory=list, max_length=32)
+    time_zone: str = "UTC"
+    predictive: Predictive = Field(default_factory=Predictive)
+
+    @field_validator("time_zone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as error:
+            raise ValueError(f"unknown time zone {value!r}") from error
+        return value
+
+    def floor(self, now: datetime) -> int:
+        """The schedule's floor at `now` (an aware datetime): the largest window that holds."""
+        local = now.astimezone(ZoneInfo(self.time_zone))
+        return max((w.min_replicas for w in self.schedule if w.covers(local)), default=0)
+
+
+class ColdStart(Spec):
+    """What a cold start costs and how many requests may pay for it.
+
+    `seconds` is how long a new replica takes to serve (CALIBRATION: 45-90 s with weights on
+    the node, more from S3 or on a new node): the predictive forecast looks that far ahead.
+    `budget` is the share of requests that may wait on a cold start (arrive while no replica
+    is ready), counted over `memorySeconds`: while it is spent, the model keeps one replica
+    rather than going to zero.
+    """
+
+    seconds: Annotated[float, Field(ge=0, le=3600)] = 90.0
+    budget: Annotated[float, Field(ge=0, le=1)] = 0.01
+    memory_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] = 3600
+
+
+class AutoscalePolicySpec(Spec):
+    """How one InferenceService is scaled. See the module docstring and policies/autoscale."""
+
+    inference_service: Annotated[str, Field(min_length=1, max_length=253)]
+    min_replicas: Replicas = 0
+    max_replicas: Annotated[int, Field(ge=1, le=1000)] = 8
+    interval_seconds: Annotated[int, Field(ge=MIN_INTERVAL_SECONDS, le=600)] = 10
+    slo: Slo = Field(default_factory=Slo)
+    targets: Targets = Field(default_factory=Targets)
+    scale_up: ScaleUp = Field(default_factory=ScaleUp)
+    scale_down: ScaleDown = Field(default_factory=ScaleDown)
+    idle_seconds: Annotated[int, Field(ge=30, le=7 * 86400)] = 600
+    warm_pool: WarmPool = Field(default_factory=WarmPool)
+    cold_start: ColdStart = Field(default_factory=ColdStart)
+    cache_aware_drain: bool = True
+    paused: bool = False
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"minReplicas {self.min_replicas} is above maxReplicas {self.max_replicas}"
+            )
+        return self
