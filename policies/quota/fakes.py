@@ -1,0 +1,77 @@
+"""In-memory fakes of the quota controller's ports, for tests, the local fleet and the twin.
+
+They keep every call they saw and can be told to fail the next one. `FakeResourceQuotas`
+also plays the API server's quota admission where tests depend on it: `used` is whatever the
+test says is running.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.quota.ports import KubeError
+from policies.quota.spec import GPU_QUOTA_RESOURCE, SecretKeyRef
+
+
+def _fail(error: KubeError | None) -> None:
+    if error is not None:
+        raise error
+
+
+@dataclass
+class FakeTenants:
+    items: dict[str, dict[str, Any]] = field(default_factory=dict)
+    status_writes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    next_error: KubeError | None = None
+
+    def add(self, tenant: dict[str, Any]) -> None:
+        self.items[tenant["metadata"]["name"]] = copy.deepcopy(tenant)
+
+    def list(self) -> list[dict[str, Any]]:
+        return [copy.deepcopy(t) for _, t in sorted(self.items.items())]
+
+    def write_status(self, name: str, status: dict[str, Any]) -> None:
+        error, self.next_error = self.next_error, None
+        _fail(error)
+        self.items[name]["status"] = copy.deepcopy(status)
+        self.status_writes.append((name, copy.deepcopy(status)))
+
+
+@dataclass
+class FakeInferenceServices:
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+    def everywhere(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.items)
+
+
+@dataclass
+class FakeResourceQuotas:
+    items: dict[str, dict[str, Any]] = field(default_factory=dict)
+    calls: list[tuple[str, str, int]] = field(default_factory=list)  # (namespace, tenant, gpus)
+    next_error: KubeError | None = None
+
+    def get(self, namespace: str) -> dict[str, Any] | None:
+        found = self.items.get(namespace)
+        return copy.deepcopy(found) if found is not None else None
+
+    def set_hard(self, namespace: str, *, tenant: str, gpus: int) -> None:
+        self.calls.append((namespace, tenant, gpus))
+        error, self.next_error = self.next_error, None
+        _fail(error)
+        quota = self.items.setdefault(namespace, {"spec": {"hard": {}}, "status": {"used": {}}})
+        quota["spec"]["hard"][GPU_QUOTA_RESOURCE] = str(gpus)
+
+    def set_used(self, namespace: str, gpus: int) -> None:
+        quota = self.items.setdefault(namespace, {"spec": {"hard": {}}, "status": {"used": {}}})
+        quota["status"]["used"][GPU_QUOTA_RESOURCE] = str(gpus)
+
+
+@dataclass
+class FakeSecrets:
+    keys: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (ns, name, key)
+
+    def key(self, ref: SecretKeyRef) -> str | None:
+        return self.keys.get((ref.namespace, ref.name, ref.key))

@@ -1,0 +1,171 @@
+"""Token budgets on the request path: an aiohttp middleware for a region's entry.
+
+`TokenGate.install(app)` is the whole interface. For each generation request the gate finds
+the tenant by its API key (`Authorization: Bearer KEY`; an unknown key answers 401), reads the
+model and estimates the prompt, and asks the ledger: throttled requests get 429 with
+`Retry-After` and SGLang's error body and never reach a replica. An admitted request's answer
+is metered as it passes: streamed bytes through the response's `write` (hooked when the
+response is prepared, so the handler stays unaware), a whole answer from its body. The end
+settles the ledger with the replica's exact usage; an answer that failed before any usage
+(a 4xx/5xx, a dropped client) gives its prompt back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from policies.quota.ledger import Throttled, Ticket, TokenLedger
+from policies.quota.metrics import TokenMetrics
+from policies.quota.usage import StreamMeter, Usage, estimate_tokens, prompt_text, usage_of
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+METERED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/generate"})
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """SGLang's (and OpenAI's) error shape."""
+    kinds = {401: "UnauthorizedError", 429: "RateLimitError"}
+    return {
+        "error": {
+            "message": message,
+            "type": kinds.get(status, "BadRequestError"),
+            "code": status,
+            "retryable": status == 429,
+        }
+    }
+
+
+@dataclass
+class Metered:
+    """One admitted request's ticket and the meter of its answer."""
+
+    ticket: Ticket
+    meter: StreamMeter = field(default_factory=StreamMeter)
+
+
+METER_KEY = web.RequestKey("radixfleet.quota.meter", Metered)
+
+
+@dataclass
+class TokenGate:
+    """Identify, admit or throttle, meter and settle. `keys` maps API key to tenant."""
+
+    ledger: TokenLedger
+    keys: Mapping[str, str]
+    metrics: TokenMetrics | None = None
+    clock: Callable[[], float] = time.monotonic
+    count_prompt: Callable[[str], int] = estimate_tokens
+    paths: frozenset[str] = METERED_PATHS
+
+    def install(self, app: web.Application) -> None:
+        """Add the gate to an application that is not running yet."""
+        app.middlewares.append(self.middleware)
+        app.on_response_prepare.append(self._on_prepare)
+        if self.metrics is not None:
+            budgets = self.ledger.budgets.items()
+            self.metrics.budgets({t: b.tokens_per_minute for t, b in budgets if b is not None})
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method != "POST" or request.path not in self.paths:
+            return await handler(request)
+        tenant = self.keys.get(_bearer(request))
+        if tenant is None:
+            return web.json_response(error_body(401, "Unknown or missing API key."), status=401)
+        body = await _json(request)  # aiohttp keeps the bytes: the handler reads them again
+        model = str(body.get("model") or "")
+        prompt = self.count_prompt(prompt_text(body))
+        admitted = self.ledger.admit(tenant, model, prompt, now=self.clock())
+        if isinstance(admitted, Throttled):
+            return self._throttled(admitted)
+        self._count(admitted, kind="prompt", tokens=prompt)
+        metered = Metered(admitted)
+        request[METER_KEY] = metered
+        try:
+            response = await handler(request)
+        except BaseException:  # an error answer or a client gone: settle what was served
+            self.settle(metered, metered.meter.usage, failed=True)
+            raise
+        self._finish(metered, response)
+        return response
+
+    def _throttled(self, throttled: Throttled) -> web.StreamResponse:
+        if self.metrics is not None:
+            self.metrics.throttle(throttled.tenant)
+        message = (
+            f"Token budget of {throttled.budget} is spent; retry in {throttled.retry_after} s."
+        )
+        return web.json_response(
+            error_body(429, message),
+            status=429,
+            headers={"Retry-After": str(throttled.retry_after)},
+        )
+
+    async def _on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
+        metered = request.get(METER_KEY)
+        if metered is None or isinstance(response, web.Response):
+            return  # whole answers are read from their body in `_finish`
+        write = response.write
+
+        async def metered_write(data: bytes | bytearray | memoryview) -> None:
+            self._streamed(metered, bytes(data))
+            await write(data)
+
+        response.write = metered_write  # type: ignore[method-assign]
+
+    def _streamed(self, metered: Metered, data: bytes) -> None:
+        tokens = metered.meter.feed(data)
+        if tokens:
+            self.ledger.charge(metered.ticket, tokens, now=self.clock())
+            self._count(metered.ticket, kind="completion", tokens=tokens)
+
+    def _finish(self, metered: Metered, response: web.StreamResponse) -> None:
+        usage = metered.meter.usage
+        if isinstance(response, web.Response) and isinstance(response.body, bytes):
+            usage = _usage_of_body(response.body)
+        self.settle(metered, usage, failed=response.status >= 400)
+
+    def settle(self, metered: Metered, usage: Usage, *, failed: bool) -> None:
+        """Settle the ticket; a failure without reported usage gives its prompt back."""
+        prompt = usage.prompt
+        if failed and usage.prompt is None and usage.completion is None:
+            prompt = 0
+        completion = usage.completion if usage.completion is not None else metered.meter.completion
+        ticket = metered.ticket
+        dp, dc = self.ledger.settle(ticket, prompt=prompt, completion=completion, now=self.clock())
+        self._count(ticket, kind="prompt", tokens=dp)
+        self._count(ticket, kind="completion", tokens=dc)
+
+    def _count(self, ticket: Ticket, *, kind: str, tokens: int) -> None:
+        if self.metrics is not None:
+            self.metrics.charged(ticket.tenant, ticket.model, kind=kind, tokens=tokens)
+
+
+def _bearer(request: web.Request) -> str:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+async def _json(request: web.Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.read())
+    except (ValueError, UnicodeDecodeError):
+        return {}  # the handler answers 400 for it; nothing is charged but the settlement
+    return body if isinstance(body, dict) else {}
+
+
+def _usage_of_body(body: bytes) -> Usage:
+    try:
+        answer = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return Usage()
+    return usage_of(answer) if isinstance(answer, dict) else Usage()

@@ -1,0 +1,110 @@
+"""Observe: read Tenants, InferenceServices, ResourceQuotas and Secrets into `decide.Observed`.
+
+A Tenant whose spec does not parse is kept (its status says why) rather than dropped: dropping
+it would hand its namespaces to no one silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from policies.quota.asks import Ask, BadAskError, ask_of
+from policies.quota.decide import Observed, Quota, TenantObject
+from policies.quota.ports import InferenceServices, ResourceQuotas, Secrets, Tenants
+from policies.quota.spec import GPU_QUOTA_RESOURCE, TenantSpec
+from policies.quota.state import TenantStatus
+
+
+def tenant_object(obj: Mapping[str, Any]) -> tuple[TenantObject, TenantSpec | None]:
+    """One Tenant as the decision reads it, and its wire spec (None when it does not parse)."""
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    try:
+        spec = TenantSpec.model_validate(obj.get("spec") or {})
+    except ValidationError as error:
+        spec, why = None, _short(error)
+    found = TenantObject(
+        name=name,
+        created=str(meta.get("creationTimestamp", "")),
+        generation=int(meta.get("generation", 0)),
+        tenant=None if spec is None else spec.to_tenant(name),
+        spec_error=None if spec is not None else why,
+        status=TenantStatus.from_wire(obj.get("status")),
+    )
+    return found, spec
+
+
+def _short(error: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+
+
+def observe(
+    *, tenants: Tenants, isvcs: InferenceServices, quotas: ResourceQuotas, secrets: Secrets
+) -> Observed:
+    """Everything `decide` needs, read through the ports."""
+    parsed = [tenant_object(obj) for obj in tenants.list()]
+    claimed = sorted({ns for obj, _ in parsed if obj.tenant for ns in obj.tenant.namespaces})
+    asks, unreadable = read_asks(i for i in isvcs.everywhere() if _namespace(i) in claimed)
+    missing, resolved = check_keys(parsed, secrets)
+    return Observed(
+        tenants=[obj for obj, _ in parsed],
+        asks=asks,
+        unreadable=unreadable,
+        quotas={ns: quota_of(quotas.get(ns)) for ns in claimed},
+        missing_secrets=missing,
+        api_keys=resolved,
+    )
+
+
+def _namespace(isvc: Mapping[str, Any]) -> str:
+    return str((isvc.get("metadata") or {}).get("namespace", ""))
+
+
+def read_asks(isvcs: Iterable[Mapping[str, Any]]) -> tuple[list[Ask], dict[str, str]]:
+    asks, unreadable = [], {}
+    for isvc in isvcs:
+        try:
+            asks.append(ask_of(isvc))
+        except BadAskError as error:
+            meta = isvc.get("metadata") or {}
+            unreadable[f"{meta.get('namespace')}/{meta.get('name')}"] = str(error)
+    return asks, unreadable
+
+
+def quota_of(quota: Mapping[str, Any] | None) -> Quota:
+    """Hard and used GPUs of a ResourceQuota (whole GPUs: quantities like "4")."""
+    if quota is None:
+        return Quota()
+    hard = (quota.get("spec") or {}).get("hard", {}).get(GPU_QUOTA_RESOURCE)
+    used = (quota.get("status") or {}).get("used", {}).get(GPU_QUOTA_RESOURCE, 0)
+    return Quota(hard=None if hard is None else int(hard), used=int(used))
+
+
+def check_keys(
+    parsed: Iterable[tuple[TenantObject, TenantSpec | None]], secrets: Secrets
+) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """Per tenant: the key references that resolve to nothing, and how many resolve."""
+    missing: dict[str, list[str]] = {}
+    resolved: dict[str, int] = {}
+    for obj, spec in parsed:
+        refs = spec.api_keys if spec else []
+        absent = [str(ref) for ref in refs if not secrets.key(ref)]
+        if absent:
+            missing[obj.name] = absent
+        resolved[obj.name] = len(refs) - len(absent)
+    return missing, resolved
+
+
+def api_keys(tenants: Iterable[Mapping[str, Any]], secrets: Secrets) -> dict[str, str]:
+    """API key -> tenant, for the region entry's gate in a cluster. A key two tenants share
+    is dropped: a request with it could be charged to either."""
+    owners: dict[str, set[str]] = {}
+    for obj in tenants:
+        found, spec = tenant_object(obj)
+        for ref in spec.api_keys if spec else []:
+            if key := secrets.key(ref):
+                owners.setdefault(key, set()).add(found.name)
+    return {key: next(iter(names)) for key, names in owners.items() if len(names) == 1}

@@ -1,0 +1,114 @@
+"""The Tenant custom resource's spec as a type, and its conversion to the catalog's `Tenant`.
+
+The CRD in `radixfleet/crds/tenants.radixfleet.io.yaml` carries the same fields in camelCase;
+the decision layer reads the catalog's `radixfleet.config.Tenant`, so that the same decisions
+drive a cluster (from Tenant objects) and the local fleet (from `catalog.yaml`). API keys are
+never in the spec: it names Secrets that hold them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from radixfleet.config import Tenant
+from radixfleet.config.catalog import GpuBudget, Name, TokenBudget
+from radixfleet.labels import GROUP
+
+API_VERSION = "v1alpha1"
+KIND = "Tenant"
+PLURAL = "tenants"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# The Secret key that holds an API key when a reference names none.
+DEFAULT_SECRET_KEY = "api-key"
+# The one ResourceQuota the controller owns in each tenant namespace.
+QUOTA_NAME = "radixfleet-gpus"
+GPU_QUOTA_RESOURCE = "requests.nvidia.com/gpu"  # ResourceQuota accepts only `requests.` here
+DEFAULT_PRIORITY = 100
+
+
+class Wire(BaseModel):
+    """Base of the spec types: camelCase on the wire as in the CRD, unknown keys rejected."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class WireGpuBudget(Wire):
+    guaranteed: Annotated[int, Field(ge=0)]
+    borrow: Annotated[int, Field(ge=0)] = 0
+
+
+class WireTokenBudget(Wire):
+    tokens_per_minute: Annotated[int, Field(gt=0)]
+    per_model: dict[str, Annotated[int, Field(gt=0)]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _models_within_tenant(self) -> Self:
+        if above := sorted(m for m, v in self.per_model.items() if v > self.tokens_per_minute):
+            raise ValueError(f"a model's token budget cannot exceed tokensPerMinute: {above}")
+        return self
+
+
+class SecretKeyRef(Wire):
+    """A Secret key holding one API key of the tenant (a tenant may hold several, to rotate)."""
+
+    name: Name
+    namespace: Name
+    key: str = DEFAULT_SECRET_KEY
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}[{self.key}]"
+
+
+class TenantSpec(Wire):
+    """What one team may use: namespaces, GPUs per GPU type, tokens per minute, API keys."""
+
+    namespaces: list[Name] = Field(min_length=1)
+    gpu_budget: dict[str, WireGpuBudget] = Field(default_factory=dict)
+    token_budget: WireTokenBudget | None = None
+    priority: Annotated[int, Field(ge=0, le=1000)] = DEFAULT_PRIORITY
+    api_keys: list[SecretKeyRef] = Field(default_factory=list)
+
+    def to_tenant(self, name: str) -> Tenant:
+        """The catalog's view of this spec, which the decision layer reads."""
+        tokens = self.token_budget
+        return Tenant(
+            name=name,
+            namespaces=list(self.namespaces),
+            gpu_budget={
+                gpu: GpuBudget(guaranteed=b.guaranteed, borrow=b.borrow)
+                for gpu, b in self.gpu_budget.items()
+            },
+            token_budget=None
+            if tokens is None
+            else TokenBudget(
+                tokens_per_minute=tokens.tokens_per_minute, per_model=dict(tokens.per_model)
+            ),
+            priority=self.priority,
+        )
+
+    @classmethod
+    def from_tenant(
+        cls, tenant: Tenant, *, api_keys: list[SecretKeyRef] | None = None
+    ) -> TenantSpec:
+        """The Tenant object a catalog entry becomes (`radixfleet render` may write these)."""
+        tokens = tenant.token_budget
+        return cls(
+            namespaces=list(tenant.namespaces),
+            gpu_budget={
+                gpu: WireGpuBudget(guaranteed=b.guaranteed, borrow=b.borrow)
+                for gpu, b in tenant.gpu_budget.items()
+            },
+            token_budget=None
+            if tokens is None
+            else WireTokenBudget(
+                tokens_per_minute=tokens.tokens_per_minute, per_model=dict(tokens.per_model)
+            ),
+            priority=tenant.priority,
+            api_keys=api_keys or [],
+        )

@@ -1,0 +1,126 @@
+"""Reading token counts off the request path: prompts before tokenizing, usage from answers.
+
+Pure functions and one small stream parser, for the three APIs the region entry serves:
+OpenAI chat and completions (`usage`, streamed deltas) and SGLang's `/generate`
+(`meta_info.prompt_tokens` and a cumulative `meta_info.completion_tokens` in every chunk).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# A byte-level BPE tokenizer averages about four characters of English per token; the estimate
+# only decides admission, and `settle` replaces it with the replica's own count.
+CHARS_PER_TOKEN = 4.0
+
+
+def estimate_tokens(text: str) -> int:
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def prompt_text(body: Mapping[str, Any]) -> str:
+    """The text a request asks the model to read: chat messages, a prompt, or SGLang's text."""
+    if isinstance(messages := body.get("messages"), list):
+        return "\n".join(_content(m.get("content")) for m in messages if isinstance(m, dict))
+    for name in ("prompt", "text"):
+        value = body.get(name)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list):
+            return "\n".join(v for v in value if isinstance(v, str))
+    return ""
+
+
+def _content(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Exact counts a replica reported; None where it reported none."""
+
+    prompt: int | None = None
+    completion: int | None = None
+
+
+def usage_of(answer: Mapping[str, Any]) -> Usage:
+    """The counts in one answer or chunk (OpenAI `usage`, or SGLang's `meta_info`)."""
+    for name in ("usage", "meta_info"):
+        found = answer.get(name)
+        if isinstance(found, dict):
+            return Usage(_int(found.get("prompt_tokens")), _int(found.get("completion_tokens")))
+    return Usage()
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def streamed_tokens(chunk: Mapping[str, Any]) -> int:
+    """Tokens one chunk without counts carries: one per choice with new text (SGLang streams
+    a token per chunk unless `stream_interval` is raised; the end settles the difference)."""
+    choices = chunk.get("choices")
+    if not isinstance(choices, list):
+        return 0
+    return sum(1 for c in choices if isinstance(c, dict) and _choice_text(c))
+
+
+def _choice_text(choice: Mapping[str, Any]) -> str:
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return str(delta.get("content") or "")
+    return str(choice.get("text") or "")
+
+
+@dataclass
+class StreamMeter:
+    """Counts completion tokens in a server-sent-event stream as its bytes pass through."""
+
+    completion: int = 0
+    usage: Usage = field(default_factory=Usage)
+    _buffer: bytes = b""
+
+    def feed(self, data: bytes) -> int:
+        """Take the next bytes; returns the completion tokens they added."""
+        self._buffer += data
+        *events, self._buffer = self._buffer.split(b"\n\n")
+        before = self.completion
+        for payload in _payloads(events):
+            self._count(payload)
+        return self.completion - before
+
+    def _count(self, chunk: Mapping[str, Any]) -> None:
+        found = usage_of(chunk)
+        if found.prompt is not None or found.completion is not None:
+            self.usage = Usage(
+                found.prompt if found.prompt is not None else self.usage.prompt,
+                found.completion if found.completion is not None else self.usage.completion,
+            )
+        if found.completion is not None:  # cumulative where given
+            self.completion = max(self.completion, found.completion)
+        else:
+            self.completion += streamed_tokens(chunk)
+
+
+def _payloads(events: list[bytes]) -> Iterator[dict[str, Any]]:
+    for event in events:
+        for line in event.split(b"\n"):
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                continue
+            try:
+                parsed = json.loads(data)
+            except ValueError:
+                continue
+            if isinstance(parsed, dict):
+                yield parsed
