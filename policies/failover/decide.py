@@ -17,9 +17,9 @@ per interval. Rules, in the order they apply:
    released once every region is healthy again.
 5. Failback: a Recovering region gets `failback.stepPercent` of its weight back every
    `failback.stepSeconds`, each step only on a good interval and with warm replicas for it.
-6. Weights never go all to zero: with no healthy region left, the weights in place stay (the
-   last region standing is never taken out), and healthy standby regions (weight 0) take over
-   when every weighted region is out.
+6. Weights never go all to zero. When every weighted region is out, healthy standby regions
+   (weight 0) take over, else recovering ones at full weight; with none of those, the weights
+   in place stay: the last region standing is never taken out.
 """
 
 from __future__ import annotations
@@ -344,6 +344,11 @@ def weights(
     healthy = {r.name for r in regions if r.phase is Phase.HEALTHY}
     if healthy:
         return {n: int(n in healthy) for n in plain}, "only standby regions are healthy"
+    # Recovering regions are judged healthy and only warming up: better than dead ones.
+    recovering = {r.name for r in regions if r.phase is Phase.RECOVERING}
+    if recovering:
+        configured = {n: max(1, spec.region(n).weight) * (n in recovering) for n in plain}
+        return configured, "no region is healthy: recovering regions take the traffic"
     kept = {n: (current or {}).get(n, 0) for n in plain}
     if sum(kept.values()) > 0:
         return kept, "no region is healthy: keeping the weights in place"
