@@ -153,7 +153,10 @@ def test_schedule_windows(window: tuple[str, str, list[str]], local: str, covers
 
 def test_schedule_floor_is_read_in_the_policy_time_zone() -> None:
     pool = WarmPool.model_validate(
-        {"timeZone": "Asia/Tokyo", "schedule": [{"start": "09:00", "end": "17:00", "minReplicas": 3}]}
+        {
+            "timeZone": "Asia/Tokyo",
+            "schedule": [{"start": "09:00", "end": "17:00", "minReplicas": 3}],
+        }
     )
     assert pool.floor(datetime(2026, 3, 2, 1, 0, tzinfo=UTC)) == 3  # 10:00 in Tokyo
     assert pool.floor(datetime(2026, 3, 2, 9, 0, tzinfo=UTC)) == 0  # 18:00 in Tokyo

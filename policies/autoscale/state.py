@@ -1,0 +1,158 @@
+"""What the autoscaler's decision reads and writes: an observation and the scaling status.
+
+`Observed` is one snapshot of a model's serving revision: its ready replicas with their SGLang
+gauges, how many more are starting, the arrival rate, requests held upstream while no replica
+could take them, and the latency p95s. `AutoscaleStatus` is what a restarted controller needs
+to carry on where it was: the last desired count, the recommendations inside the stabilisation
+windows, the recent arrival rates, what it has learned about one replica, when the model last
+saw a request and how many requests waited on a cold start. Neither does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+def finite(value: float | None) -> float | None:
+    """`value` if it is a usable number; NaN and infinities count as missing."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class ReplicaMetrics:
+    """One ready replica's gauges (None: missing or NaN in Prometheus).
+
+    `cached_tokens_rate` is prompt tokens per second its prefix cache served recently
+    (`rate(sglang:cached_tokens_total)`): what removing it would cost in recomputed prefill.
+    """
+
+    name: str
+    running: float | None
+    queued: float | None
+    kv_usage: float | None
+    cached_tokens_rate: float | None = None
+    hit_rate: float | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether every gauge the decision needs is a finite number."""
+        return all(finite(v) is not None for v in (self.running, self.queued, self.kv_usage))
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One snapshot of the model's serving revision, as the decision layer sees it.
+
+    `ready` counts replicas that serve (the orchestrator's view); `replicas` are those that
+    reported metrics, which must cover every ready one. `starting` are asked for and not ready
+    yet. `arrival_rate` is requests/s over the last interval and `waiting` the requests held
+    upstream (Knative's activator, the fleet's entry) for want of a ready replica; None means
+    not measured. `ceiling` is the InferenceService's maxReplicas, what its quota admitted.
+    """
+
+    ready: int
+    replicas: tuple[ReplicaMetrics, ...] = ()
+    starting: int = 0
+    arrival_rate: float | None = None
+    waiting: float | None = None
+    ttft_p95: float | None = None
+    itl_p95: float | None = None
+    revision: str | None = None
+    ceiling: int | None = None
+    metrics_error: str | None = None
+
+    @property
+    def current(self) -> int:
+        """Replicas serving or on their way."""
+        return self.ready + self.starting
+
+    def busy(self) -> bool:
+        """Whether any request is known to be in the model or on its way to it."""
+        counted = [finite(self.arrival_rate), finite(self.waiting)]
+        counted += [finite(r.running) for r in self.replicas]
+        counted += [finite(r.queued) for r in self.replicas]
+        return any(v is not None and v > 0 for v in counted)
+
+
+class Verb(StrEnum):
+    """The kind of a decision."""
+
+    SCALE_UP = "scaleUp"
+    SCALE_DOWN = "scaleDown"
+    HOLD = "hold"
+    HALT = "halt"  # metrics missing: the count stays, whatever they would have said
+
+
+class Wire(BaseModel):
+    """Base of the status types: camelCase as stored in the CR, immutable in memory."""
+
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+
+class Sample(Wire):
+    """A value at a time: a recommendation (replicas) or an arrival rate (requests/s)."""
+
+    at: datetime
+    value: float
+
+
+class ColdStarts(Wire):
+    """Requests seen and requests that waited on a cold start, decayed over the memory."""
+
+    requests: float = 0.0
+    waited: float = 0.0
+
+    @property
+    def share(self) -> float:
+        """The share of requests that waited on a cold start (0 before any request)."""
+        return self.waited / self.requests if self.requests > 0 else 0.0
+
+
+class Learned(Wire):
+    """What the autoscaler learned about one replica of this model from its own metrics.
+
+    `replica_rps`: requests/s one replica serves at the targets. `footprint`: the KV usage
+    (fraction of a replica) one running request holds, used to price queued requests.
+    """
+
+    replica_rps: float | None = None
+    footprint: float | None = None
+
+
+class Demand(Wire):
+    """The replicas each signal asks for at the last decision (for status and reports)."""
+
+    kv: float = 0.0
+    running: float = 0.0
+    latency: float = 0.0
+    predicted: float = 0.0
+    floor: int = 0
+    ceiling: int = 0
+
+
+class LastDecision(Wire):
+    action: Verb
+    reason: str
+    at: datetime
+
+
+class AutoscaleStatus(Wire):
+    """A policy's status: the decision state of its InferenceService's serving revision."""
+
+    inference_service: str
+    revision: str | None = None
+    desired: int = Field(default=0, ge=0)
+    recommendations: tuple[Sample, ...] = ()
+    rates: tuple[Sample, ...] = ()
+    learned: Learned = Field(default_factory=Learned)
+    cold: ColdStarts = Field(default_factory=ColdStarts)
+    last_active_at: datetime | None = None
+    last_tick_at: datetime | None = None
+    demand: Demand = Field(default_factory=Demand)
+    last_decision: LastDecision | None = None

@@ -1,0 +1,462 @@
+"""The autoscaling decision: parametrised cases, then Hypothesis for its invariants.
+
+Invariants: never below the floor nor above the ceiling; never to zero while a request is in
+sight; missing or NaN metrics hold the count (inside the bounds) rather than move it; noise
+within the tolerance moves nothing; no scale-down within the scale-down window of a scale-up.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.autoscale.decide import (
+    Decision,
+    choose_victims,
+    decide,
+    due,
+    forecast,
+    recommend,
+)
+from policies.autoscale.spec import AutoscalePolicySpec
+from policies.autoscale.state import (
+    AutoscaleStatus,
+    ColdStarts,
+    Learned,
+    Observed,
+    ReplicaMetrics,
+    Sample,
+    Verb,
+)
+
+T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)  # a Monday, noon UTC
+NAN = math.nan
+
+
+def spec(**fields: Any) -> AutoscalePolicySpec:
+    return AutoscalePolicySpec.model_validate({"inferenceService": "llama", **fields})
+
+
+def replicas(
+    n: int, *, kv: float = 0.5, running: float = 10, queued: float = 0, cached: float = 0
+) -> tuple[ReplicaMetrics, ...]:
+    return tuple(
+        ReplicaMetrics(
+            f"pod-{i}", running=running, queued=queued, kv_usage=kv, cached_tokens_rate=cached
+        )
+        for i in range(n)
+    )
+
+
+def observed(n: int, **fields: Any) -> Observed:
+    gauges = {k: fields.pop(k) for k in ("kv", "running", "queued", "cached") if k in fields}
+    fields.setdefault("revision", "llama-00001")
+    return Observed(ready=n, replicas=replicas(n, **gauges), **fields)
+
+
+def status(desired: int, **fields: Any) -> AutoscaleStatus:
+    fields.setdefault("last_active_at", T0)
+    fields.setdefault("last_tick_at", T0 - timedelta(seconds=10))
+    fields.setdefault("revision", "llama-00001")
+    return AutoscaleStatus(inference_service="llama", desired=desired, **fields)
+
+
+# Five minutes of recommendations of zero: a scale-down window's worth of evidence.
+ZEROS = tuple(Sample(at=T0 - timedelta(seconds=s), value=0.0) for s in range(300, 0, -10))
+
+
+def run(
+    ticks: list[Observed], policy: AutoscalePolicySpec, start: AutoscaleStatus | None = None
+) -> list[Decision]:
+    """Decide on each observation in turn, every `intervalSeconds`, carrying the status."""
+    decisions, current = [], start
+    for i, seen in enumerate(ticks):
+        decision = decide(
+            seen, policy, current, T0 + timedelta(seconds=policy.interval_seconds * i)
+        )
+        decisions.append(decision)
+        current = decision.status
+    return decisions
+
+
+# ---- cases ---------------------------------------------------------------------------------
+
+HALTS = {
+    "prometheus down": Observed(ready=3, replicas=replicas(3), metrics_error="Prometheus failed"),
+    "NaN KV usage": observed(3, kv=NAN),
+    "missing queue gauge": Observed(
+        ready=2, replicas=(*replicas(1), ReplicaMetrics("pod-x", 1, None, 0.5))
+    ),
+    "a ready replica without metrics": Observed(ready=4, replicas=replicas(3)),
+}
+
+
+@pytest.mark.parametrize("seen", HALTS.values(), ids=HALTS.keys())
+def test_missing_metrics_halt_and_hold(seen: Observed) -> None:
+    decision = decide(seen, spec(), status(4, revision=seen.revision), T0)
+    assert decision.verb is Verb.HALT
+    assert decision.desired == 4
+    assert decision.warning
+
+
+def test_halt_while_idle_does_not_scale_to_zero() -> None:
+    long_idle = status(2, last_active_at=T0 - timedelta(hours=5))
+    decision = decide(observed(2, kv=NAN), spec(), long_idle, T0)
+    assert (decision.verb, decision.desired) == (Verb.HALT, 2)
+
+
+SCALE_CASES = {
+    # name: (observation, reference count, expected desired)
+    "kv usage over target": (observed(4, kv=0.9, running=20), 4, 6),
+    "kv usage at target": (observed(4, kv=0.7, running=20), 4, 4),
+    "within tolerance": (observed(4, kv=0.75, running=20), 4, 4),
+    # 56 queued beyond the allowance, each at 0.035 of a replica's KV: (1.4 + 1.96) / 0.7
+    "queue priced at the KV footprint": (observed(2, kv=0.7, running=20, queued=30), 2, 5),
+    "waiting requests upstream count as queue": (observed(2, kv=0.7, running=20, waiting=56), 2, 5),
+    "scale-up limited per tick": (observed(2, kv=1.0, running=100, queued=500), 2, 6),
+    "latency over the SLO pushes up": (observed(4, kv=0.5, ttft_p95=2.0), 4, 8),
+    "ceiling of the InferenceService": (observed(4, kv=0.95, running=50, ceiling=5), 4, 5),
+}
+
+
+@pytest.mark.parametrize(("seen", "reference", "expected"), SCALE_CASES.values(), ids=SCALE_CASES)
+def test_scaling_on_signals(seen: Observed, reference: int, expected: int) -> None:
+    decision = decide(seen, spec(), status(reference), T0)
+    assert decision.desired == expected, decision.reason
+
+
+def test_running_target_when_set() -> None:
+    decision = decide(
+        observed(2, kv=0.2, running=60), spec(targets={"runningPerReplica": 40}), status(2), T0
+    )
+    assert decision.desired == 3
+
+
+def test_scale_down_waits_for_the_window() -> None:
+    policy = spec(intervalSeconds=10)
+    desired, current, count = [], status(8), 8
+    for i in range(40):
+        seen = observed(count, kv=0.8 / count, running=2)  # 1.14 replicas of KV in all
+        decision = decide(seen, policy, current, T0 + timedelta(seconds=10 * i))
+        current, count = decision.status, decision.desired
+        desired.append(count)
+    window_ticks = policy.scale_down.stabilization_seconds // policy.interval_seconds
+    # a whole window of lower recommendations first (the first tick's is one of them)
+    assert desired[: window_ticks - 1] == [8] * (window_ticks - 1)
+    assert desired[-1] == 2
+    assert all(b >= a / 2 for a, b in itertools.pairwise(desired))
+
+
+def test_idle_model_scales_to_zero_only_after_the_idle_window() -> None:
+    policy = spec(idleSeconds=600)
+    last_request = T0 - timedelta(seconds=590)
+    start = status(1, last_active_at=last_request, recommendations=ZEROS)
+    idle = Observed(
+        ready=1, replicas=replicas(1, kv=0.0, running=0), revision="llama-00001", arrival_rate=0.0
+    )
+    decisions = run([idle] * 3, policy, start)
+    assert [d.desired for d in decisions] == [1, 0, 0]
+
+
+@pytest.mark.parametrize(
+    "busy",
+    [{"waiting": 1.0}, {"arrival_rate": 0.01}, {"queued": 1.0}, {"running": 1.0}],
+    ids=["waiting upstream", "arrivals", "queued", "running"],
+)
+def test_never_to_zero_with_a_request_in_sight(busy: dict[str, float]) -> None:
+    gauges = {"kv": 0.0, "running": 0.0, "queued": 0.0}
+    gauges.update({k: v for k, v in busy.items() if k in gauges})
+    others = {k: v for k, v in busy.items() if k not in gauges}
+    seen = observed(1, **gauges, **others)
+    long_idle = status(1, last_active_at=T0 - timedelta(hours=3))
+    assert decide(seen, spec(), long_idle, T0).desired == 1
+
+
+def test_wake_from_zero_on_waiting_requests() -> None:
+    at_zero = Observed(ready=0, waiting=40.0, revision="llama-00001")
+    decision = decide(at_zero, spec(), status(0, last_active_at=T0 - timedelta(hours=1)), T0)
+    assert decision.verb is Verb.SCALE_UP
+    # 40 waiting at the fallback price (1/16 of a replica each) ask for 2.5 replicas
+    assert decision.desired == 3
+
+
+def test_spent_cold_start_budget_keeps_one_replica_warm() -> None:
+    spent = ColdStarts(requests=1000, waited=50)  # 5% waited on a cold start, budget 1%
+    idle_for = T0 - timedelta(seconds=1200)  # past the 600 s idle window, within the hour
+    idle = Observed(ready=1, replicas=replicas(1, kv=0.0, running=0), revision="llama-00001")
+    kept = status(1, cold=spent, last_active_at=idle_for, recommendations=ZEROS)
+    assert decide(idle, spec(), kept, T0).desired == 1
+    fine = status(
+        1, cold=ColdStarts(requests=1000, waited=5), last_active_at=idle_for, recommendations=ZEROS
+    )
+    assert decide(idle, spec(), fine, T0).desired == 0
+
+
+def test_requests_at_zero_count_as_cold_start_waits() -> None:
+    at_zero = Observed(ready=0, arrival_rate=2.0, revision="llama-00001")
+    decision = decide(at_zero, spec(), status(0), T0)
+    assert decision.status.cold.waited == pytest.approx(20.0)
+    assert decision.status.cold.share == pytest.approx(1.0)
+
+
+def test_schedule_floor() -> None:
+    policy = spec(warmPool={"schedule": [{"start": "11:00", "end": "13:00", "minReplicas": 3}]})
+    idle = Observed(ready=0, revision="llama-00001")
+    quiet = status(0, last_active_at=T0 - timedelta(days=1))
+    assert decide(idle, policy, quiet, T0).desired == 3
+    assert decide(idle, policy, quiet, T0 + timedelta(hours=2)).desired == 0
+
+
+def test_predictive_scales_ahead_of_a_rising_rate() -> None:
+    rates = tuple(
+        Sample(at=T0 - timedelta(seconds=10 * k), value=10.0 - k) for k in range(10, 0, -1)
+    )
+    learned = Learned(replica_rps=2.0, footprint=0.02)
+    start = status(5, rates=rates, learned=learned)
+    seen = observed(5, kv=0.7, running=35, arrival_rate=10.0)
+    decision = decide(seen, spec(maxReplicas=20), start, T0)
+    # the line through 0..10 req/s rises 1 req/s per 10 s: 19 req/s in 90 s, x1.1 / 2 per replica
+    assert decision.status.demand.predicted == pytest.approx(19 * 1.1 / 2, rel=0.02)
+    assert decision.desired == 10  # 11 wanted, at most doubling per tick
+
+
+def test_forecast_is_bounded() -> None:
+    steep = [Sample(at=T0 + timedelta(seconds=s), value=float(s * 100)) for s in range(5)]
+    assert forecast(steep, T0 + timedelta(hours=1)) == 800.0
+    falling = [Sample(at=T0 + timedelta(seconds=s), value=float(10 - s * 5)) for s in range(3)]
+    assert forecast(falling, T0 + timedelta(hours=1)) == 0.0
+
+
+def test_new_revision_starts_a_fresh_status_but_keeps_what_was_learned() -> None:
+    old = status(6, learned=Learned(replica_rps=3.0), recommendations=(Sample(at=T0, value=6),))
+    seen = observed(2, kv=0.7, running=20, revision="llama-00002")
+    decision = decide(seen, spec(), old, T0)
+    assert decision.status.revision == "llama-00002"
+    assert decision.status.learned.replica_rps == pytest.approx(3.0, rel=0.5)
+    assert decision.desired == 2
+
+
+def test_paused_holds() -> None:
+    decision = decide(observed(3, kv=1.0, queued=100), spec(paused=True), status(3), T0)
+    assert (decision.verb, decision.desired) == (Verb.HOLD, 3)
+
+
+def test_due() -> None:
+    policy = spec(intervalSeconds=30)
+    assert due(policy, None, T0)
+    assert not due(policy, status(1, last_tick_at=T0 - timedelta(seconds=10)), T0)
+    assert due(policy, status(1, last_tick_at=T0 - timedelta(seconds=30)), T0)
+
+
+@pytest.mark.parametrize(
+    ("reference", "load", "expected"),
+    [(4, 4.3, 4), (4, 3.7, 4), (4, 4.5, 5), (4, 3.5, 4), (4, 3.0, 3), (0, 0.0, 0), (0, 0.2, 1)],
+)
+def test_recommend_tolerance(reference: int, load: float, expected: int) -> None:
+    assert recommend(load, reference, 0.1) == expected
+
+
+# ---- victims -------------------------------------------------------------------------------
+
+
+def test_victims_hold_the_least_reusable_cache() -> None:
+    pods = (
+        ReplicaMetrics("hot", 5, 0, 0.5, cached_tokens_rate=9000.0),
+        ReplicaMetrics("cold", 9, 0, 0.5, cached_tokens_rate=10.0),
+        ReplicaMetrics("warm", 1, 0, 0.5, cached_tokens_rate=3000.0),
+    )
+    seen = Observed(ready=3, replicas=pods)
+    assert choose_victims(seen, 1, cache_aware=True) == ("cold", "warm")
+    assert choose_victims(seen, 2, cache_aware=True) == ("cold",)
+    assert choose_victims(seen, 2, cache_aware=False) == ("warm",)  # fewest running: drains first
+
+
+def test_starting_replicas_go_before_any_ready_one() -> None:
+    seen = Observed(ready=3, replicas=replicas(3), starting=2)
+    assert choose_victims(seen, 3, cache_aware=True) == ()
+    assert choose_victims(seen, 2, cache_aware=True) == ("pod-0",)
+
+
+def test_hit_rate_ranks_when_the_token_rate_is_unknown() -> None:
+    pods = (
+        ReplicaMetrics("a", 1, 0, 0.5, hit_rate=0.8),
+        ReplicaMetrics("b", 1, 0, 0.5, hit_rate=0.1),
+    )
+    assert choose_victims(Observed(ready=2, replicas=pods), 1, cache_aware=True) == ("b",)
+
+
+def test_scale_down_names_victims() -> None:
+    pods = (
+        ReplicaMetrics("a", 2, 0, 0.05, cached_tokens_rate=500.0),
+        ReplicaMetrics("b", 2, 0, 0.05, cached_tokens_rate=5.0),
+    )
+    seen = Observed(ready=2, replicas=pods, revision="llama-00001")
+    decision = decide(seen, spec(scaleDown={"stabilizationSeconds": 0}), status(2), T0)
+    assert (decision.desired, decision.victims) == (1, ("b",))
+
+
+# ---- invariants ----------------------------------------------------------------------------
+
+gauge = st.one_of(st.none(), st.just(NAN), st.just(math.inf), st.floats(0, 500, allow_nan=False))
+fraction = st.one_of(st.none(), st.just(NAN), st.floats(0, 1.2, allow_nan=False))
+replica_metrics = st.builds(
+    ReplicaMetrics,
+    name=st.text("abcdef", min_size=1, max_size=4),
+    running=gauge,
+    queued=gauge,
+    kv_usage=fraction,
+    cached_tokens_rate=gauge,
+)
+
+
+@st.composite
+def observations(draw: st.DrawFn) -> Observed:
+    pods = tuple(draw(st.lists(replica_metrics, max_size=6)))
+    return Observed(
+        ready=draw(st.integers(0, 8)),
+        replicas=pods,
+        starting=draw(st.integers(0, 4)),
+        arrival_rate=draw(st.one_of(st.none(), st.just(NAN), st.floats(0, 200))),
+        waiting=draw(st.one_of(st.none(), st.floats(0, 100))),
+        ttft_p95=draw(st.one_of(st.none(), st.floats(0, 30))),
+        itl_p95=draw(st.one_of(st.none(), st.floats(0, 1))),
+        revision=draw(st.sampled_from(["r1", "r2"])),
+        ceiling=draw(st.one_of(st.none(), st.integers(0, 12))),
+        metrics_error=draw(st.one_of(st.none(), st.just("Prometheus failed"))),
+    )
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> AutoscalePolicySpec:
+    low = draw(st.integers(0, 6))
+    windows = [
+        {"start": f"{h:02d}:00", "end": f"{(h + d) % 24:02d}:00", "minReplicas": n}
+        for h, d, n in draw(
+            st.lists(
+                st.tuples(st.integers(0, 23), st.integers(1, 12), st.integers(0, 20)), max_size=2
+            )
+        )
+    ]
+    return spec(
+        minReplicas=low,
+        maxReplicas=draw(st.integers(max(low, 1), 12)),
+        idleSeconds=draw(st.sampled_from([30, 300, 600])),
+        paused=draw(st.booleans()),
+        warmPool={"schedule": windows},
+        scaleDown={"stabilizationSeconds": draw(st.sampled_from([0, 60, 300]))},
+    )
+
+
+@st.composite
+def statuses(draw: st.DrawFn) -> AutoscaleStatus | None:
+    if draw(st.booleans()):
+        return None
+    ago = timedelta(seconds=draw(st.integers(0, 7200)))
+    recs = tuple(
+        Sample(at=T0 - timedelta(seconds=10 * k), value=float(v))
+        for k, v in enumerate(draw(st.lists(st.integers(0, 20), max_size=10)), start=1)
+    )
+    return AutoscaleStatus(
+        inference_service="llama",
+        revision=draw(st.sampled_from(["r1", "r2"])),
+        desired=draw(st.integers(0, 20)),
+        recommendations=recs,
+        last_active_at=T0 - ago,
+        cold=ColdStarts(requests=draw(st.floats(0, 1000)), waited=draw(st.floats(0, 10))),
+    )
+
+
+def _spec_bounds(seen: Observed, policy: AutoscalePolicySpec) -> tuple[int, int]:
+    ceiling = policy.max_replicas
+    if seen.ceiling:
+        ceiling = min(ceiling, seen.ceiling)
+    floor = max(policy.min_replicas, policy.warm_pool.floor(T0))
+    return min(floor, ceiling), ceiling
+
+
+@settings(max_examples=150, deadline=None)
+@given(observations(), specs(), statuses())
+def test_never_below_the_floor_nor_above_the_ceiling(
+    seen: Observed, policy: AutoscalePolicySpec, before: AutoscaleStatus | None
+) -> None:
+    floor, ceiling = _spec_bounds(seen, policy)
+    decision = decide(seen, policy, before, T0)
+    assert floor <= decision.desired <= ceiling
+    assert decision.status.desired == decision.desired
+
+
+@settings(max_examples=150, deadline=None)
+@given(observations(), specs(), statuses())
+def test_never_to_zero_while_requests_are_queued(
+    seen: Observed, policy: AutoscalePolicySpec, before: AutoscaleStatus | None
+) -> None:
+    decision = decide(seen, policy, before, T0)
+    if seen.busy():
+        assert decision.desired >= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(observations(), specs(), statuses(), st.integers(0, 5))
+def test_missing_metrics_hold_the_count(
+    seen: Observed, policy: AutoscalePolicySpec, before: AutoscaleStatus | None, broken: int
+) -> None:
+    pods = (*seen.replicas, ReplicaMetrics(f"nan-{broken}", 1.0, NAN, 0.5))
+    broken_seen = Observed(
+        ready=max(seen.ready, len(pods)),
+        replicas=pods,
+        starting=seen.starting,
+        revision=seen.revision,
+    )
+    decision = decide(broken_seen, policy, before, T0)
+    assert decision.verb in (Verb.HALT, Verb.HOLD)  # HOLD: paused
+    floor, ceiling = _spec_bounds(broken_seen, policy)
+    same = before is not None and before.revision == broken_seen.revision
+    reference = max(before.desired if same and before else 0, broken_seen.current)
+    assert decision.desired == min(max(reference, floor, 1 if broken_seen.busy() else 0), ceiling)
+    assert decision.victims == ()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 10),
+    st.lists(st.floats(-1.0, 1.0), min_size=5, max_size=60),
+    st.floats(0.02, 0.5),
+)
+def test_noise_within_the_tolerance_moves_nothing(
+    count: int, noise: list[float], tolerance: float
+) -> None:
+    policy = spec(
+        maxReplicas=20,
+        targets={"tolerance": tolerance},
+        warmPool={"predictive": {"enabled": False}},
+    )
+    target = policy.targets.kv_usage
+    # each tick, the fleet's KV usage is off its target by at most the tolerance
+    ticks = [observed(count, kv=target * (1 + 0.999 * tolerance * e), running=20) for e in noise]
+    assert {d.desired for d in run(ticks, policy, status(count))} == {count}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.0, 1.0), min_size=10, max_size=80), st.sampled_from([60, 300]))
+def test_no_scale_down_within_the_window_of_a_scale_up(usage: list[float], window: int) -> None:
+    policy = spec(scaleDown={"stabilizationSeconds": window}, maxReplicas=40)
+    desired, count, ticks = [], 4, []
+    current: AutoscaleStatus | None = status(4)
+    for i, kv in enumerate(usage):
+        seen = observed(count, kv=kv, running=10 * kv + 1, arrival_rate=1.0)
+        decision = decide(seen, policy, current, T0 + timedelta(seconds=10 * i))
+        current, count = decision.status, decision.desired
+        desired.append(decision.desired)
+        ticks.append(decision.verb)
+    last_up = None
+    for i, verb in enumerate(ticks):
+        if verb is Verb.SCALE_UP:
+            last_up = i
+        if verb is Verb.SCALE_DOWN and last_up is not None:
+            assert (i - last_up) * 10 >= window, desired
