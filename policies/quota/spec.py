@@ -31,10 +31,11 @@ DEFAULT_PRIORITY = 100
 
 
 class Wire(BaseModel):
-    """Base of the spec types: camelCase on the wire as in the CRD, unknown keys rejected."""
+    """Base of the spec types: camelCase on the wire as in the CRD, unknown keys rejected,
+    nothing coerced (a budget of "8" is as wrong here as the CRD's schema says)."""
 
     model_config = ConfigDict(
-        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+        extra="forbid", frozen=True, strict=True, alias_generator=to_camel, populate_by_name=True
     )
 
 

@@ -135,7 +135,7 @@ def statuses(draw: st.DrawFn, budget: dict[str, GpuBudget]) -> TenantStatus:
     return TenantStatus(namespaces=governed, gpus=table["a"], commitments=commitments)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(isvcs(), tenants(), st.sampled_from([NS, NS, NS, OTHER_NS]))
 def test_cel_policy_agrees_with_decide(isvc: dict, tenant: dict, namespace: str) -> None:
     isvc["metadata"]["namespace"] = namespace

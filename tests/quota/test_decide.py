@@ -113,7 +113,7 @@ def test_a_borrowing_admission_never_takes_the_total_past_the_guarantees(run: tu
         before = sum(committed.values())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(budgets_st, st.data())
 def test_own_guarantee_is_always_admissible(
     budgets: dict[str, GpuBudget], data: st.DataObject
