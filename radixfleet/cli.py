@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from canary.cli import canary_app
+from policies.quota.cli import quota_app
 from radixfleet.config import ConfigError, load_catalog
 from radixfleet.dashboards import render_dashboards
 from radixfleet.emulator.cli import emulate
@@ -33,6 +34,7 @@ console = Console()
 err = Console(stderr=True)
 app.add_typer(canary_app, name="canary")
 app.add_typer(twin_app, name="twin")
+app.add_typer(quota_app, name="quota")
 app.command("bench")(bench)
 
 DEFAULT_CATALOG = Path("inferenceservices/catalog.yaml")
