@@ -33,9 +33,11 @@ class BuildError(Exception):
 
 
 def source_hash() -> str:
+    """Hash of the sources and of how they are built: a change to either means a new binary."""
     digest = hashlib.sha256()
     for name in SOURCES:
         digest.update(name.encode() + b"\0" + (SOURCE_DIR / name).read_bytes() + b"\0")
+    digest.update(" ".join(_go_build_args()).encode())
     return digest.hexdigest()[:16]
 
 
@@ -102,13 +104,19 @@ def ensure_built(*, log: Path | None = None) -> Path:
     return target
 
 
+def _go_build_args() -> list[str]:
+    # -trimpath and no VCS stamp: the binary depends on the sources only, not on where the
+    # checkout is or what git says about it.
+    return ["build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags(pinned_version())]
+
+
 def _build(target: Path, *, log: Path | None) -> None:
+    # GOFLAGS replaces the machine's own (go env), so it says all we need; no cgo, no C toolchain.
     env = dict(os.environ, GOFLAGS="-mod=mod", CGO_ENABLED="0")
     # Build to a temporary name and rename, so an interrupted build never looks finished.
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".apiserver-")
     os.close(fd)
-    command = [str(find_go()), "build", "-trimpath", "-ldflags", ldflags(pinned_version())]
-    command += ["-o", tmp, "."]
+    command = [str(find_go()), *_go_build_args(), "-o", tmp, "."]
     result = subprocess.run(
         command, cwd=SOURCE_DIR, env=env, capture_output=True, text=True, check=False
     )
