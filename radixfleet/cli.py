@@ -6,9 +6,6 @@ exits 2 and writes nothing.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -104,28 +101,57 @@ def validate(
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option(help="Where the demo writes its report.")] = Path("out/demo"),
+    duration: Annotated[float, typer.Option(help="Seconds of workload to replay.", min=1)] = 60.0,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="A 15-second workload: a first look, or a test.")
+    ] = False,
+    rate: Annotated[float, typer.Option(help="Requests per second over the fleet.", min=0.1)] = 5.0,
+    seed: Annotated[int, typer.Option(help="Seed of the session sampling.")] = 0,
+    token_scale: Annotated[
+        float, typer.Option(help="Scale the traces' prompt and answer lengths.", min=0.01, max=1)
+    ] = 0.25,
+    prometheus: Annotated[
+        bool, typer.Option(help="Scrape the fleet with Debian's Prometheus, if installed.")
+    ] = True,
+    manifests: Annotated[
+        bool, typer.Option(help="Render and validate the catalog's manifests too.")
+    ] = True,
+    traces: Annotated[
+        Path | None, typer.Option(help="Folder of the traces (default: ../shared/traces).")
+    ] = None,
     catalog: CatalogOption = DEFAULT_CATALOG,
 ) -> None:
-    """Render the example catalog into OUT, validate it, and build it with kustomize."""
-    with tempfile.TemporaryDirectory() as scratch:
-        rendered = Path(scratch) / "rendered"
-        render(catalog=catalog, out=rendered)
-        validate([rendered / "runtimes", rendered / "inferenceservices"])
-        _kustomize_check(rendered)
-        target = out / "rendered"
-        shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(rendered, target)
-    console.print(f"manifests in {target}")
+    """Run a two-region local fleet, replay a trace through it, and write a report to OUT.
 
+    Emulated SGLang replicas behind the real sglang-router in us-east-1 and eu-west-1 (where
+    llama-3-1-8b starts at zero replicas and wakes on its first request); writes
+    OUT/summary.json, OUT/report.html, OUT/dashboards.html (with Prometheus) and OUT/rendered/.
+    """
+    # Imported here: the fleet pulls in aiohttp, matplotlib and the workload readers.
+    from radixfleet.fleet import FleetError
+    from radixfleet.fleet.demo import QUICK_DURATION_S, DemoOptions, run_demo
+    from radixfleet.fleet.workloads import default_traces_dir
 
-def _kustomize_check(root: Path) -> None:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        console.print("kubectl not found: skipped `kubectl kustomize`")
-        return
-    for folder in ("runtimes", "inferenceservices"):
-        subprocess.run([kubectl, "kustomize", str(root / folder)], check=True, capture_output=True)
-        console.print(f"kubectl kustomize {folder}: ok")
+    options = DemoOptions(
+        out=out,
+        duration_s=QUICK_DURATION_S if quick else duration,
+        rate=rate,
+        token_scale=token_scale,
+        seed=seed,
+        prometheus=prometheus,
+        manifests=manifests,
+        catalog=catalog,
+        traces_dir=traces or default_traces_dir(),
+    )
+    try:
+        summary = run_demo(options, console=console)
+    except FleetError as exc:
+        err.print(f"[red]error[/red] the fleet did not start: {exc}", highlight=False)
+        raise typer.Exit(EXIT_PROBLEMS) from None
+    failed = summary["overall"]["failed"]
+    if failed:
+        err.print(f"[red]error[/red] {failed} requests failed", highlight=False)
+        raise typer.Exit(EXIT_PROBLEMS)
 
 
 app.command("emulate")(emulate)

@@ -1,0 +1,29 @@
+"""The local fleet: regions on loopback with emulated SGLang replicas behind real sglang-routers.
+
+- `spec`: the typed fleet spec (regions, models, replica counts, clocks) and `demo_spec()`;
+- `fleet`: `LocalFleet`, which starts and stops everything and is what tests, the demo and the
+  controllers drive (scale a model in a region, inject faults, take a region down);
+- `scaler`: the `Scaler` port of one model in one region (what the autoscaler acts through);
+- `replicas`: `ReplicaSet`, the `Scaler` backed by emulator processes registered with a router;
+- `entry`: a region's request entry, routing by model and waking models from zero;
+- `router`: sglang-router as a child process and its worker API;
+- `procs`: child processes that never outlive the fleet;
+- `prometheus`: the scrape config the fleet writes, and Debian's Prometheus when installed;
+- `demo` and `report`: `radixfleet demo` and its summary.json and report.html.
+"""
+
+from radixfleet.fleet.fleet import FleetError, LocalFleet
+from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState, Scaler
+from radixfleet.fleet.spec import FleetSpec, ModelSpec, RegionSpec, demo_spec
+
+__all__ = [
+    "FleetError",
+    "FleetSpec",
+    "LocalFleet",
+    "ModelSpec",
+    "RegionSpec",
+    "ReplicaInfo",
+    "ReplicaState",
+    "Scaler",
+    "demo_spec",
+]

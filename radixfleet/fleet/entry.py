@@ -1,0 +1,182 @@
+"""A region's request entry: routes OpenAI-style requests by model, and wakes models from zero.
+
+The entry stands where Knative's activator stands in a cluster, in front of each model's
+sglang-router: it reads the request's `model`, and when that model has no ready replica it asks
+the model's `Scaler` for one and holds the request until the replica is healthy and registered
+with the router (scale-to-zero loses no request). A request held longer than the wake timeout
+gets 503 with `Retry-After` and SGLang's error body. Answers stream through unchanged.
+
+Bad input gets SGLang's status and error body, never a traceback: malformed JSON 400, an unknown
+model 404, an unknown path 404.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from radixfleet.emulator.protocol import ApiError
+from radixfleet.fleet.scaler import Scaler
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
+
+
+class EntryError(ApiError):
+    """An ApiError with headers to send along (Retry-After)."""
+
+    def __init__(self, status: int, message: str, *, headers: Mapping[str, str]) -> None:
+        super().__init__(status, message)
+        self.headers = dict(headers)
+
+
+class RegionEntry:
+    """The aiohttp application of one region's entry."""
+
+    def __init__(
+        self,
+        *,
+        region: str,
+        scalers: Mapping[str, Scaler],
+        routers: Mapping[str, str],
+        session: aiohttp.ClientSession,
+        wake_timeout_s: float,
+        retry_after_s: int,
+    ) -> None:
+        self.region = region
+        self.scalers = dict(scalers)
+        self.routers = dict(routers)
+        self.session = session
+        self.wake_timeout_s = wake_timeout_s
+        self.retry_after_s = retry_after_s
+        self.accepting = True  # False: the region is down (failover tests), every request 503s
+        self.in_flight: Counter[str] = Counter()
+        self.woken: list[tuple[str, float]] = []  # (model, seconds a request was held)
+        self.app = self._build_app()
+
+    def _build_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024**2)
+        app.add_routes([web.post(path, self.proxy) for path in PROXIED_PATHS])
+        app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health)])
+        return app
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except EntryError as err:
+            return web.json_response(err.body(), status=err.status, headers=err.headers)
+        except ApiError as err:
+            return web.json_response(err.body(), status=err.status)
+        except web.HTTPException as err:
+            if err.status < 400:
+                raise
+            return web.json_response(ApiError(err.status, err.reason).body(), status=err.status)
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            raise  # the client went away: nothing to answer
+        except Exception:
+            log.exception("unhandled error on %s", request.path)
+            return web.json_response(ApiError(500, "Internal server error.").body(), status=500)
+
+    # -- routes ------------------------------------------------------------------------------
+
+    async def proxy(self, request: web.Request) -> web.StreamResponse:
+        """Forward a generation request to its model's router, waking the model if needed."""
+        raw = await request.read()
+        body = _parse(raw)
+        model = self._model_for(body)
+        if request.path.startswith("/v1/") and body.get("model") != model:
+            # The router's OpenAI routes require the name the entry defaulted to.
+            raw = json.dumps({**body, "model": model}).encode()
+        self.in_flight[model] += 1
+        try:
+            await self._ensure_capacity(self.scalers[model])
+            return await self._forward(request, self.routers[model] + request.path, raw)
+        finally:
+            self.in_flight[model] -= 1
+
+    async def models(self, _request: web.Request) -> web.StreamResponse:
+        """OpenAI's model list: the models this region serves."""
+        data = [
+            {"id": name, "object": "model", "owned_by": "radixfleet", "region": self.region}
+            for name in self.scalers
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def health(self, _request: web.Request) -> web.StreamResponse:
+        """200 while the region accepts requests (whatever its models' replica counts)."""
+        return web.Response(status=200 if self.accepting else 503)
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _model_for(self, body: dict[str, Any]) -> str:
+        name = body.get("model")
+        if name is None or name == "default":
+            if len(self.scalers) == 1:
+                return next(iter(self.scalers))
+            raise ApiError(400, f"Field 'model' is required: {self.region} serves several.")
+        if not isinstance(name, str) or name not in self.scalers:
+            raise ApiError(404, f"The model '{name}' does not exist.")
+        return name
+
+    async def _ensure_capacity(self, scaler: Scaler) -> None:
+        if not self.accepting:
+            raise self._unavailable(f"Region {self.region} is not serving.")
+        if scaler.ready_count() > 0:
+            return
+        held_since = time.monotonic()
+        if scaler.desired() == 0:
+            scaler.scale_to(1)  # wake from zero; replicas already starting need no push
+        if not await scaler.wait_ready(timeout_s=self.wake_timeout_s):
+            raise self._unavailable(
+                f"The model '{scaler.model}' is starting from zero replicas; retry shortly."
+            )
+        self.woken.append((scaler.model, time.monotonic() - held_since))
+
+    def _unavailable(self, message: str) -> EntryError:
+        return EntryError(503, message, headers={"Retry-After": str(self.retry_after_s)})
+
+    async def _forward(self, request: web.Request, url: str, raw: bytes) -> web.StreamResponse:
+        headers = {"Content-Type": "application/json"}
+        if "Authorization" in request.headers:
+            headers["Authorization"] = request.headers["Authorization"]
+        try:
+            async with self.session.post(url, data=raw, headers=headers) as upstream:
+                if upstream.content_type == "text/event-stream":
+                    return await _stream(request, upstream)
+                body = await upstream.read()
+                content_type = upstream.content_type or "application/json"
+                return web.Response(status=upstream.status, body=body, content_type=content_type)
+        except aiohttp.ClientConnectorError:
+            raise self._unavailable("The model's router is not reachable.") from None
+
+
+async def _stream(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+    response = web.StreamResponse(
+        status=upstream.status,
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+    )
+    await response.prepare(request)
+    async for chunk in upstream.content.iter_any():
+        await response.write(chunk)
+    await response.write_eof()
+    return response
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ApiError(400, f"Invalid JSON body: {err}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request body must be a JSON object.")
+    return body

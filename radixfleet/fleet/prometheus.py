@@ -1,0 +1,124 @@
+"""Prometheus for the local fleet: the scrape config it writes, and Debian's server if present.
+
+The fleet keeps two file_sd target files up to date, one for its replicas and one for its
+routers, each target labelled with `region`, `model` and `namespace` (and `revision`, which a
+cluster's scrape relabels from the Knative revision) as the dashboards and the controllers'
+PromQL expect. The replica job's name matches the dashboards' `.*sglang.*` job selector.
+`prometheus.yml` points at both files, so Prometheus follows replicas as they come and go.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from radixfleet.fleet.procs import Child, Supervisor, free_port
+
+REPLICA_JOB = "sglang-replicas"
+ROUTER_JOB = "smg-router"  # its metrics are smg_*; kept out of the .*sglang.* replica jobs
+START_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """One scrape target: `host:port` and where it stands in the fleet."""
+
+    address: str
+    region: str
+    model: str
+    namespace: str
+
+    def group(self) -> dict[str, Any]:
+        """The file_sd form of this target."""
+        labels = {
+            "region": self.region,
+            "model": self.model,
+            "namespace": self.namespace,
+            "revision": f"{self.model}-predictor-00001",
+        }
+        return {"targets": [self.address], "labels": labels}
+
+
+def write_targets(path: Path, targets: list[Target]) -> None:
+    """Replace the file_sd file atomically, so Prometheus never reads half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_suffix(".tmp")
+    staging.write_text(json.dumps([t.group() for t in targets], indent=1))
+    staging.replace(path)
+
+
+def scrape_config(
+    *,
+    replica_targets: Path,
+    router_targets: Path,
+    rule_files: list[Path] | None = None,
+    interval: str = "1s",
+) -> dict[str, Any]:
+    """prometheus.yml for the fleet: both target files, scraped every `interval`."""
+
+    def job(name: str, path: Path) -> dict[str, Any]:
+        return {
+            "job_name": name,
+            "file_sd_configs": [{"files": [str(path)], "refresh_interval": "2s"}],
+        }
+
+    return {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "rule_files": [str(p) for p in rule_files or []],
+        "scrape_configs": [job(REPLICA_JOB, replica_targets), job(ROUTER_JOB, router_targets)],
+    }
+
+
+@dataclass(frozen=True)
+class PrometheusServer:
+    """A running Prometheus: its URL and process."""
+
+    url: str
+    child: Child
+
+
+def prometheus_binary() -> str | None:
+    """Debian's `prometheus` (or any on PATH); None when it is not installed."""
+    return shutil.which("prometheus")
+
+
+def start_prometheus(
+    *, supervisor: Supervisor, config: Path, data_dir: Path, host: str = "127.0.0.1"
+) -> PrometheusServer | None:
+    """Start Prometheus on a free port with `config`; None when it is not installed."""
+    binary = prometheus_binary()
+    if binary is None:
+        return None
+    port = free_port(host)
+    argv = [
+        binary,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={data_dir}",
+        f"--web.listen-address={host}:{port}",
+        "--log.level=warn",
+    ]
+    child = supervisor.spawn("prometheus", argv, log_path=data_dir.parent / "prometheus.log")
+    server = PrometheusServer(url=f"http://{host}:{port}", child=child)
+    _wait_ready(server)
+    return server
+
+
+def _wait_ready(server: PrometheusServer) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not server.child.alive():
+            raise RuntimeError(f"prometheus exited: {server.child.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/-/ready", timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"prometheus not ready after {START_TIMEOUT_S:.0f} s")

@@ -1,0 +1,346 @@
+"""A model's replicas in one region: emulated SGLang processes kept at a desired count.
+
+`ReplicaSet` is the local fleet's `Scaler`, reconciling like a Deployment: it starts emulator
+processes until the desired count serves, and takes the surplus down. A replica is READY only
+once its `/health` answers 200 *and* the router lists it as a healthy worker, so a request
+released on readiness is routed. Scale-down removes the replica from the router first, waits
+for its running requests to finish (bounded), then stops the process: no request is cut. A
+replica whose process dies is dropped from the router and replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from radixfleet.fleet.procs import Child, Supervisor, free_port, stop_async
+from radixfleet.fleet.router import Router, RouterError
+from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
+from radixfleet.fleet.spec import FleetSpec, ModelSpec
+from radixfleet.profile import resolve_profile
+
+log = logging.getLogger(__name__)
+
+RECONCILE_INTERVAL_S = 0.5  # also how soon a dead replica is noticed
+RETRY_DELAY_S = 1.0  # after a failed start, before trying again
+DRAIN_TIMEOUT_S = 30.0
+
+
+class ReplicaStartError(RuntimeError):
+    """A replica process exited or never became healthy."""
+
+
+@dataclass(frozen=True)
+class ScaleEvent:
+    """Something that happened to a replica set, for reports: `kind` and unix time `at`."""
+
+    at: float
+    kind: str  # "wake", "woken", "ready", "failed", "exited", "stopped"
+    replica: str = ""
+    seconds: float | None = None  # "ready": since the replica started; "woken": since the wake
+    detail: str = ""
+
+
+@dataclass
+class Replica:
+    """One emulated replica process."""
+
+    id: str
+    url: str
+    child: Child
+    state: ReplicaState = ReplicaState.STARTING
+    started_at: float = field(default_factory=time.time)
+    ready_at: float | None = None
+    worker_id: str | None = None
+
+    def info(self) -> ReplicaInfo:
+        return ReplicaInfo(self.id, self.url, self.state, self.started_at, self.ready_at)
+
+
+@dataclass
+class EmulatorLauncher:
+    """Starts emulated replicas (`python -m radixfleet.emulator`) with the fleet's clocks."""
+
+    supervisor: Supervisor
+    fleet: FleetSpec
+    workdir: Path
+    host: str = "127.0.0.1"
+    cache_dir: Path | None = None
+
+    def launch(self, *, name: str, port: int, model: ModelSpec, warm: bool, seed: int) -> Child:
+        """Start one replica of `model` on `port`."""
+        argv = [
+            sys.executable, "-m", "radixfleet.emulator",
+            "--host", self.host, "--port", str(port),
+            "--profile", str(self.profile_file(model)),
+            "--model", model.name,
+            "--time-scale", str(self.fleet.time_scale),
+            "--seed", str(seed),
+            "--warm" if warm else "--no-warm",
+        ]  # fmt: skip
+        if self.cache_dir is not None:
+            argv += ["--cache-dir", str(self.cache_dir)]
+        return self.supervisor.spawn(name, argv, log_path=self.workdir / "logs" / f"{name}.log")
+
+    def profile_file(self, model: ModelSpec) -> Path:
+        """The model's profile as YAML: the built-in, its overrides, the fleet's cold start."""
+        path = self.workdir / "profiles" / f"{model.name}.yaml"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(yaml.safe_dump(self._profile_fields(model)))
+        return path
+
+    def _profile_fields(self, model: ModelSpec) -> dict[str, Any]:
+        base = resolve_profile(model.profile)
+        fields: dict[str, Any] = {"base": base.name, **model.profile_overrides}
+        cold = self.fleet.cold_start_s
+        if cold is not None and base.cold_start_seconds > 0:
+            # Keep the phases' proportions; only the total changes.
+            share = cold / base.cold_start_seconds
+            for phase in ("container_start_s", "weights_load_s", "graph_capture_s"):
+                fields[phase] = getattr(base, phase) * share
+        return fields
+
+
+class ReplicaSet:
+    """The `Scaler` of one model in one region, backed by emulator processes."""
+
+    def __init__(
+        self,
+        *,
+        region: str,
+        spec: ModelSpec,
+        router: Router,
+        launcher: EmulatorLauncher,
+        session: aiohttp.ClientSession,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._region = region
+        self.spec = spec
+        self.router = router
+        self.launcher = launcher
+        self.session = session
+        self.on_change = on_change
+        self.events: list[ScaleEvent] = []
+        self._desired = spec.replicas
+        self._replicas: dict[str, Replica] = {}
+        self._serial = 0
+        self._kick = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake_at: float | None = None
+        self._closing = False
+
+    # -- the Scaler port ---------------------------------------------------------------------
+
+    @property
+    def region(self) -> str:
+        return self._region
+
+    @property
+    def model(self) -> str:
+        return self.spec.name
+
+    def desired(self) -> int:
+        return self._desired
+
+    def ready_count(self) -> int:
+        return sum(r.state is ReplicaState.READY for r in self._replicas.values())
+
+    def replicas(self) -> list[ReplicaInfo]:
+        return [r.info() for r in self._replicas.values()]
+
+    def scale_to(self, replicas: int) -> int:
+        target = max(0, min(replicas, self.spec.max_replicas))
+        if target > 0 and self._desired == 0 and self.ready_count() == 0:
+            self._wake_at = time.time()
+            self._event("wake")
+        self._desired = target
+        self._kick.set()
+        return target
+
+    def drain(self, replica_id: str) -> bool:
+        replica = self._replicas.get(replica_id)
+        if replica is None or replica.state is ReplicaState.STOPPING:
+            return False
+        self._desired = max(0, self._desired - 1)
+        self._spawn(self._take_down(replica))
+        return True
+
+    async def wait_ready(self, *, at_least: int = 1, timeout_s: float) -> bool:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.ready_count() < at_least:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+        return True
+
+    # -- reconciling -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Reconcile until `close`: replace dead replicas, start or stop to the desired count."""
+        while not self._closing:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), RECONCILE_INTERVAL_S)
+            self._kick.clear()
+            if not self._closing:
+                self._reap_exited()
+                self._converge()
+
+    def _converge(self) -> None:
+        live = [r for r in self._replicas.values() if r.state is not ReplicaState.STOPPING]
+        for _ in range(self._desired - len(live)):
+            self._start_one()
+        for replica in _victims(live, len(live) - self._desired):
+            self._spawn(self._take_down(replica))
+
+    def _start_one(self) -> None:
+        self._serial += 1
+        name = f"{self.region}-{self.model}-{self._serial}"
+        port = free_port(self.launcher.host)
+        # Replicas there from the fleet's start are warm, as in a cluster that was up before.
+        warm = self.launcher.fleet.initial_warm and self._serial <= self.spec.replicas
+        child = self.launcher.launch(
+            name=name, port=port, model=self.spec, warm=warm, seed=self._serial
+        )
+        replica = Replica(id=name, url=f"http://{self.launcher.host}:{port}", child=child)
+        self._replicas[name] = replica
+        self._spawn(self._bring_up(replica))
+
+    async def _bring_up(self, replica: Replica) -> None:
+        timeout = self.launcher.fleet.replica_start_timeout_s
+        try:
+            await self._wait_healthy(replica, timeout_s=timeout)
+            replica.worker_id = await self.router.add_worker(self.session, replica.url)
+            if replica.state is not ReplicaState.STARTING:  # scaled down while registering
+                await self._deregister(replica)
+                return
+            await self.router.wait_registered(self.session, replica.url, timeout_s=timeout)
+        except (ReplicaStartError, RouterError, aiohttp.ClientError, TimeoutError) as err:
+            if replica.state is ReplicaState.STARTING:  # not a scale-down racing the start
+                await self._fail(replica, str(err))
+            return
+        if replica.state is ReplicaState.STARTING:
+            self._mark_ready(replica)
+
+    async def _wait_healthy(self, replica: Replica, *, timeout_s: float) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not await _healthy(self.session, replica.url):
+            if not replica.child.alive():
+                raise ReplicaStartError(f"{replica.id} exited: {replica.child.log_tail(500)}")
+            if asyncio.get_running_loop().time() > deadline:
+                raise ReplicaStartError(f"{replica.id} not healthy after {timeout_s:.0f} s")
+            await asyncio.sleep(0.05)
+
+    def _mark_ready(self, replica: Replica) -> None:
+        replica.state, replica.ready_at = ReplicaState.READY, time.time()
+        woken = self._wake_at is not None
+        since = self._wake_at if self._wake_at is not None else replica.started_at
+        self._event("woken" if woken else "ready", replica.id, seconds=replica.ready_at - since)
+        self._wake_at = None
+        self._notify()
+
+    async def _fail(self, replica: Replica, reason: str) -> None:
+        log.warning("replica %s failed to start: %s", replica.id, reason)
+        self._event("failed", replica.id, detail=reason)
+        await self._remove(replica)
+        await asyncio.sleep(RETRY_DELAY_S)  # no hot loop of failing starts
+        self._kick.set()
+
+    async def _take_down(self, replica: Replica) -> None:
+        if replica.state is ReplicaState.STOPPING:
+            return
+        replica.state = ReplicaState.STOPPING
+        self._notify()
+        await self._deregister(replica)
+        await _drain(self.session, replica.url, timeout_s=DRAIN_TIMEOUT_S)
+        await self._remove(replica)
+        self._event("stopped", replica.id)
+
+    async def _remove(self, replica: Replica) -> None:
+        await self._deregister(replica)
+        await stop_async(self.launcher.supervisor, replica.child, grace_s=5.0)
+        self._replicas.pop(replica.id, None)
+        self._notify()
+
+    async def _deregister(self, replica: Replica) -> None:
+        worker_id, replica.worker_id = replica.worker_id, None
+        if worker_id is not None:
+            with contextlib.suppress(RouterError, aiohttp.ClientError, TimeoutError):
+                await self.router.remove_worker(self.session, worker_id)
+
+    def _reap_exited(self) -> None:
+        for replica in list(self._replicas.values()):
+            if not replica.child.alive() and replica.state is ReplicaState.READY:
+                self._event("exited", replica.id, detail=replica.child.log_tail(300))
+                replica.state = ReplicaState.STOPPING
+                self._spawn(self._remove(replica))
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        # Wake every waiter, then give later waiters a fresh event.
+        self._changed.set()
+        self._changed = asyncio.Event()
+        self.on_change()
+
+    def _event(self, kind: str, replica: str = "", **extra: Any) -> None:
+        self.events.append(ScaleEvent(at=time.time(), kind=kind, replica=replica, **extra))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Stop reconciling and stop every replica at once (no drain: the fleet is going)."""
+        self._closing = True
+        self._kick.set()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        children = [r.child for r in self._replicas.values()]
+        self.launcher.supervisor.stop_many(children, grace_s=0.0)
+        self._replicas.clear()
+
+
+def _victims(live: list[Replica], count: int) -> list[Replica]:
+    """Which replicas to take down: starting ones first (no cache yet), then the newest."""
+    if count <= 0:
+        return []
+    ordered = sorted(live, key=lambda r: (r.state is ReplicaState.READY, -r.started_at, r.id))
+    return ordered[:count]
+
+
+async def _healthy(session: aiohttp.ClientSession, url: str) -> bool:
+    try:
+        async with session.get(f"{url}/health", timeout=aiohttp.ClientTimeout(total=5)) as answer:
+            return answer.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
+async def _drain(session: aiohttp.ClientSession, url: str, *, timeout_s: float) -> None:
+    """Wait until the replica runs and queues nothing (its /get_load), or the timeout."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            async with session.get(f"{url}/get_load") as answer:
+                loads = await answer.json(content_type=None)
+            if sum(int(rank.get("num_reqs", 0)) for rank in loads) == 0:
+                return
+        except (aiohttp.ClientError, TimeoutError, ValueError, TypeError, AttributeError):
+            return  # it cannot answer: nothing left to wait for
+        await asyncio.sleep(0.1)

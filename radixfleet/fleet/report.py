@@ -1,0 +1,243 @@
+"""The demo's outputs: summary.json, report.html with readable plots, and the console table.
+
+The page is one self-contained file (plots inlined as PNG): the summary table, the TTFT
+distribution per region and model, output throughput over time per region with the moments a
+model woke from zero, and the prefix cache hit rate per region and model beside the workload's
+ideal (an unlimited prefix cache per region).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from radixfleet.workload.records import RequestResult
+
+
+@dataclass(frozen=True)
+class Wake:
+    """A model woken from zero: when (seconds since the replay started) and how long it took."""
+
+    region: str
+    model: str
+    at: float
+    seconds: float
+
+
+BIN_S = 5.0  # throughput-over-time bins: wide enough to smooth a minute of arrivals
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> Path:
+    """Write `out/summary.json`."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "summary.json"
+    path.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+    return path
+
+
+HEADERS = ("region/model", "reqs", "fail", "TTFT ms\np50/95/99", "ITL ms\np50/95/99", "out\ntok/s",
+           "req/s", "prefix\nhit")  # fmt: skip
+CONSOLE_SKIPS = ("req/s",)  # 80 columns hold all but this; the page and summary.json have it
+
+
+def print_table(console: Console, summary: dict[str, Any]) -> None:
+    """The per region/model table, then the overall line (fits 80 columns)."""
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+        title="radixfleet demo",
+    )
+    keep = [header not in CONSOLE_SKIPS for header in HEADERS]
+    for header in (h for h, k in zip(HEADERS, keep, strict=True) if k):
+        table.add_column(header, justify="left" if header == HEADERS[0] else "right", no_wrap=True)
+    rows = {**summary["per_region_model"], "all": summary["overall"]}
+    for name, group in rows.items():
+        cells = [c for c, k in zip((name, *_cells(group)), keep, strict=True) if k]
+        table.add_row(*cells, end_section=name == list(rows)[-2])
+    console.print(table)
+
+
+def _cells(group: dict[str, Any]) -> list[str]:
+    hit = group["prefix_cache_hit_rate"]
+    return [
+        str(group["requests"]),
+        str(group["failed"]),
+        _ms(group["ttft_s"]),
+        _ms(group["itl_s"]),
+        f"{group['throughput']['output_tokens_per_s']:.0f}",
+        f"{group['throughput']['requests_per_s']:.2f}",
+        "-" if hit is None else f"{hit:.1%}",
+    ]
+
+
+def _ms(quantiles: dict[str, float | None]) -> str:
+    values = [quantiles[k] for k in ("p50", "p95", "p99")]
+    return "/".join("-" if v is None else f"{v * 1000:.0f}" for v in values)
+
+
+# -- the HTML page -----------------------------------------------------------------------------
+
+
+def write_report(
+    out: Path,
+    *,
+    summary: dict[str, Any],
+    results: Sequence[RequestResult],
+    wakes: Sequence[Wake],
+) -> Path:
+    """Write `out/report.html`."""
+    figures = [
+        ("Time to first token", _ttft_cdf(results)),
+        ("Output throughput over time", _throughput(results, wakes)),
+        ("Prefix cache hit rate", _hit_rates(summary)),
+    ]
+    body = [_intro(summary), _table_html(summary)]
+    body += [f"<h2>{html.escape(title)}</h2>{_img(fig)}" for title, fig in figures]
+    body.append(_notes(summary))
+    path = out / "report.html"
+    path.write_text(_PAGE.format(css=_CSS, body="\n".join(body)), encoding="utf-8")
+    return path
+
+
+def _ttft_cdf(results: Sequence[RequestResult]) -> Figure:
+    fig, ax = _figure()
+    for name, values in sorted(_by_group(results).items()):
+        ordered = sorted(values)
+        share = [(i + 1) / len(ordered) for i in range(len(ordered))]
+        ax.step([v * 1000 for v in ordered], share, where="post", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("time to first token (ms, log scale)")
+    ax.set_ylabel("share of requests")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _by_group(results: Sequence[RequestResult]) -> dict[str, list[float]]:
+    groups: dict[str, list[float]] = {}
+    for r in results:
+        if r.ok and r.ttft is not None:
+            groups.setdefault(f"{r.region}/{r.model}", []).append(r.ttft)
+    return groups
+
+
+def _throughput(results: Sequence[RequestResult], wakes: Sequence[Wake]) -> Figure:
+    fig, ax = _figure()
+    end = max((r.ended for r in results), default=0.0)
+    bins = int(end // BIN_S) + 1
+    for region in sorted({r.region for r in results}):
+        tokens = [0.0] * bins
+        for r in results:
+            if r.ok and r.region == region:
+                tokens[int(r.ended // BIN_S)] += r.output_tokens / BIN_S
+        ax.plot([i * BIN_S for i in range(bins)], tokens, label=region, drawstyle="steps-post")
+    for wake in wakes:
+        ax.axvspan(wake.at, wake.at + wake.seconds, color="grey", alpha=0.2)
+        ax.annotate(f"{wake.model} in {wake.region}: woken from zero in {wake.seconds:.1f} s",
+                    (wake.at + wake.seconds, 0), rotation=90, fontsize=7, xytext=(3, 5),
+                    textcoords="offset points")  # fmt: skip
+    ax.set_xlabel("seconds since the replay started")
+    ax.set_ylabel("output tokens / s")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _hit_rates(summary: dict[str, Any]) -> Figure:
+    fig, ax = _figure()
+    groups = summary["per_region_model"]
+    names = list(groups)
+    rates = [(groups[n]["prefix_cache_hit_rate"] or 0.0) * 100 for n in names]
+    ax.bar(names, rates, color="#4c78a8", label="measured (cached / prompt tokens)")
+    marks = [_ideal(summary, name) * 100 for name in names]
+    ax.scatter(names, marks, color="#e45756", marker="_", s=600, linewidths=2,
+               label="ideal: an unlimited cache per region", zorder=3)  # fmt: skip
+    ax.set_ylabel("prefix cache hit rate (%)")
+    ax.set_ylim(0, min(100.0, max([*rates, *marks, 10.0]) * 1.4))
+    ax.legend(fontsize=8)
+    ax.tick_params(axis="x", labelsize=8)
+    return fig
+
+
+def _ideal(summary: dict[str, Any], group: str) -> float:
+    region, model = group.split("/", 1)
+    described = summary["workload"]["models"].get(model, {})
+    return float(described.get("ideal_prefix_hit_rate", {}).get(region, 0.0))
+
+
+def _figure() -> tuple[Figure, Any]:
+    fig = Figure(figsize=(8, 3.6), dpi=100)
+    ax = fig.add_subplot()
+    ax.grid(alpha=0.3)
+    return fig, ax
+
+
+def _img(fig: Figure) -> str:
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return f'<img alt="plot" src="data:image/png;base64,{data}">'
+
+
+def _intro(summary: dict[str, Any]) -> str:
+    demo = summary["demo"]
+    regions = ", ".join(_region_text(r) for r in demo["fleet"]["regions"])
+    return (
+        "<h1>radixfleet demo</h1>"
+        f"<p>{summary['overall']['requests']} requests replayed over {demo['duration_s']:.0f} s "
+        f"at {demo['rate']:g} req/s against a local fleet of {html.escape(regions)}: "
+        "emulated SGLang replicas behind the real sglang-router (cache_aware) per model, "
+        "a request entry per region that wakes models from zero.</p>"
+        f"<p class='scale'>{html.escape(demo['time_scale_note'])}</p>"
+    )
+
+
+def _region_text(region: dict[str, Any]) -> str:
+    models = ", ".join(f"{m['name']} x{m['replicas']}" for m in region["models"])
+    return f"{region['name']} ({models})"
+
+
+def _table_html(summary: dict[str, Any]) -> str:
+    rows = {**summary["per_region_model"], "all": summary["overall"]}
+    cells = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in (name, *_cells(g))) + "</tr>"
+        for name, g in rows.items()
+    )
+    header = "".join(f"<th>{html.escape(h).replace(chr(10), '<br>')}</th>" for h in HEADERS)
+    return f"<table><tr>{header}</tr>{cells}</table>"
+
+
+def _notes(summary: dict[str, Any]) -> str:
+    items = [f"<li>{html.escape(line)}</li>" for line in summary["notes"]]
+    return "<h2>Notes</h2><ul>" + "".join(items) + "</ul>"
+
+
+_CSS = """
+body { font-family: sans-serif; margin: 24px; max-width: 960px; color: #222; }
+table { border-collapse: collapse; font-size: 13px; }
+td, th { border: 1px solid #ccc; padding: 4px 8px; text-align: right; }
+td:first-child, th:first-child { text-align: left; }
+tr:last-child { font-weight: bold; }
+.scale { color: #555; font-size: 13px; }
+img { display: block; margin: 8px 0 16px 0; }
+"""
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>radixfleet demo</title>
+<style>{css}</style></head>
+<body>
+{body}
+</body></html>
+"""

@@ -1,0 +1,121 @@
+"""sglang-router (PyPI `sglang-router` 0.3.2) as a child process, and its worker API.
+
+One router per model per region, started with no workers: replicas join and leave at runtime
+through the router's own HTTP API (`POST /workers {"url"}` answers 202 with a worker id and
+registers in the background; `GET /workers` lists them with their health; `DELETE
+/workers/{id}` removes one). The router loads the tokenizer from `--tokenizer-path`, the
+emulator's local tokenizer directory, so it never reaches for Hugging Face.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from radixfleet.fleet.procs import Child
+
+
+class RouterError(RuntimeError):
+    """The router refused or failed an operation; `status` is its HTTP status (0: no answer)."""
+
+    def __init__(self, message: str, *, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def router_command(
+    *,
+    host: str,
+    port: int,
+    prometheus_port: int,
+    policy: str,
+    tokenizer_dir: str,
+    health_interval_s: int,
+) -> list[str]:
+    """The command line of one sglang-router."""
+    return [
+        sys.executable, "-m", "sglang_router.launch_router",
+        "--host", host, "--port", str(port),
+        "--policy", policy,
+        "--tokenizer-path", tokenizer_dir,
+        "--prometheus-host", host, "--prometheus-port", str(prometheus_port),
+        "--health-check-interval-secs", str(health_interval_s),
+        # Stopping a local fleet should not wait the default 180 s for streams to drain.
+        "--shutdown-grace-period-secs", "1",
+        "--log-level", "warn",
+    ]  # fmt: skip
+
+
+@dataclass
+class Router:
+    """A started router: where it listens and how to manage its workers."""
+
+    url: str
+    prometheus_port: int
+    child: Child
+
+    async def wait_live(self, session: aiohttp.ClientSession, *, timeout_s: float) -> None:
+        """Return once `/liveness` answers 200; raise RouterError on exit or timeout."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not await _answers(session, f"{self.url}/liveness"):
+            if not self.child.alive():
+                raise RouterError(f"sglang-router exited: {self.child.log_tail()}")
+            if asyncio.get_running_loop().time() > deadline:
+                raise RouterError(f"sglang-router not live after {timeout_s:.0f} s")
+            await asyncio.sleep(0.1)
+
+    async def add_worker(self, session: aiohttp.ClientSession, worker_url: str) -> str:
+        """Ask the router to register `worker_url`; returns the worker id it assigned."""
+        async with session.post(f"{self.url}/workers", json={"url": worker_url}) as answer:
+            body = await _json(answer)
+            if answer.status not in (200, 201, 202) or "worker_id" not in body:
+                raise RouterError(f"add {worker_url}: {body}", status=answer.status)
+            return str(body["worker_id"])
+
+    async def remove_worker(self, session: aiohttp.ClientSession, worker_id: str) -> None:
+        """Ask the router to drop a worker; an unknown id is already gone."""
+        async with session.delete(f"{self.url}/workers/{worker_id}") as answer:
+            if answer.status not in (200, 202, 204, 404):
+                raise RouterError(
+                    f"remove {worker_id}: {await answer.text()}", status=answer.status
+                )
+
+    async def workers(self, session: aiohttp.ClientSession) -> list[dict[str, Any]]:
+        """The router's workers as it lists them (url, is_healthy, load, ...)."""
+        async with session.get(f"{self.url}/workers") as answer:
+            body = await _json(answer)
+        workers = body.get("workers", [])
+        return [w for w in workers if isinstance(w, dict)]
+
+    async def wait_registered(
+        self, session: aiohttp.ClientSession, worker_url: str, *, timeout_s: float
+    ) -> None:
+        """Return once the router lists `worker_url` as healthy."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            listed = {w.get("url"): w for w in await self.workers(session)}
+            if listed.get(worker_url, {}).get("is_healthy") is True:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise RouterError(f"{worker_url} not registered after {timeout_s:.0f} s")
+            await asyncio.sleep(0.05)
+
+
+async def _answers(session: aiohttp.ClientSession, url: str) -> bool:
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as answer:
+            return answer.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
+async def _json(answer: aiohttp.ClientResponse) -> dict[str, Any]:
+    try:
+        body = await answer.json(content_type=None)
+    except (aiohttp.ContentTypeError, ValueError):
+        return {"error": await answer.text()}
+    return body if isinstance(body, dict) else {"body": body}

@@ -1,0 +1,69 @@
+"""The port a controller drives the local fleet's replicas through: one model in one region.
+
+The autoscale controller's act layer (and the entry's wake-from-zero) need only this: how many
+replicas are wanted, how many serve, set the count, wait for readiness, and drain one chosen
+replica (the cache-aware scale-down picks which). Kept free of I/O so decision code and fakes
+can import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+
+class ReplicaState(StrEnum):
+    """Where a replica is in its life."""
+
+    STARTING = "starting"  # process started; not yet healthy and registered with the router
+    READY = "ready"  # healthy and registered: the router sends it traffic
+    STOPPING = "stopping"  # removed from the router, draining, then stopped
+
+
+@dataclass(frozen=True)
+class ReplicaInfo:
+    """A replica as a controller sees it."""
+
+    id: str
+    url: str
+    state: ReplicaState
+    started_at: float  # unix seconds
+    ready_at: float | None
+
+
+class Scaler(Protocol):
+    """The replicas of one model in one region. Methods run on the fleet's event loop."""
+
+    @property
+    def region(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    def desired(self) -> int:
+        """The replica count asked for."""
+        ...
+
+    def ready_count(self) -> int:
+        """Replicas healthy and registered with the router."""
+        ...
+
+    def replicas(self) -> list[ReplicaInfo]:
+        """Every replica not yet stopped."""
+        ...
+
+    def scale_to(self, replicas: int) -> int:
+        """Ask for `replicas` (clamped to the model's bounds); returns the count asked for.
+
+        Returns at once: replicas start or drain in the background.
+        """
+        ...
+
+    def drain(self, replica_id: str) -> bool:
+        """Scale down by one, removing that replica; False when there is no such replica."""
+        ...
+
+    async def wait_ready(self, *, at_least: int = 1, timeout_s: float) -> bool:
+        """Wait until `at_least` replicas are ready; False on timeout."""
+        ...

@@ -1,0 +1,116 @@
+"""The local fleet's spec: regions, their models and replica counts, and the fleet's clocks.
+
+Defaults and limits live here, on the types, for the CLI, the tests and the controllers alike.
+`demo_spec()` is the two-region fleet `radixfleet demo` runs, shaped like the example catalog:
+llama-3-1-8b scales to zero (it starts at zero in eu-west-1 and is woken by the first request)
+and llama-3-1-70b is kept warm.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from radixfleet.profile import DEFAULT_PROFILE_NAME
+
+RouterPolicy = Literal["cache_aware", "round_robin", "random", "power_of_two"]
+
+
+class ModelSpec(BaseModel):
+    """One model served in a region: replicas behind one sglang-router."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="served model name, as clients send it")
+    replicas: int = Field(default=1, ge=0, description="at start; 0 = scaled to zero")
+    max_replicas: int = Field(default=8, ge=1)
+    profile: str = Field(default=DEFAULT_PROFILE_NAME, description="built-in replica profile")
+    namespace: str = Field(default="default", description="the Kubernetes namespace it stands for")
+    profile_overrides: dict[str, float] = Field(
+        default_factory=dict, description="ReplicaProfile fields to change, e.g. a small KV cache"
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ModelSpec:
+        if self.replicas > self.max_replicas:
+            raise ValueError(f"replicas {self.replicas} exceeds max_replicas {self.max_replicas}")
+        return self
+
+
+class RegionSpec(BaseModel):
+    """A region: an entry that routes by model to each model's router."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    models: list[ModelSpec] = Field(min_length=1)
+    router_policy: RouterPolicy = "cache_aware"
+
+    @model_validator(mode="after")
+    def _unique_models(self) -> RegionSpec:
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"region {self.name!r} lists a model twice: {names}")
+        return self
+
+    def model(self, name: str) -> ModelSpec:
+        """The model called `name`; KeyError when the region does not serve it."""
+        for model in self.models:
+            if model.name == name:
+                return model
+        raise KeyError(name)
+
+
+class FleetSpec(BaseModel):
+    """A local fleet: regions, and the clocks of its replicas and entries."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    regions: list[RegionSpec] = Field(min_length=1)
+    time_scale: float = Field(
+        default=1.0, gt=0, description="multiplies every replica step time (1: H100 speed)"
+    )
+    cold_start_s: float | None = Field(
+        default=2.0,
+        ge=0,
+        description="cold start of a new replica in profile seconds (a real one takes 45-90 s);"
+        " None keeps the profile's",
+    )
+    initial_warm: bool = Field(
+        default=True, description="replicas present at start skip the cold start"
+    )
+    wake_timeout_s: float = Field(
+        default=60.0, gt=0, description="how long the entry holds a request for a model at zero"
+    )
+    retry_after_s: int = Field(default=5, ge=1, description="Retry-After of a wake timeout's 503")
+    replica_start_timeout_s: float = Field(default=120.0, gt=0)
+    router_health_interval_s: int = Field(default=10, ge=1)
+
+    @model_validator(mode="after")
+    def _unique_regions(self) -> FleetSpec:
+        names = [r.name for r in self.regions]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a region is listed twice: {names}")
+        return self
+
+    def region(self, name: str) -> RegionSpec:
+        """The region called `name`; KeyError when there is none."""
+        for region in self.regions:
+            if region.name == name:
+                return region
+        raise KeyError(name)
+
+
+def demo_spec() -> FleetSpec:
+    """Two regions, as in the example catalog: 8B scales to zero, 70B is kept warm."""
+    llama_8b = ModelSpec(name="llama-3-1-8b", namespace="team-search", replicas=2)
+    llama_70b = ModelSpec(
+        name="llama-3-1-70b", namespace="team-search", replicas=1, profile="4xh100-llama-3.1-70b"
+    )
+    return FleetSpec(
+        regions=[
+            RegionSpec(name="us-east-1", models=[llama_8b, llama_70b]),
+            RegionSpec(name="eu-west-1", models=[llama_8b.model_copy(update={"replicas": 0})]),
+        ]
+    )

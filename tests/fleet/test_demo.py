@@ -1,0 +1,57 @@
+"""`radixfleet demo` end to end, with a short workload: the fleet starts, eu-west-1's model wakes
+from zero, every request succeeds, summary.json has its fields, report.html its plots, and no
+process of the fleet is left."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from radixfleet.cli import app
+from radixfleet.fleet.procs import processes_with_marker
+from radixfleet.fleet.prometheus import prometheus_binary
+
+pytestmark = pytest.mark.fleet
+
+GROUP_FIELDS = {"requests", "failed", "ttft_s", "itl_s", "throughput", "prefix_cache_hit_rate"}
+
+
+def test_demo_writes_summary_and_report(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RADIXFLEET_CACHE_DIR", str(cache_dir))  # the session's tokenizer
+    out = tmp_path / "demo"
+    args = ["demo", "--out", str(out), "--duration", "6", "--rate", "4"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert processes_with_marker(summary["demo"]["fleet_id"]) == []
+    assert summary["overall"]["failed"] == 0 and summary["overall"]["requests"] == 24
+    for group in (
+        summary["overall"],
+        *summary["per_region"].values(),
+        *summary["per_model"].values(),
+    ):
+        assert set(group) >= GROUP_FIELDS
+        assert set(group["ttft_s"]) == set(group["itl_s"]) == {"p50", "p95", "p99"}
+    assert set(summary["per_region"]) == {"us-east-1", "eu-west-1"}
+    assert set(summary["per_model"]) == {"llama-3-1-8b", "llama-3-1-70b"}
+    assert summary["per_model"]["llama-3-1-8b"]["prefix_cache_hit_rate"] > 0
+    assert [(w["region"], w["model"]) for w in summary["wake_from_zero"]] == [
+        ("eu-west-1", "llama-3-1-8b")
+    ]
+
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 3
+    assert "eu-west-1/llama-3-1-8b" in page and "Time scale" in page
+    assert (out / "rendered" / "inferenceservices").is_dir()
+    if prometheus_binary() is None:
+        assert any("not installed" in note for note in summary["notes"])
+    else:
+        # The fleet dashboard counts regions from the scrape's region labels.
+        dashboards = (out / "dashboards.html").read_text()
+        assert '>Regions</div><div class="stat"><span class="value">2<' in dashboards

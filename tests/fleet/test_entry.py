@@ -1,0 +1,199 @@
+"""The region entry against fakes: a stand-in router and a fake Scaler that records its calls.
+
+Wake from zero (held requests succeed, one wake for many), the bounded wait (503 with
+Retry-After and SGLang's body), streaming through, and bad input answered with SGLang's errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from radixfleet.fleet.entry import RegionEntry
+from radixfleet.fleet.scaler import ReplicaInfo
+
+
+class FakeScaler:
+    """Records scale_to calls; becomes ready `wake_s` after a scale-up (never if None)."""
+
+    def __init__(self, model: str, *, ready: int = 0, wake_s: float | None = 0.2) -> None:
+        self._model = model
+        self._ready = ready
+        self._desired = ready
+        self.wake_s = wake_s
+        self.scale_calls: list[int] = []
+        self._changed = asyncio.Event()
+
+    @property
+    def region(self) -> str:
+        return "test"
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    def desired(self) -> int:
+        return self._desired
+
+    def ready_count(self) -> int:
+        return self._ready
+
+    def replicas(self) -> list[ReplicaInfo]:
+        return []
+
+    def scale_to(self, replicas: int) -> int:
+        self.scale_calls.append(replicas)
+        self._desired = replicas
+        if self.wake_s is not None:
+            asyncio.get_running_loop().call_later(self.wake_s, self._become_ready)
+        return replicas
+
+    def drain(self, replica_id: str) -> bool:
+        return False
+
+    def _become_ready(self) -> None:
+        self._ready = self._desired
+        self._changed.set()
+
+    async def wait_ready(self, *, at_least: int = 1, timeout_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return self._ready >= at_least
+
+
+async def router_standin(request: web.Request) -> web.StreamResponse:
+    """Answers like sglang-router: whole JSON, or SSE when asked to stream."""
+    body = await request.json()
+    if not body.get("stream"):
+        return web.json_response({"model": body["model"], "choices": [{"text": " hi"}]})
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for word in (" one", " two"):
+        await response.write(f"data: {json.dumps({'choices': [{'text': word}]})}\n\n".encode())
+    await response.write(b"data: [DONE]\n\n")
+    return response
+
+
+@asynccontextmanager
+async def serve(app: web.Application) -> AsyncIterator[str]:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+Scenario = Callable[[aiohttp.ClientSession, str, RegionEntry], Awaitable[None]]
+
+
+def run(scalers: dict[str, FakeScaler], scenario: Scenario, *, wake_timeout_s: float = 5) -> None:
+    async def main() -> None:
+        upstream = web.Application()
+        upstream.router.add_post("/v1/completions", router_standin)
+        async with serve(upstream) as router, aiohttp.ClientSession() as session:
+            entry = RegionEntry(
+                region="test",
+                scalers=scalers,
+                routers={name: router for name in scalers},
+                session=session,
+                wake_timeout_s=wake_timeout_s,
+                retry_after_s=7,
+            )
+            async with serve(entry.app) as url:
+                await scenario(session, url, entry)
+
+    asyncio.run(main())
+
+
+async def post(session: aiohttp.ClientSession, url: str, body: Any) -> tuple[int, Any, Any]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    async with session.post(f"{url}/v1/completions", data=data) as answer:
+        text = await answer.text()
+        return answer.status, text, answer.headers
+
+
+def test_requests_to_a_model_at_zero_are_held_and_wake_it_once() -> None:
+    scaler = FakeScaler("m", wake_s=0.3)
+
+    async def scenario(session: aiohttp.ClientSession, url: str, entry: RegionEntry) -> None:
+        answers = await asyncio.gather(*(post(session, url, {"model": "m"}) for _ in range(5)))
+        assert [status for status, _, _ in answers] == [200] * 5
+        assert scaler.scale_calls == [1]  # one wake for five held requests
+        assert all(held >= 0.25 for _, held in entry.woken)
+
+    run({"m": scaler}, scenario)
+
+
+def test_a_wake_that_takes_too_long_answers_503_with_retry_after() -> None:
+    scaler = FakeScaler("m", wake_s=None)
+
+    async def scenario(session: aiohttp.ClientSession, url: str, entry: RegionEntry) -> None:
+        status, text, headers = await post(session, url, {"model": "m"})
+        assert (status, headers["Retry-After"]) == (503, "7")
+        error = json.loads(text)["error"]
+        assert (error["type"], error["code"], error["retryable"]) == (
+            "ServiceUnavailableError", 503, True)  # fmt: skip
+        assert "starting from zero" in error["message"]
+
+    run({"m": scaler}, scenario, wake_timeout_s=0.3)
+
+
+def test_streams_pass_through_unchanged() -> None:
+    async def scenario(session: aiohttp.ClientSession, url: str, entry: RegionEntry) -> None:
+        status, text, headers = await post(session, url, {"model": "m", "stream": True})
+        assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+        assert text.count("data: ") == 3 and text.endswith("data: [DONE]\n\n")
+
+    run({"m": FakeScaler("m", ready=1)}, scenario)
+
+
+def test_the_only_model_of_a_region_is_the_default() -> None:
+    async def scenario(session: aiohttp.ClientSession, url: str, entry: RegionEntry) -> None:
+        status, _, _ = await post(session, url, {"prompt": "x"})
+        assert status == 200
+
+    run({"m": FakeScaler("m", ready=1)}, scenario)
+
+
+def test_bad_input_gets_sglang_errors_not_tracebacks() -> None:
+    scalers = {"a": FakeScaler("a", ready=1), "b": FakeScaler("b", ready=1)}
+
+    async def scenario(session: aiohttp.ClientSession, url: str, entry: RegionEntry) -> None:
+        cases = {
+            b"{not json": (400, "BadRequestError", "Invalid JSON body"),
+            b"[1, 2]": (400, "BadRequestError", "must be a JSON object"),
+            json.dumps({"model": "nope"}).encode(): (404, "NotFoundError", "'nope' does not exist"),
+            json.dumps({"prompt": "x"}).encode(): (400, "BadRequestError", "'model' is required"),
+        }
+        for body, (code, kind, words) in cases.items():
+            status, text, _ = await post(session, url, body)
+            error = json.loads(text)["error"]
+            assert (status, error["type"], error["code"]) == (code, kind, code), body
+            assert words in error["message"] and "Traceback" not in text
+        async with session.get(f"{url}/no/such/path") as answer:
+            assert answer.status == 404
+            assert (await answer.json())["error"]["type"] == "NotFoundError"
+        assert all(count == 0 for count in entry.in_flight.values())
+
+    run(scalers, scenario)
+
+
+def test_a_region_taken_down_refuses_with_503() -> None:
+    async def scenario(session: aiohttp.ClientSession, url: str, entry: RegionEntry) -> None:
+        entry.accepting = False
+        status, _, headers = await post(session, url, {"model": "m"})
+        assert (status, headers["Retry-After"]) == (503, "7")
+        async with session.get(f"{url}/health") as answer:
+            assert answer.status == 503
+
+    run({"m": FakeScaler("m", ready=1)}, scenario)
