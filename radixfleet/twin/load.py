@@ -125,7 +125,8 @@ def _models(scenario: Scenario) -> Iterator[Finding]:
         try:
             resolve_profile(model.profile)
         except ProfileError as err:
-            yield f"{loc}.profile", str(err)
+            known = ", ".join(sorted(BUILTIN_PROFILES))
+            yield f"{loc}.profile", f"not a built-in profile ({known}) nor a profile file: {err}"
 
 
 def _tenants(scenario: Scenario) -> Iterator[Finding]:

@@ -23,6 +23,7 @@ class Status(enum.IntEnum):
     THROTTLED = 5  # refused by the tenant's budget (429)
     TOO_LONG = 6  # beyond the model's context (400)
     NO_SERVICE = 7  # sent to a region that does not serve its model
+    UNFINISHED = 8  # still running when the run ended: neither a success nor a failure
 
 
 @dataclass

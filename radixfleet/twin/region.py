@@ -596,9 +596,9 @@ class Region:
                         )
                     )
                 for job in revision.buffer:
-                    self.fail(job, Status.TIMEOUT, t)
+                    self.fail(job, Status.UNFINISHED, t)
         for job, _ in list(self._jobs.values()):
-            self.fail(job, Status.TIMEOUT, t)
+            self.fail(job, Status.UNFINISHED, t)
 
 
 def _model_index(scenario: Scenario, name: str) -> int:

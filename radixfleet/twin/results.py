@@ -49,10 +49,14 @@ class Columns:
 
     def __init__(self, record: RunRecord, workload: Workload) -> None:
         log = record.log
-        self.index = np.frombuffer(log.index, dtype=np.int64) if len(log) else np.zeros(0, np.int64)
-        order = np.argsort(self.index, kind="stable")
-        self.index = self.index[order]
-        self.status = np.array(log.status, dtype=np.int64)[order]
+        index = np.array(log.index, dtype=np.int64)
+        status = np.array(log.status, dtype=np.int64)
+        # Requests still running at the end are neither served nor failed: left out.
+        self.unfinished = int((status == Status.UNFINISHED).sum())
+        order = np.argsort(index, kind="stable")
+        order = order[status[order] != Status.UNFINISHED]
+        self.index = index[order]
+        self.status = status[order]
         self.region = np.array(log.region, dtype=np.int64)[order]
         self.revision = np.array(log.revision, dtype=np.int64)[order]
         self.cold = np.array(log.cold, dtype=bool)[order]
@@ -91,6 +95,7 @@ def policy_metrics(record: RunRecord, workload: Workload) -> dict[str, Any]:
     served_prompt = int(c.prompt[c.ok].sum())
     return {
         "requests": n,
+        "unfinished_at_end": c.unfinished,
         "failed": int((~c.ok).sum()),
         "failed_by_reason": _reasons(c.status),
         "ttft_attainment": _share(ttft_ok, n),
@@ -123,7 +128,8 @@ def _pct(values: NDArray[np.float64], q: float) -> float | None:
 
 def _reasons(status: NDArray[np.int64]) -> dict[str, int]:
     counts = np.bincount(status, minlength=len(Status))
-    return {s.name.lower(): int(counts[s]) for s in Status if s is not Status.OK and counts[s]}
+    skip = (Status.OK, Status.UNFINISHED)
+    return {s.name.lower(): int(counts[s]) for s in Status if s not in skip and counts[s]}
 
 
 def _failover(record: RunRecord, c: Columns, scenario: Scenario) -> list[dict[str, Any]]:

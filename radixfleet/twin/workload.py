@@ -274,6 +274,7 @@ def _expand_trace(
     cycles = range(math.floor(start / span), math.ceil(end / span) + 1)
     times, records, copy_ids = [], [], []
     offsets = rng.uniform(0, span, copies)
+    offsets[0] = 0.0  # the first copy is the trace itself, on its own clock
     for c in range(copies):
         shifted = np.mod(base_t + offsets[c], span)
         for n in cycles:
