@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from radixfleet.config.catalog import TokenBudget
 
-DEFAULT_BURST_SECONDS = 10.0
+DEFAULT_BURST_SECONDS = 5.0
 EPSILON_TOKENS = 1e-6
 
 
