@@ -25,8 +25,8 @@ from radixfleet.twin.scenario import Scenario
 
 EXIT_BAD_SCENARIO = 2
 BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "scenarios"
-#: --quick: half the duration (faults at half their times), a quarter of the traffic.
-QUICK_TIME, QUICK_RATE = 0.5, 0.25
+#: --quick: half the duration (faults at half their times), half the traffic.
+QUICK_TIME, QUICK_RATE = 0.5, 0.5
 
 twin_app = typer.Typer(
     name="twin",
@@ -61,7 +61,7 @@ def run(
     """Replay a scenario under each of its policy sets; write results.json, plots, a report."""
     loaded = _load(scenario)
     if trace is not None and not trace.is_file():
-        err.print(f"[red]error[/red] {trace}: no such trace file", highlight=False)
+        err.print(f"[red]error[/red] {trace}: no such trace file", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_SCENARIO)
     outcome = run_scenario(
         loaded,
@@ -80,7 +80,7 @@ def run(
 def bench(
     out: Annotated[Path, typer.Option(help="Directory for bench.json and the report.")],
     quick: Annotated[
-        bool, typer.Option(help="Half the time, a quarter of the traffic: a smoke run.")
+        bool, typer.Option(help="Half the time, half the traffic: a smoke run.")
     ] = False,
     scenarios: Annotated[Path, typer.Option(help="Folder of the standard scenarios.")] = BENCH_DIR,
     workers: WorkersOption = 0,
@@ -109,7 +109,7 @@ def bench(
         sections.append(section(outcome.results, _images(folder)))
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
-    note = "quick run: half duration, quarter traffic" if quick else ""
+    note = "quick run: half duration, half traffic" if quick else ""
     (out / "report.html").write_text(page("radixfleet bench", sections, note))
     console.print(f"bench in {out / 'bench.json'}, report in {out / 'report.html'}")
 
@@ -129,7 +129,7 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def quick_variant(scenario: Scenario) -> Scenario:
-    """A shorter, lighter copy: half the duration and fault times, a quarter of the rate."""
+    """A shorter, lighter copy: half the duration and fault times, half the rate."""
     faults = [
         fault.model_copy(
             update={"at_s": fault.at_s * QUICK_TIME}

@@ -1,0 +1,70 @@
+"""Whole-fleet behaviour in the twin: canaries judged or not, scale from zero, failover."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from radixfleet.twin.load import parse_scenario
+from radixfleet.twin.run import run_scenario
+
+CANARY = """
+name: canary
+seed: 2
+duration_s: 420
+regions: [{{name: r1, gpu_pools: [{{name: h100, gpus: 8, warm_gpus: 8}}]}}]
+models:
+  - {{name: m, pool: h100, min_replicas: 2, initial_replicas: 2, max_replicas: 4}}
+tenants: [{{name: t, model: m}}]
+workload: {{sources: [{{kind: poisson, tenant: t, rate_rps: 25, prompt_tokens_mean: 600,
+  output_tokens_mean: 60}}]}}
+faults: [{{kind: canary, at_s: 10, model: m, regression: {regression}}}]
+policies:
+  - {{name: judged, routing: least_load, autoscale: fixed, traffic: static, canary: radixfleet}}
+  - {{name: blind, routing: least_load, autoscale: fixed, traffic: static, canary: no_analysis,
+     baseline: true}}
+"""
+
+
+def _canary(regression: str) -> dict[str, Any]:
+    scenario = parse_scenario(CANARY.format(regression=regression), source="canary.yaml")
+    metrics = run_scenario(scenario, oracles=False).results["metrics"]
+    return {name: values["canary"][0] for name, values in metrics.items()}
+
+
+@pytest.mark.slow
+def test_a_bad_canary_is_rolled_back_only_when_judged() -> None:
+    canary = _canary("{slowdown: 2.0, error_rate: 0.1}")
+    assert canary["judged"]["outcome"] == "rolled_back"
+    assert canary["judged"]["detection_s"] is not None
+    assert canary["blind"]["outcome"] == "promoted"
+    assert canary["judged"]["exposure"] < canary["blind"]["exposure"] / 5
+
+
+@pytest.mark.slow
+def test_a_good_canary_is_promoted_either_way() -> None:
+    canary = _canary("{}")
+    assert canary["judged"]["outcome"] == "promoted"
+    assert canary["blind"]["outcome"] == "promoted"
+
+
+ZERO = """
+name: zero
+duration_s: 200
+regions: [{name: r1, gpu_pools: [{name: h100, gpus: 4, warm_gpus: 4}]}]
+models: [{name: m, pool: h100, min_replicas: 0, initial_replicas: 0, max_replicas: 2}]
+tenants: [{name: t, model: m}]
+workload: {sources: [{kind: poisson, tenant: t, rate_rps: 0.05}]}
+policies: [{name: kpa, autoscale: kpa, traffic: static}]
+"""
+
+
+def test_a_model_at_zero_wakes_on_its_first_request_and_loses_none() -> None:
+    outcome = run_scenario(parse_scenario(ZERO, source="zero.yaml"), oracles=False)
+    metrics = outcome.results["metrics"]["kpa"]
+    assert metrics["requests"] > 0
+    assert metrics["failed"] == 0
+    assert metrics["cold_start_waits"] >= 1
+    assert metrics["ttft_p95_s"] > 30  # someone waited for the 60 s cold start
+    assert metrics["gpu_hours"] > 0

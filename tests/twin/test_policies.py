@@ -1,0 +1,203 @@
+"""The baselines' rules, one by one: sglang-router's cache_aware, Knative's KPA, Route 53."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from radixfleet.replica import RequestSpec
+from radixfleet.twin.autoscale import Kpa, KpaSettings
+from radixfleet.twin.interfaces import (
+    FleetObservation,
+    RegionObservation,
+    ReplicaView,
+    ServiceObservation,
+)
+from radixfleet.twin.load import parse_scenario
+from radixfleet.twin.routing import CacheAware, LeastLoad, RoundRobin
+from radixfleet.twin.scenario import RouterSettings
+from radixfleet.twin.traffic import Route53
+from tests.twin.conftest import SMALL
+
+
+@dataclass
+class Worker:
+    id: int
+    load: int = 0
+
+
+def spec(blocks: tuple[int, ...], tokens_per_block: int = 16) -> RequestSpec:
+    tokens = len(blocks) * tokens_per_block + 1
+    return RequestSpec(
+        rid="r", prompt_tokens=tokens, output_tokens=1, max_new_tokens=1, prompt_blocks=blocks
+    )
+
+
+# -- routing -------------------------------------------------------------------------------------
+
+
+def test_round_robin_cycles() -> None:
+    workers = [Worker(0), Worker(1), Worker(2)]
+    router = RoundRobin()
+    assert [router.select(spec((1,)), workers, 0.0) for _ in range(4)] == [0, 1, 2, 0]
+
+
+def test_least_load_takes_the_shortest_queue() -> None:
+    assert LeastLoad().select(spec((1,)), [Worker(0, 5), Worker(1, 2), Worker(2, 2)], 0.0) == 1
+
+
+def test_cache_aware_follows_a_long_prefix() -> None:
+    router = CacheAware(RouterSettings(), block_tokens=16, seed=0)
+    workers = [Worker(0), Worker(1), Worker(2)]
+    first = router.select(spec((1, 2, 3, 4)), workers, 0.0)
+    # Same prefix, more than 30% of the prompt: the same worker, whatever the others hold.
+    assert router.select(spec((1, 2, 3, 4, 9)), workers, 1.0) == first
+
+
+def test_cache_aware_sends_a_new_prompt_to_the_smallest_tree() -> None:
+    router = CacheAware(RouterSettings(), block_tokens=16, seed=0)
+    workers = [Worker(0), Worker(1)]
+    first = router.select(spec(tuple(range(100, 140))), workers, 0.0)
+    # Below the cache threshold: the worker whose tree is smallest (the other one).
+    assert router.select(spec((7, 8)), workers, 1.0) == 1 - first
+
+
+def test_cache_aware_balances_when_loads_are_too_far_apart() -> None:
+    router = CacheAware(RouterSettings(), block_tokens=16, seed=0)
+    workers = [Worker(0), Worker(1)]
+    holder = router.select(spec((1, 2, 3, 4)), workers, 0.0)
+    workers[holder].load = 100  # 100 - 0 > 64 and 100 > 0 x 1.5: imbalanced
+    assert router.select(spec((1, 2, 3, 4)), workers, 1.0) == 1 - holder
+    # As the real router does, the imbalanced pick is still recorded in the tree.
+    _, node = router.tree.prefix_match((1, 2, 3, 4))
+    assert set(node.tenants) == {0, 1}
+    workers[holder].load = 60  # within the absolute threshold: back to cache affinity
+    other = router.select(spec((50, 51, 52, 53)), workers, 2.0)
+    assert router.select(spec((50, 51, 52, 53, 54)), workers, 3.0) == other
+
+
+def test_cache_aware_evicts_trees_over_the_size_limit() -> None:
+    settings = RouterSettings(max_tree_size_chars=16 * 4 * 10, eviction_interval_s=60.0)
+    router = CacheAware(settings, block_tokens=16, seed=0)
+    workers = [Worker(0)]
+    for k in range(20):
+        router.select(spec(tuple(range(k * 100, k * 100 + 5))), workers, float(k))
+    router.select(spec((99_999,)), workers, 61.0)  # past the interval: eviction runs first
+    assert router.tree.size[0] <= settings.max_tree_size_chars + 16 * 4
+
+
+def test_cache_aware_forgets_a_removed_worker() -> None:
+    router = CacheAware(RouterSettings(), block_tokens=16, seed=0)
+    router.select(spec((1, 2, 3)), [Worker(0)], 0.0)
+    router.forget(0)
+    assert 0 not in router.tree.size
+    assert router.select(spec((1, 2, 3)), [Worker(1)], 1.0) == 0
+
+
+# -- Knative KPA ---------------------------------------------------------------------------------
+
+
+def observation(*, ready: int, concurrency: float, buffered: int = 0) -> ServiceObservation:
+    replicas = [ReplicaView(id=i, state="ready", created_at=0.0, in_flight=0) for i in range(ready)]
+    return ServiceObservation(
+        region="r",
+        model="m",
+        replicas=replicas,
+        concurrency=int(concurrency),
+        mean_concurrency=concurrency,
+        buffered=buffered,
+        arrivals=0,
+        finished=0,
+        min_replicas=0,
+        max_replicas=100,
+    )
+
+
+def drive(kpa: Kpa, *, ready: int, concurrency: float, start: float, seconds: float) -> int:
+    desired, t = ready, start
+    while t < start + seconds:
+        desired = kpa.desired_replicas(observation(ready=ready, concurrency=concurrency), t)
+        t += kpa.tick_s
+    return desired
+
+
+def test_kpa_targets_seventy_concurrent_per_pod() -> None:
+    kpa = Kpa()
+    assert drive(kpa, ready=2, concurrency=140.0, start=0.0, seconds=120.0) == 2
+    assert drive(kpa, ready=2, concurrency=290.0, start=120.0, seconds=120.0) == 5
+
+
+def test_kpa_holds_during_its_first_stable_window() -> None:
+    kpa = Kpa()
+    assert drive(kpa, ready=4, concurrency=0.0, start=0.0, seconds=58.0) == 4
+
+
+def test_kpa_panics_on_a_burst_and_never_scales_down_in_panic() -> None:
+    kpa = Kpa()
+    drive(kpa, ready=1, concurrency=10.0, start=0.0, seconds=120.0)
+    # 6 s at 500 concurrent: the panic window sees it long before the stable window.
+    burst = drive(kpa, ready=1, concurrency=500.0, start=120.0, seconds=6.0)
+    assert burst >= 4
+    assert kpa.desired_replicas(observation(ready=burst, concurrency=0.0), 128.0) >= burst
+
+
+def test_kpa_scales_to_zero_after_the_grace_period() -> None:
+    kpa = Kpa(KpaSettings())
+    drive(kpa, ready=1, concurrency=5.0, start=0.0, seconds=100.0)
+    # Idle: the stable window empties after 60 s, then 30 s of grace keep the last pod.
+    assert drive(kpa, ready=1, concurrency=0.0, start=100.0, seconds=70.0) == 1
+    assert drive(kpa, ready=1, concurrency=0.0, start=170.0, seconds=40.0) == 0
+
+
+def test_kpa_wakes_from_zero_on_a_buffered_request() -> None:
+    kpa = Kpa()
+    drive(kpa, ready=0, concurrency=0.0, start=0.0, seconds=100.0)
+    assert kpa.desired_replicas(observation(ready=0, concurrency=0.0, buffered=1), 100.0) == 1
+
+
+# -- Route 53 -------------------------------------------------------------------------------------
+
+
+def fleet(up: dict[str, bool]) -> FleetObservation:
+    return FleetObservation(
+        [
+            RegionObservation(
+                name=n,
+                endpoint_up=u,
+                requests=0,
+                failed=0,
+                ttft_ok=0,
+                ready_replicas=1,
+                active_replicas=1,
+            )
+            for n, u in up.items()
+        ]
+    )
+
+
+def test_route53_fails_over_after_three_failed_checks() -> None:
+    route53 = Route53(parse_scenario(SMALL, source="small.yaml"))
+    down = fleet({"us-east": True, "eu-west": False})
+    assert route53.decide(down, 30.0).weights["eu-west"] == {"eu-west": 1.0}
+    assert route53.decide(down, 60.0).weights["eu-west"] == {"eu-west": 1.0}
+    weights = route53.decide(down, 90.0).weights
+    assert weights["eu-west"] == {"us-east": 1.0, "eu-west": 0.0}
+    assert weights["us-east"] == {"us-east": 1.0}
+
+
+@pytest.mark.parametrize("checks", [1, 2, 3])
+def test_route53_fails_back_after_three_good_checks(checks: int) -> None:
+    route53 = Route53(parse_scenario(SMALL, source="small.yaml"))
+    for t in (30.0, 60.0, 90.0):
+        route53.decide(fleet({"us-east": True, "eu-west": False}), t)
+    for k in range(checks):
+        weights = route53.decide(fleet({"us-east": True, "eu-west": True}), 120.0 + 30 * k).weights
+    assert (weights["eu-west"] == {"eu-west": 1.0}) == (checks == 3)
+
+
+def test_route53_answers_every_record_when_none_is_healthy() -> None:
+    route53 = Route53(parse_scenario(SMALL, source="small.yaml"))
+    for t in (30.0, 60.0, 90.0):
+        weights = route53.decide(fleet({"us-east": False, "eu-west": False}), t).weights
+    assert weights["us-east"] == {"us-east": 1.0}
