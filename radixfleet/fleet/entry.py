@@ -17,7 +17,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -39,6 +39,12 @@ class EntryError(ApiError):
         self.headers = dict(headers)
 
 
+class Gate(Protocol):
+    """Something in front of the routes, e.g. the token budgets of policies/quota/gate.py."""
+
+    def install(self, app: web.Application) -> None: ...
+
+
 class RegionEntry:
     """The aiohttp application of one region's entry."""
 
@@ -51,6 +57,7 @@ class RegionEntry:
         session: aiohttp.ClientSession,
         wake_timeout_s: float,
         retry_after_s: int,
+        gate: Gate | None = None,
     ) -> None:
         self.region = region
         self.scalers = dict(scalers)
@@ -61,12 +68,15 @@ class RegionEntry:
         self.accepting = True  # False: the region is down (failover tests), every request 503s
         self.in_flight: Counter[str] = Counter()
         self.woken: list[tuple[str, float]] = []  # (model, seconds a request was held)
+        self.gate = gate
         self.app = self._build_app()
 
     def _build_app(self) -> web.Application:
         app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024**2)
         app.add_routes([web.post(path, self.proxy) for path in PROXIED_PATHS])
         app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health)])
+        if self.gate is not None:  # inside `_errors`: a throttled request never wakes a model
+            self.gate.install(app)
         return app
 
     @web.middleware

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import threading
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,7 +28,7 @@ import yaml
 from aiohttp import web
 
 from radixfleet.emulator.tokenizer import ensure_tokenizer_dir
-from radixfleet.fleet.entry import RegionEntry
+from radixfleet.fleet.entry import Gate, RegionEntry
 from radixfleet.fleet.procs import Supervisor, free_port, stop_async
 from radixfleet.fleet.prometheus import (
     PrometheusServer,
@@ -74,8 +74,10 @@ class LocalFleet:
         workdir: Path | None = None,
         cache_dir: Path | None = None,
         host: str = "127.0.0.1",
+        gates: Mapping[str, Gate] | None = None,
     ) -> None:
         self.spec = spec
+        self.gates = dict(gates or {})  # by region: e.g. token budgets (policies/quota/gate.py)
         self.fleet_id = uuid.uuid4().hex
         self.host = host
         self.cache_dir = cache_dir
@@ -195,6 +197,7 @@ class LocalFleet:
             session=self._session,
             wake_timeout_s=self.spec.wake_timeout_s,
             retry_after_s=self.spec.retry_after_s,
+            gate=self.gates.get(region.spec.name),
         )
         region.runner = web.AppRunner(region.entry.app, access_log=None, shutdown_timeout=1.0)
         await region.runner.setup()

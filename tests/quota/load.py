@@ -2,15 +2,15 @@
 emulated SGLang replica, each at its own rate, and every request's TTFT and outcome is kept.
 
 The replica is the project's emulator, slowed down (`time_factor`) and given a small batch so
-that it saturates under a load a two-core machine can generate; the entry in front of it is a
-pass-through proxy shaped like the region entry's (answers stream through unchanged), with or
-without the gate. Arrivals are open-loop on a fixed seeded schedule, the same in both arms.
+that it saturates under a load a two-core machine can generate; in front of it runs the local
+fleet's own region entry (`radixfleet.fleet.entry`), with or without the gate installed, routing
+straight to the replica (one replica needs no sglang-router). Arrivals are open-loop on a
+fixed seeded schedule, the same in both arms.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import random
 import time
@@ -28,6 +28,8 @@ from radixfleet.config.catalog import TokenBudget
 from radixfleet.emulator.server import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
+from radixfleet.fleet.entry import RegionEntry
+from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.profile import ReplicaProfile
 
 MODEL = "llama"
@@ -89,38 +91,31 @@ def replica(settings: Settings, tokenizer: EmulatorTokenizer) -> Iterator[Runnin
         yield running
 
 
-def entry_app(upstream: str, gate: TokenGate | None) -> web.Application:
-    """The region entry's proxying, reduced to one model: stream the replica's answer back."""
+@dataclass
+class OneReplica:
+    """The entry's Scaler port for a model with one replica that is always ready."""
 
-    async def proxy(request: web.Request) -> web.StreamResponse:
-        session: aiohttp.ClientSession = request.app[SESSION]
-        raw = await request.read()
-        headers = {"Content-Type": "application/json"}
-        async with session.post(upstream + request.path, data=raw, headers=headers) as answer:
-            response = web.StreamResponse(
-                status=answer.status, headers={"Content-Type": "text/event-stream"}
-            )
-            await response.prepare(request)
-            with contextlib.suppress(ConnectionResetError):  # a client cut off at the end
-                async for chunk in answer.content.iter_any():
-                    await response.write(chunk)
-                await response.write_eof()
-            return response
+    region: str
+    model: str
+    url: str
 
-    async def session_context(app: web.Application):  # type: ignore[no-untyped-def]
-        app[SESSION] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-        yield
-        await app[SESSION].close()
+    def desired(self) -> int:
+        return 1
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", proxy)
-    app.cleanup_ctx.append(session_context)
-    if gate is not None:
-        gate.install(app)
-    return app
+    def ready_count(self) -> int:
+        return 1
 
+    def replicas(self) -> list[ReplicaInfo]:
+        return [ReplicaInfo("r0", self.url, ReplicaState.READY, 0.0, 0.0)]
 
-SESSION = web.AppKey("session", aiohttp.ClientSession)
+    def scale_to(self, replicas: int) -> int:
+        return 1
+
+    def drain(self, replica_id: str) -> bool:
+        return False
+
+    async def wait_ready(self, *, at_least: int = 1, timeout_s: float) -> bool:
+        return True
 
 
 def gate_for(tenants: list[TenantLoad], settings: Settings) -> TokenGate:
@@ -216,7 +211,17 @@ def noisy_run(
     gate = gate_for(tenants, settings)
 
     async def main(upstream: str) -> Run:
-        runner = web.AppRunner(entry_app(upstream, gate if enforce else None), access_log=None)
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        entry = RegionEntry(
+            region="local",
+            scalers={MODEL: OneReplica("local", MODEL, upstream)},
+            routers={MODEL: upstream},  # straight to the replica: no router needed for one
+            session=session,
+            wake_timeout_s=5.0,
+            retry_after_s=1,
+            gate=gate if enforce else None,
+        )
+        runner = web.AppRunner(entry.app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -225,6 +230,7 @@ def noisy_run(
             return await drive(f"http://127.0.0.1:{port}/v1/chat/completions", tenants, settings)
         finally:
             await runner.cleanup()
+            await session.close()
 
     with replica(settings, tokenizer) as running:
         return asyncio.run(main(running.url)), gate

@@ -3,7 +3,7 @@ tenants' TTFT stays within their SLO with none of their requests failing.
 
 One emulated replica slowed ten times (with a batch of eight, so that the noisy tenant alone
 would saturate it: unenforced, the others' TTFT p95 rises past 4 s in the same run, see
-`python -m tests.quota.load`) behind a proxy shaped like the region entry's, with the gate.
+`python -m tests.quota.load`) behind the local fleet's region entry with the gate installed.
 The SLO is 1 s of TTFT in that slowed time.
 """
 
