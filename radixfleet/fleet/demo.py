@@ -22,6 +22,8 @@ from rich.console import Console
 
 from radixfleet import __version__
 from radixfleet.config import ConfigError, load_catalog
+from radixfleet.dashboards import rules
+from radixfleet.dashboards.html import write_dashboard_report
 from radixfleet.emulator.tokenizer import load_tokenizer
 from radixfleet.fleet.fleet import LocalFleet
 from radixfleet.fleet.manifests import ManifestCheck, render_and_check
@@ -151,8 +153,6 @@ def _start_prometheus(fleet: LocalFleet, options: DemoOptions, notes: list[str])
 
 
 def _rule_file(workdir: Path, catalog: Path, notes: list[str]) -> Path | None:
-    from radixfleet.dashboards import rules  # the rule builders pull in the catalog's SLOs
-
     try:
         loaded = load_catalog(catalog)
     except (ConfigError, OSError):
@@ -166,8 +166,6 @@ def _rule_file(workdir: Path, catalog: Path, notes: list[str]) -> Path | None:
 
 
 def _dashboards(out: Path, prometheus: str, run: _Run, *, console: Console) -> None:
-    from radixfleet.dashboards.html import write_dashboard_report
-
     with console.status("rendering the Grafana dashboards from Prometheus"):
         time.sleep(2.0)  # two more scrapes, so the last seconds of the replay are in
         path = write_dashboard_report(out, prometheus, run.replay_started, time.time())

@@ -39,6 +39,9 @@ def render_and_check(catalog: Path, out_dir: Path) -> ManifestCheck:
     except ConfigError as err:
         check.problems = [str(problem) for problem in err.problems]
         return check
+    except OSError as err:
+        check.problems = [f"{catalog}: cannot read the catalog: {err.strerror}"]
+        return check
     shutil.rmtree(out_dir, ignore_errors=True)
     tree = render_tree(fleet)
     folders = (out_dir / "runtimes", out_dir / "inferenceservices")

@@ -101,3 +101,13 @@ def test_scaling_down_drains_and_stops_the_process(fleet: LocalFleet) -> None:
     assert len(fleet.replicas("round-robin", "m")) == 1
     events = [(region, e.kind) for region, _, e in fleet.events()]
     assert events.count(("round-robin", "stopped")) == 1
+    # The autoscaler's way down: drain the replica it chose (by cache value).
+    scaler = fleet.scaler("round-robin", "m")
+    chosen = fleet.replicas("round-robin", "m")[0].id
+
+    async def drain() -> bool:
+        return scaler.drain(chosen)
+
+    assert fleet.run(drain())
+    assert fleet.scale("round-robin", "m", 0)  # already asked for: waits until it is gone
+    assert fleet.replicas("round-robin", "m") == []
