@@ -7,11 +7,12 @@ No I/O, no clock: the controller, the local fleet and the twin call the same fun
 2. Memory: arrival rates over the predictive lookback, requests that waited on a cold start,
    the last time the model had a request, and what one replica carries (learned).
 3. Demand, in replicas, from each signal: KV usage plus the queue priced at the KV footprint of
-   a running request; optionally running requests; TTFT/ITL p95 over the SLO (push up only);
-   the arrival rate forecast one cold start ahead. The largest wins.
+   a running request (long-context load); running plus queued requests over the batch a
+   replica should run, set or learned from saturation (compute-bound load); TTFT/ITL p95 over
+   the SLO (push up only); the arrival rate forecast one cold start ahead. The largest wins.
 4. A recommendation within `tolerance` of the current count keeps it. Recommendations pass the
    HPA's stabilisation: up to the lowest of the scale-up window, down to the highest of the
-   (long) scale-down window; then rate limits per tick.
+   (long) scale-down window; then rate limits: fast up, a step per period down.
 5. Bounds: the spec's min/max, the InferenceService's maxReplicas, the schedule's warm floor,
    and one replica while any request is in sight, until the idle window has passed (the
    cold-start memory instead, while the cold-start budget is spent).
@@ -40,8 +41,8 @@ from policies.autoscale.state import (
     finite,
 )
 
-# Until a running request has been seen, a queued request is priced at 1/16 of a replica's KV
-# target: a guess that only matters for the first scale-up of a model's life.
+# Until a replica has been seen running requests, one replica is priced at 16 queued requests:
+# a guess that only matters for a model's first wake from zero.
 FALLBACK_REQUESTS_PER_REPLICA = 16.0
 LEARNING_RATE = 0.2  # weight of a new sample in what is learned about a replica
 MIN_LEARNING_LOAD = 0.5  # replicas' worth of KV in use before a capacity sample counts
@@ -164,18 +165,41 @@ def _count_cold(
 
 
 def learn(observed: Observed, spec: AutoscalePolicySpec, learned: Learned) -> Learned:
-    """Update what one replica carries: KV per running request, requests/s at the target."""
+    """Update what one replica carries: KV per running request, and its saturation batch."""
     running = sum(r.running or 0.0 for r in observed.replicas)
     kv = sum(r.kv_usage or 0.0 for r in observed.replicas)
     footprint = learned.footprint
     if running >= 1 and kv > 0:
         footprint = _blend(footprint, kv / running)
-    replica_rps = learned.replica_rps
-    load = kv / spec.targets.kv_usage
+    # A replica whose queue grows past the allowance runs all it can: that batch is its limit.
+    saturated = [
+        r.running or 0.0
+        for r in observed.replicas
+        if (r.running or 0.0) >= 1 and (r.queued or 0.0) > _backlog(spec, r.running or 0.0)
+    ]
+    batch = learned.batch
+    if saturated:
+        batch = _blend(batch, sum(saturated) / len(saturated))
+    itl_floor = learned.itl_floor
+    itl = itl_estimate(observed)
+    if itl is not None:
+        itl_floor = itl if itl_floor is None else min(itl_floor, itl)
+    return learned.model_copy(
+        update={"footprint": footprint, "batch": batch, "itl_floor": itl_floor}
+    )
+
+
+def _backlog(spec: AutoscalePolicySpec, running: float) -> float:
+    # A queue past the allowance and a tenth of the batch is a backlog, not a routing blip.
+    return max(spec.targets.queue_per_replica, 0.1 * running)
+
+
+def learn_rate(observed: Observed, learned: Learned, load: float) -> Learned:
+    """Update the requests/s one replica serves at the targets, from the binding signal."""
     rate = finite(observed.arrival_rate)
-    if rate is not None and rate > 0 and load >= MIN_LEARNING_LOAD:
-        replica_rps = _blend(replica_rps, rate / load)
-    return Learned(replica_rps=replica_rps, footprint=footprint)
+    if rate is None or rate <= 0 or load < MIN_LEARNING_LOAD:
+        return learned
+    return learned.model_copy(update={"replica_rps": _blend(learned.replica_rps, rate / load)})
 
 
 def _blend(old: float | None, sample: float) -> float:
@@ -189,19 +213,18 @@ def demand(
     observed: Observed, spec: AutoscalePolicySpec, status: AutoscaleStatus, now: datetime
 ) -> Demand:
     """The replicas each signal asks for (fractions; the largest one decides)."""
-    targets = spec.targets
     queued = _excess_queue(observed, spec)
     kv_in_use = sum(r.kv_usage or 0.0 for r in observed.replicas)
     running = sum(r.running or 0.0 for r in observed.replicas)
-    footprint = kv_in_use / running if running >= 1 else _learned_footprint(spec, status)
-    return Demand(
-        kv=(kv_in_use + queued * footprint) / targets.kv_usage,
-        running=(running + queued) / targets.running_per_replica
-        if targets.running_per_replica
-        else 0.0,
+    footprint = kv_in_use / running if running >= 1 else status.learned.footprint or 0.0
+    measured = Demand(
+        kv=(kv_in_use + queued * footprint) / spec.targets.kv_usage,
+        running=_running_demand(observed, spec, status.learned, running, queued),
+        itl=_itl_demand(observed, spec, status.learned),
         latency=_latency_demand(observed, spec),
-        predicted=_predicted_demand(spec, status, now),
     )
+    predicted = _predicted_demand(spec, status, now, _binding(measured))
+    return measured.model_copy(update={"predicted": predicted})
 
 
 def _excess_queue(observed: Observed, spec: AutoscalePolicySpec) -> float:
@@ -210,10 +233,58 @@ def _excess_queue(observed: Observed, spec: AutoscalePolicySpec) -> float:
     return max(0.0, queued - allowed) + max(0.0, finite(observed.waiting) or 0.0)
 
 
-def _learned_footprint(spec: AutoscalePolicySpec, status: AutoscaleStatus) -> float:
-    if status.learned.footprint is not None:
-        return status.learned.footprint
-    return spec.targets.kv_usage / FALLBACK_REQUESTS_PER_REPLICA
+def target_batch(spec: AutoscalePolicySpec, learned: Learned) -> float | None:
+    """Running requests one replica should carry: set in the spec, or learned, or unknown."""
+    if spec.targets.running_per_replica is not None:
+        return spec.targets.running_per_replica
+    if learned.batch is None:
+        return None
+    return max(1.0, learned.batch * spec.targets.batch_fraction)
+
+
+def _running_demand(
+    observed: Observed, spec: AutoscalePolicySpec, learned: Learned, running: float, queued: float
+) -> float:
+    batch = target_batch(spec, learned)
+    if batch is not None:
+        return (running + queued) / batch
+    if queued <= 0:
+        return 0.0
+    # No batch known yet: price the queue at what a replica runs now (a guess at zero).
+    per_replica = running / observed.ready if running >= 1 else FALLBACK_REQUESTS_PER_REPLICA
+    return observed.ready + queued / per_replica
+
+
+def itl_estimate(observed: Observed) -> float | None:
+    """Seconds between tokens of a running request now: running requests over decode tokens/s.
+
+    None when no replica runs a request or reports its throughput.
+    """
+    running = sum(r.running or 0.0 for r in observed.replicas)
+    tokens = sum(finite(r.gen_throughput) or 0.0 for r in observed.replicas)
+    if running < 1 or tokens <= 0:
+        return None
+    return running / tokens
+
+
+def _itl_demand(observed: Observed, spec: AutoscalePolicySpec, learned: Learned) -> float:
+    # Decode time grows like a queue's wait, floor / (1 - utilisation): the utilisation now is
+    # 1 - floor / itl, and the replicas that bring it to the aim's are in proportion.
+    itl = itl_estimate(observed)
+    if itl is None or observed.ready == 0:
+        return 0.0
+    aim = spec.slo.itl_p95_ms / 1000.0 * spec.targets.itl_fraction
+    floor = _itl_floor(spec, learned, aim)
+    busy_now = max(0.0, 1.0 - floor / itl)
+    return observed.ready * busy_now / (1.0 - floor / aim)
+
+
+def _itl_floor(spec: AutoscalePolicySpec, learned: Learned, aim: float) -> float:
+    if spec.targets.itl_floor_ms is not None:
+        return min(spec.targets.itl_floor_ms / 1000.0, 0.9 * aim)
+    # Learned from the lowest estimate seen; never above a quarter of the aim, so a model
+    # that has never run a small batch is not read as nearly idle.
+    return min(learned.itl_floor or aim / 4.0, aim / 4.0)
 
 
 def _latency_demand(observed: Observed, spec: AutoscalePolicySpec) -> float:
@@ -233,26 +304,42 @@ def _latency_demand(observed: Observed, spec: AutoscalePolicySpec) -> float:
     return observed.ready * min(worst, spec.scale_up.max_rate)
 
 
-def _predicted_demand(spec: AutoscalePolicySpec, status: AutoscaleStatus, now: datetime) -> float:
+def _predicted_demand(
+    spec: AutoscalePolicySpec, status: AutoscaleStatus, now: datetime, measured: float
+) -> float:
+    """What the measured demand grows to one cold start ahead, when the arrival rate rises.
+
+    Only a rise beyond the tolerance is a trend worth buying replicas for ahead of time (a
+    steady rate is served by what the gauges ask for). The growth scales the measured demand;
+    with nothing measured (at zero) the forecast is divided by what one replica serves.
+    """
     predictive = spec.warm_pool.predictive
-    per_replica = predictive.replica_rps or status.learned.replica_rps
-    if not predictive.enabled or per_replica is None or not status.rates:
+    if not predictive.enabled or not status.rates:
         return 0.0
-    rate = forecast(status.rates, now + timedelta(seconds=spec.cold_start.seconds))
-    return rate * predictive.headroom / per_replica
+    ahead = now + timedelta(seconds=spec.cold_start.seconds)
+    rate = forecast(status.rates, ahead, min_span_s=predictive.lookback_seconds / 2)
+    recent = [s.value for s in status.rates[-3:]]
+    level = sum(recent) / len(recent)
+    if rate <= level * (1.0 + spec.targets.tolerance):
+        return 0.0
+    if measured > 0 and level > 0:
+        return measured * rate / level * predictive.headroom
+    per_replica = predictive.replica_rps or status.learned.replica_rps
+    return 0.0 if per_replica is None else rate * predictive.headroom / per_replica
 
 
-def forecast(rates: Sequence[Sample], at: datetime) -> float:
+def forecast(rates: Sequence[Sample], at: datetime, *, min_span_s: float = 0.0) -> float:
     """The arrival rate at `at` on the least-squares line through `rates`.
 
-    Never below zero, nor above twice the highest rate seen: a short steep trend must not
-    buy a fleet.
+    A history shorter than `min_span_s` gives its recent mean instead: a trend read from a
+    few samples (a start, a wake) is noise. Never below zero, nor above twice the highest rate
+    seen: a short steep trend must not buy a fleet.
     """
-    if len(rates) < 3:
-        return rates[-1].value
+    ys = [s.value for s in rates]
+    if len(rates) < 3 or (rates[-1].at - rates[0].at).total_seconds() < min_span_s:
+        return sum(ys[-3:]) / len(ys[-3:])
     t0 = rates[0].at
     xs = [(s.at - t0).total_seconds() for s in rates]
-    ys = [s.value for s in rates]
     mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
     spread = sum((x - mean_x) ** 2 for x in xs)
     slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
@@ -279,7 +366,9 @@ def stabilize(
     A scale-down window not yet covered by recommendations (a new revision, a first tick)
     counts the reference for the rest: nothing is removed on less than a window's evidence.
     """
-    up = _window(recommendations, now, spec.scale_up.stabilization_seconds)
+    # With no replica ready there is no gauge to be noisy: a wake is not held back.
+    up_window = spec.scale_up.stabilization_seconds if reference > 0 else 0
+    up = _window(recommendations, now, up_window)
     down = _window(recommendations, now, spec.scale_down.stabilization_seconds)
     if not _covers(recommendations, now, spec):
         down.append(float(reference))
@@ -299,11 +388,18 @@ def _window(recommendations: Sequence[Sample], now: datetime, seconds: int) -> l
     return [s.value for s in recommendations if s.at >= since]
 
 
-def limit_rate(desired: int, reference: int, spec: AutoscalePolicySpec) -> int:
-    """`desired` within one tick's reach of `reference`."""
-    up = spec.scale_up
+def limit_rate(
+    desired: int, reference: int, spec: AutoscalePolicySpec, status: AutoscaleStatus, now: datetime
+) -> int:
+    """`desired` within one tick's reach of `reference`: up by the rate or the step, down by
+    at most the fraction (at least one replica) and no more often than the period."""
+    up, down = spec.scale_up, spec.scale_down
     highest = max(math.ceil(reference * up.max_rate), reference + up.min_step)
-    lowest = max(0, min(reference - 1, math.floor(reference / spec.scale_down.max_rate)))
+    last = status.last_scale_down_at
+    if last is not None and now - last < timedelta(seconds=down.period_seconds):
+        lowest = min(reference, status.desired)  # what is still draining counts as gone
+    else:
+        lowest = max(0, reference - max(1, math.floor(reference * down.max_fraction)))
     return _clamp(desired, lowest, highest)
 
 
@@ -363,18 +459,30 @@ def _scale(
     now: datetime,
 ) -> Decision:
     wanted = demand(observed, spec, status, now)
-    load = max(wanted.kv, wanted.running, wanted.latency, wanted.predicted)
+    load = max(wanted.kv, wanted.running, wanted.itl, wanted.latency, wanted.predicted)
     recommendation = recommend(load, reference, spec.targets.tolerance)
     recommendations = _keep(status.recommendations, spec, now, recommendation)
     stable = stabilize(reference, recommendations, spec, now)
     floor, ceiling = bounds(observed, spec, status, now)
-    desired = _clamp(limit_rate(stable, reference, spec), floor, ceiling)
-    wanted = wanted.model_copy(update={"floor": floor, "ceiling": ceiling})
-    status = status.model_copy(update={"recommendations": recommendations, "demand": wanted})
+    desired = _clamp(limit_rate(stable, reference, spec, status, now), floor, ceiling)
     verb = _verb(desired, reference)
+    wanted = wanted.model_copy(update={"floor": floor, "ceiling": ceiling})
+    status = status.model_copy(
+        update={
+            "recommendations": recommendations,
+            "demand": wanted,
+            "learned": learn_rate(observed, status.learned, _binding(wanted)),
+            "last_scale_down_at": now if verb is Verb.SCALE_DOWN else status.last_scale_down_at,
+        }
+    )
     reason = _explain(verb, desired, reference, wanted, load)
     victims = choose_victims(observed, desired, cache_aware=spec.cache_aware_drain)
     return _record(verb, desired, reason, status, now, victims)
+
+
+def _binding(wanted: Demand) -> float:
+    """The demand of the measured signals (what the arrival rate is compared with)."""
+    return max(wanted.kv, wanted.running, wanted.itl)
 
 
 def _keep(
@@ -396,7 +504,8 @@ def _verb(desired: int, reference: int) -> Verb:
 
 def _explain(verb: Verb, desired: int, reference: int, wanted: Demand, load: float) -> str:
     signals = (
-        f"kv {wanted.kv:.2f}, running {wanted.running:.2f}, latency {wanted.latency:.2f}, "
+        f"kv {wanted.kv:.2f}, running {wanted.running:.2f}, itl {wanted.itl:.2f}, "
+        f"latency {wanted.latency:.2f}, "
         f"predicted {wanted.predicted:.2f} replicas; bounds {wanted.floor}..{wanted.ceiling}"
     )
     if verb is Verb.HOLD:

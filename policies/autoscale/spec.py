@@ -51,40 +51,61 @@ class Targets(Spec):
     """What one ready replica should carry, from SGLang's gauges.
 
     `kvUsage` is `sglang:token_usage` (KV tokens held by running requests over capacity;
-    cached but unreferenced prefixes count as free). `queuePerReplica` is how many
-    `sglang:num_queue_reqs` a replica may hold before the queue counts as demand: queued
-    requests beyond it are added at the KV footprint of a running request. `runningPerReplica`
-    optionally bounds `sglang:num_running_reqs` too. A change smaller than `tolerance` (relative
-    to the current count) is ignored, so noise around a target moves nothing.
+    cached but unreferenced prefixes count as free): the signal of long-context load, which
+    fills the KV cache before anything else. `queuePerReplica` is how many
+    `sglang:num_queue_reqs` a replica may hold before the queue counts as demand.
+
+    Running requests (`sglang:num_running_reqs`) are the signal of compute-bound load (short
+    prompts fill the GPU's prefill and decode time long before its KV cache): a replica should
+    run `runningPerReplica`, or, unset, `batchFraction` of the batch it was last seen to
+    saturate at (running requests while its queue grew; learned per model). Queued requests
+    count at the same price.
+
+    The inter-token latency a replica gives its running requests is read from its gauges as
+    `num_running_reqs / gen_throughput` (seconds per token per request), long before the
+    latency histograms of finished requests show it: the fleet aims at `itlFraction` of the ITL
+    SLO. Decode time grows like a queue's, `floor / (1 - utilisation)`, where `itlFloorMs` is
+    the step time of an empty batch (the profile's decode overhead; unset, the lowest estimate
+    seen, at most a quarter of the aim). A change smaller than `tolerance` (relative to the
+    current count) is ignored, so noise around a target moves nothing.
     """
 
     kv_usage: Fraction = 0.7
     queue_per_replica: Annotated[float, Field(ge=0)] = 2.0
     running_per_replica: Annotated[float, Field(ge=1)] | None = None
+    batch_fraction: Fraction = 0.8
+    itl_fraction: Fraction = 0.8
+    itl_floor_ms: Annotated[float, Field(ge=0.1)] | None = None
     tolerance: Annotated[float, Field(ge=0, le=0.5)] = 0.1
 
 
 class ScaleUp(Spec):
-    """Scale-up behaviour: act on the lowest recommendation of the window (0 s: at once).
+    """Scale-up behaviour: act on the lowest recommendation of the window.
 
-    One tick adds at most `max(current x maxRate, current + minStep) - current` replicas.
+    A short window (two ticks) lets one noisy reading pass (a replica that has just joined
+    reports a throughput averaged over time it was not serving) at the cost of seconds against
+    a cold start of a minute; a model at zero wakes at once. One tick adds at most
+    `max(current x maxRate, current + minStep) - current` replicas.
     """
 
-    stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 0
+    stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 20
     max_rate: Annotated[float, Field(ge=1.01, le=1000)] = 2.0
     min_step: Annotated[int, Field(ge=1, le=1000)] = 4
 
 
 class ScaleDown(Spec):
-    """Scale-down behaviour: act on the highest recommendation of the window.
+    """Scale-down behaviour: act on the highest recommendation of the window, step by step.
 
     A long window is what keeps a noisy signal from flapping, and each removal throws away a
-    warm prefix cache, so the default waits five minutes (the HPA's default too). One tick
-    removes at most `current - floor(current / maxRate)` replicas (at least one).
+    warm prefix cache, so the default waits five minutes (the HPA's default too). Then at most
+    `maxFraction` of the replicas (at least one) go per `periodSeconds`: a signal that
+    under-reads the load (KV usage of a compute-bound model) meets the queue on the way down
+    instead of at the bottom.
     """
 
     stabilization_seconds: Annotated[int, Field(ge=0, le=7200)] = 300
-    max_rate: Annotated[float, Field(ge=1.01, le=1000)] = 2.0
+    max_fraction: Fraction = 0.25
+    period_seconds: Annotated[int, Field(ge=0, le=3600)] = 30
 
 
 class Day(StrEnum):
@@ -136,14 +157,15 @@ def _clock(text: str) -> time:
 class Predictive(Spec):
     """Scale for the load expected once a new replica is ready, from recent arrival rates.
 
-    The arrival rate's trend over `lookbackSeconds` is extrapolated one cold start ahead and
-    divided by what one replica serves at the targets: `replicaRps` when set, else learned from
-    the observed rate and signals. `headroom` multiplies the forecast.
+    The arrival rate's trend over `lookbackSeconds` is extrapolated one cold start ahead; a
+    rise scales the measured demand by as much. At zero, where nothing is measured, the
+    forecast is divided by what one replica serves: `replicaRps` when set, else learned from
+    the observed rate and signals. `headroom` multiplies the prediction.
     """
 
     enabled: bool = True
     lookback_seconds: Annotated[int, Field(ge=30, le=3600)] = 300
-    headroom: Annotated[float, Field(ge=1, le=10)] = 1.1
+    headroom: Annotated[float, Field(ge=1, le=10)] = 1.0
     replica_rps: Annotated[float, Field(ge=0.001)] | None = None
 
 

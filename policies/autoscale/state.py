@@ -30,6 +30,8 @@ class ReplicaMetrics:
 
     `cached_tokens_rate` is prompt tokens per second its prefix cache served recently
     (`rate(sglang:cached_tokens_total)`): what removing it would cost in recomputed prefill.
+    `gen_throughput` is `sglang:gen_throughput`, decode tokens/s: with `running` it gives the
+    inter-token latency of the running batch.
     """
 
     name: str
@@ -38,6 +40,7 @@ class ReplicaMetrics:
     kv_usage: float | None
     cached_tokens_rate: float | None = None
     hit_rate: float | None = None
+    gen_throughput: float | None = None
 
     @property
     def complete(self) -> bool:
@@ -119,10 +122,14 @@ class Learned(Wire):
 
     `replica_rps`: requests/s one replica serves at the targets. `footprint`: the KV usage
     (fraction of a replica) one running request holds, used to price queued requests.
+    `batch`: running requests of a replica whose queue grew (its saturation batch).
+    `itl_floor`: the lowest inter-token latency seen (seconds): the decode step of a small batch.
     """
 
     replica_rps: float | None = None
     footprint: float | None = None
+    batch: float | None = None
+    itl_floor: float | None = None
 
 
 class Demand(Wire):
@@ -130,6 +137,7 @@ class Demand(Wire):
 
     kv: float = 0.0
     running: float = 0.0
+    itl: float = 0.0
     latency: float = 0.0
     predicted: float = 0.0
     floor: int = 0
@@ -154,5 +162,6 @@ class AutoscaleStatus(Wire):
     cold: ColdStarts = Field(default_factory=ColdStarts)
     last_active_at: datetime | None = None
     last_tick_at: datetime | None = None
+    last_scale_down_at: datetime | None = None
     demand: Demand = Field(default_factory=Demand)
     last_decision: LastDecision | None = None

@@ -44,18 +44,30 @@ def spec(**fields: Any) -> AutoscalePolicySpec:
 
 
 def replicas(
-    n: int, *, kv: float = 0.5, running: float = 10, queued: float = 0, cached: float = 0
+    n: int,
+    *,
+    kv: float = 0.5,
+    running: float = 10,
+    queued: float = 0,
+    cached: float = 0,
+    gen_throughput: float | None = None,
 ) -> tuple[ReplicaMetrics, ...]:
     return tuple(
         ReplicaMetrics(
-            f"pod-{i}", running=running, queued=queued, kv_usage=kv, cached_tokens_rate=cached
+            f"pod-{i}",
+            running=running,
+            queued=queued,
+            kv_usage=kv,
+            cached_tokens_rate=cached,
+            gen_throughput=None if gen_throughput is None else gen_throughput / n,
         )
         for i in range(n)
     )
 
 
 def observed(n: int, **fields: Any) -> Observed:
-    gauges = {k: fields.pop(k) for k in ("kv", "running", "queued", "cached") if k in fields}
+    names = ("kv", "running", "queued", "cached", "gen_throughput")
+    gauges = {k: fields.pop(k) for k in names if k in fields}
     fields.setdefault("revision", "llama-00001")
     return Observed(ready=n, replicas=replicas(n, **gauges), **fields)
 
@@ -111,37 +123,75 @@ def test_halt_while_idle_does_not_scale_to_zero() -> None:
     assert (decision.verb, decision.desired) == (Verb.HALT, 2)
 
 
+LONG_BATCH = {"targets": {"runningPerReplica": 1000}}  # keeps the batch signal out of the way
+
 SCALE_CASES = {
-    # name: (observation, reference count, expected desired)
-    "kv usage over target": (observed(4, kv=0.9, running=20), 4, 6),
-    "kv usage at target": (observed(4, kv=0.7, running=20), 4, 4),
-    "within tolerance": (observed(4, kv=0.75, running=20), 4, 4),
+    # name: (observation, policy fields, reference count, expected desired)
+    "kv usage over target": (observed(4, kv=0.9, running=20), {}, 4, 6),
+    "kv usage at target": (observed(4, kv=0.7, running=20), {}, 4, 4),
+    "within tolerance": (observed(4, kv=0.75, running=20), {}, 4, 4),
     # 56 queued beyond the allowance, each at 0.035 of a replica's KV: (1.4 + 1.96) / 0.7
-    "queue priced at the KV footprint": (observed(2, kv=0.7, running=20, queued=30), 2, 5),
-    "waiting requests upstream count as queue": (observed(2, kv=0.7, running=20, waiting=56), 2, 5),
-    "scale-up limited per tick": (observed(2, kv=1.0, running=100, queued=500), 2, 6),
-    "latency over the SLO pushes up": (observed(4, kv=0.5, ttft_p95=2.0), 4, 8),
-    "ceiling of the InferenceService": (observed(4, kv=0.95, running=50, ceiling=5), 4, 5),
+    "queue priced at the KV footprint": (
+        observed(2, kv=0.7, running=20, queued=30),
+        LONG_BATCH,
+        2,
+        5,
+    ),
+    "waiting upstream priced at the KV footprint": (
+        observed(2, kv=0.7, running=20, waiting=56),
+        LONG_BATCH,
+        2,
+        5,
+    ),
+    # a backlog at 20 running: 80% of that per replica, queue included: (40 + 56) / 16
+    "queue priced at the learned batch": (observed(2, kv=0.1, running=20, queued=30), {}, 2, 6),
+    "running requests over the set batch": (
+        observed(2, kv=0.2, running=60),
+        {"targets": {"runningPerReplica": 40}},
+        2,
+        3,
+    ),
+    # 600 running at 7,500 tokens/s: 80 ms between tokens against an aim of 40 ms, floor 10:
+    # utilisation 0.875 now, 0.75 at the aim
+    "inter-token latency over the aim": (
+        observed(6, kv=0.2, running=100, gen_throughput=7500.0),
+        {"targets": {"itlFloorMs": 10}},
+        6,
+        7,
+    ),
+    "inter-token latency well under the aim": (
+        observed(6, kv=0.2, running=20, gen_throughput=12000.0),
+        {"targets": {"itlFloorMs": 5}, "scaleDown": {"stabilizationSeconds": 0}},
+        6,
+        5,
+    ),
+    "scale-up limited per tick": (observed(2, kv=1.0, running=100, queued=500), {}, 2, 6),
+    "latency over the SLO pushes up": (observed(4, kv=0.5, ttft_p95=2.0), {}, 4, 8),
+    "ceiling of the InferenceService": (observed(4, kv=0.95, running=50, ceiling=5), {}, 4, 5),
 }
 
 
-@pytest.mark.parametrize(("seen", "reference", "expected"), SCALE_CASES.values(), ids=SCALE_CASES)
-def test_scaling_on_signals(seen: Observed, reference: int, expected: int) -> None:
-    decision = decide(seen, spec(), status(reference), T0)
+@pytest.mark.parametrize(
+    ("seen", "fields", "reference", "expected"), SCALE_CASES.values(), ids=SCALE_CASES
+)
+def test_scaling_on_signals(
+    seen: Observed, fields: dict[str, Any], reference: int, expected: int
+) -> None:
+    decision = decide(seen, spec(**fields), status(reference), T0)
     assert decision.desired == expected, decision.reason
 
 
-def test_running_target_when_set() -> None:
-    decision = decide(
-        observed(2, kv=0.2, running=60), spec(targets={"runningPerReplica": 40}), status(2), T0
-    )
-    assert decision.desired == 3
+def test_saturation_batch_is_learned_from_a_backlog() -> None:
+    backlog = decide(observed(2, running=50, queued=20), spec(), status(2), T0)
+    assert backlog.status.learned.batch == 50
+    blip = decide(observed(2, running=50, queued=3), spec(), status(2), T0)
+    assert blip.status.learned.batch is None  # 3 queued behind 50 running is a routing blip
 
 
-def test_scale_down_waits_for_the_window() -> None:
+def test_scale_down_waits_for_the_window_then_steps() -> None:
     policy = spec(intervalSeconds=10)
     desired, current, count = [], status(8), 8
-    for i in range(40):
+    for i in range(60):
         seen = observed(count, kv=0.8 / count, running=2)  # 1.14 replicas of KV in all
         decision = decide(seen, policy, current, T0 + timedelta(seconds=10 * i))
         current, count = decision.status, decision.desired
@@ -150,7 +200,10 @@ def test_scale_down_waits_for_the_window() -> None:
     # a whole window of lower recommendations first (the first tick's is one of them)
     assert desired[: window_ticks - 1] == [8] * (window_ticks - 1)
     assert desired[-1] == 2
-    assert all(b >= a / 2 for a, b in itertools.pairwise(desired))
+    # then a quarter of the replicas (at least one) per 30 s
+    steps = [(i, a - b) for i, (a, b) in enumerate(itertools.pairwise(desired)) if b < a]
+    assert all(removed <= max(1, 8 // 4) for _, removed in steps)
+    assert all(b - a >= 3 for (a, _), (b, _) in itertools.pairwise(steps))
 
 
 def test_idle_model_scales_to_zero_only_after_the_idle_window() -> None:
@@ -214,16 +267,35 @@ def test_schedule_floor() -> None:
 
 
 def test_predictive_scales_ahead_of_a_rising_rate() -> None:
-    rates = tuple(
-        Sample(at=T0 - timedelta(seconds=10 * k), value=10.0 - k) for k in range(10, 0, -1)
-    )
-    learned = Learned(replica_rps=2.0, footprint=0.02)
-    start = status(5, rates=rates, learned=learned)
+    # five minutes of a rate rising from 5 to 10 req/s; 10 now, 11.5 one cold start (90 s) ahead
+    ages = range(300, 0, -10)
+    rates = tuple(Sample(at=T0 - timedelta(seconds=a), value=10.0 - a / 60) for a in ages)
+    start = status(5, rates=rates)
     seen = observed(5, kv=0.7, running=35, arrival_rate=10.0)
     decision = decide(seen, spec(maxReplicas=20), start, T0)
-    # the line through 0..10 req/s rises 1 req/s per 10 s: 19 req/s in 90 s, x1.1 / 2 per replica
-    assert decision.status.demand.predicted == pytest.approx(19 * 1.1 / 2, rel=0.02)
-    assert decision.desired == 10  # 11 wanted, at most doubling per tick
+    level = (10.0 - 20 / 60 + 10.0 - 10 / 60 + 10.0) / 3
+    assert decision.status.demand.predicted == pytest.approx(5 * 11.5 / level, rel=0.01)
+    assert decision.desired == 6
+
+
+def test_predictive_wakes_for_the_rate_a_replica_serves() -> None:
+    ages = range(300, 0, -10)
+    rates = tuple(Sample(at=T0 - timedelta(seconds=a), value=10.0 - a / 60) for a in ages)
+    start = status(0, rates=rates, learned=Learned(replica_rps=2.0))
+    decision = decide(
+        Observed(ready=0, arrival_rate=10.0, revision="llama-00001"),
+        spec(maxReplicas=20),
+        start,
+        T0,
+    )
+    assert decision.status.demand.predicted == pytest.approx(11.5 / 2.0, rel=0.01)
+    assert decision.desired == 4  # from zero: the first step is at most four
+
+
+def test_steady_rate_predicts_nothing() -> None:
+    rates = tuple(Sample(at=T0 - timedelta(seconds=a), value=10.0) for a in range(300, 0, -10))
+    decision = decide(observed(5, arrival_rate=10.0), spec(), status(5, rates=rates), T0)
+    assert decision.status.demand.predicted == 0.0
 
 
 def test_forecast_is_bounded() -> None:
