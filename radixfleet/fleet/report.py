@@ -104,7 +104,7 @@ def write_report(
         ("Output throughput over time", _throughput(results, wakes)),
         ("Prefix cache hit rate", _hit_rates(summary)),
     ]
-    body = [_intro(summary), _table_html(summary)]
+    body = [_intro(summary), _links(out), _table_html(summary)]
     body += [f"<h2>{html.escape(title)}</h2>{_img(fig)}" for title, fig in figures]
     body.append(_notes(summary))
     path = out / "report.html"
@@ -201,7 +201,20 @@ def _intro(summary: dict[str, Any]) -> str:
         "emulated SGLang replicas behind the real sglang-router (cache_aware) per model, "
         "a request entry per region that wakes models from zero.</p>"
         f"<p class='scale'>{html.escape(demo['time_scale_note'])}</p>"
+        + "".join(
+            f"<p>{html.escape(w['region'])}/{html.escape(w['model'])} woke from zero replicas: "
+            f"its first replica was ready and registered with the router {w['seconds']:.1f} s "
+            "after the first request arrived; the requests meanwhile were held, not lost.</p>"
+            for w in summary["wake_from_zero"]
+        )
     )
+
+
+def _links(out: Path) -> str:
+    links = [("dashboards.html", "Grafana dashboards"), ("summary.json", "summary.json"),
+             ("rendered", "rendered manifests")]  # fmt: skip
+    present = [f'<a href="{href}">{text}</a>' for href, text in links if (out / href).exists()]
+    return f"<p>{' | '.join(present)}</p>" if present else ""
 
 
 def _region_text(region: dict[str, Any]) -> str:
