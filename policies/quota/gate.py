@@ -24,6 +24,7 @@ from aiohttp import web
 from policies.quota.ledger import Throttled, Ticket, TokenLedger
 from policies.quota.metrics import TokenMetrics
 from policies.quota.usage import StreamMeter, Usage, estimate_tokens, prompt_text, usage_of
+from radixfleet.config.catalog import TokenBudget
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,16 @@ class TokenGate:
         if self.metrics is not None:
             budgets = self.ledger.budgets.items()
             self.metrics.budgets({t: b.tokens_per_minute for t, b in budgets if b is not None})
+
+    def reload(self, *, budgets: Mapping[str, TokenBudget | None], keys: Mapping[str, str]) -> None:
+        """New budgets and keys, as the Tenants and their Secrets changed (in a cluster the
+        entry calls this from a watch, with `observe.api_keys` for the keys)."""
+        self.ledger.set_budgets(budgets)
+        self.keys = dict(keys)
+        if self.metrics is not None:
+            self.metrics.budgets(
+                {t: b.tokens_per_minute for t, b in budgets.items() if b is not None}
+            )
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:

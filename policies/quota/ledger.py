@@ -128,6 +128,14 @@ class TokenLedger:
         ticket.settled = True
         return dp, dc
 
+    def set_budgets(self, budgets: Mapping[str, TokenBudget | None]) -> None:
+        """Take new budgets (a Tenant changed); a bucket whose budget changed starts afresh,
+        the others keep their balance (and any debt)."""
+        old, self.budgets = self.budgets, dict(budgets)
+        self.buckets = {
+            k: b for k, b in self.buckets.items() if _rate(old, k) == _rate(self.budgets, k)
+        }
+
     def balance(self, tenant: str, model: str | None = None, *, now: float) -> float | None:
         """The bucket's level now (None: no such budget); for status and tests."""
         key = (tenant, model)
@@ -152,6 +160,13 @@ class TokenLedger:
         assert budget is not None
         per_minute = budget.tokens_per_minute if key[1] is None else budget.per_model[key[1]]
         return Bucket.full(per_minute, burst_seconds=self.burst_seconds, now=now)
+
+
+def _rate(budgets: Mapping[str, TokenBudget | None], key: BucketKey) -> int | None:
+    budget = budgets.get(key[0])
+    if budget is None:
+        return None
+    return budget.tokens_per_minute if key[1] is None else budget.per_model.get(key[1])
 
 
 def _describe(key: BucketKey) -> str:

@@ -54,7 +54,7 @@ def run(
 ) -> TokenGate:
     budget = TokenBudget(tokens_per_minute=per_minute)
     gate = TokenGate(
-        ledger=TokenLedger({"a": budget, "b": budget}),
+        ledger=TokenLedger({"a": budget, "b": budget}, burst_seconds=10.0),
         keys=KEYS,
         metrics=TokenMetrics(region="local"),
         clock=Clock(),

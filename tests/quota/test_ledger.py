@@ -17,7 +17,7 @@ PER_MINUTE = 6000  # 100 tokens/s; a 10 s burst holds 1000
 
 def ledger(**per_model: int) -> TokenLedger:
     budget = TokenBudget(tokens_per_minute=PER_MINUTE, per_model=per_model)
-    return TokenLedger({"a": budget, "b": budget, "free": None})
+    return TokenLedger({"a": budget, "b": budget, "free": None}, burst_seconds=10.0)
 
 
 # One step of a tenant's traffic: a new request, streamed tokens, or a settlement.
@@ -157,3 +157,15 @@ def test_prompt_text_and_usage_of_whole_answers() -> None:
     assert prompt_text({"prompt": ["a", "b"]}) == "a\nb" and prompt_text({"text": "x"}) == "x"
     assert usage_of({"usage": {"prompt_tokens": 3, "completion_tokens": 4}}) == Usage(3, 4)
     assert usage_of({"usage": {"prompt_tokens": True}}) == Usage()
+
+
+def test_new_budgets_restart_only_the_buckets_that_changed() -> None:
+    book = ledger()
+    for tenant in ("a", "b"):
+        ticket = book.admit(tenant, "m", 1000, now=0.0)
+        assert isinstance(ticket, Ticket)
+    book.set_budgets(
+        {"a": TokenBudget(tokens_per_minute=PER_MINUTE), "b": TokenBudget(tokens_per_minute=12_000)}
+    )
+    assert book.balance("a", now=0.0) == 0.0  # unchanged budget: the spent bucket stays spent
+    assert book.balance("b", now=0.0) == 2000.0  # a new, doubled budget starts full (10 s of 200/s)
