@@ -135,7 +135,7 @@ def statuses(draw: st.DrawFn, budget: dict[str, GpuBudget]) -> TenantStatus:
     return TenantStatus(namespaces=governed, gpus=table["a"], commitments=commitments)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(isvcs(), tenants(), st.sampled_from([NS, NS, NS, OTHER_NS]))
 def test_cel_policy_agrees_with_decide(isvc: dict, tenant: dict, namespace: str) -> None:
     isvc["metadata"]["namespace"] = namespace
@@ -161,7 +161,7 @@ def budget_checks(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
     return isvc, tenant
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(budget_checks())
 def test_cel_budget_arithmetic_agrees_with_decide(case: tuple[dict, dict]) -> None:
     isvc, tenant = case
