@@ -10,8 +10,8 @@ protocol, not on HTTP. The errors say what a caller may do with a failed query:
   `errorType` and `Retry-After`, and says whether a retry can succeed. `BadQuery` (400, 422)
   is the permanent kind: the query itself is wrong.
 
-Retrying is a policy (`RetryPolicy.delay`), pure and tested over status codes; the sleep is
-injected so that tests and the twin never wait.
+Retrying is a policy (`radixfleet.adapters.retry.RetryPolicy`, shared with Route 53), pure and
+tested over status codes; the sleep is injected so that tests and the twin never wait.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import requests
+
+# Re-exported: callers of this adapter name the policy here.
+from radixfleet.adapters.retry import NO_RETRY as NO_RETRY
+from radixfleet.adapters.retry import RetryPolicy as RetryPolicy
 
 QUERY_PATH = "/api/v1/query"
 READY_PATH = "/-/ready"
@@ -104,27 +108,6 @@ class Prometheus(Protocol):
     def is_online(self) -> bool:
         """Whether the server answers its readiness endpoint."""
         ...
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """When to retry a failed query: temporary failures only, honouring Retry-After (capped)."""
-
-    backoff_seconds: tuple[float, ...] = (0.5, 1.0, 2.0)
-    max_retry_after_seconds: float = 10.0
-
-    def delay(self, error: PrometheusError, attempt: int) -> float | None:
-        """Seconds to wait before attempt `attempt + 1` (attempts count from 1), or None."""
-        if not isinstance(error, MetricsUnavailable) or not error.temporary:
-            return None
-        if attempt > len(self.backoff_seconds):
-            return None
-        if error.retry_after is not None:
-            return min(error.retry_after, self.max_retry_after_seconds)
-        return self.backoff_seconds[attempt - 1]
-
-
-NO_RETRY = RetryPolicy(backoff_seconds=())
 
 
 @dataclass
