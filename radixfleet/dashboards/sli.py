@@ -271,4 +271,6 @@ def _bad_ratio(window: str) -> str:
         f"and on ({m.MODEL_NAME}, le) {SLO_TTFT_TARGET})"
     )
     total = f"sum by ({MODEL_LABELS}) (rate({m.SGLANG_TTFT}_count[{window}]))"
-    return f"1 - ({good} / {total})"
+    # Bucket and count rates are extrapolated separately, so their ratio can stray past 1 by a
+    # hair; a share of bad requests is never below zero.
+    return f"clamp_min(1 - ({good} / {total}), 0)"
