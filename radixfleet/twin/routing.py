@@ -69,6 +69,18 @@ class _Node:
         self.tenants: dict[int, float] = {}
 
 
+def _shared(key: tuple[Hashable, ...], blocks: Sequence[Hashable], index: int, end: int) -> int:
+    """Leading blocks of `key` equal to blocks[index:end]; the first is known to match."""
+    stop = min(len(key), end - index)
+    window = tuple(blocks[index : index + stop])
+    if (key if stop == len(key) else key[:stop]) == window:
+        return stop  # a whole node: one comparison in C
+    shared = 1
+    while key[shared] == window[shared]:
+        shared += 1
+    return shared
+
+
 class ApproxTree:
     """sglang-router's multi-tenant approximate radix tree, over blocks instead of characters."""
 
@@ -90,10 +102,7 @@ class ApproxTree:
             if child is None:
                 break
             key = child.key
-            shared = 1  # the first block matched through the children map
-            limit = min(len(key), end - index)
-            while shared < limit and key[shared] == blocks[index + shared]:
-                shared += 1
+            shared = _shared(key, blocks, index, end)
             index += shared
             node = child
             if shared < len(key):
@@ -120,10 +129,7 @@ class ApproxTree:
                 self._attach(leaf, tenant, now)
                 return
             key = child.key
-            shared = 1
-            limit = min(len(key), end - index)
-            while shared < limit and key[shared] == blocks[index + shared]:
-                shared += 1
+            shared = _shared(key, blocks, index, end)
             if shared < len(key):
                 child = self._split(child, shared)
             self._attach(child, tenant, now)
