@@ -15,7 +15,7 @@ No I/O, no clock: the controller, the local fleet and the twin call the same fun
    (long) scale-down window; then rate limits: fast up, a step per period down.
 5. Bounds: the spec's min/max, the InferenceService's maxReplicas, the schedule's warm floor,
    and one replica while any request is in sight, until the idle window has passed (the
-   cold-start memory instead, while the cold-start budget is spent).
+   cold-start memory instead, when one more wake would overspend the cold-start budget).
 6. Scale-down names the replicas to drain: starting ones go first anyway (nothing cached), then
    the ready ones whose cache served the fewest prompt tokens, fewest running requests first.
 """
@@ -93,8 +93,9 @@ def resume(
     """The status to carry on from: a fresh one for a new serving revision.
 
     What was learned about a replica and the cold-start counts belong to the model and carry
-    over; the windows belong to the old revision's replicas and start again. A new status
-    counts the model as active now, so a controller's first tick never scales to zero.
+    over; the windows belong to the old revision's replicas and start again. A new status of
+    a model with replicas counts it as active now, so a controller's first tick never scales it
+    to zero (and one at zero stays there until a request comes).
     """
     if status is not None and status.revision == observed.revision:
         return status
@@ -104,7 +105,7 @@ def resume(
         desired=observed.current,
         learned=status.learned if status else Learned(),
         cold=status.cold if status else ColdStarts(),
-        last_active_at=now,
+        last_active_at=now if observed.current > 0 or observed.busy() else None,
     )
 
 
@@ -161,7 +162,11 @@ def _count_cold(
     arrived = rate * elapsed if rate is not None else finite(observed.waiting) or 0.0
     decay = math.exp(-elapsed / spec.cold_start.memory_seconds)
     waited = arrived if observed.ready == 0 else 0.0
-    return ColdStarts(requests=cold.requests * decay + arrived, waited=cold.waited * decay + waited)
+    return ColdStarts(
+        requests=cold.requests * decay + arrived,
+        waited=cold.waited * decay + waited,
+        peak_rate=max(cold.peak_rate * decay, arrived / elapsed),
+    )
 
 
 def learn(observed: Observed, spec: AutoscalePolicySpec, learned: Learned) -> Learned:
@@ -416,14 +421,15 @@ def bounds(
 def idle(spec: AutoscalePolicySpec, status: AutoscaleStatus, now: datetime) -> bool:
     """Whether the model has gone without requests long enough to scale to zero.
 
-    While more requests than the cold-start budget allows have waited on a cold start, the
-    window is the cold-start memory instead: the model stays warm rather than make the next
-    burst wait again.
+    The cold-start budget decides which window: if going to zero now and waking for a burst
+    like the recent peak would bring the share of requests that waited on a cold start over
+    the budget, the model stays warm through the cold-start memory rather than the idle
+    window. A model whose bursts come further apart than the memory still goes to zero.
     """
     if status.last_active_at is None:
         return True
     window = spec.idle_seconds
-    if status.cold.share > spec.cold_start.budget:
+    if status.cold.share_after_a_wake(spec.cold_start.seconds) > spec.cold_start.budget:
         window = max(window, spec.cold_start.memory_seconds)
     return now - status.last_active_at >= timedelta(seconds=window)
 

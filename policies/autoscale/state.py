@@ -106,15 +106,24 @@ class Sample(Wire):
 
 
 class ColdStarts(Wire):
-    """Requests seen and requests that waited on a cold start, decayed over the memory."""
+    """Requests seen, requests that waited on a cold start, and the peak arrival rate, all
+    decayed over the cold-start memory."""
 
     requests: float = 0.0
     waited: float = 0.0
+    peak_rate: float = 0.0
 
     @property
     def share(self) -> float:
         """The share of requests that waited on a cold start (0 before any request)."""
         return self.waited / self.requests if self.requests > 0 else 0.0
+
+    def share_after_a_wake(self, cold_start_s: float) -> float:
+        """The share if the model went to zero now and its next burst came at the peak rate:
+        what arrives during one cold start waits."""
+        waiting = self.peak_rate * cold_start_s
+        total = self.requests + waiting
+        return (self.waited + waiting) / total if total > 0 else 0.0
 
 
 class Learned(Wire):

@@ -251,6 +251,22 @@ def test_spent_cold_start_budget_keeps_one_replica_warm() -> None:
     assert decide(idle, spec(), fine, T0).desired == 0
 
 
+def test_bursty_model_stays_warm_when_one_more_wake_would_overspend_the_budget() -> None:
+    idle = Observed(ready=1, replicas=replicas(1, kv=0.0, running=0), revision="llama-00001")
+    idle_for = T0 - timedelta(seconds=1200)
+    # 1000 requests, none waited; a burst at 5 req/s through a 90 s cold start: 450 would
+    bursty = ColdStarts(requests=1000, waited=0, peak_rate=5.0)
+    kept = status(1, cold=bursty, last_active_at=idle_for, recommendations=ZEROS)
+    assert decide(idle, spec(), kept, T0).desired == 1
+    # ... unless the memory has passed since the last request
+    long_ago = kept.model_copy(update={"last_active_at": T0 - timedelta(seconds=3600)})
+    assert decide(idle, spec(), long_ago, T0).desired == 0
+    # a model that trickles (peak 0.01 req/s in a busy history) may go to zero
+    steady = ColdStarts(requests=100_000, waited=0, peak_rate=0.01)
+    quiet = status(1, cold=steady, last_active_at=idle_for, recommendations=ZEROS)
+    assert decide(idle, spec(), quiet, T0).desired == 0
+
+
 def test_requests_at_zero_count_as_cold_start_waits() -> None:
     at_zero = Observed(ready=0, arrival_rate=2.0, revision="llama-00001")
     decision = decide(at_zero, spec(), status(0), T0)

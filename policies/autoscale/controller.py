@@ -1,0 +1,279 @@
+"""Act: carry out the autoscaler's decisions on the cluster, and the kopf handlers that run them.
+
+Each tick of an AutoscalePolicy (a kopf timer) observes its InferenceService's serving Revision
+(KServe status, the Revision's replica counts, Prometheus), decides (`decide`, pure) and acts:
+
+1. the policy's status first (a controller restarted at any moment resumes from it);
+2. on a scale-down, pod deletion costs in the cache-aware drain order, *before* the count drops,
+   so the ReplicaSet removes the pods whose caches are worth least;
+3. the scale bounds on the Revision and its PodAutoscaler (policies/autoscale/knative.py), only
+   when they differ from what is there: an unchanged decision writes nothing to the Revision.
+
+When the serving revision changes (a rollout), the previous one is released to min-scale 0 so
+that Knative can retire it. kopf watches the AutoscalePolicy only, never the InferenceService:
+kopf keeps bookkeeping in annotations of what it handles, and KServe copies InferenceService
+annotations into the revision template (a new revision).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from prometheus_client import Gauge
+from pydantic import ValidationError
+
+from policies.autoscale.decide import Decision, choose_victims, decide, due
+from policies.autoscale.knative import DELETION_COST, deletion_costs, scale_annotations
+from policies.autoscale.observe import ceiling, observe, serving_revision
+from policies.autoscale.ports import (
+    AutoscalePolicies,
+    Events,
+    InferenceServices,
+    KubeError,
+    Pods,
+    Revisions,
+)
+from policies.autoscale.queries import QueryConfig
+from policies.autoscale.spec import API_VERSION, MIN_INTERVAL_SECONDS, PLURAL, AutoscalePolicySpec
+from policies.autoscale.state import AutoscaleStatus, Observed, Verb
+from radixfleet import metrics_names as m
+from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
+from radixfleet.labels import GROUP
+
+log = logging.getLogger(__name__)
+
+PROMETHEUS_URL_ENV = "RADIXFLEET_PROMETHEUS_URL"
+DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
+KOPF_PREFIX = f"autoscale.{GROUP}"
+METRICS_PORT_ENV = "RADIXFLEET_AUTOSCALE_METRICS_PORT"
+
+EVENT_REASONS = {
+    Verb.SCALE_UP: "AutoscaleUp",
+    Verb.SCALE_DOWN: "AutoscaleDown",
+    Verb.HOLD: "AutoscaleHold",
+    Verb.HALT: "AutoscaleHalted",
+}
+
+DESIRED = Gauge(m.DESIRED_REPLICAS.name, m.DESIRED_REPLICAS.help, list(m.DESIRED_REPLICAS.labels))
+
+
+def status_of(policy: Mapping[str, Any]) -> AutoscaleStatus | None:
+    """The recorded status of a policy, None before its first decision."""
+    status = policy.get("status") or {}
+    if "inferenceService" not in status:
+        return None
+    return AutoscaleStatus.model_validate(status)
+
+
+def to_wire(status: AutoscaleStatus) -> dict[str, Any]:
+    """A status as stored in the CR: camelCase, no null (the schema has no nullable)."""
+    return dict(_prune(status.model_dump(mode="json", by_alias=True)))
+
+
+def _prune(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _prune(v) for k, v in value.items() if not _missing(v)}
+    if isinstance(value, list):
+        return [_prune(v) for v in value]
+    return value
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
+
+
+@dataclass
+class Controller:
+    """The act layer: ports in, decisions carried out. `reconcile_policy` is one tick."""
+
+    isvcs: InferenceServices
+    revisions: Revisions
+    pods: Pods
+    policies: AutoscalePolicies
+    events: Events
+    prometheus: Prometheus
+    queries: QueryConfig = field(default_factory=QueryConfig)
+
+    def reconcile_policy(self, policy: Mapping[str, Any], *, now: datetime) -> Decision | None:
+        """Decide and act for the policy's InferenceService; None when no decision is due."""
+        spec = AutoscalePolicySpec.model_validate(policy.get("spec") or {})
+        before = status_of(policy)
+        if not due(spec, before, now):
+            return None
+        namespace = policy["metadata"]["namespace"]
+        isvc = self.isvcs.get(namespace, spec.inference_service)
+        observed, revision = self.observe(namespace, spec, isvc, now=now)
+        decision = decide(observed, spec, before, now)
+        self.act(policy, spec, isvc, revision, observed, before, decision)
+        return decision
+
+    def observe(
+        self,
+        namespace: str,
+        spec: AutoscalePolicySpec,
+        isvc: Mapping[str, Any] | None,
+        *,
+        now: datetime,
+    ) -> tuple[Observed, Mapping[str, Any] | None]:
+        if isvc is None:
+            missing = f"InferenceService {namespace}/{spec.inference_service} not found"
+            return Observed(ready=0, metrics_error=missing), None
+        name = serving_revision(isvc)
+        revision = self.revisions.get(namespace, name) if name else None
+        observed = observe(
+            isvc=isvc, revision=revision, prometheus=self.prometheus, config=self.queries, at=now
+        )
+        return observed, revision
+
+    def act(
+        self,
+        policy: Mapping[str, Any],
+        spec: AutoscalePolicySpec,
+        isvc: Mapping[str, Any] | None,
+        revision: Mapping[str, Any] | None,
+        observed: Observed,
+        before: AutoscaleStatus | None,
+        decision: Decision,
+    ) -> None:
+        meta = policy["metadata"]
+        self.policies.write_status(meta["namespace"], meta["name"], to_wire(decision.status))
+        DESIRED.labels(meta["namespace"], spec.inference_service).set(decision.desired)
+        if isvc is None or revision is None or spec.paused:
+            return
+        top = _ceiling(spec, isvc)
+        self._release_previous(meta["namespace"], before, observed, top)
+        if decision.verb is Verb.SCALE_DOWN:
+            self._order_drain(meta["namespace"], observed, spec)
+        wanted = scale_annotations(decision.desired, top)
+        if _differs(revision, wanted):
+            self.revisions.set_scale(meta["namespace"], revision["metadata"]["name"], wanted)
+        if _newsworthy(before, decision):
+            self.events.emit(
+                involved=isvc, reason=EVENT_REASONS[decision.verb], message=decision.reason,
+                warning=decision.warning,
+            )  # fmt: skip
+
+    def _release_previous(
+        self, namespace: str, before: AutoscaleStatus | None, observed: Observed, top: int
+    ) -> None:
+        # The revision the policy pinned before a rollout: back to min-scale 0, so Knative
+        # scales it down once no traffic reaches it.
+        old = before.revision if before is not None else None
+        if old is None or old == observed.revision or self.revisions.get(namespace, old) is None:
+            return
+        self.revisions.set_scale(namespace, old, scale_annotations(0, top))
+
+    def _order_drain(self, namespace: str, observed: Observed, spec: AutoscalePolicySpec) -> None:
+        """Deletion costs on the revision's pods: lowest on the first to drain."""
+        assert observed.revision is not None
+        order = choose_victims(observed, 0, cache_aware=spec.cache_aware_drain)
+        costs = deletion_costs(order)
+        for pod in self.pods.of_revision(namespace, observed.revision):
+            name = pod["metadata"]["name"]
+            current = (pod["metadata"].get("annotations") or {}).get(DELETION_COST)
+            if name in costs and current != str(costs[name]):
+                self.pods.set_deletion_cost(namespace, name, costs[name])
+
+
+def _ceiling(spec: AutoscalePolicySpec, isvc: Mapping[str, Any]) -> int:
+    top = ceiling(isvc)
+    return spec.max_replicas if not top else min(spec.max_replicas, top)
+
+
+def _differs(revision: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
+    current = revision.get("metadata", {}).get("annotations") or {}
+    return any(current.get(key) != value for key, value in wanted.items())
+
+
+def _newsworthy(before: AutoscaleStatus | None, decision: Decision) -> bool:
+    if decision.verb in (Verb.SCALE_UP, Verb.SCALE_DOWN):
+        return True
+    was = before.last_decision.action if before and before.last_decision else None
+    return decision.verb is Verb.HALT and was is not Verb.HALT
+
+
+# ---- kopf ----------------------------------------------------------------------------------
+
+
+def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
+    """Add the autoscaler's handlers to `registry`; nothing is registered on import."""
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=KOPF_PREFIX)
+
+    @kopf.timer(
+        GROUP,
+        API_VERSION,
+        PLURAL,
+        id="autoscale-tick",
+        interval=MIN_INTERVAL_SECONDS,
+        registry=registry,
+    )
+    def tick(body: kopf.Body, **_: Any) -> None:
+        run_tick(controller, body, now=datetime.now(UTC))
+
+
+def run_tick(controller: Controller, body: Mapping[str, Any], *, now: datetime) -> None:
+    """One timer tick, with errors translated to kopf's retry vocabulary."""
+    try:
+        controller.reconcile_policy(body, now=now)
+    except ValidationError as error:
+        raise kopf.PermanentError(f"invalid AutoscalePolicy spec: {error}") from error
+    except KubeError as error:
+        if error.temporary or error.status == 409:
+            raise kopf.TemporaryError(str(error), delay=MIN_INTERVAL_SECONDS) from error
+        raise kopf.PermanentError(str(error)) from error
+
+
+def kube_controller(*, prometheus_url: str | None = None) -> Controller:
+    """A Controller on the in-cluster (or kubeconfig) credentials and the given Prometheus."""
+    from kubernetes import client, config
+
+    from canary.kube import KubeEvents
+    from policies.autoscale.kube import (
+        KubeAutoscalePolicies,
+        KubeInferenceServices,
+        KubePods,
+        KubeRevisions,
+    )
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    api = client.ApiClient()
+    url = prometheus_url or os.environ.get(PROMETHEUS_URL_ENV, DEFAULT_PROMETHEUS_URL)
+    return Controller(
+        isvcs=KubeInferenceServices(api),
+        revisions=KubeRevisions(api),
+        pods=KubePods(api),
+        policies=KubeAutoscalePolicies(api),
+        events=KubeEvents(api, clock=lambda: datetime.now(UTC)),
+        prometheus=HttpPrometheus(url),
+    )
+
+
+def run(
+    *, namespaces: Sequence[str] = (), prometheus_url: str | None = None, standalone: bool = False
+) -> None:
+    """Run the controller until interrupted, exporting radixfleet_desired_replicas."""
+    from prometheus_client import start_http_server
+
+    start_http_server(int(os.environ.get(METRICS_PORT_ENV, "9464")))
+    registry = kopf.OperatorRegistry()
+    register(registry, kube_controller(prometheus_url=prometheus_url))
+    kopf.run(
+        registry=registry,
+        namespaces=list(namespaces),
+        clusterwide=not namespaces,
+        standalone=standalone,
+    )

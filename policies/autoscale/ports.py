@@ -1,0 +1,47 @@
+"""The autoscaler's Kubernetes ports: small Protocols, and the canary's typed errors.
+
+InferenceServices (read one), Revisions (read one, set its scale bounds), Pods (a revision's,
+and their deletion cost) and AutoscalePolicies (write status). Errors are the canary's
+`KubeError` family, which keeps the HTTP status. No client library is imported here;
+`policies/autoscale/kube.py` implements the ports on the kubernetes client, `fakes.py` in memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from canary.ports import ConflictError, Events, KubeError
+
+__all__ = [
+    "AutoscalePolicies",
+    "ConflictError",
+    "Events",
+    "InferenceServices",
+    "KubeError",
+    "Pods",
+    "Revisions",
+]
+
+
+class InferenceServices(Protocol):
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+
+class Revisions(Protocol):
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def set_scale(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        """Set the scale annotations on the Revision and on its PodAutoscaler (same name)."""
+        ...
+
+
+class Pods(Protocol):
+    def of_revision(self, namespace: str, revision: str) -> list[dict[str, Any]]: ...
+
+    def set_deletion_cost(self, namespace: str, name: str, cost: int) -> None: ...
+
+
+class AutoscalePolicies(Protocol):
+    def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Replace the policy's status through the status subresource."""
+        ...

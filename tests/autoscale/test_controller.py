@@ -1,0 +1,243 @@
+"""The autoscaler's act layer on recording fakes: what it writes, in which order, and when not.
+
+Knative is played by `FakeRevisions` (annotations land on the Revision; `settle` makes the pods
+follow), Prometheus by `FakePrometheus` answering the exact PromQL of policies/autoscale/queries.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import kopf
+import pytest
+
+from canary.fakes import FakeEvents
+from canary.ports import KubeError
+from policies.autoscale.controller import Controller, run_tick, status_of
+from policies.autoscale.fakes import (
+    FakeAutoscalePolicies,
+    FakeInferenceServices,
+    FakePods,
+    FakeRevisions,
+)
+from policies.autoscale.knative import DELETION_COST, MAX_SCALE, MIN_SCALE
+from policies.autoscale.queries import QueryConfig, model_queries, pod_queries
+from policies.autoscale.state import Verb
+from radixfleet.adapters.prometheus import MetricsUnavailable, Sample
+from radixfleet.adapters.prometheus_fake import FakePrometheus
+
+NS, ISVC, REV = "team-search", "llama", "llama-predictor-00001"
+T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+
+
+def isvc(revision: str = REV, max_replicas: int = 8) -> dict[str, Any]:
+    predictor = {"latestReadyRevision": revision, "latestRolledoutRevision": revision,
+                 "traffic": [{"revisionName": revision, "percent": 100}]}  # fmt: skip
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+        "metadata": {"name": ISVC, "namespace": NS},
+        "spec": {"predictor": {"minReplicas": 0, "maxReplicas": max_replicas}},
+        "status": {"components": {"predictor": predictor}},
+    }  # fmt: skip
+
+
+def revision(name: str = REV, ready: int = 2, bounds: tuple[int, int] | None = None) -> Any:
+    annotations = {} if bounds is None else {MIN_SCALE: str(bounds[0]), MAX_SCALE: str(bounds[1])}
+    return {
+        "metadata": {"name": name, "namespace": NS, "annotations": annotations},
+        "status": {"actualReplicas": ready, "desiredReplicas": ready},
+    }
+
+
+def policy(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "radixfleet.io/v1alpha1", "kind": "AutoscalePolicy",
+        "metadata": {"name": ISVC, "namespace": NS},
+        "spec": {"inferenceService": ISVC, **spec},
+    }  # fmt: skip
+
+
+def answers(
+    pods: dict[str, dict[str, float]], *, rate: float = 5.0, namespace: str = NS
+) -> dict[str, Any]:
+    """Prometheus' answers: per pod gauges (running, queued, kv_usage, cached_tokens_rate)."""
+    config = QueryConfig()
+    per_pod = pod_queries(namespace=namespace, revision=REV, config=config)
+    out: dict[str, Any] = {
+        query: [
+            Sample({"pod": pod}, gauges[field]) for pod, gauges in pods.items() if field in gauges
+        ]
+        for field, query in per_pod.items()
+    }
+    out[model_queries(namespace=namespace, revision=REV, config=config)["arrival_rate"]] = rate
+    return out
+
+
+def gauges(kv: float, cached: float = 0.0, running: float = 10.0) -> dict[str, float]:
+    return {"running": running, "queued": 0.0, "kv_usage": kv, "cached_tokens_rate": cached}
+
+
+class World:
+    """A controller on fakes, with the cluster as the test sets it up."""
+
+    def __init__(self, ready: int = 2, bounds: tuple[int, int] | None = (2, 2)) -> None:
+        self.isvcs = FakeInferenceServices()
+        self.revisions = FakeRevisions()
+        self.pods = FakePods()
+        self.policies = FakeAutoscalePolicies()
+        self.events = FakeEvents()
+        self.prometheus = FakePrometheus()
+        self.isvcs.add(isvc())
+        self.revisions.add(revision(ready=ready, bounds=bounds))
+        for i in range(ready):
+            self.pods.add(NS, f"pod-{i}", REV)
+        self.controller = Controller(
+            isvcs=self.isvcs, revisions=self.revisions, pods=self.pods, policies=self.policies,
+            events=self.events, prometheus=self.prometheus,
+        )  # fmt: skip
+
+    def tick(self, at: datetime, **spec: Any) -> Any:
+        body = policy(**spec)
+        body["status"] = self.policies.items.get((NS, ISVC), {}).get("status")
+        self.policies.items.setdefault((NS, ISVC), body)
+        return self.controller.reconcile_policy(body, now=at)
+
+
+def test_scale_up_writes_status_then_bounds_on_the_revision() -> None:
+    world = World()
+    world.prometheus.answers = answers({"pod-0": gauges(0.95), "pod-1": gauges(0.95)})
+    decision = world.tick(T0)
+    assert (decision.verb, decision.desired) == (Verb.SCALE_UP, 3)
+    (call,) = world.revisions.calls
+    assert call.annotations == {MIN_SCALE: "3", MAX_SCALE: "3"}
+    assert world.policies.status_writes[-1]["desired"] == 3
+    assert [e.reason for e in world.events.calls] == ["AutoscaleUp"]
+
+
+def test_an_unchanged_decision_writes_nothing_to_the_revision() -> None:
+    world = World()
+    world.prometheus.answers = answers({"pod-0": gauges(0.7), "pod-1": gauges(0.7)})
+    for k in range(3):
+        assert world.tick(T0 + timedelta(seconds=10 * k)).verb is Verb.HOLD
+    assert world.revisions.calls == []
+    assert len(world.policies.status_writes) == 3  # the windows move on
+    assert world.events.calls == []
+
+
+def test_not_due_does_nothing() -> None:
+    world = World()
+    world.prometheus.answers = answers({"pod-0": gauges(0.7), "pod-1": gauges(0.7)})
+    world.tick(T0)
+    assert world.tick(T0 + timedelta(seconds=3)) is None
+    assert len(world.policies.status_writes) == 1
+
+
+def test_scale_down_orders_the_drain_before_lowering_the_count() -> None:
+    world = World(ready=3, bounds=(3, 3))
+    world.prometheus.answers = answers(
+        {
+            "pod-0": gauges(0.05, cached=900.0),
+            "pod-1": gauges(0.05, cached=3.0),
+            "pod-2": gauges(0.05, cached=400.0),
+        }
+    )
+    costs_when_scaled: list[dict[str, str]] = []
+    set_scale = world.revisions.set_scale
+
+    def spy(namespace: str, name: str, annotations: dict[str, str]) -> None:
+        costs_when_scaled.append(
+            {
+                p["metadata"]["name"]: p["metadata"]["annotations"][DELETION_COST]
+                for p in world.pods.of_revision(NS, REV)
+            }
+        )
+        set_scale(namespace, name, annotations)
+
+    world.revisions.set_scale = spy  # type: ignore[method-assign]
+    decision = world.tick(T0, scaleDown={"stabilizationSeconds": 0})
+    assert decision.verb is Verb.SCALE_DOWN
+    assert decision.victims == ("pod-1",)
+    assert costs_when_scaled == [{"pod-1": "0", "pod-2": "10", "pod-0": "20"}]
+    assert world.revisions.calls[-1].annotations[MIN_SCALE] == str(decision.desired)
+
+
+def test_scale_to_zero_hands_the_last_replica_to_the_kpa() -> None:
+    world = World(ready=1, bounds=(1, 1))
+    world.prometheus.answers = answers({"pod-0": gauges(0.0, running=0.0)}, rate=0.0)
+    idle_since = T0 - timedelta(hours=2)
+    zeros = [{"at": (T0 - timedelta(seconds=s)).isoformat(), "value": 0.0}
+             for s in range(300, 0, -10)]  # fmt: skip
+    last_tick = T0 - timedelta(seconds=10)
+    world.policies.add(policy() | {"status": {
+        "inferenceService": ISVC, "revision": REV, "desired": 1, "recommendations": zeros,
+        "lastActiveAt": idle_since.isoformat(), "lastTickAt": last_tick.isoformat(),
+    }})  # fmt: skip
+    decision = world.tick(T0)
+    assert decision.desired == 0
+    assert world.revisions.calls[-1].annotations == {MIN_SCALE: "0", MAX_SCALE: "8"}
+
+
+def test_prometheus_down_halts_and_leaves_the_revision_alone() -> None:
+    world = World()
+    world.prometheus.next_error = MetricsUnavailable("down", query="q", status=503)
+    decision = world.tick(T0)
+    assert (decision.verb, decision.desired) == (Verb.HALT, 2)
+    assert world.revisions.calls == []
+    assert world.events.calls[-1].warning
+    assert world.policies.status_writes[-1]["lastDecision"]["action"] == "halt"
+
+
+def test_missing_inference_service_halts() -> None:
+    world = World()
+    world.isvcs.items.clear()
+    decision = world.tick(T0)
+    assert decision.verb is Verb.HALT
+    assert "not found" in decision.reason
+    assert world.revisions.calls == []
+
+
+def test_a_new_serving_revision_releases_the_old_one() -> None:
+    world = World()
+    world.prometheus.answers = answers({"pod-0": gauges(0.7), "pod-1": gauges(0.7)})
+    world.tick(T0)
+    new = "llama-predictor-00002"
+    world.isvcs.add(isvc(revision=new))
+    world.revisions.add(revision(name=new, ready=1))
+    world.tick(T0 + timedelta(seconds=10))
+    released = [c for c in world.revisions.calls if c.name == REV]
+    assert released[-1].annotations == {MIN_SCALE: "0", MAX_SCALE: "8"}
+    assert status_of(world.policies.items[(NS, ISVC)]).revision == new  # type: ignore[union-attr]
+
+
+def test_paused_writes_status_only() -> None:
+    world = World()
+    world.prometheus.answers = answers({"pod-0": gauges(0.99), "pod-1": gauges(0.99)})
+    assert world.tick(T0, paused=True).verb is Verb.HOLD
+    assert world.revisions.calls == []
+
+
+def test_the_ceiling_is_the_inference_service_max() -> None:
+    world = World()
+    world.isvcs.add(isvc(max_replicas=3))
+    world.prometheus.answers = answers({"pod-0": gauges(1.0), "pod-1": gauges(1.0)})
+    assert world.tick(T0).desired == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [(503, kopf.TemporaryError), (409, kopf.TemporaryError), (403, kopf.PermanentError)],
+)
+def test_tick_errors_map_to_kopf(status: int, expected: type[Exception]) -> None:
+    world = World()
+    world.prometheus.answers = answers({"pod-0": gauges(0.7), "pod-1": gauges(0.7)})
+    world.policies.next_error = KubeError("boom", status=status)
+    body = policy()
+    world.policies.add(body)
+    with pytest.raises(expected):
+        run_tick(world.controller, body, now=T0)
+
+
+def test_invalid_spec_is_permanent() -> None:
+    with pytest.raises(kopf.PermanentError):
+        run_tick(World().controller, policy(minReplicas=9, maxReplicas=2), now=T0)
