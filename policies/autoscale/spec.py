@@ -24,7 +24,7 @@ API_VERSION = "v1alpha1"
 KIND = "AutoscalePolicy"
 PLURAL = "autoscalepolicies"
 
-MIN_INTERVAL_SECONDS = 5
+MIN_INTERVAL_SECONDS = 1
 CLOCK = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
 
 
@@ -217,7 +217,7 @@ class AutoscalePolicySpec(Spec):
     targets: Targets = Field(default_factory=Targets)
     scale_up: ScaleUp = Field(default_factory=ScaleUp)
     scale_down: ScaleDown = Field(default_factory=ScaleDown)
-    idle_seconds: Annotated[int, Field(ge=30, le=7 * 86400)] = 600
+    idle_seconds: Annotated[int, Field(ge=10, le=7 * 86400)] = 600
     warm_pool: WarmPool = Field(default_factory=WarmPool)
     cold_start: ColdStart = Field(default_factory=ColdStart)
     cache_aware_drain: bool = True

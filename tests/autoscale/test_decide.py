@@ -434,7 +434,7 @@ def specs(draw: st.DrawFn) -> AutoscalePolicySpec:
     return spec(
         minReplicas=low,
         maxReplicas=draw(st.integers(max(low, 1), 12)),
-        idleSeconds=draw(st.sampled_from([30, 300, 600])),
+        idleSeconds=draw(st.sampled_from([10, 300, 600])),
         paused=draw(st.booleans()),
         warmPool={"schedule": windows},
         scaleDown={"stabilizationSeconds": draw(st.sampled_from([0, 60, 300]))},
@@ -468,7 +468,7 @@ def _spec_bounds(seen: Observed, policy: AutoscalePolicySpec) -> tuple[int, int]
     return min(floor, ceiling), ceiling
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(observations(), specs(), statuses())
 def test_never_below_the_floor_nor_above_the_ceiling(
     seen: Observed, policy: AutoscalePolicySpec, before: AutoscaleStatus | None
@@ -479,7 +479,7 @@ def test_never_below_the_floor_nor_above_the_ceiling(
     assert decision.status.desired == decision.desired
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(observations(), specs(), statuses())
 def test_never_to_zero_while_requests_are_queued(
     seen: Observed, policy: AutoscalePolicySpec, before: AutoscaleStatus | None
@@ -489,7 +489,7 @@ def test_never_to_zero_while_requests_are_queued(
         assert decision.desired >= 1
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(observations(), specs(), statuses(), st.integers(0, 5))
 def test_missing_metrics_hold_the_count(
     seen: Observed, policy: AutoscalePolicySpec, before: AutoscaleStatus | None, broken: int

@@ -106,7 +106,7 @@ BAD_SPECS = {
     },
     "unknown field": {"inferenceService": "m", "cooldown": 5},
     "scale-up rate of 1": {"inferenceService": "m", "scaleUp": {"maxRate": 1.0}},
-    "interval too short": {"inferenceService": "m", "intervalSeconds": 1},
+    "interval too short": {"inferenceService": "m", "intervalSeconds": 0},
 }
 
 
