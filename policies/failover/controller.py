@@ -1,0 +1,267 @@
+"""Act: carry out the failover's decisions, and the kopf handlers that run them.
+
+Each tick of a FailoverPolicy (a kopf timer) that starts a new interval observes every region
+(its Prometheus, the Route 53 records and health checks), decides (`policies.failover.decide`,
+pure) and acts, in this order:
+
+1. raise floors: pre-scaling comes before any traffic moves;
+2. write the status: a controller stopped after this re-issues the same weights on restart;
+3. set weights, after a re-check: the records are re-read and only changed ones are written
+   (one atomic batch), and a shift that gives more weight to a region whose Route 53 health
+   check now says unhealthy is deferred to the next interval;
+4. release floors, once the weights are back;
+5. post the decision's notes as Events on the FailoverPolicy.
+
+Leader election: the controller runs where it can see every region's Prometheus, with two
+replicas for availability and kopf's peering deciding which one acts: the replica with the
+highest `--priority` runs, the others stay paused until its peering record expires (60 s).
+Each replica therefore needs its own priority (RADIXFLEET_PEERING_PRIORITY, by default a random
+one; kopf freezes every operator when two share the highest). A brief overlap is harmless:
+every action is idempotent and decided from the status.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from policies.failover.decide import (
+    Decision,
+    RaiseFloor,
+    ReleaseFloor,
+    SetWeights,
+    decide,
+    interval_due,
+)
+from policies.failover.observe import PrometheusFor, health_checks, observe, read_records
+from policies.failover.ports import Events, FailoverPolicies, Floors, KubeError
+from policies.failover.queries import QueryConfig
+from policies.failover.spec import API_VERSION, MIN_INTERVAL_SECONDS, PLURAL, FailoverPolicySpec
+from policies.failover.state import FailoverStatus, HealthCheck, Observed
+from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
+from radixfleet.adapters.route53 import AwsRoute53, Route53Error, WeightedRecords
+from radixfleet.labels import GROUP
+
+log = logging.getLogger(__name__)
+
+PROMETHEUS_URL_ENV = "RADIXFLEET_PROMETHEUS_URL_TEMPLATE"
+DEFAULT_PROMETHEUS_URL = "http://prometheus.{region}.monitoring.internal:9090"
+PRIORITY_ENV = "RADIXFLEET_PEERING_PRIORITY"
+PEERING_NAME = "radixfleet-failover"
+
+
+def to_wire(status: FailoverStatus) -> dict[str, Any]:
+    """A status as stored in the CR: camelCase, and no null (the schema has no nullable)."""
+    return dict(_prune(status.model_dump(mode="json", by_alias=True)))
+
+
+def _prune(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _prune(v) for k, v in value.items() if not _missing(v)}
+    if isinstance(value, list):
+        return [_prune(v) for v in value]
+    return value
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
+
+
+def status_of(policy: Mapping[str, Any]) -> FailoverStatus | None:
+    """The status a policy carries, None before the first decision."""
+    status = policy.get("status") or {}
+    return FailoverStatus.model_validate(status) if status.get("regions") else None
+
+
+@dataclass
+class Controller:
+    """The act layer: ports in, decisions carried out. `reconcile` is one tick."""
+
+    route53: WeightedRecords
+    prometheus_for: PrometheusFor
+    policies: FailoverPolicies
+    events: Events
+    floors: Floors
+    queries: QueryConfig = field(default_factory=QueryConfig)
+
+    def reconcile(self, policy: Mapping[str, Any], *, now: datetime) -> Decision | None:
+        """Decide and act if a new interval has begun; None when it has not."""
+        spec = FailoverPolicySpec.model_validate(policy.get("spec") or {})
+        before = status_of(policy)
+        if not interval_due(spec, before, now):
+            return None
+        observed = observe(
+            spec, namespace=policy["metadata"]["namespace"], route53=self.route53,
+            prometheus_for=self.prometheus_for, at=now, config=self.queries,
+        )  # fmt: skip
+        decision = decide(observed, spec, before, now)
+        self.act(policy, spec, observed, decision)
+        return decision
+
+    def act(
+        self,
+        policy: Mapping[str, Any],
+        spec: FailoverPolicySpec,
+        observed: Observed,
+        decision: Decision,
+    ) -> None:
+        meta = policy["metadata"]
+        for action in decision.actions:
+            if isinstance(action, RaiseFloor):
+                self._floor(policy, action)
+        self.policies.write_status(meta["namespace"], meta["name"], to_wire(decision.status))
+        for action in decision.actions:
+            if isinstance(action, SetWeights):
+                self._shift(policy, spec, observed, action)
+            elif isinstance(action, ReleaseFloor):
+                self._floor(policy, action)
+        for note in decision.notes:
+            self._event(policy, note.reason, note.message, warning=note.warning)
+
+    def _shift(
+        self,
+        policy: Mapping[str, Any],
+        spec: FailoverPolicySpec,
+        observed: Observed,
+        action: SetWeights,
+    ) -> None:
+        if blocked := self._recheck(spec, observed, action):
+            self._event(policy, "ShiftDeferred", blocked, warning=True)
+            return
+        ids = {spec.region(name).record_id: weight for name, weight in action.weights.items()}
+        changed = self.route53.set_weights(
+            spec.hosted_zone_id, spec.record_name, spec.record_type, ids
+        )
+        log.info("%s: weights %s (changed %s)", spec.record_name, dict(action.weights), changed)
+
+    def _recheck(self, spec: FailoverPolicySpec, observed: Observed, action: SetWeights) -> str:
+        """Why the shift must wait, or "": a region gaining weight is now failing its check."""
+        before = observed.weights or {}
+        gaining = [n for n, w in action.weights.items() if w > before.get(n, 0)]
+        if not gaining or not spec.signals.use_health_checks:
+            return ""
+        checks = health_checks(self.route53, read_records(self.route53, spec))
+        failing = [n for n in gaining if checks.get(n) is HealthCheck.UNHEALTHY]
+        if failing:
+            return f"not shifting: {', '.join(failing)} now fail their Route 53 health check"
+        return ""
+
+    def _floor(self, policy: Mapping[str, Any], action: RaiseFloor | ReleaseFloor) -> None:
+        # A floor that cannot be set never holds the shift back: the failing region's traffic
+        # is lost anyway, and the next interval tries the floor again.
+        try:
+            if isinstance(action, RaiseFloor):
+                self.floors.raise_floor(action.region, action.model, action.replicas)
+            else:
+                self.floors.release_floor(action.region, action.model)
+        except KubeError as error:
+            what = f"floor of {action.model} in {action.region}: {error}"
+            self._event(policy, "FloorFailed", what, warning=True)
+
+    def _event(
+        self, policy: Mapping[str, Any], reason: str, message: str, *, warning: bool
+    ) -> None:
+        try:
+            self.events.emit(involved=policy, reason=reason, message=message, warning=warning)
+        except KubeError as error:  # an Event is a report, never a reason to stop acting
+            log.warning("event %s not posted: %s", reason, error)
+
+
+# ---- kopf ----------------------------------------------------------------------------------
+
+
+def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
+    """Add the failover's handlers to `registry`; nothing is registered on import."""
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.peering.priority = peering_priority()
+        settings.peering.name = PEERING_NAME
+        settings.peering.mandatory = True
+
+    @kopf.timer(
+        GROUP, API_VERSION, PLURAL, id="failover-tick", interval=MIN_INTERVAL_SECONDS,
+        registry=registry,
+    )  # fmt: skip
+    def tick(body: kopf.Body, **_: Any) -> None:
+        run_tick(controller, body, now=datetime.now(UTC))
+
+
+def peering_priority(environ: Mapping[str, str] | None = None) -> int:
+    """This replica's kopf peering priority: from the environment, else a random one."""
+    value = (environ if environ is not None else os.environ).get(PRIORITY_ENV)
+    return int(value) if value else random.randint(1, 1_000_000)
+
+
+def run_tick(controller: Controller, body: Mapping[str, Any], *, now: datetime) -> None:
+    """One timer tick, with errors translated to kopf's retry vocabulary."""
+    try:
+        controller.reconcile(body, now=now)
+    except ValidationError as error:
+        raise kopf.PermanentError(f"invalid FailoverPolicy spec: {error}") from error
+    except (KubeError, Route53Error) as error:
+        if error.temporary:
+            raise kopf.TemporaryError(str(error), delay=MIN_INTERVAL_SECONDS) from error
+        raise kopf.PermanentError(str(error)) from error
+
+
+def prometheus_per_region(template: str) -> PrometheusFor:
+    """Each region's Prometheus: its `prometheusUrl`, else `template` with `{region}`."""
+    cache: dict[str, Prometheus] = {}
+
+    def for_region(region: Any) -> Prometheus:
+        url = region.prometheus_url or template.format(region=region.name)
+        return cache.setdefault(url, HttpPrometheus(url, timeout_seconds=3.0))
+
+    return for_region
+
+
+def kube_controller(
+    *, region_contexts: Mapping[str, str], namespace: str, prometheus_template: str | None = None
+) -> Controller:
+    """A Controller on in-cluster credentials, with one kubeconfig context per region."""
+    from kubernetes import client, config
+
+    from canary.kube import KubeEvents
+    from policies.failover.kube import KubeFailoverPolicies, KubeFloors
+    from radixfleet.adapters.route53 import client as route53_client
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    api = client.ApiClient()
+    regional = {
+        r: config.new_client_from_config(context=c)  # type: ignore[no-untyped-call]
+        for r, c in region_contexts.items()
+    }
+    template = prometheus_template or os.environ.get(PROMETHEUS_URL_ENV, DEFAULT_PROMETHEUS_URL)
+    return Controller(
+        route53=AwsRoute53(route53_client()),
+        prometheus_for=prometheus_per_region(template),
+        policies=KubeFailoverPolicies(api),
+        events=KubeEvents(api, clock=lambda: datetime.now(UTC)),
+        floors=KubeFloors(regional, namespace=namespace),
+    )
+
+
+def run(*, controller: Controller, namespaces: Sequence[str] = ()) -> None:
+    """Run the controller until interrupted, as one of several peers (see the docstring)."""
+    registry = kopf.OperatorRegistry()
+    register(registry, controller)
+    kopf.run(
+        registry=registry,
+        namespaces=list(namespaces),
+        clusterwide=not namespaces,
+        peering_name=PEERING_NAME,
+        priority=peering_priority(),
+    )
