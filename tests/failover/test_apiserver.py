@@ -56,6 +56,6 @@ def test_defaults_cel_and_status(kube: Any) -> None:
     status = initial_status(spec, datetime(2026, 3, 1, tzinfo=UTC))
     status = status.model_copy(update={"weights": {"us-east-1": 100, "eu-west-1": 0}})
     KubeFailoverPolicies(kube).write_status(ns, "llama", to_wire(status))
-    stored = api.get_namespaced_custom_object(*OURS, ns, "failoverpolicies", "llama")
+    stored: Any = api.get_namespaced_custom_object(*OURS, ns, "failoverpolicies", "llama")
     assert stored["status"]["weights"] == {"us-east-1": 100, "eu-west-1": 0}
     assert [r["phase"] for r in stored["status"]["regions"]] == ["Healthy", "Healthy"]
