@@ -1,0 +1,139 @@
+"""The autoscaler in the fleet twin: the same `decide()` behind the twin's ScalingPolicy.
+
+The twin hands each revision's scaler a `ServiceObservation` with every replica's
+`ReplicaStats` (the numbers behind `sglang:*`); this adapter turns it into an `Observed`, keeps
+the `AutoscaleStatus` between ticks as the CR's status would keep it, and answers the twin's
+victim question with the cache-aware choice. Virtual seconds become datetimes from a fixed epoch.
+
+Scenarios name a factory below as their autoscale policy, e.g.
+`autoscale: policies.autoscale.twin:radixfleet`; the twin imports it by name (no registration).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from policies.autoscale.decide import choose_victims, decide
+from policies.autoscale.spec import AutoscalePolicySpec
+from policies.autoscale.state import AutoscaleStatus, Observed, ReplicaMetrics
+from radixfleet.twin.interfaces import ReplicaView, ServiceObservation
+from radixfleet.twin.region import _profile
+from radixfleet.twin.registry import PolicyContext
+
+EPOCH = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)  # a Monday: virtual second 0
+STARTING_STATES = ("provisioning", "starting")
+
+
+class TwinAutoscaler:
+    """A ScalingPolicy (and DrainChooser) running `policies.autoscale.decide`."""
+
+    needs_replica_stats = True
+
+    def __init__(self, spec: AutoscalePolicySpec) -> None:
+        self.spec = spec
+        self.tick_s = float(spec.interval_seconds)
+        self.status: AutoscaleStatus | None = None
+        self.decisions = 0
+        self._cached: dict[int, int] = {}  # replica id -> cached_tokens_total at the last tick
+        self._last_at: float | None = None
+        self._last: Observed | None = None
+
+    def desired_replicas(self, observed: ServiceObservation, now: float) -> int:
+        """Observe, decide, keep the status; the twin clamps the answer to the model's bounds."""
+        seen = self.observe(observed, now)
+        decision = decide(seen, self.spec, self.status, EPOCH + timedelta(seconds=now))
+        self.status, self._last = decision.status, seen
+        self.decisions += 1
+        return decision.desired
+
+    def choose_victims(self, observed: ServiceObservation, count: int) -> list[int]:
+        """Starting replicas first (youngest first), then the least valuable caches."""
+        starting = sorted(
+            (r for r in observed.replicas if r.state in STARTING_STATES),
+            key=lambda r: (-r.created_at, -r.id),
+        )
+        chosen = [r.id for r in starting[:count]]
+        if len(chosen) < count and self._last is not None:
+            ready_only = Observed(ready=self._last.ready, replicas=self._last.replicas)
+            keep = ready_only.current - (count - len(chosen))
+            named = choose_victims(ready_only, keep, cache_aware=self.spec.cache_aware_drain)
+            chosen += [int(name) for name in named]
+        return chosen
+
+    def observe(self, observed: ServiceObservation, now: float) -> Observed:
+        """The twin's snapshot as the controller's observation of a revision."""
+        elapsed = self.tick_s if self._last_at is None else max(now - self._last_at, 1e-3)
+        self._last_at = now
+        ready = [r for r in observed.replicas if r.state == "ready" and r.stats is not None]
+        metrics = tuple(self._metrics(r, elapsed) for r in ready)
+        self._cached = {r.id: _cached_total(r) for r in ready}
+        return Observed(
+            ready=len(ready),
+            replicas=metrics,
+            starting=sum(1 for r in observed.replicas if r.state in STARTING_STATES),
+            arrival_rate=observed.arrivals / elapsed,
+            waiting=float(observed.buffered),
+            revision=f"{observed.region}/{observed.model}",
+            ceiling=observed.max_replicas,
+        )
+
+    def _metrics(self, replica: ReplicaView, elapsed: float) -> ReplicaMetrics:
+        stats = replica.stats
+        assert stats is not None
+        total = _cached_total(replica)
+        before = self._cached.get(replica.id, total)
+        return ReplicaMetrics(
+            name=str(replica.id),
+            running=float(stats.num_running_reqs),
+            queued=float(stats.num_queue_reqs),
+            kv_usage=stats.token_usage,
+            cached_tokens_rate=max(0, total - before) / elapsed,
+            hit_rate=stats.cache_hit_rate,
+            gen_throughput=stats.gen_throughput,
+        )
+
+
+def _cached_total(replica: ReplicaView) -> int:
+    return 0 if replica.stats is None else replica.stats.counters.cached_tokens_total
+
+
+def spec_for(ctx: PolicyContext, **overrides: Any) -> AutoscalePolicySpec:
+    """An AutoscalePolicy for the context's model: its bounds, SLO and cold start."""
+    model = ctx.model
+    assert model is not None, "the autoscaler is a per-model policy"
+    profile = _profile(model.profile, ctx.scenario)
+    fields: dict[str, Any] = {
+        "inferenceService": model.name,
+        "minReplicas": model.min_replicas,
+        "maxReplicas": model.max_replicas,
+        "slo": {"ttftP95Ms": model.slo.ttft_ms, "itlP95Ms": model.slo.itl_ms},
+        "coldStart": {"seconds": profile.cold_start_seconds},
+        "targets": {"itlFloorMs": profile.decode_overhead_s * 1000.0},
+    }
+    return AutoscalePolicySpec.model_validate(_merge(fields, overrides))
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def radixfleet(ctx: PolicyContext) -> TwinAutoscaler:
+    """The default AutoscalePolicy for the model."""
+    return TwinAutoscaler(spec_for(ctx))
+
+
+def no_predictive(ctx: PolicyContext) -> TwinAutoscaler:
+    """Ablation: no forecast of arrivals (signals only)."""
+    return TwinAutoscaler(spec_for(ctx, warmPool={"predictive": {"enabled": False}}))
+
+
+def cache_blind(ctx: PolicyContext) -> TwinAutoscaler:
+    """Ablation: scale-down drains the replica with the fewest running requests."""
+    return TwinAutoscaler(spec_for(ctx, cacheAwareDrain=False))
