@@ -546,22 +546,30 @@ class Region:
             measured=service.window.measure(t),
         )
         step = policy.step(observed, t)
-        if step.promote:
-            service.canary_weight = 100
-            service.revisions[0].retired = True
-            self._record(t, "canary", service.model.name, f"promote: {step.reason}")
-            service.window = None
-            return
-        if step.rollback:
-            service.canary_weight = 0
-            canary.retired = True
-            self._record(t, "canary", service.model.name, f"rollback: {step.reason}")
-            service.window = None
+        if step.promote or step.rollback:
+            self._finish_rollout(service, promote=step.promote, t=t)
+            verb = "promote" if step.promote else "rollback"
+            self._record(t, "canary", service.model.name, f"{verb}: {step.reason}")
             return
         if step.weight is not None and step.weight != service.canary_weight:
             service.canary_weight = step.weight
             self._record(t, "canary", service.model.name, f"weight {step.weight}%: {step.reason}")
         self._push(t + policy.tick_s, CANARY, service)
+
+    def _finish_rollout(self, service: Service, *, promote: bool, t: float) -> None:
+        """All traffic to the winner; the loser scales to zero, its buffered requests move."""
+        stable, canary = service.revisions
+        service.canary_weight = 100 if promote else 0
+        loser, winner = (stable, canary) if promote else (canary, stable)
+        loser.retired = True
+        service.window = None
+        while loser.buffer:
+            job = loser.buffer.popleft()
+            job.revision = winner.index
+            if winner.routable:
+                service.dispatch(job, winner, t)
+            else:
+                winner.buffer.append(job)
 
     # -- samples -----------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@ and through an emulated replica over HTTP gives TTFT and ITL within 10% of each 
 
 The emulated replica runs the same replica model in real time behind SGLang's HTTP interface;
 the twin runs it in virtual time behind its engine. Step times are the calibrated profile's,
-slowed down five times so that loopback HTTP and event-loop jitter stay small against them;
+slowed down ten times so that loopback HTTP and event-loop jitter stay small against them;
 requests are compared one by one and the median gap must be within 10%, so that one request
 delayed by a busy machine (CI shares its cores) does not decide the test.
 """
@@ -27,9 +27,9 @@ from radixfleet.profile import ReplicaProfile
 from radixfleet.twin.load import parse_scenario
 from radixfleet.twin.run import run_scenario
 
-SLOWDOWN = 5.0
-PROMPTS = [2000, 4500, 3000, 6000, 2500, 3500]
-OUTPUTS = [16, 12, 20, 14, 18, 12]
+SLOWDOWN = 10.0
+PROMPTS = [1000, 2200, 1500, 3000, 1200, 1800]
+OUTPUTS = [10, 8, 12, 9, 11, 8]
 GAP_S = 2.0  # one request at a time: low load
 TOLERANCE = 0.10
 
