@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from canary.cli import canary_app
+from policies.autoscale.cli import autoscale_app
 from policies.quota.cli import quota_app
 from radixfleet.config import ConfigError, load_catalog
 from radixfleet.dashboards import render_dashboards
@@ -30,6 +31,7 @@ app = typer.Typer(
 console = Console()
 err = Console(stderr=True)
 app.add_typer(canary_app, name="canary")
+app.add_typer(autoscale_app, name="autoscale")
 app.add_typer(twin_app, name="twin")
 app.add_typer(quota_app, name="quota")
 app.command("bench")(bench)

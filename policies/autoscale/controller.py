@@ -18,7 +18,6 @@ annotations into the revision template (a new revision).
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +41,7 @@ from policies.autoscale.ports import (
 )
 from policies.autoscale.queries import QueryConfig
 from policies.autoscale.spec import API_VERSION, MIN_INTERVAL_SECONDS, PLURAL, AutoscalePolicySpec
-from policies.autoscale.state import AutoscaleStatus, Observed, Verb
+from policies.autoscale.state import AutoscaleStatus, Observed, Verb, status_of, to_wire
 from radixfleet import metrics_names as m
 from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
 from radixfleet.labels import GROUP
@@ -62,31 +61,6 @@ EVENT_REASONS = {
 }
 
 DESIRED = Gauge(m.DESIRED_REPLICAS.name, m.DESIRED_REPLICAS.help, list(m.DESIRED_REPLICAS.labels))
-
-
-def status_of(policy: Mapping[str, Any]) -> AutoscaleStatus | None:
-    """The recorded status of a policy, None before its first decision."""
-    status = policy.get("status") or {}
-    if "inferenceService" not in status:
-        return None
-    return AutoscaleStatus.model_validate(status)
-
-
-def to_wire(status: AutoscaleStatus) -> dict[str, Any]:
-    """A status as stored in the CR: camelCase, no null (the schema has no nullable)."""
-    return dict(_prune(status.model_dump(mode="json", by_alias=True)))
-
-
-def _prune(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _prune(v) for k, v in value.items() if not _missing(v)}
-    if isinstance(value, list):
-        return [_prune(v) for v in value]
-    return value
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and not math.isfinite(value))
 
 
 @dataclass

@@ -111,6 +111,10 @@ class FakeAutoscalePolicies:
     def add(self, policy: dict[str, Any]) -> None:
         self.items[_key(policy)] = copy.deepcopy(policy)
 
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found = self.items.get((namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
     def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         if self.next_error is not None:
             error, self.next_error = self.next_error, None

@@ -22,6 +22,7 @@ from radixfleet.labels import GROUP
 KSERVE = ("serving.kserve.io", "v1beta1", "inferenceservices")
 REVISIONS = ("serving.knative.dev", "v1", "revisions")
 PODAUTOSCALERS = ("autoscaling.internal.knative.dev", "v1alpha1", "podautoscalers")
+OURS = (GROUP, API_VERSION, PLURAL)
 FIELD_MANAGER = "radixfleet-autoscale"
 CONFLICT_ATTEMPTS = 5
 
@@ -113,10 +114,13 @@ class KubeAutoscalePolicies:
     def __init__(self, api_client: Any) -> None:
         self.api = client.CustomObjectsApi(api_client)
 
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = _get(self.api, OURS, namespace, name)
+        return found
+
     def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        kind = (GROUP, API_VERSION, PLURAL)
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-            policy = _get(self.api, kind, namespace, name)
+            policy = self.get(namespace, name)
             if policy is None:
                 raise KubeError(f"autoscalepolicy {namespace}/{name} is gone", status=404)
             policy["status"] = status

@@ -42,6 +42,8 @@ class Pods(Protocol):
 
 
 class AutoscalePolicies(Protocol):
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
     def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Replace the policy's status through the status subresource."""
         ...

@@ -11,9 +11,11 @@ saw a request and how many requests waited on a cold start. Neither does I/O.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -174,3 +176,28 @@ class AutoscaleStatus(Wire):
     last_scale_down_at: datetime | None = None
     demand: Demand = Field(default_factory=Demand)
     last_decision: LastDecision | None = None
+
+
+def status_of(policy: Mapping[str, Any]) -> AutoscaleStatus | None:
+    """The recorded status of a policy, None before its first decision."""
+    status = policy.get("status") or {}
+    if "inferenceService" not in status:
+        return None
+    return AutoscaleStatus.model_validate(status)
+
+
+def to_wire(status: AutoscaleStatus) -> dict[str, Any]:
+    """A status as stored in the CR: camelCase, no null (the schema has no nullable)."""
+    return dict(_prune(status.model_dump(mode="json", by_alias=True)))
+
+
+def _prune(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _prune(v) for k, v in value.items() if not _missing(v)}
+    if isinstance(value, list):
+        return [_prune(v) for v in value]
+    return value
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and not math.isfinite(value))

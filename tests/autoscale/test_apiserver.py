@@ -18,12 +18,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from canary.fakes import FakeEvents
-from policies.autoscale.controller import Controller, status_of
+from policies.autoscale.controller import Controller
 from policies.autoscale.fakes import FakePods
 from policies.autoscale.knative import MAX_SCALE, MIN_SCALE
 from policies.autoscale.kube import KubeAutoscalePolicies, KubeInferenceServices, KubeRevisions
 from policies.autoscale.spec import AutoscalePolicySpec
-from policies.autoscale.state import Verb
+from policies.autoscale.state import Verb, status_of
 from radixfleet.adapters.prometheus_fake import FakePrometheus
 from tests.autoscale.test_controller import answers, gauges
 

@@ -14,7 +14,7 @@ import pytest
 
 from canary.fakes import FakeEvents
 from canary.ports import KubeError
-from policies.autoscale.controller import Controller, run_tick, status_of
+from policies.autoscale.controller import Controller, run_tick
 from policies.autoscale.fakes import (
     FakeAutoscalePolicies,
     FakeInferenceServices,
@@ -23,7 +23,7 @@ from policies.autoscale.fakes import (
 )
 from policies.autoscale.knative import DELETION_COST, MAX_SCALE, MIN_SCALE
 from policies.autoscale.queries import QueryConfig, model_queries, pod_queries
-from policies.autoscale.state import Verb
+from policies.autoscale.state import Verb, status_of
 from radixfleet.adapters.prometheus import MetricsUnavailable, Sample
 from radixfleet.adapters.prometheus_fake import FakePrometheus
 

@@ -1,0 +1,97 @@
+"""`radixfleet autoscale status NAME [-n NS]` and `radixfleet autoscale run` (the controller).
+
+NAME is the AutoscalePolicy (by convention named after its InferenceService). `status` prints
+the last decision, what each signal asked for, the bounds and what was learned about a replica.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from policies.autoscale.ports import AutoscalePolicies, KubeError
+from policies.autoscale.state import AutoscaleStatus, status_of
+
+autoscale_app = typer.Typer(
+    name="autoscale",
+    help="Watch and run the autoscaler of InferenceServices (AutoscalePolicy).",
+    no_args_is_help=True,
+)
+console = Console()
+err = Console(stderr=True)
+EXIT_NOT_FOUND = 1
+
+Name = Annotated[str, typer.Argument(help="The AutoscalePolicy.")]
+Namespace = Annotated[str, typer.Option("--namespace", "-n", help="Its namespace.")]
+
+
+@autoscale_app.command()
+def status(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> None:
+    """Show a policy's last decision and the numbers behind it."""
+    policies: AutoscalePolicies = ctx.obj or _kube_policies()
+    try:
+        policy = policies.get(namespace, name)
+    except KubeError as error:
+        _fail(str(error))
+    if policy is None:
+        _fail(f"AutoscalePolicy {namespace}/{name} not found")
+    recorded = status_of(policy)
+    if recorded is None:
+        console.print(f"{namespace}/{name}: no decision yet")
+        return
+    for line in describe(recorded):
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+@autoscale_app.command()
+def run(
+    namespace: Annotated[
+        list[str] | None, typer.Option("--namespace", "-n", help="Watch only these.")
+    ] = None,
+    prometheus: Annotated[str | None, typer.Option(help="Prometheus URL.")] = None,
+    standalone: Annotated[bool, typer.Option(help="No peering with other replicas.")] = False,
+) -> None:
+    """Run the autoscaler (kopf) until interrupted."""
+    from policies.autoscale.controller import run as run_controller
+
+    run_controller(namespaces=namespace or (), prometheus_url=prometheus, standalone=standalone)
+
+
+def describe(recorded: AutoscaleStatus) -> list[str]:
+    """The status in a few lines, as `autoscale status` prints them."""
+    demand, learned = recorded.demand, recorded.learned
+    lines = [
+        f"{recorded.inference_service} (revision {recorded.revision or '-'}): desired "
+        f"{recorded.desired}, bounds {demand.floor}..{demand.ceiling}",
+        f"demand in replicas: itl {demand.itl:.2f}, kv {demand.kv:.2f}, batch "
+        f"{demand.running:.2f}, latency {demand.latency:.2f}, predicted {demand.predicted:.2f}",
+        f"learned: {_fmt(learned.replica_rps)} req/s per replica, saturation batch "
+        f"{_fmt(learned.batch)}, cold-start share {recorded.cold.share:.2%}",
+    ]
+    if recorded.last_decision is not None:
+        last = recorded.last_decision
+        lines.append(f"last decision {last.action} at {last.at:%H:%M:%S}: {last.reason}")
+    return lines
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _fail(message: str) -> NoReturn:
+    err.print(f"[red]error[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_NOT_FOUND)
+
+
+def _kube_policies() -> AutoscalePolicies:
+    from kubernetes import client, config
+
+    from policies.autoscale.kube import KubeAutoscalePolicies
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    return KubeAutoscalePolicies(client.ApiClient())
