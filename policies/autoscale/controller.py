@@ -7,7 +7,9 @@ Each tick of an AutoscalePolicy (a kopf timer) observes its InferenceService's s
 2. on a scale-down, pod deletion costs in the cache-aware drain order, *before* the count drops,
    so the ReplicaSet removes the pods whose caches are worth least;
 3. the scale bounds on the Revision and its PodAutoscaler (policies/autoscale/knative.py), only
-   when they differ from what is there: an unchanged decision writes nothing to the Revision.
+   when they differ from what is there: an unchanged decision writes nothing to the Revision;
+4. a revision at zero that a floor wants up gets one request through the activator (min-scale
+   alone does not wake it).
 
 When the serving revision changes (a rollout), the previous one is released to min-scale 0 so
 that Knative can retire it. kopf watches the AutoscalePolicy only, never the InferenceService:
@@ -38,6 +40,7 @@ from policies.autoscale.ports import (
     KubeError,
     Pods,
     Revisions,
+    Waker,
 )
 from policies.autoscale.queries import QueryConfig
 from policies.autoscale.spec import API_VERSION, MIN_INTERVAL_SECONDS, PLURAL, AutoscalePolicySpec
@@ -73,6 +76,7 @@ class Controller:
     policies: AutoscalePolicies
     events: Events
     prometheus: Prometheus
+    waker: Waker | None = None
     queries: QueryConfig = field(default_factory=QueryConfig)
 
     def reconcile_policy(self, policy: Mapping[str, Any], *, now: datetime) -> Decision | None:
@@ -128,11 +132,20 @@ class Controller:
         wanted = scale_annotations(decision.desired, top)
         if _differs(revision, wanted):
             self.revisions.set_scale(meta["namespace"], revision["metadata"]["name"], wanted)
+        self._wake_if_at_zero(isvc, observed, decision)
         if _newsworthy(before, decision):
             self.events.emit(
                 involved=isvc, reason=EVENT_REASONS[decision.verb], message=decision.reason,
                 warning=decision.warning,
             )  # fmt: skip
+
+    def _wake_if_at_zero(
+        self, isvc: Mapping[str, Any], observed: Observed, decision: Decision
+    ) -> None:
+        # A floor (a schedule, a forecast) asking for replicas of a revision at zero.
+        url = isvc.get("status", {}).get("url")
+        if self.waker is not None and url and decision.desired > 0 and observed.current == 0:
+            self.waker.wake(str(url))
 
     def _release_previous(
         self, namespace: str, before: AutoscaleStatus | None, observed: Observed, top: int
@@ -214,6 +227,7 @@ def kube_controller(*, prometheus_url: str | None = None) -> Controller:
 
     from canary.kube import KubeEvents
     from policies.autoscale.kube import (
+        HttpWaker,
         KubeAutoscalePolicies,
         KubeInferenceServices,
         KubePods,
@@ -233,6 +247,7 @@ def kube_controller(*, prometheus_url: str | None = None) -> Controller:
         policies=KubeAutoscalePolicies(api),
         events=KubeEvents(api, clock=lambda: datetime.now(UTC)),
         prometheus=HttpPrometheus(url),
+        waker=HttpWaker(),
     )
 
 

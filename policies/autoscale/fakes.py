@@ -121,3 +121,13 @@ class FakeAutoscalePolicies:
             raise error
         self.items[(namespace, name)]["status"] = copy.deepcopy(status)
         self.status_writes.append(copy.deepcopy(status))
+
+
+@dataclass
+class FakeWaker:
+    """Records the URLs it was asked to wake."""
+
+    calls: list[str] = field(default_factory=list)
+
+    def wake(self, url: str) -> None:
+        self.calls.append(url)

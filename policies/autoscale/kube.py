@@ -8,6 +8,7 @@ subresource with the resourceVersion read, and a 409 is retried from a fresh rea
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 from typing import Any
 
@@ -138,3 +139,18 @@ class KubeAutoscalePolicies:
             GROUP, API_VERSION, meta["namespace"], PLURAL, meta["name"], policy,
             field_manager=FIELD_MANAGER,
         )  # fmt: skip
+
+
+class HttpWaker:
+    """Wakes a revision with one GET of the InferenceService's health path through its URL."""
+
+    def __init__(self, *, timeout_s: float = 5.0) -> None:
+        self.timeout_s = timeout_s
+
+    def wake(self, url: str) -> None:
+        import requests
+
+        # The answer does not matter (it may time out while the pod starts): the activator has
+        # counted the request and asked the autoscaler for a pod.
+        with contextlib.suppress(requests.RequestException):
+            requests.get(url.rstrip("/") + "/health", timeout=self.timeout_s)

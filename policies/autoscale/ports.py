@@ -1,7 +1,8 @@
 """The autoscaler's Kubernetes ports: small Protocols, and the canary's typed errors.
 
 InferenceServices (read one), Revisions (read one, set its scale bounds), Pods (a revision's,
-and their deletion cost) and AutoscalePolicies (write status). Errors are the canary's
+and their deletion cost), AutoscalePolicies (read, write status) and a Waker (one request
+through the activator). Errors are the canary's
 `KubeError` family, which keeps the HTTP status. No client library is imported here;
 `policies/autoscale/kube.py` implements the ports on the kubernetes client, `fakes.py` in memory.
 """
@@ -20,6 +21,7 @@ __all__ = [
     "KubeError",
     "Pods",
     "Revisions",
+    "Waker",
 ]
 
 
@@ -46,4 +48,14 @@ class AutoscalePolicies(Protocol):
 
     def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Replace the policy's status through the status subresource."""
+        ...
+
+
+class Waker(Protocol):
+    def wake(self, url: str) -> None:
+        """Send one request through the activator at `url`, which wakes a revision at zero.
+
+        Raising min-scale alone does not wake a revision that Knative has scaled to zero
+        (knative/serving#10327); a request does, and min-scale then keeps the pods.
+        """
         ...

@@ -20,6 +20,7 @@ from policies.autoscale.fakes import (
     FakeInferenceServices,
     FakePods,
     FakeRevisions,
+    FakeWaker,
 )
 from policies.autoscale.knative import DELETION_COST, MAX_SCALE, MIN_SCALE
 from policies.autoscale.queries import QueryConfig, model_queries, pod_queries
@@ -88,13 +89,14 @@ class World:
         self.policies = FakeAutoscalePolicies()
         self.events = FakeEvents()
         self.prometheus = FakePrometheus()
+        self.waker = FakeWaker()
         self.isvcs.add(isvc())
         self.revisions.add(revision(ready=ready, bounds=bounds))
         for i in range(ready):
             self.pods.add(NS, f"pod-{i}", REV)
         self.controller = Controller(
             isvcs=self.isvcs, revisions=self.revisions, pods=self.pods, policies=self.policies,
-            events=self.events, prometheus=self.prometheus,
+            events=self.events, prometheus=self.prometheus, waker=self.waker,
         )  # fmt: skip
 
     def tick(self, at: datetime, **spec: Any) -> Any:
@@ -176,6 +178,20 @@ def test_scale_to_zero_hands_the_last_replica_to_the_kpa() -> None:
     decision = world.tick(T0)
     assert decision.desired == 0
     assert world.revisions.calls[-1].annotations == {MIN_SCALE: "0", MAX_SCALE: "8"}
+
+
+def test_a_schedule_floor_wakes_a_revision_at_zero_through_the_activator() -> None:
+    world = World(ready=0, bounds=(0, 8))
+    world.isvcs.add(isvc() | {"status": isvc()["status"] | {"url": "http://llama.team-search"}})
+    world.prometheus.answers = answers({}, rate=0.0)
+    schedule = [{"start": "11:00", "end": "13:00", "minReplicas": 2}]
+    decision = world.tick(T0, warmPool={"schedule": schedule})
+    assert decision.desired == 2
+    assert world.revisions.calls[-1].annotations == {MIN_SCALE: "2", MAX_SCALE: "2"}
+    assert world.waker.calls == ["http://llama.team-search"]
+    world.revisions.settle(NS, REV)
+    world.tick(T0 + timedelta(seconds=10), warmPool={"schedule": schedule})
+    assert world.waker.calls == ["http://llama.team-search"]  # awake: no second request
 
 
 def test_prometheus_down_halts_and_leaves_the_revision_alone() -> None:
