@@ -26,7 +26,7 @@ import logging
 import math
 import os
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -57,6 +57,8 @@ PROMETHEUS_URL_ENV = "RADIXFLEET_PROMETHEUS_URL_TEMPLATE"
 DEFAULT_PROMETHEUS_URL = "http://prometheus.{region}.monitoring.internal:9090"
 PRIORITY_ENV = "RADIXFLEET_PEERING_PRIORITY"
 PEERING_NAME = "radixfleet-failover"
+
+Observer = Callable[[FailoverPolicySpec, str, datetime], Observed]
 
 
 def to_wire(status: FailoverStatus) -> dict[str, Any]:
@@ -92,6 +94,8 @@ class Controller:
     events: Events
     floors: Floors
     queries: QueryConfig = field(default_factory=QueryConfig)
+    # Another way to see the regions (the local fleet probes its entries); None: Prometheus.
+    observer: Observer | None = None
 
     def reconcile(self, policy: Mapping[str, Any], *, now: datetime) -> Decision | None:
         """Decide and act if a new interval has begun; None when it has not."""
@@ -99,13 +103,19 @@ class Controller:
         before = status_of(policy)
         if not interval_due(spec, before, now):
             return None
-        observed = observe(
-            spec, namespace=policy["metadata"]["namespace"], route53=self.route53,
-            prometheus_for=self.prometheus_for, at=now, config=self.queries,
-        )  # fmt: skip
+        observed = self.observe(spec, policy["metadata"]["namespace"], now)
         decision = decide(observed, spec, before, now)
         self.act(policy, spec, observed, decision)
         return decision
+
+    def observe(self, spec: FailoverPolicySpec, namespace: str, now: datetime) -> Observed:
+        """Every region's signals and the records' weights, for one interval."""
+        if self.observer is not None:
+            return self.observer(spec, namespace, now)
+        return observe(
+            spec, namespace=namespace, route53=self.route53, prometheus_for=self.prometheus_for,
+            at=now, config=self.queries,
+        )  # fmt: skip
 
     def act(
         self,

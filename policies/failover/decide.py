@@ -3,9 +3,11 @@
 No I/O, no clock: the controller, the local fleet and the twin call the same function, once
 per interval. Rules, in the order they apply:
 
-1. Each region's interval is judged good, bad or unknown (`judge`). A region whose Prometheus
-   does not answer is judged by its Route 53 health check and its peers' probes: bad when
-   either says it is down, unknown otherwise. Unknown intervals neither count nor reset.
+1. Each region's interval is judged good, bad or unknown (`judge`): bad when its serving
+   signals break a threshold, its Route 53 health check fails, or most other regions' probes
+   cannot reach it. A region whose Prometheus does not answer is judged by the health check and
+   the peers alone: bad when either says it is down, unknown otherwise. Unknown intervals
+   neither count nor reset.
 2. Hysteresis: `unhealthyAfter` bad intervals in a row take a Healthy region out;
    `healthyAfter` good ones, and at least `minHoldSeconds` out, start its failback.
 3. A region that fails requests loses its traffic at once. One that is only slow (TTFT burn)
@@ -153,6 +155,11 @@ def _failing(signals: RegionSignals, spec: FailoverPolicySpec) -> list[str]:
         found.append(f"error rate {errors:.3f} > {limits.max_error_rate:.3f}")
     if limits.use_health_checks and signals.health_check is HealthCheck.UNHEALTHY:
         found.append("Route 53 health check unhealthy")
+    # Metrics from inside a region miss a broken way in (ingress, load balancer, network):
+    # when most other regions cannot reach its endpoint, neither can its clients.
+    if signals.peers_down > signals.peers_up:
+        found.append(f"{signals.peers_down} of {signals.peers_down + signals.peers_up} peers "
+                     "cannot reach its endpoint")  # fmt: skip
     return found
 
 

@@ -129,6 +129,8 @@ JUDGED = {
     "blind-check-unhealthy": (BLIND_UNHEALTHY, Verdict.BAD, True),
     "blind-peers-see-down": (
         RegionSignals(reachable=False, peers_down=2, peers_up=0), Verdict.BAD, True),
+    "peers-cannot-reach-it": (replace(good(), peers_down=2), Verdict.BAD, True),
+    "one-peer-of-two-cannot": (replace(good(), peers_down=1, peers_up=1), Verdict.GOOD, False),
     "blind-peers-split": (
         RegionSignals(reachable=False, peers_down=1, peers_up=1), Verdict.UNKNOWN, False),
 }  # fmt: skip
