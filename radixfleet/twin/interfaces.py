@@ -11,7 +11,8 @@ status would.
 - :class:`ScalingPolicy`: how many replicas one model in one region should have.
 - :class:`TrafficPolicy`: which region serves the clients of each region (DNS weights).
 - :class:`CanaryPolicy`: the next traffic step of a new revision, or promote, or roll back.
-- :class:`AdmissionPolicy`: whether a tenant's request is admitted (token budgets).
+- :class:`AdmissionPolicy`: whether a tenant's request is admitted (token budgets), and
+  optionally (:class:`UsageMeter`) what each admitted request finally used.
 """
 
 from __future__ import annotations
@@ -216,6 +217,23 @@ class AdmissionPolicy(Protocol):
 
     def admit(self, tenant: str, prompt_tokens: int, now: float) -> bool:
         """Whether to accept the request; a refused request fails with 429."""
+        ...
+
+
+@runtime_checkable
+class UsageMeter(Protocol):
+    """Optional for an AdmissionPolicy: told how each admitted request ended, to settle it.
+
+    A token budget charges the prompt on admission and the completion as it streams; without
+    this, a budget in the twin would only ever see prompts.
+    """
+
+    def admitted(self, key: int) -> None:
+        """The request `admit` just accepted is `key` (unique within the run)."""
+        ...
+
+    def settle(self, key: int, output_tokens: int, *, ok: bool, now: float) -> None:
+        """Request `key` ended with `output_tokens` served; `ok` False: it failed."""
         ...
 
 

@@ -27,7 +27,7 @@ from radixfleet.replica import (
     RequestSpec,
     SchedulePolicy,
 )
-from radixfleet.twin.interfaces import CanaryObservation, RegionObservation
+from radixfleet.twin.interfaces import CanaryObservation, RegionObservation, UsageMeter
 from radixfleet.twin.log import DecisionRecord, ReplicaSpan, RequestLog, Sample, Status
 from radixfleet.twin.metrics import CanaryWindow
 from radixfleet.twin.registry import PolicyContext, build
@@ -115,6 +115,8 @@ class Region:
         self._epoch = [0, 0, 0]  # requests, failed, met the TTFT SLO
         self.pools = {p.name: Pool(p) for p in scenario.regions[index].gpu_pools}
         self.admission = build("admission", policies.admission, self._context(None))
+        self._meter = self.admission if isinstance(self.admission, UsageMeter) else None
+        self._metered: set[int] = set()  # admitted requests whose usage the meter awaits
         self.services = self._services()
         self._schedule_faults()
         self._push(0.0, SAMPLE, None)
@@ -260,6 +262,9 @@ class Region:
         if not self.admission.admit(self.tenant_names[tenant], job.spec.prompt_tokens, t):
             self.fail(job, Status.THROTTLED, t)
             return
+        if self._meter is not None:
+            self._meter.admitted(index)
+            self._metered.add(index)
         service.arrive(job, u_revision, t)
 
     def track(self, request: Request, job: Job, replica: Replica, service: Service) -> None:
@@ -270,6 +275,7 @@ class Region:
     def fail(self, job: Job, status: Status, t: float) -> None:
         """Record a request that got no answer."""
         self._epoch[1] += 1
+        self._settle(job, 0, ok=False, t=t)
         spec = job.spec
         self.log.add(
             index=job.index,
@@ -284,6 +290,13 @@ class Region:
             cached=0,
             ended=t,
         )
+
+    def _settle(self, job: Job, output_tokens: int, *, ok: bool, t: float) -> None:
+        # Every admitted request ends once, in `fail` or `_done`: both settle here, so a budget
+        # never keeps a prompt charged for a request that is gone.
+        if self._meter is not None and job.index in self._metered:
+            self._metered.discard(job.index)
+            self._meter.settle(job.index, output_tokens, ok=ok, now=t)
 
     def _advance(self, replica: Replica, t: float) -> None:
         model = replica.model
@@ -315,6 +328,7 @@ class Region:
         itl_value = NAN if itl is None else itl
         if ttft <= service.model.slo.ttft_ms / 1000.0:
             self._epoch[2] += 1
+        self._settle(job, spec.output_tokens, ok=True, t=t)
         self.log.add(
             index=job.index,
             region=self.index,

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from radixfleet.config.catalog import Name
+from radixfleet.config.catalog import Name, TokenBudget
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
@@ -92,10 +92,14 @@ class Model(Strict):
 
 
 class Tenant(Strict):
-    """A team sending traffic to one model; its sources are in the workload."""
+    """A team sending traffic to one model; its sources are in the workload.
+
+    `token_budget` is the catalog's (None: unlimited); an admission policy may enforce it.
+    """
 
     name: Name
     model: Name
+    token_budget: TokenBudget | None = None
 
 
 # -- the workload --------------------------------------------------------------------------------
