@@ -42,6 +42,7 @@ from policies.failover.decide import (
     decide,
     interval_due,
 )
+from policies.failover.metrics import FailoverMetrics
 from policies.failover.observe import PrometheusFor, health_checks, observe, read_records
 from policies.failover.ports import Events, FailoverPolicies, Floors, KubeError
 from policies.failover.queries import QueryConfig
@@ -96,6 +97,7 @@ class Controller:
     queries: QueryConfig = field(default_factory=QueryConfig)
     # Another way to see the regions (the local fleet probes its entries); None: Prometheus.
     observer: Observer | None = None
+    metrics: FailoverMetrics = field(default_factory=FailoverMetrics)
 
     def reconcile(self, policy: Mapping[str, Any], *, now: datetime) -> Decision | None:
         """Decide and act if a new interval has begun; None when it has not."""
@@ -106,6 +108,7 @@ class Controller:
         observed = self.observe(spec, policy["metadata"]["namespace"], now)
         decision = decide(observed, spec, before, now)
         self.act(policy, spec, observed, decision)
+        self.metrics.record(spec, decision)
         return decision
 
     def observe(self, spec: FailoverPolicySpec, namespace: str, now: datetime) -> Observed:

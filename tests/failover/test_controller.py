@@ -109,6 +109,12 @@ def test_a_dead_region_is_floored_around_then_weighted_out() -> None:
     reasons = [e.reason for e in world.events.calls]
     assert reasons == ["RegionUnhealthy", "PreScaled", "WeightsSet"]
     assert world.events.calls[0].warning
+    # The series the Regions dashboard reads.
+    sample = world.controller.metrics.registry.get_sample_value
+    assert sample("radixfleet_region_weight", {"region": "us", "model_name": "llama"}) == 0
+    assert sample("radixfleet_region_weight", {"region": "eu", "model_name": "llama"}) == 100
+    assert sample("radixfleet_region_healthy", {"region": "us"}) == 0
+    assert sample("radixfleet_failover_events_total", {"region": "us", "direction": "out"}) == 1
 
 
 def test_failback_after_the_hold_and_floors_released() -> None:
