@@ -15,7 +15,9 @@ import pulumi_aws as aws
 
 from infra.settings import DnsSettings
 
-TTL_S = 60
+# The failover controller decides within seconds; a resolver keeps the old weights for a TTL
+# more, so a short TTL is what makes its decisions count (the twin's 30 s recovery assumes 10 s).
+TTL_S = 10
 DEFAULT_WEIGHT = 100
 # Route 53 marks an endpoint unhealthy after this many failed probes at this interval.
 HEALTH_INTERVAL_S = 30
