@@ -16,7 +16,6 @@ worker from the seed.
 
 from __future__ import annotations
 
-import heapq
 import random
 from collections.abc import Hashable, Sequence
 
@@ -60,11 +59,12 @@ class LeastLoad:
 class _Node:
     """A run of blocks and, per worker that was sent it, when that worker last used it."""
 
-    __slots__ = ("children", "key", "parent", "tenants")
+    __slots__ = ("children", "depth", "key", "parent", "tenants")
 
     def __init__(self, key: tuple[Hashable, ...], parent: _Node | None) -> None:
         self.key = key
         self.parent = parent
+        self.depth: int = len(key) + (parent.depth if parent is not None else 0)
         self.children: dict[Hashable, _Node] = {}
         self.tenants: dict[int, float] = {}
 
@@ -82,17 +82,24 @@ def _shared(key: tuple[Hashable, ...], blocks: Sequence[Hashable], index: int, e
 
 
 class ApproxTree:
-    """sglang-router's multi-tenant approximate radix tree, over blocks instead of characters."""
+    """sglang-router's multi-tenant approximate radix tree, over blocks instead of characters.
+
+    Same answers as tree.rs, cheaper bookkeeping: each worker's nodes are indexed, so removing
+    or evicting a worker touches only its own nodes. A parent is touched whenever a child is,
+    so sorting a worker's nodes by last access, deeper first on ties, visits leaves first.
+    """
 
     def __init__(self, *, chars_per_block: float) -> None:
         self.root = _Node((), None)
         self.chars_per_block = chars_per_block
         self.size: dict[int, float] = {}  # chars per worker (`tenant_char_count`)
+        self._nodes: dict[int, dict[_Node, None]] = {}
 
     def add_tenant(self, tenant: int, now: float) -> None:
         """Register a worker with an empty tree (the router's `insert("", url)`)."""
         self.root.tenants[tenant] = now
         self.size.setdefault(tenant, 0.0)
+        self._nodes.setdefault(tenant, {})
 
     def prefix_match(self, blocks: Sequence[Hashable]) -> tuple[int, _Node]:
         """Blocks matched from the start, and the node where matching stopped."""
@@ -114,13 +121,13 @@ class ApproxTree:
         current: _Node | None = node
         while current is not None:
             if tenant in current.tenants:
-                current.tenants[tenant] = now
+                self._attach(current, tenant, now)
             current = current.parent
 
     def insert(self, blocks: Sequence[Hashable], tenant: int, now: float) -> None:
         """Record that `tenant` was sent `blocks`, splitting nodes where paths diverge."""
         node, index, end = self.root, 0, len(blocks)
-        self._attach(node, tenant, now)
+        self.root.tenants[tenant] = now
         while index < end:
             child = node.children.get(blocks[index])
             if child is None:
@@ -138,6 +145,7 @@ class ApproxTree:
     def _attach(self, node: _Node, tenant: int, now: float) -> None:
         if tenant not in node.tenants:
             self.size[tenant] = self.size.get(tenant, 0.0) + len(node.key) * self.chars_per_block
+            self._nodes.setdefault(tenant, {})[node] = None
         node.tenants[tenant] = now
 
     def _split(self, node: _Node, at: int) -> _Node:
@@ -145,6 +153,8 @@ class ApproxTree:
         assert parent is not None
         head = _Node(node.key[:at], parent)
         head.tenants = dict(node.tenants)
+        for tenant in head.tenants:
+            self._nodes[tenant][head] = None
         parent.children[node.key[0]] = head
         node.key = node.key[at:]
         node.parent = head
@@ -153,19 +163,20 @@ class ApproxTree:
 
     def remove_tenant(self, tenant: int) -> None:
         """Forget a worker everywhere (tree.rs `remove_tenant`)."""
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
+        for node in self._nodes.pop(tenant, {}):
             node.tenants.pop(tenant, None)
-            stack.extend(node.children.values())
-        self._prune(self.root)
+            self._unlink_if_empty(node)
+        self.root.tenants.pop(tenant, None)
         self.size.pop(tenant, None)
 
-    def _prune(self, node: _Node) -> None:
-        for key, child in list(node.children.items()):
-            self._prune(child)
-            if not child.tenants and not child.children:
-                del node.children[key]
+    def _unlink_if_empty(self, node: _Node) -> None:
+        """Drop `node`, and then its ancestors, while they hold no worker and no child."""
+        while node is not self.root and not node.tenants and not node.children:
+            parent = node.parent
+            assert parent is not None
+            if parent.children.get(node.key[0]) is node:
+                del parent.children[node.key[0]]
+            node = parent
 
     def evict_by_size(self, max_chars: float) -> None:
         """Cut every worker over `max_chars` back to it, least recently used leaves first."""
@@ -173,32 +184,21 @@ class ApproxTree:
             self._evict_tenant(tenant, max_chars)
 
     def _evict_tenant(self, tenant: int, max_chars: float) -> None:
-        heap: list[tuple[float, int, _Node]] = []
-        serial = 0
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            stack.extend(node.children.values())
-            if node is not self.root and self._is_leaf_of(node, tenant):
-                heap.append((node.tenants[tenant], serial, node))
-                serial += 1
-        heapq.heapify(heap)
-        while heap and self.size[tenant] > max_chars:
-            _, _, node = heapq.heappop(heap)
+        nodes = self._nodes[tenant]
+        order = sorted(nodes, key=lambda n: (n.tenants[tenant], -n.depth))
+        for node in order:
+            if self.size[tenant] <= max_chars:
+                return
+            if self._has_child_of(node, tenant):
+                continue  # not a leaf of this worker (a child was touched at the same time)
             del node.tenants[tenant]
+            del nodes[node]
             self.size[tenant] -= len(node.key) * self.chars_per_block
-            parent = node.parent
-            if not node.tenants and not node.children and parent is not None:
-                del parent.children[node.key[0]]
-            if parent is not None and parent is not self.root and self._is_leaf_of(parent, tenant):
-                heapq.heappush(heap, (parent.tenants[tenant], serial, parent))
-                serial += 1
+            self._unlink_if_empty(node)
 
     @staticmethod
-    def _is_leaf_of(node: _Node, tenant: int) -> bool:
-        if tenant not in node.tenants:
-            return False
-        return not any(tenant in child.tenants for child in node.children.values())
+    def _has_child_of(node: _Node, tenant: int) -> bool:
+        return any(tenant in child.tenants for child in node.children.values())
 
 
 class CacheAware:

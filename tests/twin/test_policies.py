@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -85,6 +86,28 @@ def test_cache_aware_evicts_trees_over_the_size_limit() -> None:
         router.select(spec(tuple(range(k * 100, k * 100 + 5))), workers, float(k))
     router.select(spec((99_999,)), workers, 61.0)  # past the interval: eviction runs first
     assert router.tree.size[0] <= settings.max_tree_size_chars + 16 * 4
+
+
+def test_tree_eviction_and_removal_keep_sizes_and_nodes_consistent() -> None:
+    router = CacheAware(RouterSettings(max_tree_size_chars=64 * 40), block_tokens=16, seed=0)
+    workers = [Worker(0), Worker(1), Worker(2)]
+    for k in range(300):
+        shared = (1000 + k % 7, 2000 + k % 5)
+        router.select(spec(shared + tuple(range(k * 10, k * 10 + 1 + k % 4))), workers, k)
+    router.tree.evict_by_size(64 * 40)
+    router.forget(1)
+    tree = router.tree
+
+    def walk(node: Any) -> list[Any]:
+        return [node, *(n for child in node.children.values() for n in walk(child))]
+
+    nodes = walk(tree.root)[1:]
+    for tenant in (0, 2):
+        held = [n for n in nodes if tenant in n.tenants]
+        assert tree.size[tenant] == sum(len(n.key) for n in held) * 64
+        assert tree.size[tenant] <= 64 * 40
+    assert all(n.tenants or n.children for n in nodes)
+    assert all(1 not in n.tenants for n in nodes)
 
 
 def test_cache_aware_forgets_a_removed_worker() -> None:
