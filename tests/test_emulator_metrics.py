@@ -112,3 +112,16 @@ def test_values_reflect_served_requests(exported: dict[str, tuple[str, list[Samp
         if s.name.endswith("_count")
     )
     assert ttft_count == 2
+
+
+def test_http_responses_are_counted_by_endpoint_status_and_method(
+    exported: dict[str, tuple[str, list[Sample]]],
+) -> None:
+    # SGLang's HTTP middleware labels; the canary's error rate reads the generation endpoints.
+    samples = exported["sglang:http_responses_total"][1]
+    counted = {
+        (s.labels["endpoint"], s.labels["status_code"], s.labels["method"]): s.value
+        for s in samples
+        if s.name.endswith("_total")
+    }
+    assert counted[("/v1/completions", "200", "POST")] == 2

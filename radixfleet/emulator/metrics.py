@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -189,9 +191,47 @@ class RequestHistograms(Collector):
             yield histogram.family(self._labels)
 
 
+class HttpResponses(Collector):
+    """`sglang:http_responses_total` by endpoint, status code and method.
+
+    SGLang's HTTP middleware counts every response this way, health checks and scrapes
+    included; the canary's error rate reads the 5xx share of the generation endpoints from it.
+    Its labels are the middleware's own: the HTTP process has no scheduler labels.
+    """
+
+    NAME = "sglang:http_responses_total"
+    LABELS = ("endpoint", "status_code", "method")
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str, str]] = Counter()
+
+    def count(self, *, endpoint: str, status: int, method: str) -> None:
+        """One response sent."""
+        self.counts[(endpoint, str(status), method)] += 1
+
+    def collect(self) -> Iterator[Metric]:
+        """The counter family, one series per (endpoint, status code, method) seen."""
+        family = CounterMetricFamily(
+            self.NAME, "Total number of HTTP responses by endpoint and status code",
+            labels=self.LABELS,
+        )  # fmt: skip
+        for labels, value in sorted(self.counts.items()):
+            family.add_metric(list(labels), value)
+        yield family
+
+
+@dataclass(frozen=True)
+class EmulatorMetrics:
+    """The emulator's registry and the collectors the request path feeds."""
+
+    registry: CollectorRegistry
+    histograms: RequestHistograms
+    responses: HttpResponses
+
+
 def build_registry(
     *, stats: Callable[[], ReplicaStats], profile: ReplicaProfile, model_name: str
-) -> tuple[CollectorRegistry, RequestHistograms]:
+) -> EmulatorMetrics:
     """A registry holding the emulator's families only (several emulators may share a process)."""
     labels = {
         "model_name": model_name,
@@ -204,4 +244,6 @@ def build_registry(
     registry.register(SchedulerCollector(stats=stats, profile=profile, labels=labels))
     histograms = RequestHistograms(labels=labels)
     registry.register(histograms)
-    return registry, histograms
+    responses = HttpResponses()
+    registry.register(responses)
+    return EmulatorMetrics(registry, histograms, responses)

@@ -88,11 +88,14 @@ class Emulator:
             seed=config.seed,
         )
         self.driver = Driver(self.model, clock=clock, stream_interval=config.stream_interval)
-        self.registry, self.histograms = build_registry(
+        metrics = build_registry(
             stats=lambda: self.model.stats(self.driver.now()),
             profile=config.profile,
             model_name=config.model_name,
         )
+        self.registry, self.histograms, self.responses = (
+            metrics.registry, metrics.histograms, metrics.responses,
+        )  # fmt: skip
         self.health_checks = 0  # answered /health and /health_generate probes, for tests
         self.app = self._build_app()
 
@@ -132,6 +135,13 @@ class Emulator:
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if self.model.health(self.driver.now()) is Health.CRASHED:
             return _drop(request)
+        response = await self._answer_or_error(request, handler)
+        self.responses.count(
+            endpoint=_endpoint(request), status=response.status, method=request.method
+        )
+        return response
+
+    async def _answer_or_error(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             self._check_key(request)
             return await handler(request)
@@ -426,6 +436,12 @@ async def _send(response: web.StreamResponse, chunk: dict[str, Any]) -> None:
 
 def _error(err: ApiError) -> web.Response:
     return web.json_response(err.body(), status=err.status)
+
+
+def _endpoint(request: web.Request) -> str:
+    """The route's path as SGLang's middleware labels it, "Unknown" for no route."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "Unknown"
 
 
 def _drop(request: web.Request) -> NoReturn:
