@@ -6,6 +6,11 @@ the model's `Scaler` for one and holds the request until the replica is healthy 
 with the router (scale-to-zero loses no request). A request held longer than the wake timeout
 gets 503 with `Retry-After` and SGLang's error body. Answers stream through unchanged.
 
+A model may have a canary revision beside its stable one, each behind its own router (a
+router's prefix tree is per revision, as each revision's pods are). The entry then splits the
+model's requests at random by the canary's percent, as Knative's route does for KServe's
+`canaryTrafficPercent`; the split is per request, not per session.
+
 Bad input gets SGLang's status and error body, never a traceback: malformed JSON 400, an unknown
 model 404, an unknown path 404.
 """
@@ -14,9 +19,11 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
@@ -39,6 +46,16 @@ class EntryError(ApiError):
         self.headers = dict(headers)
 
 
+@dataclass
+class Canary:
+    """A model's canary revision as the entry routes to it: router, replicas, traffic share."""
+
+    revision: str
+    router_url: str
+    scaler: Scaler
+    percent: int = 0  # of the model's requests, 0..100
+
+
 class Gate(Protocol):
     """Something in front of the routes, e.g. the token budgets of policies/quota/gate.py."""
 
@@ -58,15 +75,19 @@ class RegionEntry:
         wake_timeout_s: float,
         retry_after_s: int,
         gate: Gate | None = None,
+        split_seed: int | None = None,
     ) -> None:
         self.region = region
-        self.scalers = dict(scalers)
+        self.scalers = dict(scalers)  # per model: the stable revision's
         self.routers = dict(routers)
+        self.canaries: dict[str, Canary] = {}
+        self._split = random.Random(split_seed)
         self.session = session
         self.wake_timeout_s = wake_timeout_s
         self.retry_after_s = retry_after_s
         self.accepting = True  # False: the region is down (failover tests), every request 503s
         self.in_flight: Counter[str] = Counter()
+        self.in_flight_by_router: Counter[str] = Counter()  # tells when a revision is drained
         self.woken: list[tuple[str, float]] = []  # (model, seconds a request was held)
         self.gate = gate
         self.app = self._build_app()
@@ -107,12 +128,21 @@ class RegionEntry:
         if request.path.startswith("/v1/") and body.get("model") != model:
             # The router's OpenAI routes require the name the entry defaulted to.
             raw = json.dumps({**body, "model": model}).encode()
+        scaler, router = self._revision_for(model)
         self.in_flight[model] += 1
+        self.in_flight_by_router[router] += 1
         try:
-            await self._ensure_capacity(self.scalers[model])
-            return await self._forward(request, self.routers[model] + request.path, raw)
+            await self._ensure_capacity(scaler)
+            return await self._forward(request, router + request.path, raw)
         finally:
             self.in_flight[model] -= 1
+            self.in_flight_by_router[router] -= 1
+
+    def promote(self, model: str) -> Canary:
+        """Send all of `model`'s traffic to its canary, which becomes the stable revision."""
+        canary = self.canaries.pop(model)
+        self.scalers[model], self.routers[model] = canary.scaler, canary.router_url
+        return canary
 
     async def models(self, _request: web.Request) -> web.StreamResponse:
         """OpenAI's model list: the models this region serves."""
@@ -127,6 +157,12 @@ class RegionEntry:
         return web.Response(status=200 if self.accepting else 503)
 
     # -- steps -------------------------------------------------------------------------------
+
+    def _revision_for(self, model: str) -> tuple[Scaler, str]:
+        canary = self.canaries.get(model)
+        if canary is not None and self._split.random() * 100 < canary.percent:
+            return canary.scaler, canary.router_url
+        return self.scalers[model], self.routers[model]
 
     def _model_for(self, body: dict[str, Any]) -> str:
         name = body.get("model")

@@ -8,6 +8,12 @@ session they share. Routers, replicas and Prometheus are child processes under o
 Its methods are thread-safe and synchronous, for tests, the demo and controllers that run
 elsewhere; `run(coro)` runs a coroutine on the fleet's loop, where a controller can drive the
 `Scaler`s (`scaler(region, model)`) directly.
+
+Revisions stand in for KServe's: a model serves from its stable revision, and
+`create_revision` starts a canary revision beside it (its own router and replicas, pinned at
+0%) whose share of the entry's traffic `set_canary_percent` moves, as `canaryTrafficPercent`
+does. `promote` makes the canary the stable revision and retires the old one; a rollback is
+`set_canary_percent(..., 0)`, which keeps the canary's replicas, as KServe does.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import shutil
 import tempfile
 import threading
 import uuid
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,7 +34,7 @@ import yaml
 from aiohttp import web
 
 from radixfleet.emulator.tokenizer import ensure_tokenizer_dir
-from radixfleet.fleet.entry import Gate, RegionEntry
+from radixfleet.fleet.entry import Canary, Gate, RegionEntry
 from radixfleet.fleet.procs import Supervisor, free_port, stop_async
 from radixfleet.fleet.prometheus import (
     PrometheusServer,
@@ -40,7 +46,7 @@ from radixfleet.fleet.prometheus import (
 from radixfleet.fleet.replicas import EmulatorLauncher, ReplicaSet, ScaleEvent
 from radixfleet.fleet.router import Router, router_command
 from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
-from radixfleet.fleet.spec import FleetSpec, RegionSpec
+from radixfleet.fleet.spec import FleetSpec, ModelSpec, RegionSpec, revision_name
 from radixfleet.profile import resolve_profile
 
 T = TypeVar("T")
@@ -52,6 +58,30 @@ class FleetError(RuntimeError):
     """The fleet could not start (the message says which part and shows its log)."""
 
 
+@dataclass(frozen=True)
+class Revision:
+    """One revision of a model in a region: its own router and replicas."""
+
+    name: str
+    router: Router
+    replicas: ReplicaSet
+
+
+@dataclass(frozen=True)
+class RevisionStatus:
+    """A model's revisions in a region, as KServe's predictor status would tell them."""
+
+    stable: str
+    canary: str | None
+    canary_percent: int
+    canary_ready: int
+
+    @property
+    def latest(self) -> str:
+        """The newest revision: the canary while there is one."""
+        return self.canary or self.stable
+
+
 @dataclass
 class RegionRuntime:
     """A started region: its entry, and per model its router and replica set."""
@@ -60,8 +90,15 @@ class RegionRuntime:
     entry: RegionEntry | None = None
     entry_url: str = ""
     runner: web.AppRunner | None = None
-    routers: dict[str, Router] = field(default_factory=dict)
-    sets: dict[str, ReplicaSet] = field(default_factory=dict)
+    routers: dict[str, Router] = field(default_factory=dict)  # per model: the stable revision's
+    sets: dict[str, ReplicaSet] = field(default_factory=dict)  # per model: the stable revision's
+    canaries: dict[str, Revision] = field(default_factory=dict)
+    retiring: list[Revision] = field(default_factory=list)  # draining, then stopped
+    generations: dict[str, int] = field(default_factory=dict)  # per model: the newest revision
+
+    def side_revisions(self) -> list[Revision]:
+        """Every revision beside the stable ones: canaries and those being retired."""
+        return [*self.canaries.values(), *self.retiring]
 
 
 class LocalFleet:
@@ -89,6 +126,8 @@ class LocalFleet:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fleet", daemon=True)
         self._session: aiohttp.ClientSession | None = None
+        self._launcher: EmulatorLauncher | None = None
+        self._tokenizer_dir = ""
         self._tasks: list[asyncio.Task[None]] = []
         for region in spec.regions:  # an unknown profile fails here, before any process starts
             for model in region.models:
@@ -138,9 +177,10 @@ class LocalFleet:
         connector = aiohttp.TCPConnector(limit=0)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
         self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
-        await self._start_routers(tokenizer_dir)
+        self._tokenizer_dir = tokenizer_dir
+        await self._start_routers()
         self._write_router_targets()
-        launcher = EmulatorLauncher(
+        self._launcher = EmulatorLauncher(
             supervisor=self.supervisor,
             fleet=self.spec,
             workdir=self.workdir,
@@ -148,45 +188,63 @@ class LocalFleet:
             cache_dir=self.cache_dir,
         )
         for region in self.regions.values():
-            self._start_sets(region, launcher)
+            self._start_sets(region)
             await self._start_entry(region)
         await self._wait_initial_replicas()
 
-    async def _start_routers(self, tokenizer_dir: str) -> None:
+    async def _start_routers(self) -> None:
         assert self._session is not None
         for region in self.regions.values():
             for model in region.spec.models:
-                region.routers[model.name] = self._spawn_router(region, model.name, tokenizer_dir)
+                region.generations[model.name] = 1
+                revision = revision_name(model.name, 1)
+                region.routers[model.name] = self._spawn_router(region, revision)
         live = [r.wait_live(self._session, timeout_s=60) for r in self._all_routers()]
         await asyncio.gather(*live)
 
-    def _spawn_router(self, region: RegionRuntime, model: str, tokenizer_dir: str) -> Router:
+    def _spawn_router(self, region: RegionRuntime, revision: str) -> Router:
         port, metrics_port = free_port(self.host), free_port(self.host)
         argv = router_command(
             host=self.host,
             port=port,
             prometheus_port=metrics_port,
             policy=region.spec.router_policy,
-            tokenizer_dir=tokenizer_dir,
+            tokenizer_dir=self._tokenizer_dir,
             health_interval_s=self.spec.router_health_interval_s,
         )
-        name = f"router-{region.spec.name}-{model}"
+        name = f"router-{region.spec.name}-{revision}"
         child = self.supervisor.spawn(name, argv, log_path=self.workdir / "logs" / f"{name}.log")
-        return Router(url=f"http://{self.host}:{port}", prometheus_port=metrics_port, child=child)
+        return Router(
+            url=f"http://{self.host}:{port}",
+            prometheus_port=metrics_port,
+            child=child,
+            revision=revision,
+        )
 
-    def _start_sets(self, region: RegionRuntime, launcher: EmulatorLauncher) -> None:
-        assert self._session is not None
+    def _start_sets(self, region: RegionRuntime) -> None:
         for model in region.spec.models:
-            replica_set = ReplicaSet(
-                region=region.spec.name,
-                spec=model,
-                router=region.routers[model.name],
-                launcher=launcher,
-                session=self._session,
-                on_change=self._write_replica_targets,
+            router = region.routers[model.name]
+            region.sets[model.name] = self._replica_set(
+                region, model, router, warm_start=self.spec.initial_warm
             )
-            region.sets[model.name] = replica_set
-            self._tasks.append(asyncio.get_running_loop().create_task(replica_set.run()))
+
+    def _replica_set(
+        self, region: RegionRuntime, model: ModelSpec, router: Router, *, warm_start: bool
+    ) -> ReplicaSet:
+        """A reconciling replica set of one revision (the router's), running from now on."""
+        assert self._session is not None and self._launcher is not None
+        replica_set = ReplicaSet(
+            region=region.spec.name,
+            spec=model,
+            router=router,
+            launcher=self._launcher,
+            session=self._session,
+            on_change=self._write_replica_targets,
+            revision=router.revision,
+            warm_start=warm_start,
+        )
+        self._tasks.append(asyncio.get_running_loop().create_task(replica_set.run()))
+        return replica_set
 
     async def _start_entry(self, region: RegionRuntime) -> None:
         assert self._session is not None
@@ -292,13 +350,19 @@ class LocalFleet:
         model: str,
         *,
         replica: str | None = None,
+        revision: str | None = None,
         hung: bool = False,
         slowdown: float = 1.0,
         error_rate: float = 0.0,
     ) -> None:
-        """Inject faults in one replica, or in every replica of the model (emulator faults API)."""
+        """Inject faults (emulator faults API) in one replica, or in every replica of the model's
+        stable revision, or of `revision`."""
         body = {"hung": hung, "slowdown": slowdown, "error_rate": error_rate}
-        self.run(self._post_replicas(region, model, "/_radixfleet/faults", body, only=replica))
+        self.run(
+            self._post_replicas(
+                region, model, "/_radixfleet/faults", body, only=replica, revision=revision
+            )
+        )
 
     def crash(
         self, region: str, model: str, *, replica: str, restart_after: float | None = None
@@ -308,15 +372,143 @@ class LocalFleet:
         self.run(self._post_replicas(region, model, "/_radixfleet/crash", body, only=replica))
 
     async def _post_replicas(
-        self, region: str, model: str, path: str, body: dict[str, Any], *, only: str | None
+        self,
+        region: str,
+        model: str,
+        path: str,
+        body: dict[str, Any],
+        *,
+        only: str | None,
+        revision: str | None = None,
     ) -> None:
         assert self._session is not None
-        targets = [r for r in self.scaler(region, model).replicas() if only in (None, r.id)]
+        replica_set = self._revision_set(region, model, revision)
+        targets = [r for r in replica_set.replicas() if only in (None, r.id)]
         if only is not None and not targets:
             raise KeyError(f"no replica {only!r} of {model} in {region}")
         for replica in targets:
             async with self._session.post(replica.url + path, json=body) as answer:
                 answer.raise_for_status()
+
+    def _revision_set(self, region: str, model: str, revision: str | None) -> ReplicaSet:
+        stable = self.scaler(region, model)
+        if revision is None or revision == stable.revision:
+            return stable
+        canary = self.regions[region].canaries.get(model)
+        if canary is None or canary.name != revision:
+            raise KeyError(f"no revision {revision!r} of {model} in {region}")
+        return canary.replicas
+
+    # -- revisions (KServe's canaryTrafficPercent, played by the entry) --------------------------
+
+    def create_revision(
+        self,
+        region: str,
+        model: str,
+        *,
+        replicas: int | None = None,
+        wait: bool = True,
+        timeout_s: float = 120.0,
+    ) -> str:
+        """Start a new revision of `model` beside the stable one, at 0% of its traffic.
+
+        It gets its own router and `replicas` replicas (default: the model's initial count),
+        which start cold, as a new Knative revision's pods do. A canary not yet promoted is
+        replaced: it is retired. Returns the new revision's name; with `wait`, once its
+        replicas are ready.
+        """
+        work = self._create_revision(region, model, replicas=replicas)
+        name, replica_set = self.run(work, timeout_s=60)
+        if wait:
+            at_least = replica_set.spec.replicas
+            ready = self.run(replica_set.wait_ready(at_least=at_least, timeout_s=timeout_s))
+            if not ready:
+                raise FleetError(f"{name} not ready in {timeout_s:.0f} s; {self._failures()}")
+        return name
+
+    async def _create_revision(
+        self, region_name: str, model: str, *, replicas: int | None
+    ) -> tuple[str, ReplicaSet]:
+        assert self._session is not None
+        region = self.regions[region_name]
+        spec = region.spec.model(model)
+        if replicas is not None:
+            spec = spec.model_copy(update={"replicas": replicas})
+        region.generations[model] += 1
+        # The router starts while the replicas do; they register once it is live.
+        router = self._spawn_router(region, revision_name(model, region.generations[model]))
+        replica_set = self._replica_set(region, spec, router, warm_start=False)
+        previous = region.canaries.pop(model, None)
+        if previous is not None:
+            self._retire(region, previous)
+        region.canaries[model] = Revision(router.revision, router, replica_set)
+        entry = self.entry(region_name)
+        entry.canaries[model] = Canary(router.revision, router.url, replica_set)
+        self._write_router_targets()
+        return router.revision, replica_set
+
+    def set_canary_percent(self, region: str, model: str, percent: int) -> None:
+        """Give the canary revision `percent` of the model's requests (0 rolls it back)."""
+        if not 0 <= percent <= 100:
+            raise ValueError(f"percent must be within 0..100, got {percent}")
+
+        async def act() -> None:
+            canary = self.entry(region).canaries.get(model)
+            if canary is None:
+                raise KeyError(f"{model} in {region} has no canary revision")
+            canary.percent = percent
+
+        self.run(act())
+
+    def promote(self, region: str, model: str) -> None:
+        """All traffic to the canary, which becomes the stable revision; retire the old one."""
+
+        async def act() -> None:
+            runtime = self.regions[region]
+            canary = runtime.canaries.pop(model)
+            self.entry(region).promote(model)
+            router = runtime.routers[model]
+            old = Revision(router.revision, router, runtime.sets[model])
+            runtime.routers[model], runtime.sets[model] = canary.router, canary.replicas
+            self._retire(runtime, old)
+
+        self.run(act())
+
+    def revisions(self, region: str, model: str) -> RevisionStatus:
+        """The model's stable and canary revisions, and the canary's share and readiness."""
+
+        async def read() -> RevisionStatus:
+            runtime = self.regions[region]
+            canary = runtime.canaries.get(model)
+            split = self.entry(region).canaries.get(model)
+            return RevisionStatus(
+                stable=runtime.sets[model].revision,
+                canary=None if canary is None else canary.name,
+                canary_percent=0 if split is None else split.percent,
+                canary_ready=0 if canary is None else canary.replicas.ready_count(),
+            )
+
+        return self.run(read())
+
+    def _retire(self, region: RegionRuntime, revision: Revision) -> None:
+        """Stop a revision the entry no longer routes to, once no request to it is left."""
+        region.retiring.append(revision)
+        entry = self.entry(region.spec.name)
+
+        async def retire() -> None:
+            # Requests already sent to its router must find its replicas there: scaling down
+            # first deregisters them, and the router would answer 503 with no worker left.
+            await _until(lambda: entry.in_flight_by_router[revision.router.url] == 0,
+                         timeout_s=STOP_TIMEOUT_S)  # fmt: skip
+            revision.replicas.scale_to(0)
+            await _settle(revision.replicas, 0, timeout_s=STOP_TIMEOUT_S)
+            await revision.replicas.close()
+            await stop_async(self.supervisor, revision.router.child, grace_s=3.0)
+            region.retiring.remove(revision)
+            self._write_replica_targets()
+            self._write_router_targets()
+
+        self._tasks.append(asyncio.get_running_loop().create_task(retire()))
 
     def stop_region(self, region: str) -> None:
         """Take a region down: its entry answers 503 and every model scales to zero."""
@@ -383,9 +575,8 @@ class LocalFleet:
 
     def _write_replica_targets(self) -> None:
         targets = [
-            Target(_address(info.url), region.spec.name, name, rs.spec.namespace)
-            for region in self.regions.values()
-            for name, rs in region.sets.items()
+            Target(_address(info.url), rs.region, rs.model, rs.spec.namespace, rs.revision)
+            for rs in self._all_sets()
             for info in rs.replicas()
             if info.state is ReplicaState.READY
         ]
@@ -393,19 +584,38 @@ class LocalFleet:
 
     def _write_router_targets(self) -> None:
         targets = [
-            Target(f"{self.host}:{router.prometheus_port}", region.spec.name, name, "default")
-            for region in self.regions.values()
-            for name, router in region.routers.items()
+            Target(_router_address(self.host, router), region, model, "default", router.revision)
+            for region, model, router in self._routers_by_model()
         ]
         write_targets(self.router_targets_file, targets)
+
+    def _routers_by_model(self) -> Iterator[tuple[str, str, Router]]:
+        """(region, model, router) of every revision's router."""
+        for region in self.regions.values():
+            for model, router in region.routers.items():
+                yield region.spec.name, model, router
+            for revision in region.side_revisions():
+                yield region.spec.name, revision.replicas.model, revision.router
 
     def _all_routers(self) -> Iterator[Router]:
         for region in self.regions.values():
             yield from region.routers.values()
+            yield from (revision.router for revision in region.side_revisions())
 
     def _all_sets(self) -> Iterator[ReplicaSet]:
         for region in self.regions.values():
             yield from region.sets.values()
+            yield from (revision.replicas for revision in region.side_revisions())
+
+
+async def _until(done: Callable[[], bool], *, timeout_s: float) -> bool:
+    """Wait until `done()` holds, polling; False on timeout."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not done():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 async def _settle(replica_set: ReplicaSet, target: int, *, timeout_s: float) -> bool:
@@ -421,3 +631,7 @@ async def _settle(replica_set: ReplicaSet, target: int, *, timeout_s: float) -> 
 
 def _address(url: str) -> str:
     return url.split("://", 1)[1]
+
+
+def _router_address(host: str, router: Router) -> str:
+    return f"{host}:{router.prometheus_port}"

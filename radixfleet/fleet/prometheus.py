@@ -1,9 +1,10 @@
 """Prometheus for the local fleet: the scrape config it writes, and Debian's server if present.
 
 The fleet keeps two file_sd target files up to date, one for its replicas and one for its
-routers, each target labelled with `region`, `model` and `namespace` (and `revision`, which a
-cluster's scrape relabels from the Knative revision) as the dashboards and the controllers'
-PromQL expect. The replica job's name matches the dashboards' `.*sglang.*` job selector.
+routers, each target labelled with `region`, `model`, `namespace` and `revision` (the Knative
+revision, which a cluster's scrape relabels from the pod's label) as the dashboards and the
+controllers' PromQL expect. The replica job's name matches the dashboards' `.*sglang.*` job
+selector.
 `prometheus.yml` points at both files, so Prometheus follows replicas as they come and go.
 """
 
@@ -33,6 +34,7 @@ class Target:
     region: str
     model: str
     namespace: str
+    revision: str
 
     def group(self) -> dict[str, Any]:
         """The file_sd form of this target."""
@@ -40,7 +42,7 @@ class Target:
             "region": self.region,
             "model": self.model,
             "namespace": self.namespace,
-            "revision": f"{self.model}-predictor-00001",
+            "revision": self.revision,
         }
         return {"targets": [self.address], "labels": labels}
 

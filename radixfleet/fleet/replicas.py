@@ -26,7 +26,7 @@ import yaml
 from radixfleet.fleet.procs import Child, Supervisor, free_port, stop_async
 from radixfleet.fleet.router import Router, RouterError
 from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
-from radixfleet.fleet.spec import FleetSpec, ModelSpec
+from radixfleet.fleet.spec import FleetSpec, ModelSpec, revision_name
 from radixfleet.profile import resolve_profile
 
 log = logging.getLogger(__name__)
@@ -124,9 +124,15 @@ class ReplicaSet:
         launcher: EmulatorLauncher,
         session: aiohttp.ClientSession,
         on_change: Callable[[], None] = lambda: None,
+        revision: str | None = None,
+        warm_start: bool = True,
     ) -> None:
         self._region = region
         self.spec = spec
+        self.revision = revision or revision_name(spec.name, 1)
+        # The first `spec.replicas` replicas skip the cold start: true of the fleet's initial
+        # replicas (a cluster that was up before), not of a new revision's.
+        self.warm_start = warm_start
         self.router = router
         self.launcher = launcher
         self.session = session
@@ -208,10 +214,9 @@ class ReplicaSet:
 
     def _start_one(self) -> None:
         self._serial += 1
-        name = f"{self.region}-{self.model}-{self._serial}"
+        name = f"{self.region}-{self.revision}-{self._serial}"
         port = free_port(self.launcher.host)
-        # Replicas there from the fleet's start are warm, as in a cluster that was up before.
-        warm = self.launcher.fleet.initial_warm and self._serial <= self.spec.replicas
+        warm = self.warm_start and self._serial <= self.spec.replicas
         child = self.launcher.launch(
             name=name, port=port, model=self.spec, warm=warm, seed=self._serial
         )
@@ -223,6 +228,8 @@ class ReplicaSet:
         timeout = self.launcher.fleet.replica_start_timeout_s
         try:
             await self._wait_healthy(replica, timeout_s=timeout)
+            # A new revision's router starts alongside its first replicas; usually long live.
+            await self.router.wait_live(self.session, timeout_s=timeout)
             replica.worker_id = await self.router.add_worker(self.session, replica.url)
             if replica.state is not ReplicaState.STARTING:  # scaled down while registering
                 await self._deregister(replica)

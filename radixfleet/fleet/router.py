@@ -57,6 +57,7 @@ class Router:
     url: str
     prometheus_port: int
     child: Child
+    revision: str  # the model revision whose replicas it routes to
 
     async def wait_live(self, session: aiohttp.ClientSession, *, timeout_s: float) -> None:
         """Return once `/liveness` answers 200; raise RouterError on exit or timeout."""

@@ -17,6 +17,11 @@ from radixfleet.profile import DEFAULT_PROFILE_NAME
 RouterPolicy = Literal["cache_aware", "round_robin", "random", "power_of_two"]
 
 
+def revision_name(model: str, generation: int) -> str:
+    """The name KServe's Knative revisions take: `<isvc>-predictor-00001`, then 00002, ..."""
+    return f"{model}-predictor-{generation:05d}"
+
+
 class ModelSpec(BaseModel):
     """One model served in a region: replicas behind one sglang-router."""
 

@@ -32,6 +32,7 @@ class RequestResult:
     cached_tokens: int = 0
     output_tokens: int = 0
     itl: list[float] = field(default_factory=list)
+    attempts: int = 1  # sends, counting the client's retries of 5xx answers
 
     @property
     def ok(self) -> bool:

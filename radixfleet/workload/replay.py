@@ -9,6 +9,9 @@ Per request it records: time to first token (first chunk with text), inter-token
 gap before each later chunk divided by the tokens in it, counted as words: the emulated
 replica answers one token per word), tokens, cached tokens, and the error if any. A request
 fails on a non-200 answer, a broken connection, a stream without `[DONE]`, or the timeout.
+
+With `retries`, a request answered 5xx before any token is sent again, as OpenAI clients retry
+(the SDK retries 5xx twice by default); `attempts` records how many sends it took.
 """
 
 from __future__ import annotations
@@ -106,8 +109,10 @@ class Replayer:
         timeout_s: float = 300.0,
         console: Console | None = None,
         lead_s: float = 0.1,
+        retries: int = 0,
     ) -> None:
         self.entries = dict(entries)
+        self.retries = retries
         self.timeout_s = timeout_s
         self.console = console
         self.lead_s = lead_s  # first send a moment after start, so scheduling is set up
@@ -143,6 +148,16 @@ class Replayer:
     async def _send(
         self, session: aiohttp.ClientSession, item: WorkItem, *, clock: Any
     ) -> RequestResult:
+        result = await self._attempt(session, item, clock=clock)
+        while _retryable(result) and result.attempts <= self.retries:
+            again = await self._attempt(session, item, clock=clock)
+            again.attempts, again.started = result.attempts + 1, result.started
+            result = again
+        return result
+
+    async def _attempt(
+        self, session: aiohttp.ClientSession, item: WorkItem, *, clock: Any
+    ) -> RequestResult:
         result = RequestResult(region=item.region, model=item.model, scheduled=item.at)
         result.started = clock()
         url = self.entries[item.region] + COMPLETIONS_PATH
@@ -154,6 +169,11 @@ class Replayer:
             result.error = result.error or f"{type(err).__name__}: {err}"
         result.ended = clock()
         return result
+
+
+def _retryable(result: RequestResult) -> bool:
+    # Only a server error before any token: a retry then repeats nothing the client has seen.
+    return result.status >= 500 and result.first_token is None
 
 
 async def _read(response: aiohttp.ClientResponse, stream: _Stream, *, clock: Any) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from radixfleet.fleet.entry import RegionEntry
+from radixfleet.fleet.entry import Canary, RegionEntry
 from radixfleet.fleet.scaler import ReplicaInfo
 
 
@@ -197,3 +197,43 @@ def test_a_region_taken_down_refuses_with_503() -> None:
             assert answer.status == 503
 
     run({"m": FakeScaler("m", ready=1)}, scenario)
+
+
+def labelled(revision: str) -> web.Application:
+    """A stand-in router that says which revision answered."""
+
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return web.json_response({"revision": revision})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", answer)
+    return app
+
+
+def test_the_canary_gets_its_percent_of_requests_and_all_once_promoted() -> None:
+    async def main() -> None:
+        async with (
+            serve(labelled("stable")) as stable,
+            serve(labelled("canary")) as canary,
+            aiohttp.ClientSession() as session,
+        ):
+            entry = RegionEntry(
+                region="test", scalers={"m": FakeScaler("m", ready=1)}, routers={"m": stable},
+                session=session, wake_timeout_s=5, retry_after_s=7, split_seed=0,
+            )  # fmt: skip
+            split = Canary("m-predictor-00002", canary, FakeScaler("m", ready=1), percent=20)
+            entry.canaries["m"] = split
+            async with serve(entry.app) as url:
+
+                async def served(n: int) -> list[str]:
+                    answers = [await post(session, url, {"model": "m"}) for _ in range(n)]
+                    return [json.loads(text)["revision"] for _, text, _ in answers]
+
+                assert 0.12 < (await served(200)).count("canary") / 200 < 0.28
+                split.percent = 0  # a rollback: the canary stays, pinned
+                assert set(await served(20)) == {"stable"}
+                assert entry.promote("m") is split
+                assert set(await served(20)) == {"canary"}
+                assert entry.in_flight_by_router == {stable: 0, canary: 0}
+
+    asyncio.run(main())

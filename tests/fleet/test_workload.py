@@ -1,19 +1,22 @@
 """The workload's pure parts: trace readers, transformations, prompt synthesis, streaming
-parse and statistics. The traces are the shared ones (../shared/traces), read a few lines deep."""
+parse and statistics, and the replayer's retry against a stand-in. The traces are the shared ones
+(../shared/traces), read a few lines deep."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
 from radixfleet.fleet.workloads import AZURE, MOONCAKE, default_traces_dir
 from radixfleet.workload.prompts import PromptSynth
-from radixfleet.workload.records import RequestResult
-from radixfleet.workload.replay import _Stream, _StreamError
+from radixfleet.workload.records import RequestResult, WorkItem
+from radixfleet.workload.replay import Replayer, _Stream, _StreamError
 from radixfleet.workload.stats import breakdown, percentile, summarise
 from radixfleet.workload.synthetic import SharedPrefixSpec, shared_prefix_workload
 from radixfleet.workload.traces import (
@@ -26,6 +29,7 @@ from radixfleet.workload.traces import (
     sample_sessions,
     scale_tokens,
 )
+from tests.fleet.test_entry import router_standin, serve
 
 TRACES = default_traces_dir()
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
@@ -212,3 +216,27 @@ def test_summaries_skip_failures_in_latency_and_split_by_region() -> None:
     assert set(parts["per_region"]) == {"a", "b"}
     assert parts["per_region"]["b"]["prefix_cache_hit_rate"] is None
     assert parts["per_region_model"]["a/m"]["throughput"]["requests_per_s"] == 1.0
+
+
+def test_a_client_retries_a_server_error_before_any_token_once() -> None:
+    calls: list[str] = []
+
+    async def flaky(request: web.Request) -> web.StreamResponse:
+        # Every prompt fails on its first send, as a replica injecting errors would.
+        prompt = (await request.json())["prompt"]
+        calls.append(prompt)
+        if calls.count(prompt) == 1:
+            return web.json_response({"error": {"message": "injected"}}, status=500)
+        return await router_standin(request)
+
+    async def replay(retries: int) -> list[RequestResult]:
+        app = web.Application()
+        app.router.add_post("/v1/completions", flaky)
+        async with serve(app) as url:
+            items = [WorkItem(0.0, "r", "m", f"p{retries}-{i}", 2) for i in range(3)]
+            return await Replayer(entries={"r": url}, retries=retries).run(items)
+
+    once = asyncio.run(replay(1))
+    assert [(r.ok, r.attempts) for r in once] == [(True, 2)] * 3
+    never = asyncio.run(replay(0))
+    assert [(r.ok, r.status, r.attempts) for r in never] == [(False, 500, 1)] * 3
