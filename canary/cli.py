@@ -3,29 +3,26 @@
 NAME is the InferenceService. Commands are annotations on the CanaryPolicy it names, keyed by
 the InferenceService and, for promote, abort and approvals, by the canary revision they are for
 (see canary/spec.py for why not on the InferenceService). The controller acts on its next tick.
+
+`radixfleet --help` imports this module, so it imports only typer and rich at the top: the spec
+types (pydantic models), the Prometheus adapter (requests) and the Kubernetes client are
+imported by the commands that use them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from canary.observe import observe_isvc
-from canary.ports import CanaryPolicies, InferenceServices, KubeError, policy_name
-from canary.spec import (
-    ABORT_PREFIX,
-    APPROVE_PREFIX,
-    PAUSE_PREFIX,
-    PROMOTE_PREFIX,
-    CanaryPolicySpec,
-    command_key,
-)
-from canary.state import Phase, RolloutStatus, rollout_of
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from canary.ports import CanaryPolicies, InferenceServices
+    from canary.state import RolloutStatus
 
 canary_app = typer.Typer(
     name="canary",
@@ -84,12 +81,16 @@ def status(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> 
 @canary_app.command()
 def pause(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> None:
     """Hold the rollout where it is: no step, no promotion, no rollback."""
+    from canary.spec import PAUSE_PREFIX
+
     _annotate(ctx.obj, namespace, name, {PAUSE_PREFIX: "true"}, "paused")
 
 
 @canary_app.command()
 def resume(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> None:
     """Lift a pause, and approve the next step if it waits at a manual gate."""
+    from canary.spec import APPROVE_PREFIX, PAUSE_PREFIX
+
     target = _target(ctx.obj, namespace, name)
     values: dict[str, str | None] = {PAUSE_PREFIX: None}
     approval = next_approval(target)
@@ -102,6 +103,8 @@ def resume(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> 
 @canary_app.command()
 def promote(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> None:
     """Promote the current canary now, whatever its analysis says."""
+    from canary.spec import PROMOTE_PREFIX
+
     target = _target(ctx.obj, namespace, name)
     _write(ctx.obj, target, name, {PROMOTE_PREFIX: _canary(target)}, "promotion requested")
 
@@ -109,6 +112,8 @@ def promote(ctx: typer.Context, name: Name, namespace: Namespace = "default") ->
 @canary_app.command()
 def abort(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> None:
     """Roll the current canary back now: 0% and the stable revision keeps serving."""
+    from canary.spec import ABORT_PREFIX
+
     target = _target(ctx.obj, namespace, name)
     _write(ctx.obj, target, name, {ABORT_PREFIX: _canary(target)}, "rollback requested")
 
@@ -119,16 +124,25 @@ def run(
         list[str] | None, typer.Option("--namespace", "-n", help="Watch only these.")
     ] = None,
     prometheus: Annotated[str | None, typer.Option(help="Prometheus URL.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
     standalone: Annotated[bool, typer.Option(help="No peering with other replicas.")] = False,
 ) -> None:
     """Run the canary controller (kopf) until interrupted."""
     from canary.controller import run as run_controller
 
-    run_controller(namespaces=namespace or (), prometheus_url=prometheus, standalone=standalone)
+    run_controller(
+        namespaces=namespace or (),
+        prometheus_url=prometheus,
+        metrics_port=metrics_port,
+        standalone=standalone,
+    )
 
 
 def next_approval(target: Target) -> str | None:
     """`REVISION@WEIGHT` approving the step a rollout waits at, or None if it waits at none."""
+    from canary.spec import CanaryPolicySpec
+    from canary.state import Phase
+
     rollout = target.rollout
     if rollout is None or rollout.phase is not Phase.AWAITING_APPROVAL:
         return None
@@ -138,6 +152,8 @@ def next_approval(target: Target) -> str | None:
 
 def describe(rollout: RolloutStatus, policy: Mapping[str, Any]) -> list[str]:
     """The rollout in a few lines, as `canary status` prints them."""
+    from canary.spec import CanaryPolicySpec
+
     spec = CanaryPolicySpec.model_validate(policy.get("spec") or {})
     lines = [
         f"{rollout.inference_service}: {rollout.phase} at {rollout.weight}% "
@@ -155,6 +171,8 @@ def describe(rollout: RolloutStatus, policy: Mapping[str, Any]) -> list[str]:
 
 def checks_table(rollout: RolloutStatus) -> Table:
     """The last analysis: each check's canary and stable values, its bound and verdict."""
+    from rich.table import Table
+
     table = Table("check", "canary", "stable", "bound", "verdict", title="last analysis")
     for check in rollout.checks:
         stable = "-" if check.stable is None else f"{check.stable:.4g}"
@@ -171,6 +189,10 @@ def _fmt(value: float | None) -> str:
 
 
 def _target(ports: Ports, namespace: str, name: str) -> Target:
+    from canary.observe import observe_isvc
+    from canary.ports import policy_name
+    from canary.state import rollout_of
+
     isvc = next(
         (i for i in ports.isvcs.in_namespace(namespace) if i["metadata"]["name"] == name), None
     )
@@ -201,6 +223,9 @@ def _annotate(
 def _write(
     ports: Ports, target: Target, name: str, values: Mapping[str, str | None], done: str
 ) -> None:
+    from canary.ports import KubeError
+    from canary.spec import command_key
+
     annotations = {command_key(prefix, name): value for prefix, value in values.items()}
     namespace = target.policy["metadata"]["namespace"]
     try:

@@ -26,6 +26,7 @@ import kopf
 from pydantic import ValidationError
 
 from canary.decide import Decision, analysis_due, decide
+from canary.metrics import CanaryMetrics
 from canary.observe import commands, measure, observe_isvc
 from canary.ports import (
     CanaryPolicies,
@@ -66,18 +67,26 @@ def _missing(value: Any) -> bool:
 
 @dataclass
 class Controller:
-    """The act layer: ports in, decisions carried out. `reconcile_policy` is one tick."""
+    """The act layer: ports in, decisions carried out. `reconcile_policy` is one tick.
+
+    `min_interval_seconds` lowers the analysis interval's floor where Prometheus scrapes every
+    second (the local fleet); `metrics`, when set, exports the rollouts' series.
+    """
 
     isvcs: InferenceServices
     policies: CanaryPolicies
     events: Events
     prometheus: Prometheus
     queries: QueryConfig = field(default_factory=QueryConfig)
+    metrics: CanaryMetrics | None = None
+    min_interval_seconds: int = MIN_INTERVAL_SECONDS
 
     def reconcile_policy(self, policy: Mapping[str, Any], *, now: datetime) -> list[Decision]:
         """Decide and act for every InferenceService that names this policy."""
         meta = policy["metadata"]
-        spec = CanaryPolicySpec.model_validate(policy.get("spec") or {})
+        spec = CanaryPolicySpec.parse(
+            policy.get("spec") or {}, min_interval_seconds=self.min_interval_seconds
+        )
         return [
             self.reconcile(isvc, policy, spec, now=now)
             for isvc in self.isvcs.in_namespace(meta["namespace"])
@@ -95,7 +104,10 @@ class Controller:
         before = rollout_of(policy, isvc["metadata"]["name"])
         observed = self.observe(isvc, policy, spec, before, now=now)
         decision = decide(observed, spec, before, now)
-        self.act(isvc, policy, observed, before, decision)
+        done = self.act(isvc, policy, observed, before, decision)
+        if done and self.metrics is not None:
+            meta = isvc["metadata"]
+            self.metrics.record(namespace=meta["namespace"], isvc=meta["name"], decision=decision)
         return decision
 
     def observe(
@@ -125,7 +137,8 @@ class Controller:
         observed: Observed,
         before: RolloutStatus | None,
         decision: Decision,
-    ) -> None:
+    ) -> bool:
+        """Record and carry out `decision`; False when it went stale before traffic moved."""
         meta = isvc["metadata"]
         if decision.status is not None and _worth_writing(before, decision.status):
             self.policies.write_rollout(
@@ -133,12 +146,13 @@ class Controller:
             )
         moved = not _traffic_differs(observed, decision) or self._move(meta, observed, decision)
         if not moved:
-            return
+            return False
         if _newsworthy(before, decision):
             self.events.emit(
                 involved=isvc, reason=f"Canary{decision.verb.value.capitalize()}",
                 message=decision.reason, warning=decision.warning,
             )  # fmt: skip
+        return True
 
     def _move(self, meta: Mapping[str, Any], observed: Observed, decision: Decision) -> bool:
         assert observed.canary_revision is not None
@@ -227,7 +241,9 @@ def run_tick(controller: Controller, body: Mapping[str, Any], *, now: datetime) 
         raise kopf.PermanentError(str(error)) from error
 
 
-def kube_controller(*, prometheus_url: str | None = None) -> Controller:
+def kube_controller(
+    *, prometheus_url: str | None = None, metrics: CanaryMetrics | None = None
+) -> Controller:
     """A Controller on the in-cluster (or kubeconfig) credentials and the given Prometheus."""
     from kubernetes import client, config
 
@@ -244,15 +260,25 @@ def kube_controller(*, prometheus_url: str | None = None) -> Controller:
         policies=KubeCanaryPolicies(api),
         events=KubeEvents(api, clock=lambda: datetime.now(UTC)),
         prometheus=HttpPrometheus(url),
+        metrics=metrics,
     )
 
 
 def run(
-    *, namespaces: Sequence[str] = (), prometheus_url: str | None = None, standalone: bool = False
+    *,
+    namespaces: Sequence[str] = (),
+    prometheus_url: str | None = None,
+    metrics_port: int | None = None,
+    standalone: bool = False,
 ) -> None:
     """Run the controller until interrupted (`radixfleet canary run`)."""
+    metrics = CanaryMetrics()
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, registry=metrics.registry)
     registry = kopf.OperatorRegistry()
-    register(registry, kube_controller(prometheus_url=prometheus_url))
+    register(registry, kube_controller(prometheus_url=prometheus_url, metrics=metrics))
     kopf.run(
         registry=registry,
         namespaces=list(namespaces),

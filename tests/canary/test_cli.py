@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -94,3 +96,11 @@ def test_promote_without_a_canary_fails() -> None:
     predictor["latestRolledoutRevision"] = CANARY
     code, output = _invoke(fleet, "promote")
     assert code == 1 and "no revision being rolled out" in output
+
+
+def test_importing_the_cli_loads_no_client_library_or_spec_models() -> None:
+    # `radixfleet --help` imports canary.cli; these cost seconds and belong to the commands.
+    heavy = ["kubernetes", "kopf", "requests", "pydantic", "canary.spec", "canary.observe"]
+    probe = f"import sys, canary.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -130,3 +130,13 @@ SCHEMA_CATCHES += ["unknown-metric", "negative-ratio", "unknown-field", "only-10
 def test_a_bad_spec_is_refused_by_the_schema(name: str) -> None:
     with pytest.raises(jsonschema.ValidationError):
         _validate_as_the_validator_does(BAD[name])
+
+
+def test_a_lower_interval_floor_is_only_given_on_request() -> None:
+    # The local fleet's Prometheus scrapes every second; a cluster's spec never gets the floor.
+    spec = CanaryPolicySpec.parse({"intervalSeconds": 3}, min_interval_seconds=1)
+    assert spec.interval_seconds == 3
+    with pytest.raises(ValidationError, match="at least 10"):
+        CanaryPolicySpec.parse({"intervalSeconds": 3})
+    with pytest.raises(ValidationError, match="at least 2"):
+        CanaryPolicySpec.parse({"intervalSeconds": 1}, min_interval_seconds=2)
