@@ -179,13 +179,17 @@ class TrafficPolicy(Protocol):
 class CanaryObservation:
     """A rollout at a tick: readiness, the current weight, and both revisions' recent numbers.
 
-    `measured` covers the last `window_s` seconds (the policy's analysis interval).
+    `measured` covers the last `window_s` seconds (the policy's analysis interval), and so do
+    the canary's p99 TTFT and p99 request duration (arrival to last token), which judges of
+    whole requests read (Flagger's builtin request-duration); None without finished requests.
     """
 
     service: str
     canary_ready: bool
     weight: int
     measured: Measured
+    canary_ttft_p99_s: float | None = None
+    canary_duration_p99_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

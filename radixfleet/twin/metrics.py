@@ -2,7 +2,9 @@
 
 The controller asks Prometheus for p95 TTFT and ITL (histogram quantiles), the error ratio and
 the cache hit rate of each revision over its analysis interval; the twin computes the same
-from the requests that ended in the window, exactly rather than from histogram buckets.
+from the requests that ended in the window, exactly rather than from histogram buckets. For
+judges that read whole requests (Flagger's builtin request-duration), `canary_p99` also gives the
+canary's p99 TTFT and request duration (arrival to last token).
 """
 
 from __future__ import annotations
@@ -19,14 +21,19 @@ class CanaryWindow:
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
-        self._done: tuple[deque[tuple[float, float, float, int, int]], ...] = (deque(), deque())
+        # Per finished request: end, TTFT, mean ITL, cached and prompt tokens, duration.
+        self._done: tuple[deque[tuple[float, float, float, int, int, float]], ...] = (
+            deque(),
+            deque(),
+        )
         self._errors: tuple[deque[float], ...] = (deque(), deque())
 
     def add(
         self, revision: int, t: float, ttft: float, itl: float, cached: int, spec: RequestSpec
     ) -> None:
         """A request of `revision` finished at `t`."""
-        self._done[revision].append((t, ttft, itl, cached, spec.prompt_tokens))
+        gaps = 0.0 if math.isnan(itl) else itl * max(0, spec.output_tokens - 1)
+        self._done[revision].append((t, ttft, itl, cached, spec.prompt_tokens, ttft + gaps))
 
     def error(self, revision: int, t: float) -> None:
         """A 5xx answer (or a request lost to a crash) of `revision` at `t`."""
@@ -36,13 +43,23 @@ class CanaryWindow:
         """Both revisions' numbers over the last `window_s` seconds."""
         return Measured(canary=self._revision(1, now), stable=self._revision(0, now))
 
-    def _revision(self, revision: int, now: float) -> RevisionMetrics:
+    def canary_p99(self, now: float) -> tuple[float | None, float | None]:
+        """The canary's p99 TTFT and p99 request duration over the last `window_s` seconds."""
+        self._trim(1, now)
+        done = self._done[1]
+        return quantile([item[1] for item in done], 0.99), quantile([i[5] for i in done], 0.99)
+
+    def _trim(self, revision: int, now: float) -> None:
         horizon = now - self.window_s
         done, errors = self._done[revision], self._errors[revision]
         while done and done[0][0] <= horizon:
             done.popleft()
         while errors and errors[0] <= horizon:
             errors.popleft()
+
+    def _revision(self, revision: int, now: float) -> RevisionMetrics:
+        self._trim(revision, now)
+        done, errors = self._done[revision], self._errors[revision]
         total = len(done) + len(errors)
         if total == 0:
             return RevisionMetrics()

@@ -553,11 +553,15 @@ class Region:
         policy = service.canary_policy
         canary = service.revisions[1]
         assert service.window is not None
+        measured = service.window.measure(t)
+        ttft_p99, duration_p99 = service.window.canary_p99(t)
         observed = CanaryObservation(
             service=service.model.name,
             canary_ready=bool(canary.routable),
             weight=service.canary_weight,
-            measured=service.window.measure(t),
+            measured=measured,
+            canary_ttft_p99_s=ttft_p99,
+            canary_duration_p99_s=duration_p99,
         )
         step = policy.step(observed, t)
         if step.promote or step.rollback:
