@@ -11,9 +11,11 @@ results do not depend on how many workers run them.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import multiprocessing.connection
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,16 +221,35 @@ def run_policy(
 ) -> RunRecord:
     """Run the whole scenario under `policies`; `workers` processes share the regions."""
     groups = split_regions(scenario, workers)
-    if len(groups) == 1:
-        local = RegionGroup(scenario, policies, workload, groups[0])
-        return _drive(scenario, policies, workload, [local], progress)
-    context = multiprocessing.get_context("fork")
-    remotes = [_Remote(RegionGroup(scenario, policies, workload, g), context) for g in groups]
+    with _few_collections():
+        if len(groups) == 1:
+            local = RegionGroup(scenario, policies, workload, groups[0])
+            return _drive(scenario, policies, workload, [local], progress)
+        context = multiprocessing.get_context("fork")
+        remotes = [_Remote(RegionGroup(scenario, policies, workload, g), context) for g in groups]
+        try:
+            return _drive(scenario, policies, workload, remotes, progress)
+        finally:
+            for remote in remotes:
+                remote.join()
+
+
+@contextmanager
+def _few_collections() -> Iterator[None]:
+    """Rarer cyclic garbage collections while a run lasts (forked workers inherit it).
+
+    A run holds millions of long-lived objects (cache trees, requests in flight); with the
+    default thresholds Python walks them over and over, a sixth or more of the run's time.
+    What exists before the run is frozen out of the collector's sight altogether.
+    """
+    old = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 1000)
     try:
-        return _drive(scenario, policies, workload, remotes, progress)
+        yield
     finally:
-        for remote in remotes:
-            remote.join()
+        gc.set_threshold(*old)
+        gc.unfreeze()
 
 
 def _drive(
