@@ -8,6 +8,7 @@ policy status is replaced through the status subresource with the resourceVersio
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import partial
@@ -27,6 +28,7 @@ FIELD_MANAGER = "radixfleet-canary"
 CONFLICT_ATTEMPTS = 5
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def _call(what: str, call: Callable[[], T]) -> T:
@@ -158,11 +160,21 @@ class KubeCanaryPolicies:
 
 
 class KubeEvents:
-    """core/v1 Events about an InferenceService, as `kubectl describe isvc` shows them."""
+    """core/v1 Events about an object, as `kubectl describe` shows them; best effort.
 
-    def __init__(self, api_client: Any, *, clock: Callable[[], datetime]) -> None:
+    `component` is the Event's `source.component` (the failover posts through this adapter too,
+    under its own name). A refused or failed Event is logged and dropped, never raised: it is a
+    report of something already done (status written, traffic moved), so failing the reconcile
+    over it would only re-run a tick that has nothing left to do, and one InferenceService's lost
+    Event would keep the policy's other InferenceServices from being reconciled that tick.
+    """
+
+    def __init__(
+        self, api_client: Any, *, clock: Callable[[], datetime], component: str = FIELD_MANAGER
+    ) -> None:
         self.api = client.CoreV1Api(api_client)
         self.clock = clock
+        self.component = component
 
     def emit(
         self, *, involved: Mapping[str, Any], reason: str, message: str, warning: bool
@@ -178,10 +190,13 @@ class KubeEvents:
                 name=meta["name"], namespace=meta["namespace"], uid=meta.get("uid"),
             ),
             reason=reason, message=message[:1024], type="Warning" if warning else "Normal",
-            source=client.V1EventSource(component=FIELD_MANAGER),
+            source=client.V1EventSource(component=self.component),
             first_timestamp=now, last_timestamp=now, count=1,
         )  # fmt: skip
-        _call(
-            f"event on {meta['namespace']}/{meta['name']}",
-            lambda: self.api.create_namespaced_event(meta["namespace"], event),
-        )
+        try:
+            _call(
+                f"event {reason} on {meta['namespace']}/{meta['name']}",
+                lambda: self.api.create_namespaced_event(meta["namespace"], event),
+            )
+        except KubeError as error:
+            log.warning("%s not posted: %s", reason, error)

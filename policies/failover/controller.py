@@ -245,7 +245,7 @@ def kube_controller(
     from kubernetes import client, config
 
     from canary.kube import KubeEvents
-    from policies.failover.kube import KubeFailoverPolicies, KubeFloors
+    from policies.failover.kube import FIELD_MANAGER, KubeFailoverPolicies, KubeFloors
     from radixfleet.adapters.route53 import client as route53_client
 
     try:
@@ -262,7 +262,7 @@ def kube_controller(
         route53=AwsRoute53(route53_client()),
         prometheus_for=prometheus_per_region(template),
         policies=KubeFailoverPolicies(api),
-        events=KubeEvents(api, clock=lambda: datetime.now(UTC)),
+        events=KubeEvents(api, clock=lambda: datetime.now(UTC), component=FIELD_MANAGER),
         floors=KubeFloors(regional, namespace=namespace),
     )
 

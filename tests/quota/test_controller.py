@@ -23,7 +23,7 @@ from policies.quota.ports import KubeError
 from policies.quota.spec import SecretKeyRef, TenantSpec
 from policies.quota.state import ConditionType, TenantStatus
 from radixfleet.config import load_catalog
-from tests.quota.kmock_server import kmock_kubernetes
+from tests.kmock_server import kmock_kubernetes
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
