@@ -18,7 +18,6 @@ from rich.console import Console
 
 from radixfleet.config.errors import ConfigError
 from radixfleet.twin.load import load_scenario
-from radixfleet.twin.plots import write_plots
 from radixfleet.twin.report import page, section
 from radixfleet.twin.run import Outcome, run_scenario, write_outcome
 from radixfleet.twin.scenario import Scenario
@@ -164,6 +163,9 @@ def _load(path: Path) -> Scenario:
 
 def _write(outcome: Outcome, out: Path) -> Path:
     path = write_outcome(outcome, out)
+    # matplotlib takes a second to import: only commands that draw pay for it.
+    from radixfleet.twin.plots import write_plots
+
     write_plots(outcome, out)
     return path
 
