@@ -9,7 +9,8 @@ No I/O, no clock: the controller, the local fleet and the twin call the same fun
 3. Demand, in replicas, from each signal: KV usage plus the queue priced at the KV footprint of
    a running request (long-context load); running plus queued requests over the batch a
    replica should run, set or learned from saturation (compute-bound load); TTFT/ITL p95 over
-   the SLO (push up only); the arrival rate forecast one cold start ahead. The largest wins.
+   the SLO (push up only); the arrival rate over what a replica serves (learned); the rate's
+   rise one cold start ahead. The largest wins.
 4. A recommendation within `tolerance` of the current count keeps it. Recommendations pass the
    HPA's stabilisation: up to the lowest of the scale-up window, down to the highest of the
    (long) scale-down window; then rate limits: fast up, a step per period down.
@@ -47,6 +48,8 @@ FALLBACK_REQUESTS_PER_REPLICA = 16.0
 LEARNING_RATE = 0.2  # weight of a new sample in what is learned about a replica
 MIN_LEARNING_LOAD = 0.5  # replicas' worth of KV in use before a capacity sample counts
 EPSILON = 1e-9
+SURGE = 1.5  # a recommendation this many times the count skips the scale-up window
+MIN_ITL_BATCH = 4  # running requests before a replica's inter-token latency counts
 
 
 @dataclass(frozen=True)
@@ -200,9 +203,13 @@ def _backlog(spec: AutoscalePolicySpec, running: float) -> float:
 
 
 def learn_rate(observed: Observed, learned: Learned, load: float) -> Learned:
-    """Update the requests/s one replica serves at the targets, from the binding signal."""
+    """Update the requests/s one replica serves at the targets, from the binding signal.
+
+    Only a fleet within its targets teaches it: an overloaded one under-reads its load (the
+    latency model saturates, requests pile up in running batches), which would inflate it.
+    """
     rate = finite(observed.arrival_rate)
-    if rate is None or rate <= 0 or load < MIN_LEARNING_LOAD:
+    if rate is None or rate <= 0 or load < MIN_LEARNING_LOAD or load > observed.ready * 1.1:
         return learned
     return learned.model_copy(update={"replica_rps": _blend(learned.replica_rps, rate / load)})
 
@@ -227,8 +234,10 @@ def demand(
         running=_running_demand(observed, spec, status.learned, running, queued),
         itl=_itl_demand(observed, spec, status.learned),
         latency=_latency_demand(observed, spec),
+        rate=_rate_demand(observed, spec, status.learned),
     )
-    predicted = _predicted_demand(spec, status, now, _binding(measured))
+    now_demand = max(_binding(measured), measured.rate)
+    predicted = _predicted_demand(spec, status, now, now_demand)
     return measured.model_copy(update={"predicted": predicted})
 
 
@@ -261,27 +270,47 @@ def _running_demand(
 
 
 def itl_estimate(observed: Observed) -> float | None:
-    """Seconds between tokens of a running request now: running requests over decode tokens/s.
+    """Seconds between tokens of a running request now: the median over replicas of running
+    requests over decode tokens/s (a replica that has just joined reports a throughput averaged
+    over time it was not serving; the median does not follow it).
 
-    None when no replica runs a request or reports its throughput.
+    Replicas running fewer than MIN_ITL_BATCH requests are left out: their throughput reading
+    is mostly step overhead and idle time, and they are nowhere near saturation. None when no
+    replica qualifies.
     """
-    running = sum(r.running or 0.0 for r in observed.replicas)
-    tokens = sum(finite(r.gen_throughput) or 0.0 for r in observed.replicas)
-    if running < 1 or tokens <= 0:
+    values = sorted(
+        (r.running or 0.0) / (finite(r.gen_throughput) or 0.0)
+        for r in observed.replicas
+        if (r.running or 0.0) >= MIN_ITL_BATCH and (finite(r.gen_throughput) or 0.0) > 0
+    )
+    if not values:
         return None
-    return running / tokens
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
 
 def _itl_demand(observed: Observed, spec: AutoscalePolicySpec, learned: Learned) -> float:
-    # Decode time grows like a queue's wait, floor / (1 - utilisation): the utilisation now is
-    # 1 - floor / itl, and the replicas that bring it to the aim's are in proportion.
+    """Replicas that bring the inter-token latency to the aim.
+
+    At a steady rate, decode time grows like a queue's wait, floor / (1 - utilisation): the
+    utilisation now is 1 - floor / itl, and the replicas that bring it to the aim's are in
+    proportion. That model saturates at utilisation 1; past it (a burst on too few
+    replicas: batches as large as the KV cache allows, and a backlog behind them) the step
+    grows linearly with the batch, queued requests included, which keeps the proportion.
+    """
     itl = itl_estimate(observed)
     if itl is None or observed.ready == 0:
         return 0.0
     aim = spec.slo.itl_p95_ms / 1000.0 * spec.targets.itl_fraction
     floor = _itl_floor(spec, learned, aim)
-    busy_now = max(0.0, 1.0 - floor / itl)
-    return observed.ready * busy_now / (1.0 - floor / aim)
+    steady = max(0.0, 1.0 - floor / itl) / (1.0 - floor / aim)
+    queued = sum(r.queued or 0.0 for r in observed.replicas)
+    if queued <= spec.targets.queue_per_replica * observed.ready or _replica_rps(spec, learned):
+        # No backlog, the model holds; or a backlog the rate signal prices better.
+        return observed.ready * steady
+    running = sum(r.running or 0.0 for r in observed.replicas)
+    swamped = (itl - floor) / (aim - floor) * (running + queued) / max(running, 1.0)
+    return observed.ready * max(steady, swamped)
 
 
 def _itl_floor(spec: AutoscalePolicySpec, learned: Learned, aim: float) -> float:
@@ -309,47 +338,65 @@ def _latency_demand(observed: Observed, spec: AutoscalePolicySpec) -> float:
     return observed.ready * min(worst, spec.scale_up.max_rate)
 
 
+def _rate_demand(observed: Observed, spec: AutoscalePolicySpec, learned: Learned) -> float:
+    """The arrival rate, plus the backlog drained within one cold start, over what one replica
+    serves at the targets: the one signal that keeps its proportion when replicas are
+    overloaded (their gauges saturate) or absent (at zero)."""
+    rate = finite(observed.arrival_rate)
+    per_replica = _replica_rps(spec, learned)
+    if rate is None or per_replica is None:
+        return 0.0
+    drain_s = max(spec.cold_start.seconds, float(spec.interval_seconds))
+    return (max(rate, 0.0) + _excess_queue(observed, spec) / drain_s) / per_replica
+
+
+def _replica_rps(spec: AutoscalePolicySpec, learned: Learned) -> float | None:
+    return spec.warm_pool.predictive.replica_rps or learned.replica_rps
+
+
 def _predicted_demand(
-    spec: AutoscalePolicySpec, status: AutoscaleStatus, now: datetime, measured: float
+    spec: AutoscalePolicySpec, status: AutoscaleStatus, now: datetime, demand_now: float
 ) -> float:
-    """What the measured demand grows to one cold start ahead, when the arrival rate rises.
+    """What today's demand grows to one cold start ahead, when the arrival rate rises.
 
     Only a rise beyond the tolerance is a trend worth buying replicas for ahead of time (a
-    steady rate is served by what the gauges ask for). The growth scales the measured demand;
-    with nothing measured (at zero) the forecast is divided by what one replica serves.
+    steady rate is served by what the signals ask for now); it scales the demand by as much.
     """
     predictive = spec.warm_pool.predictive
     if not predictive.enabled or not status.rates:
         return 0.0
     ahead = now + timedelta(seconds=spec.cold_start.seconds)
     rate = forecast(status.rates, ahead, min_span_s=predictive.lookback_seconds / 2)
-    recent = [s.value for s in status.rates[-3:]]
-    level = sum(recent) / len(recent)
-    if rate <= level * (1.0 + spec.targets.tolerance):
+    level = _level(status.rates)
+    if level <= 0 or rate <= level * (1.0 + spec.targets.tolerance):
         return 0.0
-    if measured > 0 and level > 0:
-        return measured * rate / level * predictive.headroom
-    per_replica = predictive.replica_rps or status.learned.replica_rps
-    return 0.0 if per_replica is None else rate * predictive.headroom / per_replica
+    return demand_now * rate / level * predictive.headroom
+
+
+def _level(rates: Sequence[Sample]) -> float:
+    recent = [s.value for s in rates[-3:]]
+    return sum(recent) / len(recent)
 
 
 def forecast(rates: Sequence[Sample], at: datetime, *, min_span_s: float = 0.0) -> float:
-    """The arrival rate at `at` on the least-squares line through `rates`.
+    """The arrival rate at `at`: the recent level, plus the rise of the least-squares line
+    through `rates` if it rises.
 
-    A history shorter than `min_span_s` gives its recent mean instead: a trend read from a
-    few samples (a start, a wake) is noise. Never below zero, nor above twice the highest rate
-    seen: a short steep trend must not buy a fleet.
+    A history shorter than `min_span_s` gives the level: a trend read from a few samples (a
+    start, a wake) is noise. A falling trend gives the level too (scaling down is the gauges'
+    business). Never above twice the highest rate seen: a steep trend must not buy a fleet.
     """
     ys = [s.value for s in rates]
+    level = _level(rates)
     if len(rates) < 3 or (rates[-1].at - rates[0].at).total_seconds() < min_span_s:
-        return sum(ys[-3:]) / len(ys[-3:])
+        return level
     t0 = rates[0].at
     xs = [(s.at - t0).total_seconds() for s in rates]
     mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
     spread = sum((x - mean_x) ** 2 for x in xs)
     slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
-    value = mean_y + slope * ((at - t0).total_seconds() - mean_x)
-    return min(max(value, 0.0), 2.0 * max(ys))
+    ahead = (at - rates[-1].at).total_seconds()
+    return min(level + max(slope, 0.0) * ahead, 2.0 * max(ys))
 
 
 # ---- from demand to a count ----------------------------------------------------------------
@@ -371,8 +418,10 @@ def stabilize(
     A scale-down window not yet covered by recommendations (a new revision, a first tick)
     counts the reference for the rest: nothing is removed on less than a window's evidence.
     """
-    # With no replica ready there is no gauge to be noisy: a wake is not held back.
-    up_window = spec.scale_up.stabilization_seconds if reference > 0 else 0
+    # The up window filters a noisy reading; a surge (half again the count, or a wake from
+    # zero) is no noise, and a cold start is long enough without waiting for it.
+    surge = recommendations[-1].value >= max(1.0, SURGE * reference)
+    up_window = 0 if surge else spec.scale_up.stabilization_seconds
     up = _window(recommendations, now, up_window)
     down = _window(recommendations, now, spec.scale_down.stabilization_seconds)
     if not _covers(recommendations, now, spec):
@@ -465,7 +514,7 @@ def _scale(
     now: datetime,
 ) -> Decision:
     wanted = demand(observed, spec, status, now)
-    load = max(wanted.kv, wanted.running, wanted.itl, wanted.latency, wanted.predicted)
+    load = max(wanted.kv, wanted.running, wanted.itl, wanted.latency, wanted.rate, wanted.predicted)
     recommendation = recommend(load, reference, spec.targets.tolerance)
     recommendations = _keep(status.recommendations, spec, now, recommendation)
     stable = stabilize(reference, recommendations, spec, now)
@@ -511,7 +560,7 @@ def _verb(desired: int, reference: int) -> Verb:
 def _explain(verb: Verb, desired: int, reference: int, wanted: Demand, load: float) -> str:
     signals = (
         f"kv {wanted.kv:.2f}, running {wanted.running:.2f}, itl {wanted.itl:.2f}, "
-        f"latency {wanted.latency:.2f}, "
+        f"latency {wanted.latency:.2f}, rate {wanted.rate:.2f}, "
         f"predicted {wanted.predicted:.2f} replicas; bounds {wanted.floor}..{wanted.ceiling}"
     )
     if verb is Verb.HOLD:

@@ -157,10 +157,11 @@ def _clock(text: str) -> time:
 class Predictive(Spec):
     """Scale for the load expected once a new replica is ready, from recent arrival rates.
 
-    The arrival rate's trend over `lookbackSeconds` is extrapolated one cold start ahead; a
-    rise scales the measured demand by as much. At zero, where nothing is measured, the
-    forecast is divided by what one replica serves: `replicaRps` when set, else learned from
-    the observed rate and signals. `headroom` multiplies the prediction.
+    The arrival rate divided by what one replica serves at the targets (`replicaRps`, else
+    learned from the rate and the signals while the fleet is within its targets) is a demand of
+    its own: it keeps its proportion when the gauges saturate in a burst, and at zero. When
+    `enabled`, the rate's rise over `lookbackSeconds`, one cold start ahead, scales the demand
+    by as much; `headroom` multiplies that prediction.
     """
 
     enabled: bool = True

@@ -150,6 +150,7 @@ class Demand(Wire):
     running: float = 0.0
     itl: float = 0.0
     latency: float = 0.0
+    rate: float = 0.0
     predicted: float = 0.0
     floor: int = 0
     ceiling: int = 0

@@ -66,7 +66,7 @@ class TwinAutoscaler:
         elapsed = self.tick_s if self._last_at is None else max(now - self._last_at, 1e-3)
         self._last_at = now
         ready = [r for r in observed.replicas if r.state == "ready" and r.stats is not None]
-        metrics = tuple(self._metrics(r, elapsed) for r in ready)
+        metrics = tuple(self._metrics(r, elapsed, seen=r.id in self._cached) for r in ready)
         self._cached = {r.id: _cached_total(r) for r in ready}
         return Observed(
             ready=len(ready),
@@ -78,7 +78,7 @@ class TwinAutoscaler:
             ceiling=observed.max_replicas,
         )
 
-    def _metrics(self, replica: ReplicaView, elapsed: float) -> ReplicaMetrics:
+    def _metrics(self, replica: ReplicaView, elapsed: float, *, seen: bool) -> ReplicaMetrics:
         stats = replica.stats
         assert stats is not None
         total = _cached_total(replica)
@@ -90,7 +90,9 @@ class TwinAutoscaler:
             kv_usage=stats.token_usage,
             cached_tokens_rate=max(0, total - before) / elapsed,
             hit_rate=stats.cache_hit_rate,
-            gen_throughput=stats.gen_throughput,
+            # The model's throughput is a 5 s window: on a replica's first ready tick it counts
+            # time the replica was not serving (SGLang's own gauge averages decode steps only).
+            gen_throughput=stats.gen_throughput if seen else None,
         )
 
 

@@ -283,29 +283,35 @@ def test_schedule_floor() -> None:
 
 
 def test_predictive_scales_ahead_of_a_rising_rate() -> None:
-    # five minutes of a rate rising from 5 to 10 req/s; 10 now, 11.5 one cold start (90 s) ahead
+    # five minutes of a rate rising 1 req/s a minute to 10 req/s: 1.5 more one cold start (90 s)
+    # ahead of the recent level
     ages = range(300, 0, -10)
     rates = tuple(Sample(at=T0 - timedelta(seconds=a), value=10.0 - a / 60) for a in ages)
     start = status(5, rates=rates)
     seen = observed(5, kv=0.7, running=35, arrival_rate=10.0)
     decision = decide(seen, spec(maxReplicas=20), start, T0)
     level = (10.0 - 20 / 60 + 10.0 - 10 / 60 + 10.0) / 3
-    assert decision.status.demand.predicted == pytest.approx(5 * 11.5 / level, rel=0.01)
+    assert decision.status.demand.predicted == pytest.approx(5 * (level + 1.5) / level, rel=0.01)
     assert decision.desired == 6
 
 
-def test_predictive_wakes_for_the_rate_a_replica_serves() -> None:
+def test_rate_over_what_a_replica_serves_wakes_and_scales() -> None:
     ages = range(300, 0, -10)
     rates = tuple(Sample(at=T0 - timedelta(seconds=a), value=10.0 - a / 60) for a in ages)
     start = status(0, rates=rates, learned=Learned(replica_rps=2.0))
-    decision = decide(
-        Observed(ready=0, arrival_rate=10.0, revision="llama-00001"),
-        spec(maxReplicas=20),
-        start,
-        T0,
-    )
-    assert decision.status.demand.predicted == pytest.approx(11.5 / 2.0, rel=0.01)
+    at_zero = Observed(ready=0, arrival_rate=10.0, revision="llama-00001")
+    decision = decide(at_zero, spec(maxReplicas=20), start, T0)
+    assert decision.status.demand.rate == pytest.approx(5.0)
+    assert decision.status.demand.predicted > 5.0
     assert decision.desired == 4  # from zero: the first step is at most four
+
+
+def test_replica_capacity_is_learned_only_within_the_targets() -> None:
+    calm = observed(4, kv=0.7 * 0.75, running=20, arrival_rate=30.0)  # 3 replicas of KV
+    learned = decide(calm, spec(), status(4), T0).status.learned
+    assert learned.replica_rps == pytest.approx(10.0)
+    swamped = observed(2, kv=0.7 * 1.5, running=20, arrival_rate=30.0)  # 3 replicas on 2
+    assert decide(swamped, spec(), status(2), T0).status.learned.replica_rps is None
 
 
 def test_steady_rate_predicts_nothing() -> None:
@@ -318,7 +324,7 @@ def test_forecast_is_bounded() -> None:
     steep = [Sample(at=T0 + timedelta(seconds=s), value=float(s * 100)) for s in range(5)]
     assert forecast(steep, T0 + timedelta(hours=1)) == 800.0
     falling = [Sample(at=T0 + timedelta(seconds=s), value=float(10 - s * 5)) for s in range(3)]
-    assert forecast(falling, T0 + timedelta(hours=1)) == 0.0
+    assert forecast(falling, T0 + timedelta(hours=1)) == 5.0  # the level: no trend down
 
 
 def test_new_revision_starts_a_fresh_status_but_keeps_what_was_learned() -> None:
