@@ -1,10 +1,11 @@
 """Twin speed benchmark: an hour of a ten-region fleet at about 1,000 requests/s, timed.
 
 The goal (issue 6): under five minutes of wall time on two cores. The scenario is built here:
-`--regions` regions with equal traffic, one 8B model behind cache-aware routing and Knative's
-KPA, three tenants with Azure-conversation-shaped requests and their own system prompts, at
-`--rate` requests/s over the fleet. Writes benchmarks/results/twin_speed.json with the wall
-time, the simulated requests per wall second, the machine's load and the settings.
+`--regions` regions with equal traffic, one 8B model behind cache-aware routing, radixfleet's
+autoscaler (`--autoscale kpa` for Knative's) and Route 53 failover; three tenants with
+Azure-conversation-shaped requests and their own system prompts, at `--rate` requests/s over
+the fleet. Writes benchmarks/results/twin_speed.json with the wall time, the CPU time, the
+simulated requests per wall second, the machine's load and the settings.
 
     uv run python benchmarks/twin_speed.py              # the full hour
     uv run python benchmarks/twin_speed.py --minutes 5  # a shorter run, extrapolated
@@ -26,10 +27,15 @@ from radixfleet.twin.scenario import Scenario
 from radixfleet.twin.workload import Workload
 
 GOAL_S = 300.0
+#: radixfleet's own autoscaler: the fleet a platform team would run (Knative's KPA defaults
+#: target 70 requests in flight per pod and leave replicas overloaded, which is slower to play).
+AUTOSCALE = "policies.autoscale.twin:radixfleet"
 HOUR_S = 3600.0
 
 
-def scenario(*, regions: int, rate: float, duration_s: float, routing: str) -> Scenario:
+def scenario(
+    *, regions: int, rate: float, duration_s: float, routing: str, autoscale: str = AUTOSCALE
+) -> Scenario:
     """The speed scenario: `regions` equal regions sharing `rate` requests/s."""
     tenants = ["chat", "code", "support"]
     return Scenario.model_validate(
@@ -65,7 +71,14 @@ def scenario(*, regions: int, rate: float, duration_s: float, routing: str) -> S
                     for t in tenants
                 ]
             },
-            "policies": [{"name": "radixfleet", "routing": routing, "traffic": "route53"}],
+            "policies": [
+                {
+                    "name": "radixfleet",
+                    "routing": routing,
+                    "autoscale": autoscale,
+                    "traffic": "route53",
+                }
+            ],
         }
     )
 
@@ -84,10 +97,17 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--routing", default="cache_aware")
+    parser.add_argument("--autoscale", default=AUTOSCALE)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     duration = args.minutes * 60.0
-    spec = scenario(regions=args.regions, rate=args.rate, duration_s=duration, routing=args.routing)
+    spec = scenario(
+        regions=args.regions,
+        rate=args.rate,
+        duration_s=duration,
+        routing=args.routing,
+        autoscale=args.autoscale,
+    )
     load_before = os.getloadavg()
     started = time.perf_counter()
     workload = Workload(spec)
