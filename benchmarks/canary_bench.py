@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -51,6 +49,7 @@ import matplotlib.pyplot as plt
 # canary_flagger lives beside this file; the twin imports policies by `module:attribute`.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from radixfleet.machine import describe_machine
 from radixfleet.twin.fleet import RunRecord
 from radixfleet.twin.run import run_scenario
 from radixfleet.twin.scenario import Scenario
@@ -200,22 +199,6 @@ def plot(summaries: dict[str, dict[str, Any]], path: Path) -> None:
     plt.close(figure)
 
 
-def machine() -> dict[str, Any]:
-    """Where this ran: CPU, cores, Python, and the load other work put on the machine."""
-    model = "unknown"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [ln for ln in cpuinfo.read_text().splitlines() if ln.startswith("model name")]
-        model = names[0].split(":", 1)[1].strip() if names else model
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "load_average_1m": round(os.getloadavg()[0], 2),
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=30.0, help="requests/s of the trace")
@@ -227,7 +210,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.seeds, args.bad_seeds = 6, 2
-    load_before = machine()["load_average_1m"]
+    load_before = describe_machine()["load_average_1m"]
     started = time.perf_counter()
     seeds = {"slow": args.bad_seeds, "errors": args.bad_seeds, "good": args.seeds}
     runs = {
@@ -252,7 +235,7 @@ def main() -> None:
         },
         "summary": summaries,
         "runs": runs,
-        "machine": machine() | {"load_average_1m_before": load_before},
+        "machine": describe_machine() | {"load_average_1m_before": load_before},
         "wall_s": round(time.perf_counter() - started, 1),
     }
     args.out.mkdir(parents=True, exist_ok=True)

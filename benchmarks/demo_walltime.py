@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from radixfleet.machine import describe_machine
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 GOAL_S = 120.0
@@ -52,23 +53,6 @@ def one_run(*, quick: bool) -> dict[str, Any]:
     }
 
 
-def machine() -> dict[str, Any]:
-    model = "unknown"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "load_average_1m": round(os.getloadavg()[0], 2),
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="time `radixfleet demo --quick`")
@@ -84,7 +68,7 @@ def main() -> None:
         "median_wall_time_s": round(statistics.median(walls), 2),
         "met_goal": statistics.median(walls) < GOAL_S,
         "runs": runs,
-        "machine": machine(),
+        "machine": describe_machine(),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     name = "demo_walltime_quick.json" if args.quick else "demo_walltime.json"

@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -34,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from radixfleet.machine import describe_machine
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 SCENARIOS = {"h100": 1.0, "cpu-bound": 0.001}
@@ -150,24 +151,6 @@ def run_scenario(
     return result
 
 
-def machine() -> dict[str, Any]:
-    model = "unknown"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "aiohttp": aiohttp.__version__,
-        "load_average_1m": round(os.getloadavg()[0], 2),  # other work sharing the machine
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -211,7 +194,7 @@ def main() -> None:
             "client_pinned_core": None if cores is None else cores[1],
             "profile": "h100-llama-3.1-8b",
         },
-        "machine": machine(),
+        "machine": describe_machine(),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "emulator_throughput.json"

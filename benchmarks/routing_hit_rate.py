@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from matplotlib.figure import Figure
 
 from radixfleet.emulator.tokenizer import load_tokenizer
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
+from radixfleet.machine import describe_machine
 from radixfleet.workload.prompts import PromptSynth
 from radixfleet.workload.records import WorkItem
 from radixfleet.workload.replay import Replayer
@@ -88,24 +87,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "router": "sglang-router 0.3.2 (PyPI)",
             "seed": args.seed,
         },
-        "machine": machine(),
-    }
-
-
-def machine() -> dict[str, Any]:
-    model = "unknown"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "load_average_1m": round(os.getloadavg()[0], 2),  # other work sharing the machine
+        "machine": describe_machine(),
     }
 
 
