@@ -15,7 +15,6 @@ Knative revision template, which would start a new revision.
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -40,6 +39,7 @@ from canary.queries import QueryConfig
 from canary.spec import API_VERSION, COMMAND_PREFIX, MIN_INTERVAL_SECONDS, PLURAL, CanaryPolicySpec
 from canary.state import Observed, RolloutStatus, Verb, rollout_of
 from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
+from radixfleet.crdwire import status_to_wire
 from radixfleet.labels import GROUP
 
 log = logging.getLogger(__name__)
@@ -50,19 +50,7 @@ DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
 
 def to_wire(status: RolloutStatus) -> dict[str, Any]:
     """A rollout as stored in the CR: camelCase, and no null (the schema has no nullable)."""
-    return dict(_prune(status.model_dump(mode="json", by_alias=True)))
-
-
-def _prune(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _prune(v) for k, v in value.items() if not _missing(v)}
-    if isinstance(value, list):
-        return [_prune(v) for v in value]
-    return value
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and not math.isfinite(value))
+    return status_to_wire(status)
 
 
 @dataclass

@@ -20,6 +20,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from radixfleet.crdwire import status_to_wire
+
 
 def finite(value: float | None) -> float | None:
     """`value` if it is a usable number; NaN and infinities count as missing."""
@@ -189,16 +191,4 @@ def status_of(policy: Mapping[str, Any]) -> AutoscaleStatus | None:
 
 def to_wire(status: AutoscaleStatus) -> dict[str, Any]:
     """A status as stored in the CR: camelCase, no null (the schema has no nullable)."""
-    return dict(_prune(status.model_dump(mode="json", by_alias=True)))
-
-
-def _prune(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _prune(v) for k, v in value.items() if not _missing(v)}
-    if isinstance(value, list):
-        return [_prune(v) for v in value]
-    return value
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and not math.isfinite(value))
+    return status_to_wire(status)

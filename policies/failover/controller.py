@@ -23,7 +23,6 @@ every action is idempotent and decided from the status.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +49,7 @@ from policies.failover.spec import API_VERSION, MIN_INTERVAL_SECONDS, PLURAL, Fa
 from policies.failover.state import FailoverStatus, HealthCheck, Observed
 from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
 from radixfleet.adapters.route53 import AwsRoute53, Route53Error, WeightedRecords
+from radixfleet.crdwire import status_to_wire
 from radixfleet.labels import GROUP
 
 log = logging.getLogger(__name__)
@@ -64,19 +64,7 @@ Observer = Callable[[FailoverPolicySpec, str, datetime], Observed]
 
 def to_wire(status: FailoverStatus) -> dict[str, Any]:
     """A status as stored in the CR: camelCase, and no null (the schema has no nullable)."""
-    return dict(_prune(status.model_dump(mode="json", by_alias=True)))
-
-
-def _prune(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _prune(v) for k, v in value.items() if not _missing(v)}
-    if isinstance(value, list):
-        return [_prune(v) for v in value]
-    return value
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and not math.isfinite(value))
+    return status_to_wire(status)
 
 
 def status_of(policy: Mapping[str, Any]) -> FailoverStatus | None:
