@@ -36,11 +36,7 @@ from radixfleet.replica.request import (
     RequestSpec,
 )
 from radixfleet.replica.stats import Counters, RecentWindow, ReplicaStats
-from radixfleet.replica.timing import (
-    decode_run_seconds,
-    decode_steps_within,
-    prefill_pass_seconds,
-)
+from radixfleet.replica.timing import DecodeCost, prefill_pass_seconds
 
 #: SGLang falls back from longest-prefix-match to FCFS above this queue length (cost control).
 LPM_QUEUE_LIMIT = 128
@@ -72,6 +68,7 @@ class _Prefill:
 class _Decode:
     start: float
     steps_left: int
+    end: float  # when the last of `steps_left` steps ends; kept in step with the two above
 
 
 @dataclass(slots=True)
@@ -97,6 +94,7 @@ class ReplicaModel:
         seed: int = 0,
     ) -> None:
         self.profile = profile
+        self._decode_cost = DecodeCost(profile)
         self.block_tokens = block_tokens
         self.schedule_policy = schedule_policy
         self._rng = random.Random(seed)
@@ -172,10 +170,10 @@ class ReplicaModel:
             self._start_pass(now)  # requests that arrived during a hang
 
     def _shift_pass(self, delay: float) -> None:
-        if isinstance(self._pass, _Prefill):
-            self._pass.end += delay
-        elif isinstance(self._pass, _Decode):
+        if isinstance(self._pass, _Decode):
             self._pass.start += delay
+        if self._pass is not None:
+            self._pass.end += delay
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -189,7 +187,7 @@ class ReplicaModel:
         if self._pass is None and self._hung_since is None:
             self._start_pass(now)
         elif isinstance(self._pass, _Decode):
-            self._pass.steps_left = 1  # let the step in flight end, then schedule the prefill
+            self._cut_decode(self._pass)  # let the step in flight end, then schedule the prefill
         return request
 
     def _check_admissible(self, spec: RequestSpec, *, now: float) -> None:
@@ -252,9 +250,7 @@ class ReplicaModel:
         """When the pass in flight ends (the next decode finish): call advance() then."""
         if self._crashed or self._hung_since is not None or self._pass is None:
             return None
-        if isinstance(self._pass, _Prefill):
-            return self._pass.end
-        return self._pass.start + self._decode_seconds(self._pass.steps_left)
+        return self._pass.end
 
     def _sync(self, now: float) -> None:
         now = max(now, self._cursor)
@@ -285,7 +281,8 @@ class ReplicaModel:
         if items:
             self._begin_prefill(items, now=now)
         elif self._decode.requests:
-            self._pass = _Decode(start=now, steps_left=self._steps_to_next_finish())
+            steps = self._steps_to_next_finish()
+            self._pass = _Decode(start=now, steps_left=steps, end=now + self._decode_seconds(steps))
 
     def _plan_prefill(self, now: float) -> list[tuple[Request, int]]:
         budget = self.profile.chunked_prefill_size
@@ -369,8 +366,8 @@ class ReplicaModel:
     def _end_prefill(self, prefill: _Prefill) -> None:
         now = prefill.end
         for request, chunk in prefill.items:
-            if request.done:
-                continue
+            if request.phase is not Phase.PREFILL:
+                continue  # aborted during the pass
             request.prefilled_tokens += chunk
             if request.prefilled_tokens < request.spec.prompt_tokens:
                 continue
@@ -412,40 +409,43 @@ class ReplicaModel:
         return self._decode.context_base + len(self._decode.requests) * self._steps
 
     def _decode_seconds(self, steps: int) -> float:
-        return decode_run_seconds(
-            self.profile,
-            steps=steps,
-            batch=len(self._decode.requests),
-            context=self._decode_context(),
-            slowdown=self._faults.slowdown,
+        return self._decode_cost.run_seconds(
+            steps, len(self._decode.requests), self._decode_context(), self._faults.slowdown
         )
 
     def _steps_to_next_finish(self) -> int:
         finishes = self._decode.finishes
-        while finishes and finishes[0][2].done:
+        while finishes and finishes[0][2].phase is not Phase.DECODE:
             heapq.heappop(finishes)  # aborted earlier
         return max(1, finishes[0][0] - self._steps)
+
+    def _cut_decode(self, run: _Decode) -> None:
+        """End `run` after the step in flight (the batch is about to change)."""
+        run.steps_left = 1
+        run.end = run.start + self._decode_seconds(1)
 
     def _play_decode(self, run: _Decode, now: float) -> bool:
         """Play the decode steps of `run` that end by `now`; True once the run is over."""
         batch = len(self._decode.requests)
-        steps = decode_steps_within(
-            self.profile,
-            budget=now - run.start,
-            batch=batch,
-            context=self._decode_context(),
-            slowdown=self._faults.slowdown,
-            max_steps=run.steps_left,
-        )
-        if steps == 0:
-            return False
-        run.start += self._decode_seconds(steps)
+        if run.end <= now:  # the usual call: woken at the run's end, no need to solve for it
+            steps, run.start = run.steps_left, run.end
+        elif now <= run.start:
+            return False  # the run starts now (a pass just ended): no step can be over yet
+        else:
+            context, slowdown = self._decode_context(), self._faults.slowdown
+            steps = self._decode_cost.steps_within(
+                now - run.start, batch, context, slowdown, run.steps_left
+            )
+            if steps == 0:
+                return False
+            run.start += self._decode_seconds(steps)
         run.steps_left -= steps
         self._steps += steps
         self.cache.allocate(batch * steps)
         self._alloc_total += batch * steps
         self.counters.decoded(tokens=batch * steps, now=run.start)
         if run.steps_left:
+            run.end = run.start + self._decode_seconds(run.steps_left)
             return False
         self._finish_due(now=run.start)
         return True
@@ -454,7 +454,7 @@ class ReplicaModel:
         finishes = self._decode.finishes
         while finishes and finishes[0][0] <= self._steps:
             _, _, request = heapq.heappop(finishes)
-            if not request.done:
+            if request.phase is Phase.DECODE:  # not aborted earlier
                 self._finish(request, now=now)
 
     # -- leaving -----------------------------------------------------------------------------
@@ -480,7 +480,7 @@ class ReplicaModel:
             if self._chunked is request:
                 self._chunked = None
             if isinstance(self._pass, _Decode):
-                self._pass.steps_left = 1  # the batch changed: re-plan after this step
+                self._cut_decode(self._pass)  # the batch changed: re-plan after this step
         request.phase, request.finished_at, request.finish_reason = Phase.ABORTED, now, "abort"
         self.counters.aborted(request)
         self._pending.append(Event(EventKind.ABORTED, request, now))

@@ -47,7 +47,6 @@ def _common(key: tuple[Hashable, ...], blocks: Sequence[Hashable], start: int, e
     stop = min(len(key), end - start)
     window = blocks[start : start + stop]
     mine = key if stop == len(key) else key[:stop]
-    # The usual case, a whole node matched, is one tuple comparison in C.
     if mine == (window if isinstance(window, tuple) else tuple(window)):
         return stop
     count = 0
@@ -116,9 +115,13 @@ class RadixCache:
             child = node.children.get(blocks[index])
             if child is None:
                 break
-            matched = _common(child.key, blocks, index, end)
-            if matched < len(child.key):
-                child = self._split(child, matched)
+            key = child.key
+            matched = len(key)
+            # The usual case, a whole node matched, is one tuple comparison in C.
+            if index + matched > end or blocks[index : index + matched] != key:
+                matched = _common(key, blocks, index, end)
+                if matched < len(key):
+                    child = self._split(child, matched)
             child.last_access = now
             node, index = child, index + matched
         return node

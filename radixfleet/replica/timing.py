@@ -31,8 +31,7 @@ def decode_run_seconds(
     profile: ReplicaProfile, *, steps: int, batch: int, context: int, slowdown: float
 ) -> float:
     """Duration of `steps` consecutive decode steps, T(steps) above."""
-    linear, quadratic = _decode_coefficients(profile, batch=batch, context=context)
-    return slowdown * (steps * linear + quadratic * steps * (steps - 1))
+    return DecodeCost(profile).run_seconds(steps, batch, context, slowdown)
 
 
 def decode_steps_within(
@@ -45,41 +44,53 @@ def decode_steps_within(
     max_steps: int,
 ) -> int:
     """The most whole decode steps (at most `max_steps`) that finish within `budget` seconds."""
-    # Callers pass back times this module computed; the slack absorbs their float rounding so
-    # that a run asked to end at its own end time does end.
-    budget += 1e-9 * (1.0 + abs(budget))
-    if budget <= 0 or max_steps <= 0:
-        return 0
-    linear, quadratic = _decode_coefficients(profile, batch=batch, context=context)
-    linear, quadratic = linear * slowdown, quadratic * slowdown
-    if linear <= 0 and quadratic <= 0:
-        return max_steps  # a profile with free decode steps: everything is done at once
-    # T(j) = quadratic*j^2 + (linear - quadratic)*j; solve T(j) = budget for j.
-    b = linear - quadratic
-    if quadratic > 0:
-        guess = (-b + math.sqrt(b * b + 4 * quadratic * budget)) / (2 * quadratic)
-    else:
-        guess = budget / b
-    steps = min(max_steps, max(0, int(guess)))
-
-    def run(j: int) -> float:
-        return quadratic * j * j + b * j
-
-    # Float rounding can put the guess one off either way.
-    while steps < max_steps and run(steps + 1) <= budget:
-        steps += 1
-    while steps > 0 and run(steps) > budget:
-        steps -= 1
-    return steps
+    return DecodeCost(profile).steps_within(budget, batch, context, slowdown, max_steps)
 
 
-def _decode_coefficients(
-    profile: ReplicaProfile, *, batch: int, context: int
-) -> tuple[float, float]:
-    linear = (
-        profile.decode_overhead_s
-        + profile.decode_per_request_s * batch
-        + profile.decode_per_context_token_s * context
-    )
-    quadratic = profile.decode_per_context_token_s * batch / 2
-    return linear, quadratic
+class DecodeCost:
+    """A profile's decode coefficients, read once: a replica asks for T(j) on every event."""
+
+    __slots__ = ("overhead", "per_context", "per_request")
+
+    def __init__(self, profile: ReplicaProfile) -> None:
+        self.overhead = profile.decode_overhead_s
+        self.per_request = profile.decode_per_request_s
+        self.per_context = profile.decode_per_context_token_s
+
+    def run_seconds(self, steps: int, batch: int, context: int, slowdown: float) -> float:
+        """T(steps) for a batch of `batch` requests holding `context` tokens at the start."""
+        linear = self.overhead + self.per_request * batch + self.per_context * context
+        quadratic = self.per_context * batch / 2
+        return slowdown * (steps * linear + quadratic * steps * (steps - 1))
+
+    def steps_within(
+        self, budget: float, batch: int, context: int, slowdown: float, max_steps: int
+    ) -> int:
+        """The most whole steps (at most `max_steps`) with T(steps) <= `budget`."""
+        # Callers pass back times this module computed; the slack absorbs their float rounding
+        # so that a run asked to end at its own end time does end.
+        budget += 1e-9 * (1.0 + abs(budget))
+        if budget <= 0 or max_steps <= 0:
+            return 0
+        linear = self.overhead + self.per_request * batch + self.per_context * context
+        quadratic = self.per_context * batch / 2
+        linear, quadratic = linear * slowdown, quadratic * slowdown
+        if linear <= 0 and quadratic <= 0:
+            return max_steps  # a profile with free decode steps: everything is done at once
+        # T(j) = quadratic*j^2 + (linear - quadratic)*j; solve T(j) = budget for j.
+        b = linear - quadratic
+        if quadratic > 0:
+            guess = (-b + math.sqrt(b * b + 4 * quadratic * budget)) / (2 * quadratic)
+        else:
+            guess = budget / b
+        steps = min(max_steps, max(0, int(guess)))
+        # Float rounding can put the guess one off either way.
+        while steps < max_steps and _run(quadratic, b, steps + 1) <= budget:
+            steps += 1
+        while steps > 0 and _run(quadratic, b, steps) > budget:
+            steps -= 1
+        return steps
+
+
+def _run(quadratic: float, b: float, steps: int) -> float:
+    return quadratic * steps * steps + b * steps

@@ -109,7 +109,9 @@ class ApproxTree:
             if child is None:
                 break
             key = child.key
-            shared = _shared(key, blocks, index, end)
+            shared = len(key)
+            if index + shared > end or blocks[index : index + shared] != key:
+                shared = _shared(key, blocks, index, end)
             index += shared
             node = child
             if shared < len(key):
@@ -136,9 +138,11 @@ class ApproxTree:
                 self._attach(leaf, tenant, now)
                 return
             key = child.key
-            shared = _shared(key, blocks, index, end)
-            if shared < len(key):
-                child = self._split(child, shared)
+            shared = len(key)
+            if index + shared > end or blocks[index : index + shared] != key:
+                shared = _shared(key, blocks, index, end)
+                if shared < len(key):
+                    child = self._split(child, shared)
             self._attach(child, tenant, now)
             node, index = child, index + shared
 

@@ -315,6 +315,7 @@ def _prefixed_builder(
     """Prompts of a shared prefix (per group) and then blocks of their own."""
     prompts, outputs, groups = shape.prompt.tolist(), shape.output.tolist(), shape.group.tolist()
     group_stride = 1 << 20
+    prefixes: dict[tuple[int, int], tuple[int, ...]] = {}  # a few per source: built once
 
     def build(record: int, copy: int, index: int) -> RequestSpec:
         prompt, output = prompts[record], outputs[record]
@@ -322,8 +323,11 @@ def _prefixed_builder(
         shared = min(shared_tokens // block, full)
         space = base + copy * _COPY_SPACE
         start = space + groups[record] * group_stride
+        prefix = prefixes.get((start, shared))
+        if prefix is None:
+            prefix = prefixes[start, shared] = tuple(range(start, start + shared))
         unique = space + _UNIQUE_SPACE + index * 4096
-        blocks = (*range(start, start + shared), *range(unique, unique + full - shared))
+        blocks = prefix + tuple(range(unique, unique + full - shared))
         return RequestSpec(
             rid=str(index),
             prompt_tokens=prompt,
