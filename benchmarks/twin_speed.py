@@ -14,6 +14,7 @@ simulated requests per wall second, the machine's load and the settings.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -21,6 +22,9 @@ import resource
 import time
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
 
 from radixfleet.twin.fleet import run_policy
 from radixfleet.twin.scenario import Scenario
@@ -31,6 +35,7 @@ GOAL_S = 300.0
 #: target 70 requests in flight per pod and leave replicas overloaded, which is slower to play).
 AUTOSCALE = "policies.autoscale.twin:radixfleet"
 HOUR_S = 3600.0
+CHECKPOINT_S = 300.0
 
 
 def scenario(
@@ -90,6 +95,24 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def _stretch_costs(checkpoints: list[dict[str, float]]) -> list[dict[str, float]]:
+    """Wall microseconds per request over each stretch between checkpoints."""
+    out = []
+    for before, after in itertools.pairwise(checkpoints):
+        requests = after["requests"] - before["requests"]
+        if requests:
+            out.append(
+                {
+                    "from_virtual_s": before["virtual_s"],
+                    "to_virtual_s": after["virtual_s"],
+                    "wall_us_per_request": round(
+                        (after["wall_s"] - before["wall_s"]) / requests * 1e6, 1
+                    ),
+                }
+            )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0)
@@ -112,7 +135,26 @@ def main() -> None:
     started = time.perf_counter()
     workload = Workload(spec)
     built = time.perf_counter() - started
-    record = run_policy(spec, spec.policies[0], workload, workers=args.workers)
+    checkpoints: list[dict[str, float]] = []
+
+    def checkpoint(virtual_s: float, requests_done: int) -> None:
+        # Wall time per stretch of virtual time: a cost that grows as the hour goes on shows.
+        if not checkpoints or virtual_s - checkpoints[-1]["virtual_s"] >= CHECKPOINT_S:
+            elapsed = time.perf_counter() - started
+            checkpoints.append(
+                {"virtual_s": virtual_s, "wall_s": round(elapsed, 1), "requests": requests_done}
+            )
+
+    with Progress(console=Console(stderr=True)) as bar:
+        task = bar.add_task("twin speed", total=duration)
+
+        def progress(virtual_s: float, requests_done: int) -> None:
+            bar.update(task, completed=virtual_s)
+            checkpoint(virtual_s, requests_done)
+
+        record = run_policy(
+            spec, spec.policies[0], workload, workers=args.workers, progress=progress
+        )
     wall = time.perf_counter() - started
     cpu = _cpu_seconds()
     requests = len(workload.arrivals)
@@ -134,6 +176,7 @@ def main() -> None:
         "virtual_to_wall": round(duration / wall, 1),
         "one_hour_estimate_s": round(hour_estimate, 1),
         "goal_s": GOAL_S,
+        "us_per_request_by_stretch": _stretch_costs(checkpoints),
         "meets_goal": hour_estimate <= GOAL_S,
         "machine": {
             "cpus": os.cpu_count(),

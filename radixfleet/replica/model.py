@@ -285,6 +285,8 @@ class ReplicaModel:
             self._pass = _Decode(start=now, steps_left=steps, end=now + self._decode_seconds(steps))
 
     def _plan_prefill(self, now: float) -> list[tuple[Request, int]]:
+        if self._chunked is None and not self._waiting:
+            return []  # the usual case between arrivals: nothing to prefill
         budget = self.profile.chunked_prefill_size
         items: list[tuple[Request, int]] = []
         if self._chunked is not None:

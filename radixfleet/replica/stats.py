@@ -15,6 +15,8 @@ from radixfleet.replica.request import Request
 THROUGHPUT_WINDOW_S = 5.0
 #: Admitted requests behind `cache_hit_rate`.
 HIT_WINDOW_REQUESTS = 1000
+#: Decode records kept before old ones are dropped without a reader asking.
+_TRIM_AT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +62,8 @@ class Counters:
         """Decode steps ending at `now` produced `tokens` tokens."""
         self._decoded.append((now, tokens))
         self._decoded_sum += tokens
-        self._trim(now)
+        if len(self._decoded) > _TRIM_AT:  # readers trim first; this only bounds the memory
+            self._trim(now)
 
     def gen_throughput(self, now: float) -> float:
         """Decode tokens per second over the last THROUGHPUT_WINDOW_S seconds."""

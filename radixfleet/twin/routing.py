@@ -16,6 +16,8 @@ worker from the seed.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import random
 from collections.abc import Hashable, Sequence
 
@@ -85,8 +87,11 @@ class ApproxTree:
     """sglang-router's multi-tenant approximate radix tree, over blocks instead of characters.
 
     Same answers as tree.rs, cheaper bookkeeping: each worker's nodes are indexed, so removing
-    or evicting a worker touches only its own nodes. A parent is touched whenever a child is,
-    so sorting a worker's nodes by last access, deeper first on ties, visits leaves first.
+    a worker touches only its own nodes. A parent is touched whenever a child is, so taking a
+    worker's nodes by last access, deeper first on ties, visits leaves first. Eviction keeps
+    that order in a heap per worker, built on the worker's first eviction, with one entry per
+    node: an entry older than its node's last access is put back at that age when it comes up,
+    so an eviction costs what it removes and what was touched since, not the tree's size.
     """
 
     def __init__(self, *, chars_per_block: float) -> None:
@@ -94,6 +99,10 @@ class ApproxTree:
         self.chars_per_block = chars_per_block
         self.size: dict[int, float] = {}  # chars per worker (`tenant_char_count`)
         self._nodes: dict[int, dict[_Node, None]] = {}
+        # Per worker, one (access, -depth, serial, node) per node; the access may be older
+        # than the node's own, never newer.
+        self._lru: dict[int, list[tuple[float, int, int, _Node]]] = {}
+        self._serial = itertools.count()
 
     def add_tenant(self, tenant: int, now: float) -> None:
         """Register a worker with an empty tree (the router's `insert("", url)`)."""
@@ -150,6 +159,9 @@ class ApproxTree:
         if tenant not in node.tenants:
             self.size[tenant] = self.size.get(tenant, 0.0) + len(node.key) * self.chars_per_block
             self._nodes.setdefault(tenant, {})[node] = None
+            lru = self._lru.get(tenant)
+            if lru is not None:
+                heapq.heappush(lru, (now, -node.depth, next(self._serial), node))
         node.tenants[tenant] = now
 
     def _split(self, node: _Node, at: int) -> _Node:
@@ -157,8 +169,11 @@ class ApproxTree:
         assert parent is not None
         head = _Node(node.key[:at], parent)
         head.tenants = dict(node.tenants)
-        for tenant in head.tenants:
+        for tenant, stamp in head.tenants.items():
             self._nodes[tenant][head] = None
+            lru = self._lru.get(tenant)
+            if lru is not None:
+                heapq.heappush(lru, (stamp, -head.depth, next(self._serial), head))
         parent.children[node.key[0]] = head
         node.key = node.key[at:]
         node.parent = head
@@ -172,6 +187,7 @@ class ApproxTree:
             self._unlink_if_empty(node)
         self.root.tenants.pop(tenant, None)
         self.size.pop(tenant, None)
+        self._lru.pop(tenant, None)
 
     def _unlink_if_empty(self, node: _Node) -> None:
         """Drop `node`, and then its ancestors, while they hold no worker and no child."""
@@ -188,17 +204,35 @@ class ApproxTree:
             self._evict_tenant(tenant, max_chars)
 
     def _evict_tenant(self, tenant: int, max_chars: float) -> None:
-        nodes = self._nodes[tenant]
-        order = sorted(nodes, key=lambda n: (n.tenants[tenant], -n.depth))
-        for node in order:
-            if self.size[tenant] <= max_chars:
-                return
+        nodes, lru = self._nodes[tenant], self._lru_of(tenant)
+        skipped = []
+        while lru and self.size[tenant] > max_chars:
+            entry = heapq.heappop(lru)
+            stamp, depth, _, node = entry
+            accessed = node.tenants.get(tenant)
+            if accessed is None:
+                continue  # no longer this worker's
+            if accessed != stamp:
+                heapq.heappush(lru, (accessed, depth, next(self._serial), node))
+                continue  # accessed since it was queued: back in line at its new age
             if self._has_child_of(node, tenant):
-                continue  # not a leaf of this worker (a child was touched at the same time)
+                skipped.append(entry)  # not a leaf of this worker yet: keep it for later
+                continue
             del node.tenants[tenant]
             del nodes[node]
             self.size[tenant] -= len(node.key) * self.chars_per_block
             self._unlink_if_empty(node)
+        for entry in skipped:
+            heapq.heappush(lru, entry)
+
+    def _lru_of(self, tenant: int) -> list[tuple[float, int, int, _Node]]:
+        lru = self._lru.get(tenant)
+        if lru is None:
+            nodes = self._nodes[tenant]
+            lru = [(n.tenants[tenant], -n.depth, next(self._serial), n) for n in nodes]
+            heapq.heapify(lru)
+            self._lru[tenant] = lru
+        return lru
 
     @staticmethod
     def _has_child_of(node: _Node, tenant: int) -> bool:
@@ -218,9 +252,9 @@ class CacheAware:
 
     def select(self, spec: RequestSpec, workers: Sequence[WorkerView], now: float) -> int:
         """The worker for `spec` under the balance, cache-threshold and smallest-tree rules."""
-        self._maintain(workers, now)
+        loads = self._maintain(workers, now)
         blocks = spec.prompt_blocks
-        index = self._imbalanced_choice(workers)
+        index = self._imbalanced_choice(loads)
         if index is None:
             index = self._cache_choice(spec, workers, now)
         self.tree.insert(blocks, workers[index].id, now)
@@ -232,18 +266,22 @@ class CacheAware:
             self.tree.remove_tenant(worker_id)
             del self._rank[worker_id]
 
-    def _maintain(self, workers: Sequence[WorkerView], now: float) -> None:
+    def _maintain(self, workers: Sequence[WorkerView], now: float) -> list[int]:
+        """Register new workers, run the periodic eviction; the workers' loads, in order."""
+        loads = []
+        rank = self._rank
         for worker in workers:
-            if worker.id not in self._rank:
-                self._rank[worker.id] = self._rank_rng.random()
+            if worker.id not in rank:
+                rank[worker.id] = self._rank_rng.random()
                 self.tree.add_tenant(worker.id, now)
+            loads.append(worker.load)
         if now >= self._next_eviction:
             self.tree.evict_by_size(self.settings.max_tree_size_chars)
             while self._next_eviction <= now:
                 self._next_eviction += self.settings.eviction_interval_s
+        return loads
 
-    def _imbalanced_choice(self, workers: Sequence[WorkerView]) -> int | None:
-        loads = [worker.load for worker in workers]
+    def _imbalanced_choice(self, loads: list[int]) -> int | None:
         high, low = max(loads), min(loads)
         settings = self.settings
         if (

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from radixfleet.replica import RequestSpec
 from radixfleet.twin.autoscale import Kpa, KpaSettings
@@ -16,7 +18,7 @@ from radixfleet.twin.interfaces import (
     ServiceObservation,
 )
 from radixfleet.twin.load import parse_scenario
-from radixfleet.twin.routing import CacheAware, LeastLoad, RoundRobin
+from radixfleet.twin.routing import ApproxTree, CacheAware, LeastLoad, RoundRobin
 from radixfleet.twin.scenario import RouterSettings
 from radixfleet.twin.traffic import Route53
 from tests.twin.conftest import SMALL
@@ -108,6 +110,61 @@ def test_tree_eviction_and_removal_keep_sizes_and_nodes_consistent() -> None:
         assert tree.size[tenant] <= 64 * 40
     assert all(n.tenants or n.children for n in nodes)
     assert all(1 not in n.tenants for n in nodes)
+
+
+def _walk(node: Any) -> list[Any]:
+    return [node, *(n for child in node.children.values() for n in _walk(child))]
+
+
+def _reference_eviction(tree: ApproxTree, tenant: int, max_chars: float) -> set[tuple[Any, ...]]:
+    """tree.rs's rule done the slow way: every node of the worker, oldest first, leaves first."""
+    held = [n for n in _walk(tree.root)[1:] if tenant in n.tenants]
+    size = tree.size[tenant]
+    evicted: set[int] = set()
+    for node in sorted(held, key=lambda n: (n.tenants[tenant], -n.depth)):
+        if size <= max_chars:
+            break
+        if any(tenant in c.tenants and id(c) not in evicted for c in node.children.values()):
+            continue
+        evicted.add(id(node))
+        size -= len(node.key) * tree.chars_per_block
+    return {_path(n) for n in held if id(n) not in evicted}
+
+
+def _path(node: Any) -> tuple[Any, ...]:
+    keys: list[Any] = []
+    while node.parent is not None:
+        keys[:0] = node.key
+        node = node.parent
+    return tuple(keys)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    prompts=st.lists(
+        st.lists(st.integers(0, 6), min_size=1, max_size=6), min_size=1, max_size=40
+    ),
+    limits=st.lists(st.integers(0, 30), min_size=1, max_size=4),
+)
+def test_tree_eviction_matches_evicting_in_full_lru_order(
+    prompts: list[list[int]], limits: list[int]
+) -> None:
+    """The per-worker eviction heap keeps exactly the nodes a full sort would keep."""
+    tree = ApproxTree(chars_per_block=1.0)
+    tree.add_tenant(0, 0.0)
+    clock = 0.0
+    for round_, limit in enumerate(limits):
+        for blocks in prompts[round_::2] or prompts:
+            clock += 1.0
+            tree.insert(tuple(blocks), 0, clock)
+            _, node = tree.prefix_match(tuple(blocks[:2]))
+            tree.touch(node, 0, clock)
+        expected = _reference_eviction(tree, 0, limit)
+        tree.evict_by_size(limit)
+        kept = {_path(n) for n in _walk(tree.root)[1:] if 0 in n.tenants}
+        assert kept == expected
+        held = [n for n in _walk(tree.root)[1:] if 0 in n.tenants]
+        assert tree.size[0] == sum(len(n.key) for n in held)
 
 
 def test_cache_aware_forgets_a_removed_worker() -> None:
