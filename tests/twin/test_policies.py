@@ -141,9 +141,7 @@ def _path(node: Any) -> tuple[Any, ...]:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    prompts=st.lists(
-        st.lists(st.integers(0, 6), min_size=1, max_size=6), min_size=1, max_size=40
-    ),
+    prompts=st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=6), min_size=1, max_size=40),
     limits=st.lists(st.integers(0, 30), min_size=1, max_size=4),
 )
 def test_tree_eviction_matches_evicting_in_full_lru_order(
