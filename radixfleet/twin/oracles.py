@@ -5,12 +5,15 @@
 - :func:`gpu_oracle`: the fewest GPU-seconds that meet the SLO knowing the future: per minute
   and per region, just enough warm replicas for that minute's arrivals at the largest rate one
   replica serves within the SLO (found by simulating one replica on the model's own requests),
-  with no cold start and perfect balance. It is a bound, not a policy.
+  with no cold start and perfect balance. The replica's cache starts warm with every prefix of
+  the model's earlier requests, on top of its own KV room, as perfect cache-aware routing
+  would spread them over a fleet's caches. It is a bound, not a policy.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +25,8 @@ from radixfleet.twin.workload import Workload, infinite_cache_hit_rate
 
 WINDOW_S = 60.0
 CALIBRATION_REQUESTS = 400
+#: Earlier requests whose prompts are in the calibration replica's cache before it is timed.
+WARMUP_REQUESTS = 2000
 
 
 @dataclass(frozen=True)
@@ -58,26 +63,50 @@ def gpu_oracle(workload: Workload) -> GpuOracle:
 def replica_capacity(workload: Workload, model_index: int) -> float:
     """The highest arrival rate one warm replica serves within the model's SLO target."""
     model = workload.scenario.models[model_index]
-    indices = np.nonzero(workload.arrivals.model == model_index)[0][:CALIBRATION_REQUESTS]
-    if len(indices) == 0:
+    mine = np.nonzero(workload.arrivals.model == model_index)[0]
+    if len(mine) == 0:
         return 1.0
+    warm_count = min(WARMUP_REQUESTS, max(0, len(mine) - CALIBRATION_REQUESTS))
+    warmup = [workload.spec(i).prompt_blocks for i in mine[:warm_count].tolist()]
+    indices = mine[warm_count : warm_count + CALIBRATION_REQUESTS]
     low, high = 0.05, 1.0
-    while _meets(workload, model, indices, high) and high < 1e4:
+    while _meets(workload, model, warmup, indices, high) and high < 1e4:
         low, high = high, high * 2
     for _ in range(8):
         middle = math.sqrt(low * high)
-        low, high = (middle, high) if _meets(workload, model, indices, middle) else (low, middle)
+        fast_enough = _meets(workload, model, warmup, indices, middle)
+        low, high = (middle, high) if fast_enough else (low, middle)
     return low
 
 
-def _meets(workload: Workload, model: Model, indices: np.ndarray, rate: float) -> bool:
+def _warm_replica(
+    workload: Workload, model: Model, warmup: Sequence[tuple[Hashable, ...]]
+) -> ReplicaModel:
+    """A ready replica whose cache holds `warmup`'s prompts in room added for them."""
+    profile = _profile(model.profile, workload.scenario)
+    extra = len({key for blocks in warmup for key in blocks}) * model.block_tokens
     replica = ReplicaModel(
-        profile=_profile(model.profile, workload.scenario),
+        profile=profile.model_copy(
+            update={"kv_capacity_tokens": profile.kv_capacity_tokens + extra}
+        ),
         now=0.0,
         block_tokens=model.block_tokens,
         schedule_policy=SchedulePolicy(model.schedule_policy),
         warm=True,
     )
+    for blocks in warmup:
+        replica.cache.insert(blocks, now=0.0)
+    return replica
+
+
+def _meets(
+    workload: Workload,
+    model: Model,
+    warmup: Sequence[tuple[Hashable, ...]],
+    indices: np.ndarray,
+    rate: float,
+) -> bool:
+    replica = _warm_replica(workload, model, warmup)
     ttft_limit, itl_limit = model.slo.ttft_ms / 1000.0, model.slo.itl_ms / 1000.0
     good = 0
     for k, index in enumerate(indices.tolist()):
