@@ -121,6 +121,17 @@ def test_referenced_nodes_are_never_evicted() -> None:
     assert (cache.used_tokens, cache.evictable_tokens) == (8, 0)
 
 
+def test_a_path_inserted_locked_is_evictable_once_unlocked() -> None:
+    cache = RadixCache(capacity_tokens=16, block_tokens=4)
+    node = cache.insert(["a", "b"], now=0.0, lock=True)
+    assert (cache.used_tokens, cache.evictable_tokens) == (8, 0)
+    assert cache.evict(16) == 0
+    cache.unlock(node)
+    assert (cache.used_tokens, cache.evictable_tokens) == (0, 8)
+    assert cache.evict(16) == 8
+    assert cache.match(["a", "b"], now=1.0).depth == 0
+
+
 def test_parent_becomes_evictable_after_its_children_go() -> None:
     cache = RadixCache(capacity_tokens=16, block_tokens=4)
     cache.insert(["a", "b", "c"], now=0.0)

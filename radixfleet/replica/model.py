@@ -392,8 +392,7 @@ class ReplicaModel:
         moved = (len(blocks) - old.depth) * self.block_tokens
         self.cache.free(moved)
         request.private_tokens -= moved
-        node = self.cache.insert(blocks, now=now)
-        self.cache.lock(node)
+        node = self.cache.insert(blocks, now=now, lock=True)
         self.cache.unlock(old)
         request.node = node
 

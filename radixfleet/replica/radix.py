@@ -165,24 +165,27 @@ class RadixCache:
 
     # -- insertion and eviction --------------------------------------------------------------
 
-    def insert(self, blocks: Sequence[Hashable], *, now: float) -> Node:
-        """Cache `blocks` as a path and return the node ending at its end; new nodes unlocked.
+    def insert(self, blocks: Sequence[Hashable], *, now: float, lock: bool = False) -> Node:
+        """Cache `blocks` as a path and return the node ending at its end, locked if `lock`.
 
         Callers insert tokens they already hold privately and free those right before, so room
         is normally there; if not, cached blocks off this path are evicted first.
         """
         node = self.match(blocks, now=now)
         index = node.depth
-        if index == len(blocks):
-            return node
-        tokens = (len(blocks) - index) * self.block_tokens
-        self._make_room(node=node, tokens=tokens)
-        leaf = Node(key=tuple(blocks[index:]), parent=node, now=now)
-        node.children[blocks[index]] = leaf
-        self._tree_tokens += tokens
-        self._nodes += 1
-        self._push(leaf)
-        return leaf
+        if index < len(blocks):
+            tokens = (len(blocks) - index) * self.block_tokens
+            self._make_room(node=node, tokens=tokens)
+            leaf = Node(key=tuple(blocks[index:]), parent=node, now=now)
+            node.children[blocks[index]] = leaf
+            self._tree_tokens += tokens
+            self._nodes += 1
+            if not lock:
+                self._push(leaf)  # evictable now; a locked leaf is queued when it is unlocked
+            node = leaf
+        if lock:
+            self.lock(node)
+        return node
 
     def evict(self, tokens: int) -> int:
         """Free at least `tokens` evictable tokens, least recently used leaves first."""
