@@ -42,8 +42,10 @@ class Node:
         self.alive = True
 
 
-def _common(key: tuple[Hashable, ...], blocks: Sequence[Hashable], start: int, end: int) -> int:
-    """How many leading blocks of `key` equal blocks[start:end]."""
+def matching_blocks(
+    key: tuple[Hashable, ...], blocks: Sequence[Hashable], start: int, end: int
+) -> int:
+    """How many leading blocks of `key` equal blocks[start:end] (a node's key against a prompt)."""
     stop = min(len(key), end - start)
     window = blocks[start : start + stop]
     mine = key if stop == len(key) else key[:stop]
@@ -119,7 +121,7 @@ class RadixCache:
             matched = len(key)
             # The usual case, a whole node matched, is one tuple comparison in C.
             if index + matched > end or blocks[index : index + matched] != key:
-                matched = _common(key, blocks, index, end)
+                matched = matching_blocks(key, blocks, index, end)
                 if matched < len(key):
                     child = self._split(child, matched)
             child.last_access = now

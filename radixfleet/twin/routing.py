@@ -22,6 +22,7 @@ import random
 from collections.abc import Hashable, Sequence
 
 from radixfleet.replica import RequestSpec
+from radixfleet.replica.radix import matching_blocks
 from radixfleet.twin.interfaces import WorkerView
 from radixfleet.twin.scenario import RouterSettings
 
@@ -71,18 +72,6 @@ class _Node:
         self.tenants: dict[int, float] = {}
 
 
-def _shared(key: tuple[Hashable, ...], blocks: Sequence[Hashable], index: int, end: int) -> int:
-    """Leading blocks of `key` equal to blocks[index:end]; the first is known to match."""
-    stop = min(len(key), end - index)
-    window = tuple(blocks[index : index + stop])
-    if (key if stop == len(key) else key[:stop]) == window:
-        return stop  # a whole node: one comparison in C
-    shared = 1
-    while key[shared] == window[shared]:
-        shared += 1
-    return shared
-
-
 class ApproxTree:
     """sglang-router's multi-tenant approximate radix tree, over blocks instead of characters.
 
@@ -120,7 +109,7 @@ class ApproxTree:
             key = child.key
             shared = len(key)
             if index + shared > end or blocks[index : index + shared] != key:
-                shared = _shared(key, blocks, index, end)
+                shared = matching_blocks(key, blocks, index, end)
             index += shared
             node = child
             if shared < len(key):
@@ -149,7 +138,7 @@ class ApproxTree:
             key = child.key
             shared = len(key)
             if index + shared > end or blocks[index : index + shared] != key:
-                shared = _shared(key, blocks, index, end)
+                shared = matching_blocks(key, blocks, index, end)
                 if shared < len(key):
                     child = self._split(child, shared)
             self._attach(child, tenant, now)
