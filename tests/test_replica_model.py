@@ -200,6 +200,20 @@ def test_slowdown_multiplies_step_times(factor: float) -> None:
     assert request.ttft == pytest.approx(factor * PROFILE.prefill_seconds(2000, 0))
 
 
+def test_a_slowdown_mid_decode_slows_the_steps_still_to_come() -> None:
+    model = warm_model()
+    request = model.submit(spec("a", prompt=1000, output=201), now=0.0)
+    first_token = PROFILE.prefill_seconds(1000, 0)
+    model.advance(first_token)
+    steps = decode_run_seconds(PROFILE, steps=200, batch=1, context=1001, slowdown=1.0)
+    halfway = first_token + steps / 2
+    model.set_faults(Faults(slowdown=3.0), now=halfway)
+    drain(model)
+    assert request.finished_at is not None
+    # About half the steps at full speed, the other half three times slower.
+    assert request.finished_at - first_token == pytest.approx(2 * steps, rel=0.02)
+
+
 def test_error_rate_fails_that_share_of_requests() -> None:
     model = warm_model(seed=7)
     model.set_faults(Faults(error_rate=0.25), now=0.0)

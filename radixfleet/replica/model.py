@@ -166,6 +166,8 @@ class ReplicaModel:
             self._shift_pass(now - self._hung_since)
             self._hung_since = None
         self._faults = faults
+        if isinstance(self._pass, _Decode):  # the steps still to come run at the new speed
+            self._pass.end = self._pass.start + self._decode_seconds(self._pass.steps_left)
         if self._pass is None and self._hung_since is None and self._waiting:
             self._start_pass(now)  # requests that arrived during a hang
 
