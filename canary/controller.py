@@ -38,6 +38,7 @@ from canary.ports import (
 from canary.queries import QueryConfig
 from canary.spec import API_VERSION, COMMAND_PREFIX, MIN_INTERVAL_SECONDS, PLURAL, CanaryPolicySpec
 from canary.state import Observed, RolloutStatus, Verb, rollout_of
+from radixfleet.adapters.kube import api_client, keep_kopf_state_in_annotations
 from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
 from radixfleet.crdwire import status_to_wire
 from radixfleet.labels import GROUP
@@ -198,12 +199,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         # kopf's bookkeeping stays on our CanaryPolicies, under our own prefix.
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-            prefix=COMMAND_PREFIX
-        )
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=COMMAND_PREFIX
-        )
+        keep_kopf_state_in_annotations(settings, prefix=COMMAND_PREFIX)
 
     @kopf.timer(
         GROUP,
@@ -233,15 +229,9 @@ def kube_controller(
     *, prometheus_url: str | None = None, metrics: CanaryMetrics | None = None
 ) -> Controller:
     """A Controller on the in-cluster (or kubeconfig) credentials and the given Prometheus."""
-    from kubernetes import client, config
-
     from canary.kube import KubeCanaryPolicies, KubeEvents, KubeInferenceServices
 
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    api = client.ApiClient()
+    api = api_client()
     url = prometheus_url or os.environ.get(PROMETHEUS_URL_ENV, DEFAULT_PROMETHEUS_URL)
     return Controller(
         isvcs=KubeInferenceServices(api),

@@ -86,12 +86,7 @@ def _fail(message: str) -> NoReturn:
 
 
 def _kube_policies() -> AutoscalePolicies:
-    from kubernetes import client, config
-
     from policies.autoscale.kube import KubeAutoscalePolicies
+    from radixfleet.adapters.kube import api_client
 
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    return KubeAutoscalePolicies(client.ApiClient())
+    return KubeAutoscalePolicies(api_client())

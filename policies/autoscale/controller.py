@@ -46,6 +46,7 @@ from policies.autoscale.queries import QueryConfig
 from policies.autoscale.spec import API_VERSION, MIN_INTERVAL_SECONDS, PLURAL, AutoscalePolicySpec
 from policies.autoscale.state import AutoscaleStatus, Observed, Verb, status_of, to_wire
 from radixfleet import metrics_names as m
+from radixfleet.adapters.kube import api_client, keep_kopf_state_in_annotations
 from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
 from radixfleet.labels import GROUP
 
@@ -194,8 +195,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=KOPF_PREFIX)
+        keep_kopf_state_in_annotations(settings, prefix=KOPF_PREFIX)
 
     @kopf.timer(
         GROUP,
@@ -223,8 +223,6 @@ def run_tick(controller: Controller, body: Mapping[str, Any], *, now: datetime) 
 
 def kube_controller(*, prometheus_url: str | None = None) -> Controller:
     """A Controller on the in-cluster (or kubeconfig) credentials and the given Prometheus."""
-    from kubernetes import client, config
-
     from canary.kube import KubeEvents
     from policies.autoscale.kube import (
         HttpWaker,
@@ -234,11 +232,7 @@ def kube_controller(*, prometheus_url: str | None = None) -> Controller:
         KubeRevisions,
     )
 
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    api = client.ApiClient()
+    api = api_client()
     url = prometheus_url or os.environ.get(PROMETHEUS_URL_ENV, DEFAULT_PROMETHEUS_URL)
     return Controller(
         isvcs=KubeInferenceServices(api),

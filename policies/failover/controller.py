@@ -47,6 +47,7 @@ from policies.failover.ports import Events, FailoverPolicies, Floors, KubeError
 from policies.failover.queries import QueryConfig
 from policies.failover.spec import API_VERSION, MIN_INTERVAL_SECONDS, PLURAL, FailoverPolicySpec
 from policies.failover.state import FailoverStatus, HealthCheck, Observed
+from radixfleet.adapters.kube import api_client
 from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
 from radixfleet.adapters.route53 import AwsRoute53, Route53Error, WeightedRecords
 from radixfleet.crdwire import status_to_wire
@@ -230,17 +231,13 @@ def kube_controller(
     *, region_contexts: Mapping[str, str], namespace: str, prometheus_template: str | None = None
 ) -> Controller:
     """A Controller on in-cluster credentials, with one kubeconfig context per region."""
-    from kubernetes import client, config
+    from kubernetes import config
 
     from canary.kube import KubeEvents
     from policies.failover.kube import FIELD_MANAGER, KubeFailoverPolicies, KubeFloors
     from radixfleet.adapters.route53 import client as route53_client
 
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    api = client.ApiClient()
+    api = api_client()
     regional = {
         r: config.new_client_from_config(context=c)  # type: ignore[no-untyped-call]
         for r, c in region_contexts.items()

@@ -28,6 +28,7 @@ from policies.quota.observe import observe
 from policies.quota.ports import InferenceServices, KubeError, ResourceQuotas, Secrets, Tenants
 from policies.quota.spec import API_VERSION, PLURAL, QUOTA_NAME
 from radixfleet import labels
+from radixfleet.adapters.kube import api_client, keep_kopf_state_in_annotations
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +103,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> Loop:
     async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         # kopf's own bookkeeping stays in annotations under our prefix, never in status:
         # the status is the admission policy's input.
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=KOPF_PREFIX)
+        keep_kopf_state_in_annotations(settings, prefix=KOPF_PREFIX)
         tasks.append(asyncio.create_task(loop.run()))
         loop.wake.set()
 
@@ -125,8 +125,6 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> Loop:
 
 def kube_controller(*, region: str) -> Controller:
     """A Controller on the in-cluster (or kubeconfig) credentials."""
-    from kubernetes import client, config
-
     from policies.quota.kube import (
         KubeInferenceServices,
         KubeResourceQuotas,
@@ -134,11 +132,7 @@ def kube_controller(*, region: str) -> Controller:
         KubeTenants,
     )
 
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    api = client.ApiClient()
+    api = api_client()
     return Controller(
         tenants=KubeTenants(api),
         isvcs=KubeInferenceServices(api),
