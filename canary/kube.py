@@ -31,7 +31,9 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-def _call(what: str, call: Callable[[], T]) -> T:
+def kube_call(what: str, call: Callable[[], T]) -> T:
+    """`call()`, with the client's ApiException turned into our KubeError family (every
+    controller's Kubernetes adapter goes through this; 409 becomes ConflictError)."""
     try:
         return call()
     except ApiException as exc:
@@ -39,7 +41,8 @@ def _call(what: str, call: Callable[[], T]) -> T:
         raise kind(f"{what}: HTTP {exc.status} {_message(exc)}", status=exc.status) from exc
 
 
-def _as_dict(found: object) -> dict[str, Any]:
+def as_dict(found: object) -> dict[str, Any]:
+    """A CustomObjects API answer as the dict it is."""
     # The CustomObjects API is typed `object`; for JSON objects it returns dicts.
     assert isinstance(found, dict), type(found)
     return found
@@ -59,13 +62,13 @@ class KubeInferenceServices:
         self.api = client.CustomObjectsApi(api_client)
 
     def in_namespace(self, namespace: str) -> list[dict[str, Any]]:
-        found = _call(
+        found = kube_call(
             f"list inferenceservices in {namespace}",
             lambda: self.api.list_namespaced_custom_object(
                 KSERVE_GROUP, KSERVE_VERSION, namespace, ISVC_PLURAL
             ),
         )
-        items: list[dict[str, Any]] = _as_dict(found).get("items", [])
+        items: list[dict[str, Any]] = as_dict(found).get("items", [])
         return items
 
     def set_canary_percent(
@@ -80,7 +83,9 @@ class KubeInferenceServices:
             else {"op": "add", "path": PERCENT_PATH, "value": percent}
         )
         try:
-            _call(f"patch {namespace}/{name}", lambda: self._patch(namespace, name, [test, move]))
+            kube_call(
+                f"patch {namespace}/{name}", lambda: self._patch(namespace, name, [test, move])
+            )
         except KubeError as error:
             # A failed `test` answers a bare 422 "Invalid"; read the object to tell it apart
             # from a refused value.
@@ -90,8 +95,8 @@ class KubeInferenceServices:
             raise
 
     def _latest(self, namespace: str, name: str) -> str | None:
-        isvc = _as_dict(
-            _call(
+        isvc = as_dict(
+            kube_call(
                 f"get {namespace}/{name}",
                 lambda: self.api.get_namespaced_custom_object(
                     KSERVE_GROUP, KSERVE_VERSION, namespace, ISVC_PLURAL, name
@@ -118,7 +123,9 @@ class KubeCanaryPolicies:
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return dict(
-                _call(f"get canarypolicy {namespace}/{name}", lambda: self._get(namespace, name))
+                kube_call(
+                    f"get canarypolicy {namespace}/{name}", lambda: self._get(namespace, name)
+                )
             )
         except KubeError as error:
             if error.status == 404:
@@ -132,7 +139,9 @@ class KubeCanaryPolicies:
                 raise KubeError(f"canarypolicy {namespace}/{name} is gone", status=404)
             policy["status"] = merge_rollout(policy.get("status") or {}, rollout)
             try:
-                _call(f"write status of {namespace}/{name}", partial(self._replace_status, policy))
+                kube_call(
+                    f"write status of {namespace}/{name}", partial(self._replace_status, policy)
+                )
                 return
             except ConflictError:
                 if attempt == CONFLICT_ATTEMPTS:
@@ -140,7 +149,7 @@ class KubeCanaryPolicies:
 
     def annotate(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         body = {"metadata": {"annotations": dict(annotations)}}
-        _call(
+        kube_call(
             f"annotate canarypolicy {namespace}/{name}",
             lambda: self.api.patch_namespaced_custom_object(
                 GROUP, API_VERSION, namespace, PLURAL, name, body, field_manager=FIELD_MANAGER
@@ -194,7 +203,7 @@ class KubeEvents:
             first_timestamp=now, last_timestamp=now, count=1,
         )  # fmt: skip
         try:
-            _call(
+            kube_call(
                 f"event {reason} on {meta['namespace']}/{meta['name']}",
                 lambda: self.api.create_namespaced_event(meta["namespace"], event),
             )

@@ -14,7 +14,7 @@ from typing import Any
 
 from kubernetes import client
 
-from canary.kube import _as_dict, _call
+from canary.kube import as_dict, kube_call
 from policies.autoscale.knative import DELETION_COST, REVISION_LABEL
 from policies.autoscale.ports import ConflictError, KubeError
 from policies.autoscale.spec import API_VERSION, PLURAL
@@ -31,7 +31,7 @@ CONFLICT_ATTEMPTS = 5
 def _get(api: client.CustomObjectsApi, kind: tuple[str, str, str], ns: str, name: str) -> Any:
     group, version, plural = kind
     try:
-        found = _call(
+        found = kube_call(
             f"get {plural} {ns}/{name}",
             lambda: api.get_namespaced_custom_object(group, version, ns, plural, name),
         )
@@ -39,7 +39,7 @@ def _get(api: client.CustomObjectsApi, kind: tuple[str, str, str], ns: str, name
         if error.status == 404:
             return None
         raise
-    return _as_dict(found)
+    return as_dict(found)
 
 
 def _annotate(
@@ -48,7 +48,7 @@ def _annotate(
 ) -> None:  # fmt: skip
     group, version, plural = kind
     body = {"metadata": {"annotations": annotations}}
-    _call(
+    kube_call(
         f"annotate {plural} {ns}/{name}",
         lambda: api.patch_namespaced_custom_object(
             group, version, ns, plural, name, body, field_manager=FIELD_MANAGER
@@ -90,7 +90,7 @@ class KubePods:
         self.serializer = client.ApiClient() if api_client is None else api_client
 
     def of_revision(self, namespace: str, revision: str) -> list[dict[str, Any]]:
-        found = _call(
+        found = kube_call(
             f"list pods of {namespace}/{revision}",
             lambda: self.api.list_namespaced_pod(
                 namespace, label_selector=f"{REVISION_LABEL}={revision}"
@@ -101,7 +101,7 @@ class KubePods:
 
     def set_deletion_cost(self, namespace: str, name: str, cost: int) -> None:
         body = {"metadata": {"annotations": {DELETION_COST: str(cost)}}}
-        _call(
+        kube_call(
             f"set deletion cost of {namespace}/{name}",
             lambda: self.api.patch_namespaced_pod(
                 name, namespace, body, field_manager=FIELD_MANAGER
@@ -126,7 +126,7 @@ class KubeAutoscalePolicies:
                 raise KubeError(f"autoscalepolicy {namespace}/{name} is gone", status=404)
             policy["status"] = status
             try:
-                _call(f"write status of {namespace}/{name}", partial(self._replace, policy))
+                kube_call(f"write status of {namespace}/{name}", partial(self._replace, policy))
                 return
             except ConflictError:
                 if attempt == CONFLICT_ATTEMPTS:

@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes import client
 
-from canary.kube import _as_dict, _call
+from canary.kube import as_dict, kube_call
 from policies.failover.ports import ConflictError, KubeError
 from policies.failover.spec import API_VERSION, PLURAL
 from radixfleet.labels import GROUP, MANAGED_BY, MANAGER
@@ -34,11 +34,11 @@ class KubeFailoverPolicies:
 
     def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-            policy = _as_dict(_call(f"get failoverpolicy {namespace}/{name}",
+            policy = as_dict(kube_call(f"get failoverpolicy {namespace}/{name}",
                                     partial(self._get, namespace, name)))  # fmt: skip
             policy["status"] = status
             try:
-                _call(f"write status of {namespace}/{name}", partial(self._replace, policy))
+                kube_call(f"write status of {namespace}/{name}", partial(self._replace, policy))
                 return
             except ConflictError:
                 if attempt == CONFLICT_ATTEMPTS:
@@ -74,7 +74,7 @@ class KubeFloors:
 
     def _floors(self, region: str) -> dict[str, str]:
         try:
-            found = _call(f"read floors in {region}", partial(self._read, region))
+            found = kube_call(f"read floors in {region}", partial(self._read, region))
         except KubeError as error:
             if error.status == 404:
                 return {}
@@ -83,7 +83,7 @@ class KubeFloors:
 
     def _exists(self, region: str) -> bool:
         try:
-            _call(f"read floors in {region}", partial(self._read, region))
+            kube_call(f"read floors in {region}", partial(self._read, region))
         except KubeError as error:
             if error.status == 404:
                 return False
@@ -105,4 +105,4 @@ class KubeFloors:
             # A merge patch: a null value removes the key.
             patch = {"data": dict(data)}
             call = partial(api.patch_namespaced_config_map, FLOORS_CONFIGMAP, ns, patch)
-        _call(f"write floors in {region}", call)
+        kube_call(f"write floors in {region}", call)

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
+from canary.kube import kube_call
 from policies.quota.ports import ConflictError, KubeError
 from policies.quota.spec import API_VERSION, GPU_QUOTA_RESOURCE, PLURAL, QUOTA_NAME, SecretKeyRef
 from radixfleet import labels
@@ -27,25 +26,10 @@ KSERVE = ("serving.kserve.io", "v1beta1", "inferenceservices")
 T = TypeVar("T")
 
 
-def _call(what: str, call: Callable[[], T]) -> T:
-    try:
-        return call()
-    except ApiException as exc:
-        kind = ConflictError if exc.status == 409 else KubeError
-        raise kind(f"{what}: HTTP {exc.status} {_message(exc)}", status=exc.status) from exc
-
-
-def _message(exc: ApiException) -> str:
-    try:
-        return str(json.loads(exc.body or "{}").get("message", exc.reason))
-    except ValueError:
-        return str(exc.reason)
-
-
 def _absent(what: str, call: Callable[[], T]) -> T | None:
     """The call's answer, or None on 404."""
     try:
-        return _call(what, call)
+        return kube_call(what, call)
     except KubeError as error:
         if error.status == 404:
             return None
@@ -63,7 +47,7 @@ class KubeTenants:
 
     def list(self) -> list[dict[str, Any]]:
         return _items(
-            _call(
+            kube_call(
                 "list tenants",
                 lambda: self.api.list_cluster_custom_object(labels.GROUP, API_VERSION, PLURAL),
             )
@@ -76,7 +60,7 @@ class KubeTenants:
                 raise KubeError(f"tenant {name} is gone", status=404)
             tenant["status"] = status  # carries metadata.resourceVersion: a race answers 409
             try:
-                _call(f"write status of tenant {name}", partial(self._replace, name, tenant))
+                kube_call(f"write status of tenant {name}", partial(self._replace, name, tenant))
                 return
             except ConflictError:
                 if attempt == CONFLICT_ATTEMPTS:
@@ -99,7 +83,9 @@ class KubeInferenceServices:
 
     def everywhere(self) -> list[dict[str, Any]]:
         return _items(
-            _call("list inferenceservices", lambda: self.api.list_cluster_custom_object(*KSERVE))
+            kube_call(
+                "list inferenceservices", lambda: self.api.list_cluster_custom_object(*KSERVE)
+            )
         )
 
 
@@ -119,14 +105,14 @@ class KubeResourceQuotas:
         # The client serializes plain dicts as they are; its stubs only name the model class.
         body: Any = quota_manifest(namespace, tenant=tenant, gpus=gpus)
         if self.get(namespace) is None:
-            _call(
+            kube_call(
                 f"create resourcequota in {namespace}",
                 lambda: self.api.create_namespaced_resource_quota(
                     namespace, body, field_manager=FIELD_MANAGER
                 ),
             )
             return
-        _call(
+        kube_call(
             f"patch resourcequota {namespace}/{QUOTA_NAME}",
             lambda: self.api.patch_namespaced_resource_quota(
                 QUOTA_NAME, namespace, {"spec": body["spec"]}, field_manager=FIELD_MANAGER
