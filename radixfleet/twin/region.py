@@ -426,11 +426,16 @@ class Region:
         replica.state = REMOVED
         replica.planned = None
         self.pools[service.model.pool].release(service.profile.gpu_count)
+        self._charge(replica, t)
+
+    def _charge(self, replica: Replica, t: float) -> None:
+        """Record the replica's GPU time from its scheduling until `t`."""
+        service = replica.service
         self.spans.append(
             ReplicaSpan(
                 region=self.name,
                 model=service.model.name,
-                revision=revision.index,
+                revision=replica.revision.index,
                 created_at=replica.created_at,
                 removed_at=t,
                 gpus=service.profile.gpu_count,
@@ -611,16 +616,7 @@ class Region:
         for service in self.services.values():
             for revision in service.revisions:
                 for replica in list(revision.replicas):
-                    self.spans.append(
-                        ReplicaSpan(
-                            region=self.name,
-                            model=service.model.name,
-                            revision=revision.index,
-                            created_at=replica.created_at,
-                            removed_at=t,
-                            gpus=service.profile.gpu_count,
-                        )
-                    )
+                    self._charge(replica, t)
                 for job in revision.buffer:
                     self.fail(job, Status.UNFINISHED, t)
         for job, _ in list(self._jobs.values()):
