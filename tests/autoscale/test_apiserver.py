@@ -37,21 +37,13 @@ T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def kube(request: pytest.FixtureRequest) -> Any:
-    try:
-        return request.getfixturevalue("kube_client")
-    except pytest.FixtureLookupError:
-        pytest.skip("the apiserver fixture (tests/apiserver) is not available")
-
-
-@pytest.fixture
 def ns() -> str:
     return f"a-{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture
-def api(kube: Any) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(kube)
+def api(kube_client: Any) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(kube_client)
 
 
 def _read(api: client.CustomObjectsApi, kind: tuple[str, str, str], ns: str, name: str) -> Any:
@@ -100,14 +92,18 @@ def test_crd_refuses_min_above_max(api: client.CustomObjectsApi, ns: str) -> Non
     assert "minReplicas must not be above maxReplicas" in str(refused.value.body)
 
 
-def test_a_tick_on_real_objects(kube: Any, api: client.CustomObjectsApi, ns: str) -> None:
+def test_a_tick_on_real_objects(kube_client: Any, api: client.CustomObjectsApi, ns: str) -> None:
     _world(api, ns)
     _policy(api, ns, {"inferenceService": "llama"})
     prometheus = FakePrometheus()
     controller = Controller(
-        isvcs=KubeInferenceServices(kube), revisions=KubeRevisions(kube), pods=FakePods(),
-        policies=KubeAutoscalePolicies(kube), events=FakeEvents(), prometheus=prometheus,
-    )  # fmt: skip
+        isvcs=KubeInferenceServices(kube_client),
+        revisions=KubeRevisions(kube_client),
+        pods=FakePods(),
+        policies=KubeAutoscalePolicies(kube_client),
+        events=FakeEvents(),
+        prometheus=prometheus,
+    )
     prometheus.answers = answers({"pod-0": gauges(0.95), "pod-1": gauges(0.95)}, namespace=ns)
     before = _read(api, KNATIVE, ns, REV)
     body = _read(api, OURS, ns, "llama")

@@ -34,22 +34,13 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def kube(request: pytest.FixtureRequest) -> Any:
-    """The API server's client, or a skip where the fixture plugin is not installed."""
-    try:
-        return request.getfixturevalue("kube_client")
-    except pytest.FixtureLookupError:
-        pytest.skip("the apiserver fixture (tests/apiserver) is not available")
-
-
-@pytest.fixture
 def ns() -> str:
     return f"c-{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture
-def api(kube: Any) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(kube)
+def api(kube_client: Any) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(kube_client)
 
 
 def _create_policy(api: client.CustomObjectsApi, ns: str, spec: dict[str, Any]) -> Any:
@@ -110,10 +101,10 @@ def test_the_api_server_fills_the_types_defaults(api: client.CustomObjectsApi, n
 
 
 def test_traffic_patch_checks_the_canary_in_the_same_request(
-    kube: Any, api: client.CustomObjectsApi, ns: str
+    kube_client: Any, api: client.CustomObjectsApi, ns: str
 ) -> None:
     _create_isvc(api, ns)
-    isvcs = KubeInferenceServices(kube)
+    isvcs = KubeInferenceServices(kube_client)
     isvcs.set_canary_percent(ns, "llama", percent=20, canary_revision=CANARY)
     assert _isvc(api, ns)["spec"]["predictor"]["canaryTrafficPercent"] == 20
     with pytest.raises(StaleRevisionError):
@@ -124,10 +115,10 @@ def test_traffic_patch_checks_the_canary_in_the_same_request(
 
 
 def test_rollouts_of_two_services_share_the_policy_status(
-    kube: Any, api: client.CustomObjectsApi, ns: str
+    kube_client: Any, api: client.CustomObjectsApi, ns: str
 ) -> None:
     _create_policy(api, ns, {})
-    policies = KubeCanaryPolicies(kube)
+    policies = KubeCanaryPolicies(kube_client)
     for name, phase in (("a", "Progressing"), ("b", "RolledBack"), ("a", "Halted")):
         rollout = {"inferenceService": name, "canaryRevision": "r2", "phase": phase, "weight": 5}
         policies.write_rollout(ns, "default", rollout)
@@ -143,13 +134,15 @@ def test_rollouts_of_two_services_share_the_policy_status(
     assert "pause.canary.radixfleet.io/a" not in (policy["metadata"].get("annotations") or {})
 
 
-def test_a_whole_rollout_on_real_objects(kube: Any, api: client.CustomObjectsApi, ns: str) -> None:
+def test_a_whole_rollout_on_real_objects(
+    kube_client: Any, api: client.CustomObjectsApi, ns: str
+) -> None:
     _create_policy(api, ns, {"steps": [10, 50]})
     _create_isvc(api, ns)
     events = FakeEvents()
     controller = Controller(
-        KubeInferenceServices(kube),
-        KubeCanaryPolicies(kube),
+        KubeInferenceServices(kube_client),
+        KubeCanaryPolicies(kube_client),
         events,
         FakePrometheus(answers(GOOD, namespace=ns)),
     )

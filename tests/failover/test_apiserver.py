@@ -20,22 +20,14 @@ pytestmark = pytest.mark.apiserver
 OURS = ("radixfleet.io", "v1alpha1")
 
 
-@pytest.fixture
-def kube(request: pytest.FixtureRequest) -> Any:
-    try:
-        return request.getfixturevalue("kube_client")
-    except pytest.FixtureLookupError:
-        pytest.skip("the apiserver fixture (tests/apiserver) is not available")
-
-
 def _create(api: client.CustomObjectsApi, ns: str, spec: dict[str, Any]) -> Any:
     body = {"apiVersion": "/".join(OURS), "kind": "FailoverPolicy",
             "metadata": {"name": "llama"}, "spec": spec}  # fmt: skip
     return api.create_namespaced_custom_object(*OURS, ns, "failoverpolicies", body)
 
 
-def test_defaults_cel_and_status(kube: Any) -> None:
-    api, ns = client.CustomObjectsApi(kube), f"f-{uuid.uuid4().hex[:10]}"
+def test_defaults_cel_and_status(kube_client: Any) -> None:
+    api, ns = client.CustomObjectsApi(kube_client), f"f-{uuid.uuid4().hex[:10]}"
     created = _create(api, ns, MINIMAL)
     # The server's defaults are the type's.
     assert FailoverPolicySpec.model_validate(created["spec"]) == FailoverPolicySpec.model_validate(
@@ -55,7 +47,7 @@ def test_defaults_cel_and_status(kube: Any) -> None:
     spec = FailoverPolicySpec.model_validate(MINIMAL)
     status = initial_status(spec, datetime(2026, 3, 1, tzinfo=UTC))
     status = status.model_copy(update={"weights": {"us-east-1": 100, "eu-west-1": 0}})
-    KubeFailoverPolicies(kube).write_status(ns, "llama", to_wire(status))
+    KubeFailoverPolicies(kube_client).write_status(ns, "llama", to_wire(status))
     stored: Any = api.get_namespaced_custom_object(*OURS, ns, "failoverpolicies", "llama")
     assert stored["status"]["weights"] == {"us-east-1": 100, "eu-west-1": 0}
     assert [r["phase"] for r in stored["status"]["regions"]] == ["Healthy", "Healthy"]

@@ -29,11 +29,8 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def api(request: pytest.FixtureRequest) -> client.CustomObjectsApi:
-    try:
-        return client.CustomObjectsApi(request.getfixturevalue("kube_client"))
-    except pytest.FixtureLookupError:
-        pytest.skip("the apiserver fixture (tests/apiserver) is not available")
+def api(kube_client: Any) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(kube_client)
 
 
 def create(api: client.CustomObjectsApi, spec: dict[str, Any], name: str | None = None) -> Any:
