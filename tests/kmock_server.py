@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,6 +45,14 @@ class Emulator(kmock.KubernetesEmulator):
 class Emulated:
     api_client: Any  # kubernetes.client.ApiClient
     emulator: Emulator
+
+    def posted(self, path: str) -> list[dict[str, Any]]:
+        """The bodies POSTed so far, as sent; fails on a request that was not a POST to `path`."""
+        bodies = []
+        for request in self.emulator:
+            assert (request.method.value, request.url.path) == ("POST", path)
+            bodies.append(json.loads(request.body))
+        return bodies
 
 
 @contextmanager

@@ -8,11 +8,9 @@ reads what kmock received.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 
@@ -42,15 +40,6 @@ def on_the_wire(kube: Emulated, prometheus: FakePrometheus) -> Fleet:
     return fleet
 
 
-def posted(kube: Emulated) -> list[dict[str, Any]]:
-    """The Event bodies kmock received, as sent (checking method and path on the way)."""
-    bodies = []
-    for request in kube.emulator:
-        assert (request.method.value, request.url.path) == ("POST", EVENTS_PATH)
-        bodies.append(json.loads(request.body))
-    return bodies
-
-
 def test_an_advance_and_a_rollback_are_posted_as_events_on_the_inference_service(
     kube: Emulated,
 ) -> None:
@@ -59,7 +48,7 @@ def test_an_advance_and_a_rollback_are_posted_as_events_on_the_inference_service
     rollout = fleet.rollout()
     assert fleet.percents == [5, 0] and rollout.phase is Phase.ROLLED_BACK
 
-    events = posted(kube)
+    events = kube.posted(EVENTS_PATH)
     assert [(e["reason"], e["type"], e["message"]) for e in events] == [
         ("CanaryAdvance", "Normal", "advancing from 0% to 5%"),
         ("CanaryHold", "Normal",
@@ -94,7 +83,7 @@ def test_a_refused_event_is_logged_and_the_tick_carries_on(
     # The advance was carried out (status, then traffic) although its Event was refused.
     assert fleet.percents == [5]
     assert fleet.rollout().weight == 5
-    assert [e["reason"] for e in posted(kube)] == ["CanaryAdvance"]
+    assert [e["reason"] for e in kube.posted(EVENTS_PATH)] == ["CanaryAdvance"]
     assert f"CanaryAdvance not posted: event CanaryAdvance on {NS}/{NAME}: HTTP {status}" in (
         caplog.text
     )

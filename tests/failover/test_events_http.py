@@ -8,10 +8,8 @@ only the Events go over the wire to kmock.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -38,15 +36,6 @@ def on_the_wire(kube: Emulated) -> World:
     return world
 
 
-def posted(kube: Emulated) -> list[dict[str, Any]]:
-    """The Event bodies kmock received, as sent (checking method and path on the way)."""
-    bodies = []
-    for request in kube.emulator:
-        assert (request.method.value, request.url.path) == ("POST", EVENTS_PATH)
-        bodies.append(json.loads(request.body))
-    return bodies
-
-
 def test_a_dead_region_is_reported_in_events_on_the_failover_policy(kube: Emulated) -> None:
     world = on_the_wire(kube)
     world.tick()
@@ -55,7 +44,7 @@ def test_a_dead_region_is_reported_in_events_on_the_failover_policy(kube: Emulat
     world.tick()
     assert world.route53.weights == {"us-east-1": 0, "eu": 100, "ap": 100}
 
-    events = posted(kube)
+    events = kube.posted(EVENTS_PATH)
     assert [(e["reason"], e["type"]) for e in events] == [
         ("RegionUnhealthy", "Warning"), ("PreScaled", "Normal"), ("WeightsSet", "Normal"),
     ]  # fmt: skip
@@ -85,7 +74,11 @@ def test_refused_events_are_logged_and_the_shift_still_happens(
         world.tick()
     assert world.route53.weights == {"us-east-1": 0, "eu": 100, "ap": 100}
     assert world.policy["status"]["weights"] == {"us": 0, "eu": 100, "ap": 100}
-    assert [e["reason"] for e in posted(kube)] == ["RegionUnhealthy", "PreScaled", "WeightsSet"]
+    assert [e["reason"] for e in kube.posted(EVENTS_PATH)] == [
+        "RegionUnhealthy",
+        "PreScaled",
+        "WeightsSet",
+    ]
     assert f"RegionUnhealthy not posted: event RegionUnhealthy on {NS}/{NAME}: HTTP {status}" in (
         caplog.text
     )
