@@ -67,6 +67,20 @@ def check_args(args: Sequence[str]) -> Iterator[str]:
             yield f"{name} needs a value"
 
 
+def parse_args(args: Sequence[str]) -> dict[str, list[str]]:
+    """The flags of a valid sglang argument list (see ``check_args``) with their values, keyed
+    by the flag's destination (``--tp`` and ``--tp-size`` are both ``tp_size``)."""
+    flags = sglang_flags()
+    parsed: dict[str, list[str]] = {}
+    i = 0
+    while i < len(args):
+        name, eq, inline = args[i].partition("=")
+        flag = flags[name]
+        values, i = _values(flag, args, i + 1, inline if eq else None)
+        parsed[flag.dest] = values
+    return parsed
+
+
 def _values(flag: Flag, args: Sequence[str], i: int, inline: str | None) -> tuple[list[str], int]:
     if not flag.takes_value:
         return ([inline] if inline is not None else []), i

@@ -1,0 +1,75 @@
+"""SGLang's own command line, served by the emulated replica: what ``python3 -m
+sglang.launch_server`` runs in radixfleet's image.
+
+A ClusterServingRuntime starts SGLang with ``python3 -m sglang.launch_server --model-path ...
+--port 8080 --enable-metrics ...``. In the test cluster, where no GPU runs SGLang, radixfleet's
+image answers that same command with the emulator, so the runtimes are deployed exactly as
+rendered: every flag must be one sglang 0.5.23 accepts, with a valid value, or the replica exits
+2 at start-up as SGLang would. The flags the emulator models (host, port, served model name,
+API key, schedule policy, metrics) take effect; the rest (parallelism, memory fractions) are
+accepted and have no effect on an emulated replica.
+
+What SGLang learns from the GPU and the weights comes from the environment instead:
+``RADIXFLEET_EMULATOR_PROFILE`` (a built-in profile, default ``h100-llama-3.1-8b``),
+``RADIXFLEET_EMULATOR_TIME_SCALE`` (default 1.0) and ``RADIXFLEET_EMULATOR_WARM`` (``1``: no
+cold start).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from radixfleet.emulator.cli import serve
+from radixfleet.emulator.server import EmulatorConfig
+from radixfleet.profile import ProfileError, resolve_profile
+from radixfleet.replica import SchedulePolicy
+from radixfleet.validate.sglang_flags import check_args, parse_args
+
+DEFAULT_PROFILE = "h100-llama-3.1-8b"
+
+
+class LaunchError(Exception):
+    """The command line or the environment cannot start a replica; exit 2, as SGLang does."""
+
+
+def config_from(args: Sequence[str], environ: Mapping[str, str]) -> EmulatorConfig:
+    """The emulator's configuration for an sglang command line and environment."""
+    problems = list(check_args(args))
+    if problems:
+        raise LaunchError("; ".join(problems))
+    flags = parse_args(args)
+    try:
+        profile = resolve_profile(environ.get("RADIXFLEET_EMULATOR_PROFILE", DEFAULT_PROFILE))
+        scale = float(environ.get("RADIXFLEET_EMULATOR_TIME_SCALE", "1.0"))
+    except (ProfileError, ValueError) as error:
+        raise LaunchError(str(error)) from error
+    if scale != 1.0:
+        profile = profile.scaled(time_factor=scale)
+    return EmulatorConfig(
+        profile=profile,
+        served_model_name=_one(flags, "served_model_name"),
+        api_key=_one(flags, "api_key"),
+        host=_one(flags, "host") or "127.0.0.1",
+        port=int(_one(flags, "port") or 30000),
+        enable_metrics="enable_metrics" in flags,
+        warm=environ.get("RADIXFLEET_EMULATOR_WARM", "") == "1",
+        schedule_policy=SchedulePolicy(_one(flags, "schedule_policy") or "fcfs"),
+        cache_dir=None,
+    )
+
+
+def _one(flags: Mapping[str, list[str]], dest: str) -> str | None:
+    values = flags.get(dest)
+    return values[0] if values else None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config = config_from(sys.argv[1:] if argv is None else argv, os.environ)
+    except LaunchError as error:
+        print(f"launch_server: error: {error}", file=sys.stderr)
+        return 2
+    serve(config)
+    return 0
