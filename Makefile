@@ -2,7 +2,7 @@
 UV ?= uv
 export UV_PYTHON ?= 3.11
 
-.PHONY: setup demo test lint typecheck render check-rendered unit
+.PHONY: setup demo test lint typecheck render check-rendered unit cluster cluster-down
 
 setup:  ## install uv's environment (the project, its dev tools) from uv.lock
 	@command -v $(UV) >/dev/null || python3 -m pip install --quiet uv
@@ -24,3 +24,9 @@ typecheck: setup
 
 test: lint typecheck  ## everything CI runs: lint, types, and the whole test suite
 	$(UV) run pytest
+
+cluster: setup  ## a one-node Kubernetes 1.37 on this machine, left running (kubeconfig: out/cluster/kubeconfig)
+	$(UV) run python -m testbed up --out out/cluster
+
+cluster-down: setup  ## stop the cluster of `make cluster`; its logs stay in out/cluster/logs
+	$(UV) run python -m testbed down --out out/cluster

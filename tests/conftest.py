@@ -2,4 +2,5 @@
 
 pytest_plugins = [
     "tests.apiserver.fixture",
+    "tests.cluster.fixture",
 ]

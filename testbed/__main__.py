@@ -1,0 +1,75 @@
+"""``python -m testbed up|down|build [--out DIR]``: the test cluster for humans.
+
+``up`` builds what is missing, starts a cluster whose files live in ``--out`` (default
+``out/cluster``; the kubeconfig is ``out/cluster/kubeconfig``) and leaves it running; ``down``
+stops it and removes everything but its logs. ``make cluster`` and ``make cluster-down`` call these.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_OUT = Path("out/cluster")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testbed", description=__doc__)
+    parser.add_argument("command", choices=["up", "down", "build"])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        from testbed import builds
+
+        return builds.main([])
+    if args.command == "down":
+        return _down(args.out)
+    return _up(args.out)
+
+
+def _up(out: Path) -> int:
+    from testbed import session
+
+    if (out / "layout.json").exists():
+        print(f"a cluster may be running from {out}: `make cluster-down` first", file=sys.stderr)
+        return 2
+    try:
+        running = session.start(out)
+    except session.UnavailableError as error:
+        print(f"cluster: {error}", file=sys.stderr)
+        return 1
+    layout = running.layout
+    (out / "layout.json").write_text(
+        json.dumps({"slot": layout.network.slot, "etcd_dir": str(layout.etcd_dir)})
+    )
+    print(
+        f"cluster up: API server {layout.network.server}\n"
+        f"  export KUBECONFIG={layout.kubeconfig.resolve()}\n"
+        f"  kubectl: {layout.bin / 'kubectl'} (Kubernetes 1.37)\n"
+        f"  logs: {layout.logs}"
+    )
+    return 0
+
+
+def _down(out: Path) -> int:
+    from testbed import cluster
+    from testbed.layout import Layout, Network
+
+    try:
+        saved = json.loads((out / "layout.json").read_text())
+    except (OSError, ValueError):
+        print(f"no cluster recorded in {out}", file=sys.stderr)
+        return 1
+    layout = Layout(
+        run_dir=out.resolve(), etcd_dir=Path(saved["etcd_dir"]), network=Network(int(saved["slot"]))
+    )
+    cluster.down(layout)
+    (out / "layout.json").unlink()
+    print(f"cluster down; logs kept in {layout.logs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,126 @@
+"""A test cluster ready for radixfleet: the node up with the images built here, CoreDNS running,
+and the node advertising the GPUs its predictors ask for. What ``make cluster`` and the ``cluster``
+pytest fixture both start.
+
+No GPU exists on these machines: the node advertises ``nvidia.com/gpu`` as an extended resource
+through its status (Kubernetes' documented way to advertise a node-level resource), so the
+scheduler places predictors that request GPUs exactly as on a GPU node; the containers run the
+emulated SGLang replica, which needs none.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from testbed import cluster as cluster_mod
+from testbed import dns
+from testbed.cluster import Cluster, ClusterError
+from testbed.layout import NODE_NAME
+
+GPUS_PER_NODE = 8
+READY_TIMEOUT_S = 180.0
+# The labels a GPU node group of infra/ carries, so catalog predictors schedule here.
+NODE_LABELS = {
+    "radixfleet.io/gpu-type": "H100",
+    "radixfleet.io/gpu-pool": "h100",
+    "radixfleet.io/capacity-type": "on-demand",
+}
+
+
+class UnavailableError(Exception):
+    """The cluster cannot be had on this machine (a missing tool, a failed build, a start that
+    timed out); the message says which and ends with the components' logs."""
+
+
+def start(run_dir: Path) -> Cluster:
+    """Build what is missing, start the cluster and its add-ons; raise UnavailableError."""
+    from testbed import images
+
+    try:
+        built = images.ensure(["pause", "coredns"])
+        running = cluster_mod.up(
+            run_dir,
+            sandbox_image=built["pause"].reference,
+            image_archives=[image.archive for image in built.values()],
+        )
+    except (ClusterError, OSError, images.ImageError) as error:
+        raise UnavailableError(str(error)) from error
+    try:
+        advertise_gpus(running, count=GPUS_PER_NODE, labels=NODE_LABELS)
+        apply(running, dns.objects(running.network, image=built["coredns"].reference))
+        wait_rollout(running, namespace=dns.NAMESPACE, deployment=dns.NAME)
+    except ClusterError as error:
+        cluster_mod.down(running.layout)
+        raise UnavailableError(str(error)) from error
+    return running
+
+
+def load_images(running: Cluster, records: Sequence[Any]) -> None:
+    """Import images built after the cluster started (``testbed.images`` records)."""
+    from testbed import images
+
+    for record in records:
+        images.load_into_containerd(record, address=str(running.layout.containerd_socket))
+
+
+def stop(running: Cluster) -> None:
+    cluster_mod.down(running.layout)
+
+
+def apply(running: Cluster, objects: Sequence[Mapping[str, Any]]) -> None:
+    """Server-side apply, as a platform team's ``kubectl apply --server-side`` would."""
+    documents = {"apiVersion": "v1", "kind": "List", "items": list(objects)}
+    running.kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=radixfleet-testbed",
+        "-f",
+        "-",
+        stdin=json.dumps(documents),
+    )
+
+
+def advertise_gpus(running: Cluster, *, count: int, labels: Mapping[str, str]) -> None:
+    patch = [{"op": "add", "path": "/status/capacity/nvidia.com~1gpu", "value": str(count)}]
+    running.kubectl(
+        "patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(patch)
+    )
+    running.kubectl(
+        "label",
+        "node",
+        NODE_NAME,
+        "--overwrite",
+        *(f"{key}={value}" for key, value in labels.items()),
+    )
+
+
+def wait_rollout(running: Cluster, *, namespace: str, deployment: str) -> None:
+    result = running.kubectl(
+        "rollout",
+        "status",
+        f"deployment/{deployment}",
+        "-n",
+        namespace,
+        f"--timeout={READY_TIMEOUT_S:.0f}s",
+        check=False,
+    )
+    if result.returncode != 0:
+        pods = running.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout
+        raise ClusterError(
+            f"{namespace}/{deployment} not rolled out: {result.stderr.strip()}\n{pods}\n"
+            f"{cluster_mod.logs_tail(running.layout)}"
+        )
+
+
+def wait_for(predicate: Any, *, timeout_s: float, what: str) -> None:
+    """Poll ``predicate()`` until it is true; fail naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(1.0)
+    raise ClusterError(f"timed out after {timeout_s:.0f} s waiting for {what}")

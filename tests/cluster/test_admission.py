@@ -1,0 +1,133 @@
+"""What the real API server enforces: the quota's ValidatingAdmissionPolicy evaluated by
+kube-apiserver's CEL admission, and RBAC on a ServiceAccount's token.
+
+These need only the API server of the test cluster, not the kubelet; they run on it because it
+is the one place where admission and authorization are the production code paths.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from policies.quota import admission
+from testbed.cluster import Cluster
+
+REPO = Path(__file__).resolve().parents[2]
+NAMESPACE = "team-vap"
+
+
+def _isvc(name: str, *, max_replicas: int, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "annotations": {
+                "radixfleet.io/gpu-type": "H100",
+                "radixfleet.io/gpus-per-replica": str(gpus),
+            },
+        },
+        "spec": {
+            "predictor": {
+                "minReplicas": 0,
+                "maxReplicas": max_replicas,
+                "model": {
+                    "modelFormat": {"name": "sglang"},
+                    "resources": {
+                        "limits": {"nvidia.com/gpu": str(gpus)},
+                        "requests": {"nvidia.com/gpu": str(gpus)},
+                    },
+                },
+            }
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def budgeted_tenant(cluster: Cluster) -> str:
+    """The CRDs, the policy and its binding, and a Tenant with 4 H100s accounted to it."""
+    crds = [
+        REPO / "radixfleet/crds/tenants.radixfleet.io.yaml",
+        REPO / "radixfleet/schemas/kserve/serving.kserve.io_inferenceservices.yaml",
+    ]
+    for crd in crds:
+        cluster.kubectl("apply", "--server-side", "-f", str(crd))
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/tenants.radixfleet.io",
+        "crd/inferenceservices.serving.kserve.io",
+    )
+    cluster.kubectl("create", "namespace", NAMESPACE)
+    policy = yaml.safe_dump_all(admission.manifests())
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=policy)
+    tenant = {
+        "apiVersion": "radixfleet.io/v1alpha1",
+        "kind": "Tenant",
+        "metadata": {"name": "vap"},
+        "spec": {"namespaces": [NAMESPACE], "gpuBudget": {"H100": {"guaranteed": 4}}},
+    }
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(tenant))
+    status = {
+        "status": {
+            "namespaces": [NAMESPACE],
+            "gpus": {"H100": {"guaranteed": 4, "borrow": 0, "committed": 0}},
+        }
+    }
+    cluster.kubectl(
+        "patch", "tenant", "vap", "--subresource=status", "--type=merge", "-p", json.dumps(status)
+    )
+    return "vap"
+
+
+def test_an_over_budget_inferenceservice_is_refused_with_the_quota_message(
+    cluster: Cluster, budgeted_tenant: str
+) -> None:
+    refused = cluster.kubectl(
+        "create", "-f", "-", check=False, stdin=json.dumps(_isvc("too-big", max_replicas=3, gpus=2))
+    )
+    assert refused.returncode != 0
+    assert "ValidatingAdmissionPolicy 'inferenceservice-gpu-budget.radixfleet.io'" in refused.stderr
+    assert "H100 budget exceeded" in refused.stderr
+    assert f"{NAMESPACE}/too-big asks for 6 GPUs" in refused.stderr
+
+
+def test_an_in_budget_inferenceservice_is_admitted(cluster: Cluster, budgeted_tenant: str) -> None:
+    admitted = cluster.kubectl(
+        "create", "-f", "-", check=False, stdin=json.dumps(_isvc("fits", max_replicas=2, gpus=2))
+    )
+    assert admitted.returncode == 0, admitted.stderr
+    cluster.kubectl("delete", "inferenceservice", "fits", "-n", NAMESPACE, "--wait=false")
+
+
+def test_rbac_refuses_a_service_account_what_its_role_does_not_grant(cluster: Cluster) -> None:
+    cluster.kubectl("create", "namespace", "rbac-probe")
+    cluster.kubectl("create", "serviceaccount", "reader", "-n", "rbac-probe")
+    cluster.kubectl(
+        "create", "role", "pod-reader", "-n", "rbac-probe", "--verb=get,list", "--resource=pods"
+    )
+    cluster.kubectl(
+        "create",
+        "rolebinding",
+        "reader",
+        "-n",
+        "rbac-probe",
+        "--role=pod-reader",
+        "--serviceaccount=rbac-probe:reader",
+    )
+    token = cluster.kubectl("create", "token", "reader", "-n", "rbac-probe").stdout.strip()
+    # --user names no entry of the kubeconfig, so the admin's certificate is not sent: the
+    # request carries the ServiceAccount's token alone.
+    as_reader = ("--token", token, "--user", "nobody", "-n", "rbac-probe")
+    allowed = cluster.kubectl("get", "pods", *as_reader, check=False)
+    refused = cluster.kubectl("get", "secrets", *as_reader, check=False)
+    assert allowed.returncode == 0, allowed.stderr
+    assert refused.returncode != 0
+    assert 'cannot list resource "secrets"' in refused.stderr

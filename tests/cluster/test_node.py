@@ -1,0 +1,128 @@
+"""The test cluster is a real one: a kubelet runs radixfleet's image on containerd and runc,
+kube-proxy routes a Service to it, CoreDNS names it, and the API server streams exec and logs
+from the kubelet. If any of these fails, every later cluster test would fail for a reason
+that is not its own; these name the broken part first.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+import pytest
+
+from testbed import session
+from testbed.cluster import Cluster
+from testbed.layout import NODE_NAME
+
+NAMESPACE = "node-check"
+APP = "emulated-replica"
+
+
+def _replica_objects(image: str) -> list[dict[str, Any]]:
+    labels = {"app": APP}
+    container = {
+        "name": "replica",
+        "image": image,
+        "imagePullPolicy": "Never",
+        "command": ["python3", "-m", "sglang.launch_server"],
+        "args": [
+            "--model-path",
+            "/mnt/models",
+            "--served-model-name",
+            "check",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "8080",
+            "--enable-metrics",
+        ],
+        "env": [{"name": "RADIXFLEET_EMULATOR_WARM", "value": "1"}],
+        "ports": [{"containerPort": 8080, "name": "http1"}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": 8080}, "periodSeconds": 2},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": APP, "namespace": NAMESPACE},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "containers": [container],
+                        "volumes": [{"name": "tmp", "emptyDir": {}}],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": APP, "namespace": NAMESPACE},
+            "spec": {"selector": labels, "ports": [{"port": 80, "targetPort": 8080}]},
+        },
+    ]
+
+
+@pytest.fixture(scope="module")
+def replica(cluster: Cluster) -> str:
+    """An emulated SGLang replica from radixfleet's image, behind a Service; its ClusterIP."""
+    from testbed import images
+
+    image = images.radixfleet()
+    session.load_images(cluster, [image])
+    session.apply(cluster, _replica_objects(image.pinned))
+    session.wait_rollout(cluster, namespace=NAMESPACE, deployment=APP)
+    service = json.loads(
+        cluster.kubectl("get", "service", APP, "-n", NAMESPACE, "-o", "json").stdout
+    )
+    return str(service["spec"]["clusterIP"])
+
+
+def test_the_node_runs_kubernetes_1_37_on_containerd(cluster: Cluster) -> None:
+    node = json.loads(cluster.kubectl("get", "node", NODE_NAME, "-o", "json").stdout)
+    info = node["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == "v1.37.2"
+    assert info["containerRuntimeVersion"].startswith("containerd://")
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == str(session.GPUS_PER_NODE)
+
+
+def test_a_service_routes_to_the_replica_through_kube_proxy(replica: str) -> None:
+    with urllib.request.urlopen(f"http://{replica}/health", timeout=10) as response:
+        assert response.status == 200
+    with urllib.request.urlopen(f"http://{replica}/v1/models", timeout=10) as response:
+        assert json.load(response)["data"][0]["id"] == "check"
+
+
+def test_coredns_resolves_the_service_inside_a_pod(cluster: Cluster, replica: str) -> None:
+    name = f"{APP}.{NAMESPACE}.svc.cluster.local"
+    resolved = cluster.kubectl(
+        "exec",
+        "-n",
+        NAMESPACE,
+        f"deployment/{APP}",
+        "--",
+        "python3",
+        "-c",
+        f"import socket; print(socket.gethostbyname({name!r}))",
+    )
+    assert resolved.stdout.strip() == replica
+
+
+def test_the_api_server_streams_the_pods_log_from_the_kubelet(
+    cluster: Cluster, replica: str
+) -> None:
+    log = cluster.kubectl("logs", "-n", NAMESPACE, f"deployment/{APP}")
+    assert "emulated sglang replica 'check'" in log.stdout
