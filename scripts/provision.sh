@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Install the machine packages the tests start for real: etcd (API server storage), Prometheus
-# (metrics queries, promtool) and Chromium (report pages). Idempotent: a no-op when present.
+# (metrics queries, promtool), Chromium (report pages), and what builds and runs the test bed's
+# images (mmdebstrap, buildah, skopeo, umoci, runc, containerd, a static C toolchain).
+# Idempotent: a no-op when present.
 set -euo pipefail
 need=()
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v prometheus >/dev/null || need+=(prometheus)
 command -v chromium >/dev/null || need+=(chromium)
+for tool in mmdebstrap buildah skopeo umoci runc containerd; do
+  command -v "$tool" >/dev/null || need+=("$tool")
+done
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
 if ((${#need[@]})); then
   sudo_cmd=""
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
@@ -20,3 +26,7 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 command -v go >/dev/null || { echo "provision: Go is needed to build the test API server" >&2; exit 1; }
 echo "provision: test API server at $(python3 tests/apiserver/build.py)"
+
+# Build the test bed's images (testbed/images.py: Debian base, pause, radixfleet, smg), cached by
+# their inputs under ~/.cache/radixfleet/images: minutes the first time, a no-op after.
+python3 -m testbed.images

@@ -1,4 +1,6 @@
-"""Every Go program the test bed builds; ``python3 -m testbed.builds`` builds them all.
+"""Every Go program the test bed builds, and a command that builds them all.
+
+``python3 -m testbed.builds [NAME...]``.
 
 Standard library only: ``scripts/provision.sh`` runs it before the project's environment exists.
 """
