@@ -8,9 +8,11 @@ need=()
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v prometheus >/dev/null || need+=(prometheus)
 command -v chromium >/dev/null || need+=(chromium)
-for tool in mmdebstrap buildah skopeo umoci runc containerd; do
+for tool in mmdebstrap buildah skopeo umoci runc containerd iptables conntrack; do
   command -v "$tool" >/dev/null || need+=("$tool")
 done
+# The test cluster's pod network: the bridge, host-local and portmap CNI plugins.
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 command -v gcc >/dev/null || need+=(gcc libc6-dev)
 if ((${#need[@]})); then
   sudo_cmd=""
@@ -26,6 +28,11 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 command -v go >/dev/null || { echo "provision: Go is needed to build the test API server" >&2; exit 1; }
 echo "provision: test API server at $(python3 tests/apiserver/build.py)"
+
+# Build the test cluster's Go programs (testbed/builds.py: Kubernetes 1.37 as one multi-call
+# binary, CoreDNS), cached by source hash under ~/.cache/radixfleet/go: a cold build of
+# Kubernetes takes 10-20 minutes on two cores, a warm run is a no-op.
+python3 -m testbed.builds
 
 # Build the test bed's images (testbed/images.py: Debian base, pause, radixfleet, smg), cached by
 # their inputs under ~/.cache/radixfleet/images: minutes the first time, a no-op after.

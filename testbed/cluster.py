@@ -76,9 +76,9 @@ class Cluster:
         return result
 
 
-def up(run_dir: Path, *, sandbox_image: str, image_archives: Sequence[Path] = ()) -> Cluster:
-    """Start a cluster whose files live in ``run_dir`` (emptied first), with the images in
-    ``image_archives`` (OCI archives) imported; ``sandbox_image`` names one of them."""
+def up(run_dir: Path, *, sandbox_image: str, images: Sequence[tuple[Path, str]] = ()) -> Cluster:
+    """Start a cluster whose files live in ``run_dir`` (emptied first), with ``images`` (OCI
+    archives and the reference each carries) imported; ``sandbox_image`` names one of them."""
     kube = ensure_built(KUBE) / "kube"
     with _slot_lock():
         network = Network(_free_slot())
@@ -89,9 +89,7 @@ def up(run_dir: Path, *, sandbox_image: str, image_archives: Sequence[Path] = ()
     try:
         _make_cgroups(network)
         _link_binaries(layout, kube)
-        steps = components.plan(
-            layout, kube=kube, sandbox_image=sandbox_image, image_archives=image_archives
-        )
+        steps = components.plan(layout, kube=kube, sandbox_image=sandbox_image, images=images)
         plan_file = layout.config_dir / "plan.json"
         plan_file.write_text(json.dumps(steps, indent=2))
         _start_supervisor(layout, plan_file)

@@ -21,7 +21,7 @@ CNI_BIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
 
 
 def plan(
-    layout: Layout, *, kube: Path, sandbox_image: str, image_archives: Sequence[Path]
+    layout: Layout, *, kube: Path, sandbox_image: str, images: Sequence[tuple[Path, str]]
 ) -> list[Step]:
     """Every process of the node, in start order, with the images imported before the kubelet
     starts (no registry can be reached, so the sandbox image must be there first)."""
@@ -33,24 +33,29 @@ def plan(
         controller_manager(layout, kube),
         scheduler(layout, kube),
         containerd(layout, sandbox_image=sandbox_image),
-        *(import_image(layout, archive) for archive in image_archives),
+        *(import_image(layout, archive, reference) for archive, reference in images),
         kubelet(layout, kube),
         kube_proxy(layout, kube),
     ]
 
 
-def import_image(layout: Layout, archive: Path) -> Step:
-    """Import an OCI archive into the namespace the CRI plugin reads (``k8s.io``)."""
+def import_image(layout: Layout, archive: Path, reference: str) -> Step:
+    """Import an OCI archive into the namespace the CRI plugin reads (``k8s.io``), under its
+    ``reference`` (``repo:tag``) and under ``repo@sha256:<digest>``: pods name images by digest."""
     ctr = _which("ctr", hint="Debian: apt-get install containerd")
+    repository = reference.rpartition(":")[0]
     argv = [
         ctr,
         f"--address={layout.containerd_socket}",
         "--namespace=k8s.io",
         "images",
         "import",
+        "--digests",
+        f"--base-name={repository}",
         str(archive),
     ]
-    return {"name": f"import-{archive.stem}", "argv": argv, "ready": None, "once": True}
+    name = repository.rpartition("/")[2]
+    return {"name": f"import-{name}", "argv": argv, "ready": None, "once": True}
 
 
 def etcd(layout: Layout) -> Step:

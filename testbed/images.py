@@ -630,7 +630,9 @@ def load_into_containerd(
     by that name or by ``record.pinned``.
     """
     ctr = ["ctr", "--address", address, "--namespace", namespace]
-    command = [*ctr, "images", "import", "--digests"]
+    # --base-name: the digest name is <repository>@sha256:..., not ctr's import-<date>@...
+    repository = record.reference.rpartition(":")[0]
+    command = [*ctr, "images", "import", "--digests", f"--base-name={repository}"]
     if snapshotter:
         command += ["--snapshotter", snapshotter]
     run_tool([*command, str(record.archive)], image=record.name, step="ctr images import")

@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from testbed import cluster as cluster_mod
-from testbed import dns
+from testbed import dns, images
+from testbed.builds import COREDNS
 from testbed.cluster import Cluster, ClusterError
+from testbed.gobuild import BuildError, ensure_built
+from testbed.images import ImageError
 from testbed.layout import NODE_NAME
 
 GPUS_PER_NODE = 8
@@ -38,20 +41,18 @@ class UnavailableError(Exception):
 
 def start(run_dir: Path) -> Cluster:
     """Build what is missing, start the cluster and its add-ons; raise UnavailableError."""
-    from testbed import images
-
     try:
-        built = images.ensure(["pause", "coredns"])
+        pause, coredns = _base_images()
         running = cluster_mod.up(
             run_dir,
-            sandbox_image=built["pause"].reference,
-            image_archives=[image.archive for image in built.values()],
+            sandbox_image=pause.reference,
+            images=[(image.archive, image.reference) for image in (pause, coredns)],
         )
-    except (ClusterError, OSError, images.ImageError) as error:
+    except (ClusterError, BuildError, ImageError, OSError) as error:
         raise UnavailableError(str(error)) from error
     try:
         advertise_gpus(running, count=GPUS_PER_NODE, labels=NODE_LABELS)
-        apply(running, dns.objects(running.network, image=built["coredns"].reference))
+        apply(running, dns.objects(running.network, image=coredns.pinned))
         wait_rollout(running, namespace=dns.NAMESPACE, deployment=dns.NAME)
     except ClusterError as error:
         cluster_mod.down(running.layout)
@@ -59,10 +60,17 @@ def start(run_dir: Path) -> Cluster:
     return running
 
 
-def load_images(running: Cluster, records: Sequence[Any]) -> None:
-    """Import images built after the cluster started (``testbed.images`` records)."""
-    from testbed import images
+def _base_images() -> tuple[images.ImageRecord, images.ImageRecord]:
+    """The sandbox (pause) image and CoreDNS's, built here or found in the cache."""
+    coredns_binary = ensure_built(COREDNS) / "coredns"
+    coredns = images.go_binary_image(
+        "coredns", coredns_binary, entrypoint=["/usr/local/bin/coredns"]
+    )
+    return images.pause(), coredns
 
+
+def load_images(running: Cluster, records: Sequence[images.ImageRecord]) -> None:
+    """Import images built after the cluster started."""
     for record in records:
         images.load_into_containerd(record, address=str(running.layout.containerd_socket))
 
