@@ -34,7 +34,7 @@ POD_FIELDS = frozenset(
         "readinessGates", "resourceClaims", "restartPolicy", "runtimeClassName", "schedulerName",
         "schedulingGates", "securityContext", "serviceAccount", "serviceAccountName",
         "setHostnameAsFQDN", "shareProcessNamespace", "subdomain",
-        "terminationGracePeriodSeconds", "topologySpreadConstraints",
+        "terminationGracePeriodSeconds", "tolerations", "topologySpreadConstraints",
     }
 )  # fmt: skip
 MODEL_CONTAINER = "kserve-container"
