@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+# The Kubernetes minor the clusters run (EKS standard support until 2027-03-27); validate
+# checks core objects against this version's schemas, and the example stack pins it.
+KUBERNETES_VERSION = "1.35"
+
 KNATIVE_FEATURES = MappingProxyType(
     {
         # GPU predictors pick their pool by the radixfleet.io/gpu-type node label ...

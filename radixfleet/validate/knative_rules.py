@@ -104,6 +104,17 @@ def _on(features: Mapping[str, str], flag: str) -> bool:
     return features.get(flag, DEFAULT_FEATURES.get(flag, DISABLED)) != DISABLED
 
 
+def flags_used(pod: PodView) -> set[str]:
+    """The feature flags, off in stock Knative, that `pod` needs switched on."""
+    wanted = {GATED_FIELDS[name] for name in pod.fields if name in GATED_FIELDS}
+    for volume in pod.volumes:
+        kinds = set(volume.value) if isinstance(volume.value, dict) else set()
+        wanted |= {VOLUME_FLAGS[k] for k in kinds if k in VOLUME_FLAGS}
+    if pod.init_containers:
+        wanted.add("kubernetes.podspec-init-containers")
+    return {flag for flag in wanted if DEFAULT_FEATURES.get(flag, DISABLED) == DISABLED}
+
+
 def check_pod(pod: PodView, features: Mapping[str, str]) -> Iterator[Problem]:
     """Every rule of Knative's webhook that `pod` breaks under `features`."""
     yield from _pod_fields(pod, features)

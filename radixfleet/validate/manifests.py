@@ -14,14 +14,15 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from radixfleet.platform import KNATIVE_FEATURES
+from radixfleet.platform import KNATIVE_FEATURES, KUBERNETES_VERSION
 from radixfleet.validate.admission import check_set
 from radixfleet.validate.crd_schema import CrdKey, crd_schemas
 from radixfleet.validate.knative_rules import features_with
 from radixfleet.validate.podview import Doc
 from radixfleet.validate.sglang_flags import check_args
 
-KUBERNETES_VERSION = "1.33.0"
+# kubernetes-validate names its schemas by patch release; any patch of the minor will do.
+KUBERNETES_SCHEMAS = f"{KUBERNETES_VERSION}.0"
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -142,7 +143,7 @@ def _check_schema(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
             yield _location(error.absolute_path), _message(error)
         return
     try:
-        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+        kubernetes_validate.validate(doc, KUBERNETES_SCHEMAS, strict=True)
     except kubernetes_validate.SchemaNotFoundError:
         yield "", f"no schema known for {doc['apiVersion']} {doc['kind']}"
     except kubernetes_validate.ValidationError as exc:
