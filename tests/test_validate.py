@@ -207,3 +207,19 @@ def test_audit_case_bases_are_each_accepted_alone() -> None:
     runtimes = [bases["runtime"], bases["multinode-runtime"]]
     for name in ("isvc", "multinode-isvc"):
         assert validate_documents([*runtimes, bases[name]], source="bases.yaml") == [], name
+
+
+def test_cli_judges_knative_pods_under_the_features_given(tmp_path: Path) -> None:
+    folders = [str(REPO / "runtimes"), str(REPO / "inferenceservices")]
+    assert CliRunner().invoke(app, ["validate", *folders]).exit_code == 0
+    stock = ["--feature", "kubernetes.podspec-affinity=disabled"]
+    result = CliRunner().invoke(app, ["validate", *folders, *stock])
+    assert result.exit_code == 1
+    assert "Knative refuses nodeSelector while config-features" in result.output
+    assert "Knative refuses tolerations while config-features" in result.output
+
+
+def test_cli_refuses_a_malformed_feature() -> None:
+    result = CliRunner().invoke(app, ["validate", str(RUNTIME), "--feature", "multi-container"])
+    assert result.exit_code == 2
+    assert "NAME=enabled|disabled|allowed" in result.output
