@@ -13,7 +13,8 @@ whole InferenceService when its pod breaks these rules. Read from knative.dev/se
   mount naming a volume, not on a reserved path, read-only unless emptyDir or PVC
   (`ValidateVolumes`, `validateVolume`, `validatePersistentVolumeClaims`,
   `validateVolumeMounts`); init containers only with their flag (`validateInitContainers`);
-  fieldRef env only unless `kubernetes.podspec-fieldref` is disabled (`validateEnvValueFrom`).
+  fieldRef env only unless `kubernetes.podspec-fieldref` is disabled (`validateEnvValueFrom`);
+  no env Knative sets itself (`reservedEnvVars`, `validateEnvVar`).
 - `config/core/configmaps/features.yaml`: the flags' defaults (DEFAULT_FEATURES).
 """
 
@@ -91,6 +92,9 @@ PORT_NAMES = ("", "http1", "h2c")
 # profiling): a user container may not take them.
 RESERVED_PORTS = frozenset({8012, 8013, 8022, 9090, 9091, 8008})
 RESERVED_PATHS = frozenset({"/", "/dev", "/dev/log"})
+# What Knative sets in every user container (reservedEnvVars).
+RESERVED_ENV = frozenset({"PORT", "K_SERVICE", "K_CONFIGURATION", "K_REVISION"})
+SIDECAR_RESERVED_ENV = RESERVED_ENV - {"PORT"}
 
 Problem = tuple[Part, str, str]
 
@@ -219,7 +223,9 @@ def _containers(pod: PodView, features: Mapping[str, str]) -> Iterator[Problem]:
                 yield init.whole, "", f"Knative refuses init containers while {flag} is disabled"
     for container in pod.containers + pod.init_containers:
         yield from _security(container.security, features)
-        yield from _env(container.env, features)
+        # The serving container is the one with the port (or the only one); only it gets PORT.
+        user = container in pod.containers and (bool(container.ports) or len(pod.containers) == 1)
+        yield from _env(container.env, features, RESERVED_ENV if user else SIDECAR_RESERVED_ENV)
 
 
 def _security(part: Part | None, features: Mapping[str, str]) -> Iterator[Problem]:
@@ -235,11 +241,17 @@ def _security(part: Part | None, features: Mapping[str, str]) -> Iterator[Proble
         )
 
 
-def _env(env: list[Part], features: Mapping[str, str]) -> Iterator[Problem]:
+def _env(
+    env: list[Part], features: Mapping[str, str], reserved: frozenset[str]
+) -> Iterator[Problem]:
     flag = "kubernetes.podspec-fieldref"
-    if _on(features, flag):
-        return
     for var in env:
-        source = var.value.get("valueFrom") if isinstance(var.value, dict) else None
-        if isinstance(source, dict) and ("fieldRef" in source or "resourceFieldRef" in source):
+        value = var.value if isinstance(var.value, dict) else {}
+        if value.get("name") in reserved:
+            yield var, ".name", f"Knative sets {value['name']} itself: a container may not"
+        source = value.get("valueFrom")
+        fieldref = isinstance(source, dict) and (
+            "fieldRef" in source or "resourceFieldRef" in source
+        )
+        if fieldref and not _on(features, flag):
             yield var, ".valueFrom", f"Knative refuses fieldRef env while {flag} is disabled"
