@@ -19,7 +19,7 @@ from radixfleet import labels
 from radixfleet.config import Catalog, GpuPool, Region
 from radixfleet.config.catalog import KNOWN_RUNTIMES
 from radixfleet.config.gpus import gpu_label_value
-from radixfleet.platform import KNATIVE_FEATURES
+from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES
 from radixfleet.render.fleet import served_tenants
 from runtimes.builder import build_runtime
 
@@ -123,9 +123,9 @@ def kserve_values(*, domain: str) -> Manifest:
     return {
         "kserve": {
             "controller": {
-                # KServe 0.20's name for Serverless: InferenceServices without the annotation
-                # run on Knative and scale to zero.
-                "deploymentMode": "Knative",
+                # InferenceServices without the annotation run on Knative and scale to zero
+                # (validate assumes the same).
+                "deploymentMode": DEFAULT_DEPLOYMENT_MODE,
                 # Knative's ingress here is Kourier, not Istio: KServe must not write Istio
                 # VirtualServices.
                 "gateway": {"domain": domain, "disableIstioVirtualHost": True},

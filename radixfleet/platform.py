@@ -15,6 +15,11 @@ from types import MappingProxyType
 # checks core objects against this version's schemas, and the example stack pins it.
 KUBERNETES_VERSION = "1.35"
 
+# KServe's mode for an InferenceService with no serving.kserve.io/deploymentMode annotation
+# (the kserve-resources chart's kserve.controller.deploymentMode): Knative, so models scale to
+# zero unless they say otherwise.
+DEFAULT_DEPLOYMENT_MODE = "Knative"
+
 KNATIVE_FEATURES = MappingProxyType(
     {
         # GPU predictors pick their pool by the radixfleet.io/gpu-type node label ...

@@ -18,7 +18,8 @@ Read from github.com/kserve/kserve v0.20.0 (the release whose CRDs radixfleet sh
   storageUris exclude each other, and storageUris mount at absolute paths without "..",
   below one common parent other than / (`validateMultipleStorageURIs`).
 - `pkg/constants/constants.go`: the deployment modes (Knative, Standard and their deprecated
-  names Serverless, RawDeployment; no annotation means Standard).
+  names Serverless, RawDeployment); no annotation means the cluster's default, which infra sets
+  to Knative (radixfleet.platform.DEFAULT_DEPLOYMENT_MODE).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import posixpath
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE
 from radixfleet.validate.podview import Doc, get
 
 RUNTIME_KINDS = ("ClusterServingRuntime", "ServingRuntime")
@@ -44,9 +46,11 @@ Problem = tuple[Doc, str, str]
 
 
 def is_knative(isvc: Doc) -> bool:
-    """Whether KServe runs this InferenceService's predictor as a Knative Service."""
+    """Whether KServe runs this InferenceService's predictor as a Knative Service: by its
+    annotation, else by the cluster's default mode (pkg/controller/v1beta1/inferenceservice/
+    utils/utils.go, GetDeploymentMode)."""
     annotations = get(isvc, "metadata.annotations") or {}
-    return annotations.get(DEPLOYMENT_MODE) in KNATIVE_MODES
+    return annotations.get(DEPLOYMENT_MODE, DEFAULT_DEPLOYMENT_MODE) in KNATIVE_MODES
 
 
 def check_runtimes(docs: Sequence[Doc]) -> Iterator[Problem]:
