@@ -20,6 +20,10 @@ from radixfleet.profile import resolve_profile
 from radixfleet.render.yamlout import Notes
 
 ADAPTER_DIR = "/mnt/adapters"
+DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"
+AUTOSCALER_CLASS = "serving.kserve.io/autoscalerClass"
+KNATIVE = "Knative"
+STANDARD = "Standard"
 # Knative caps a request's timeout at 600 s (max-revision-timeout-seconds); long generations of
 # a streaming response need all of it.
 REQUEST_TIMEOUT_S = 600
@@ -130,15 +134,23 @@ def _predictor(model: Model) -> dict[str, Any]:
 def _annotations(model: Model) -> dict[str, str]:
     multinode = model.nodes > 1
     annotations = {
-        # Multi-node replicas only run in RawDeployment mode; everything else scales to zero.
-        "serving.kserve.io/deploymentMode": "RawDeployment" if multinode else "Serverless",
+        # Multi-node replicas only run in Standard (raw Deployment) mode; everything else runs
+        # on Knative and scales to zero. KServe 0.20 renamed the modes (RawDeployment and
+        # Serverless still parse, as deprecated aliases).
+        DEPLOYMENT_MODE: STANDARD if multinode else KNATIVE,
         labels.GPU_TYPE: model.gpu_type,
         labels.GPUS_PER_REPLICA: str(model.gpus_per_replica),
         labels.SLO_TTFT_P95_MS: str(model.slo.ttft_p95_ms),
         labels.SLO_ITL_P95_MS: str(model.slo.itl_p95_ms),
         labels.REGIONS: ",".join(model.regions),
     }
-    if not multinode:
+    if multinode:
+        # KServe's webhook refuses a workerSpec unless autoscaling is off: a multi-node replica
+        # is one head and its workers, and no autoscaler knows how to add half of one
+        # (kserve v0.20.0 pkg/apis/serving/v1beta1/inference_service_validation.go,
+        # validateMultiNodeVariables).
+        annotations[AUTOSCALER_CLASS] = "none"
+    else:
         annotations["serving.knative.dev/progress-deadline"] = f"{progress_deadline_s(model)}s"
     if model.pd_peer:
         annotations[labels.PD_PEER] = model.pd_peer

@@ -19,6 +19,7 @@ from radixfleet import labels
 from radixfleet.config import Catalog, GpuPool, Region
 from radixfleet.config.catalog import KNOWN_RUNTIMES
 from radixfleet.config.gpus import gpu_label_value
+from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES
 from radixfleet.render.fleet import served_tenants
 from runtimes.builder import build_runtime
 
@@ -122,7 +123,9 @@ def kserve_values(*, domain: str) -> Manifest:
     return {
         "kserve": {
             "controller": {
-                "deploymentMode": "Serverless",
+                # InferenceServices without the annotation run on Knative and scale to zero
+                # (validate assumes the same).
+                "deploymentMode": DEFAULT_DEPLOYMENT_MODE,
                 # Knative's ingress here is Kourier, not Istio: KServe must not write Istio
                 # VirtualServices.
                 "gateway": {"domain": domain, "disableIstioVirtualHost": True},
@@ -213,6 +216,9 @@ def knative_serving(
                 },
                 # Large models need Knative's whole 600 s request budget (REQUEST_TIMEOUT_S).
                 "defaults": {"max-revision-timeout-seconds": "600"},
+                # The pod-spec features the predictors use (GPU node selection and taints), the
+                # same set `radixfleet validate` judges them under; nothing more.
+                "features": dict(KNATIVE_FEATURES),
             },
         },
     }

@@ -6,6 +6,7 @@ exits 2 and writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +19,7 @@ from policies.quota.cli import quota_app
 from radixfleet.config import ConfigError, load_catalog
 from radixfleet.dashboards import render_dashboards
 from radixfleet.emulator.cli import emulate
+from radixfleet.platform import KNATIVE_FEATURES
 from radixfleet.render.fleet import render_tree, write_tree
 from radixfleet.twin.cli import bench, twin_app
 from radixfleet.validate import validate_paths
@@ -84,20 +86,43 @@ def _output_dirs(catalog: Path, out: Path | None) -> tuple[Path, Path]:
 @app.command()
 def validate(
     paths: Annotated[list[Path], typer.Argument(help="Manifest files or kustomize folders.")],
+    feature: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A Knative config-features entry NAME=VALUE the cluster runs with (repeatable); "
+            "without any, the ones infra switches on (radixfleet/platform.py).",
+        ),
+    ] = None,
 ) -> None:
-    """Check manifests against the KServe/Knative CRDs, Kubernetes schemas and SGLang's flags."""
+    """Check manifests against the KServe/Knative CRDs, Kubernetes schemas and SGLang's flags,
+    and all of them together against KServe's and Knative's admission webhooks."""
+    features = _features(feature)
     missing = [p for p in paths if not p.exists()]
     for path in missing:
         err.print(
             f"[red]error[/red] {path}: no such file or folder", highlight=False, soft_wrap=True
         )
-    findings = validate_paths(p for p in paths if p.exists())
+    findings = validate_paths((p for p in paths if p.exists()), features=features)
     for finding in findings:
         console.print(str(finding), highlight=False, soft_wrap=True)
     count = len(findings) + len(missing)
     console.print(f"{count} problem{'s' * (count != 1)}", highlight=False)
     if count:
         raise typer.Exit(EXIT_PROBLEMS)
+
+
+def _features(entries: list[str] | None) -> Mapping[str, str]:
+    if not entries:
+        return KNATIVE_FEATURES
+    features: dict[str, str] = {}
+    for entry in entries:
+        name, sep, value = entry.partition("=")
+        if not sep or value not in ("enabled", "disabled", "allowed"):
+            raise typer.BadParameter(
+                f"{entry!r}: want NAME=enabled|disabled|allowed", param_hint="--feature"
+            )
+        features[name] = value
+    return features
 
 
 @app.command()

@@ -16,9 +16,24 @@ from radixfleet.render.yamlout import Notes
 
 SGLANG_IMAGE = "lmsysorg/sglang:v0.5.23-cu129"
 PORT = 8080
+# Knative admits only "", "http1" or "h2c" as the serving port's name (it picks the protocol
+# from it); SGLang speaks HTTP/1.1. Raw deployments take any name, so every runtime uses this one.
+PORT_NAME = "http1"
+# The one model format every runtime serves. KServe's ClusterServingRuntime webhook refuses two
+# runtimes that both auto-select the same format at the same priority, so only AUTO_SELECT
+# offers itself to InferenceServices that name no runtime; the others must be named.
+MODEL_FORMAT = "sglang"
+AUTO_SELECT = "sglang"
 MODEL_DIR = "/mnt/models"
 # A multi-node replica's head listens here for its workers (torch.distributed rendezvous).
 DIST_INIT_PORT = 5757
+# The head learns its own address from the downward API; KServe gives only the workers the
+# head's name, as HEAD_SVC: a headless Service `<isvc>-head-<generation>` that changes with
+# every generation, so no name can be written here (kserve v0.20.0,
+# pkg/controller/v1beta1/inferenceservice/components/predictor.go, constants.GetHeadServiceName).
+HEAD_ADDR = f"$(POD_IP):{DIST_INIT_PORT}"
+WORKER_HEAD_ADDR = f"$(HEAD_SVC):{DIST_INIT_PORT}"
+POD_IP_ENV = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 # Prefill servers hand KV caches to decode servers through this bootstrap port.
 PD_BOOTSTRAP_PORT = 8998
 
@@ -131,7 +146,7 @@ def _container(variant: RuntimeVariant, args: list[str]) -> dict[str, Any]:
             {"name": "HF_HOME", "value": "/tmp/hf_home"},
             {"name": "SGLANG_ENABLE_TORCH_COMPILE", "value": "0"},
         ],
-        "ports": [{"containerPort": PORT, "name": "http", "protocol": "TCP"}],
+        "ports": [{"containerPort": PORT, "name": PORT_NAME, "protocol": "TCP"}],
         "startupProbe": _probe("/health", period=STARTUP_PERIOD_S, failures=STARTUP_FAILURES),
         "readinessProbe": _probe("/health", period=10, failures=3),
         "livenessProbe": _probe("/health", period=30, failures=5),
@@ -145,14 +160,13 @@ def _volumes(variant: RuntimeVariant) -> list[dict[str, Any]]:
 
 
 def _worker_spec(variant: RuntimeVariant) -> dict[str, Any]:
-    head = f"{{{{.Name}}}}-predictor-head:{DIST_INIT_PORT}"
     worker_args = [*server_args(variant), "--nnodes", "2", "--node-rank", "1"]
-    worker_args += ["--dist-init-addr", head]
+    worker_args += ["--dist-init-addr", WORKER_HEAD_ADDR]
     container = _container(variant, worker_args)
     container["name"] = "worker-container"
     # A worker serves no HTTP of its own: only the head answers /health.
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        del container[probe]
+    for key in ("startupProbe", "readinessProbe", "livenessProbe", "ports"):
+        del container[key]
     return {"pipelineParallelSize": 2, "containers": [container], "volumes": _volumes(variant)}
 
 
@@ -161,16 +175,18 @@ def build_runtime(name: str) -> tuple[dict[str, Any], Notes]:
     variant = VARIANTS[name]
     args = server_args(variant)
     if variant.multinode:
-        args += ["--nnodes", "2", "--node-rank", "0"]
-        args += ["--dist-init-addr", f"{{{{.Name}}}}-predictor-head:{DIST_INIT_PORT}"]
+        args += ["--nnodes", "2", "--node-rank", "0", "--dist-init-addr", HEAD_ADDR]
+    head = _container(variant, args)
+    if variant.multinode:
+        head["env"].append(POD_IP_ENV)
     spec: dict[str, Any] = {
         "annotations": {
             "prometheus.kserve.io/port": str(PORT),
             "prometheus.kserve.io/path": "/metrics",
         },
-        "supportedModelFormats": [{"name": "sglang", "autoSelect": True, "priority": 1}],
+        "supportedModelFormats": [_model_format(name)],
         "protocolVersions": ["v1"],
-        "containers": [_container(variant, args)],
+        "containers": [head],
         "volumes": _volumes(variant),
     }
     if variant.multinode:
@@ -188,8 +204,17 @@ def build_runtime(name: str) -> tuple[dict[str, Any], Notes]:
     return runtime, _notes(variant)
 
 
+def _model_format(name: str) -> dict[str, Any]:
+    if name == AUTO_SELECT:
+        return {"name": MODEL_FORMAT, "autoSelect": True, "priority": 1}
+    return {"name": MODEL_FORMAT, "autoSelect": False}
+
+
 def _notes(variant: RuntimeVariant) -> dict[str, str]:
     notes = {
+        "spec.supportedModelFormats": "Only the plain sglang runtime auto-selects the format; "
+        "the others serve only\nInferenceServices that name them (KServe refuses two "
+        "auto-selecting runtimes of one format and priority).",
         "spec.annotations": "KServe copies these to the pods: Prometheus scrapes SGLang's "
         "/metrics (sglang:* series).",
         "spec.containers[0].args": "--enable-metrics exports sglang:* series; "
@@ -205,8 +230,8 @@ def _notes(variant: RuntimeVariant) -> dict[str, str]:
     }
     if variant.multinode:
         notes["spec.workerSpec"] = (
-            "KServe runs multi-node replicas in RawDeployment mode only: the head (rank 0)\n"
-            "serves HTTP, the worker (rank 1) joins it at the head service on "
-            f"{DIST_INIT_PORT}."
+            "KServe runs multi-node replicas in Standard (raw) mode only: the head (rank 0)\n"
+            "serves HTTP, the worker (rank 1) joins it on "
+            f"{DIST_INIT_PORT} at $(HEAD_SVC), which KServe sets in the worker's env."
         )
     return notes

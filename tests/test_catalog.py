@@ -176,6 +176,12 @@ BAD_CATALOGS = [
         "catalog.yaml: models[2].lora_adapters: LoRA adapters need runtime sglang-lora",
         id="lora-without-lora-runtime",
     ),
+    pytest.param(
+        _set("models[3].storage_uri", "s3://radixfleet-models/llama-405b"),
+        "catalog.yaml: models[3].storage_uri: multi-node models load from pvc:// or oci://, "
+        "not s3://",
+        id="multinode-storage-not-pvc-or-oci",
+    ),
 ]
 
 

@@ -18,6 +18,7 @@ from infra.testing import Declared, RecordingMocks, example_config, radixfleet_v
 from radixfleet import labels
 from radixfleet.config import GpuPool, load_catalog
 from radixfleet.config.gpus import INSTANCE_TYPES
+from radixfleet.platform import KNATIVE_FEATURES
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -57,7 +58,7 @@ def test_one_cluster_per_region_with_pinned_version_and_encrypted_secrets(
     for region in REGIONS:
         (cluster,) = in_region(clusters, region)
         assert cluster.inputs["name"] == f"radixfleet-example-{region}"
-        assert cluster.inputs["version"] == "1.33"
+        assert cluster.inputs["version"] == "1.35"
         assert cluster.inputs["encryptionConfig"]["resources"] == ["secrets"]
         assert cluster.inputs["encryptionConfig"]["provider"]["keyArn"]
         assert cluster.inputs["accessConfig"]["authenticationMode"] == "API"
@@ -311,8 +312,15 @@ def test_helm_releases_for_every_add_on_in_every_region(stack: RecordingMocks) -
     for region in REGIONS:
         assert {r.inputs["name"] for r in in_region(releases, region)} == set(REQUIRED_CHARTS)
     kserve = next(r for r in releases if r.inputs["name"] == "kserve-resources")
-    assert kserve.inputs["chart"].endswith("/kserve")
-    assert kserve.inputs["values"]["kserve"]["controller"]["deploymentMode"] == "Serverless"
+    assert kserve.inputs["chart"] == "oci://ghcr.io/kserve/charts/kserve-resources"
+    assert kserve.inputs["values"]["kserve"]["controller"]["deploymentMode"] == "Knative"
+
+
+def test_knative_switches_on_exactly_the_features_validate_assumes(stack: RecordingMocks) -> None:
+    servings = of_type(stack, "kubernetes:operator.knative.dev/v1beta1:KnativeServing")
+    assert servings
+    for serving in servings:
+        assert serving.inputs["spec"]["config"]["features"] == dict(KNATIVE_FEATURES)
 
 
 def test_knative_autoscaler_settings_come_from_the_stack(stack: RecordingMocks) -> None:

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from radixfleet.cli import app
 from radixfleet.validate import validate_documents
 from radixfleet.validate.sglang_flags import check_args
+from tests.audit_cases import CASES_DIR, AuditCase, load_cases
 
 REPO = Path(__file__).resolve().parent.parent
 ISVC = REPO / "inferenceservices" / "team-search" / "llama-3-1-8b.yaml"
@@ -175,3 +176,50 @@ def test_cli_missing_path_is_a_problem(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["validate", str(tmp_path / "nope.yaml")])
     assert result.exit_code == 1
     assert "no such file or folder" in result.output
+
+
+AUDIT_CASES = load_cases()
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in AUDIT_CASES])
+def test_audit_case(case: AuditCase) -> None:
+    findings = validate_documents(case.manifests, source="case.yaml", features=case.features)
+    if case.refusal is None:
+        assert findings == [], [str(f) for f in findings]
+        return
+    want = case.refusal
+    matches = [
+        f
+        for f in findings
+        if f.obj == want.object and f.location == want.field and want.message in f.message
+    ]
+    assert matches, [str(f) for f in findings]
+
+
+def test_every_rule_group_has_an_accepted_and_a_refused_case() -> None:
+    for rule in {c.rule for c in AUDIT_CASES}:
+        outcomes = {c.refusal is None for c in AUDIT_CASES if c.rule == rule}
+        assert outcomes == {True, False} or rule == "multinode-pods", rule
+
+
+def test_audit_case_bases_are_each_accepted_alone() -> None:
+    bases = yaml.safe_load((CASES_DIR / "bases.yaml").read_text())
+    runtimes = [bases["runtime"], bases["multinode-runtime"]]
+    for name in ("isvc", "multinode-isvc"):
+        assert validate_documents([*runtimes, bases[name]], source="bases.yaml") == [], name
+
+
+def test_cli_judges_knative_pods_under_the_features_given(tmp_path: Path) -> None:
+    folders = [str(REPO / "runtimes"), str(REPO / "inferenceservices")]
+    assert CliRunner().invoke(app, ["validate", *folders]).exit_code == 0
+    stock = ["--feature", "kubernetes.podspec-affinity=disabled"]
+    result = CliRunner().invoke(app, ["validate", *folders, *stock])
+    assert result.exit_code == 1
+    assert "Knative refuses nodeSelector while config-features" in result.output
+    assert "Knative refuses tolerations while config-features" in result.output
+
+
+def test_cli_refuses_a_malformed_feature() -> None:
+    result = CliRunner().invoke(app, ["validate", str(RUNTIME), "--feature", "multi-container"])
+    assert result.exit_code == 2
+    assert "NAME=enabled|disabled|allowed" in result.output

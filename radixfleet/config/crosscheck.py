@@ -14,6 +14,9 @@ from radixfleet.config.gpus import GPU_TYPES, INSTANCE_TYPES
 from radixfleet.config.sizing import kv_capacity_tokens
 from radixfleet.profile import BUILTIN_PROFILES
 
+# Storage a multi-node replica can load from (KServe refuses the others for a workerSpec).
+MULTINODE_STORAGE = ("pvc", "oci")
+
 # (location, message) pairs; the loader adds the file name.
 Finding = tuple[str, str]
 
@@ -182,6 +185,11 @@ def _model_runtime(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding
         yield f"{loc}.nodes", f"{model.nodes} nodes need runtime sglang-multinode"
     if model.canary_policy is not None and model.nodes > 1:
         yield f"{loc}.canary_policy", "multi-node models run in RawDeployment mode: no canaries"
+    scheme = model.storage_uri.split("://", 1)[0]
+    if model.nodes > 1 and scheme not in MULTINODE_STORAGE:
+        # Head and workers must see the same weights without each downloading them: KServe's
+        # webhook takes only a PVC or an OCI image (inference_service_validation.go).
+        yield f"{loc}.storage_uri", f"multi-node models load from pvc:// or oci://, not {scheme}://"
     if model.lora_adapters and runtime != "sglang-lora":
         yield f"{loc}.lora_adapters", f"LoRA adapters need runtime sglang-lora, not {runtime}"
     if model.profile is not None and model.profile not in BUILTIN_PROFILES:

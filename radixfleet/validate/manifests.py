@@ -1,10 +1,11 @@
-"""Validate manifest files: every document against its schema, its names and its SGLang flags."""
+"""Validate manifest files: every document against its schema, its names and its SGLang flags,
+and all of them together against KServe's and Knative's admission rules (`admission`)."""
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,15 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
+from radixfleet.platform import KNATIVE_FEATURES, KUBERNETES_VERSION
+from radixfleet.validate.admission import check_set
 from radixfleet.validate.crd_schema import CrdKey, crd_schemas
+from radixfleet.validate.knative_rules import features_with
+from radixfleet.validate.podview import Doc
 from radixfleet.validate.sglang_flags import check_args
 
-KUBERNETES_VERSION = "1.33.0"
+# kubernetes-validate names its schemas by patch release; any patch of the minor will do.
+KUBERNETES_SCHEMAS = f"{KUBERNETES_VERSION}.0"
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -41,19 +47,42 @@ class Finding:
         return f"{self.file}: {self.obj}: {where}{self.message}"
 
 
-def validate_paths(paths: Iterable[Path]) -> list[Finding]:
-    """Every problem in the manifests at `paths` (files, or folders as kustomize builds them)."""
+def validate_paths(
+    paths: Iterable[Path], *, features: Mapping[str, str] = KNATIVE_FEATURES
+) -> list[Finding]:
+    """Every problem in the manifests at `paths` (files, or folders as kustomize builds them).
+
+    Objects are also judged together, as a cluster's webhooks would judge them applied in this
+    order, with Knative's `config-features` set to `features` (by default what infra enables).
+    """
     findings: list[Finding] = []
+    docs: list[Doc] = []
     for file in _manifest_files(paths):
         try:
-            docs = [
+            loaded = [
                 d for d in yaml.safe_load_all(file.read_text(encoding="utf-8")) if d is not None
             ]
         except (OSError, yaml.YAMLError) as exc:
             findings.append(Finding(str(file), "-", "", f"cannot read: {exc}"))
             continue
-        findings.extend(validate_documents(docs, source=str(file)))
-    return findings
+        docs.extend(Doc(str(file), _ref(d, i), d) for i, d in enumerate(loaded))
+    return findings + _judge(docs, features)
+
+
+def validate_documents(
+    docs: Iterable[Any], *, source: str, features: Mapping[str, str] = KNATIVE_FEATURES
+) -> list[Finding]:
+    """Every problem of the given parsed YAML documents; `source` names their file."""
+    return _judge([Doc(source, _ref(d, i), d) for i, d in enumerate(docs)], features)
+
+
+def _judge(docs: list[Doc], features: Mapping[str, str]) -> list[Finding]:
+    findings = [Finding(d.source, d.ref, loc, msg) for d in docs for loc, msg in _check(d.body)]
+    objects = [d for d in docs if isinstance(d.body, dict) and d.body.get("kind")]
+    together = check_set(objects, features_with(features))
+    findings += [Finding(d.source, d.ref, loc, msg) for d, loc, msg in together]
+    # A runtime's problem shows once, however many InferenceServices use the runtime.
+    return list(dict.fromkeys(findings))
 
 
 def _manifest_files(paths: Iterable[Path]) -> Iterator[Path]:
@@ -67,15 +96,6 @@ def _manifest_files(paths: Iterable[Path]) -> Iterator[Path]:
             yield from sorted(p for p in path.rglob("*.y*ml") if p.suffix in (".yaml", ".yml"))
         else:
             yield path
-
-
-def validate_documents(docs: Iterable[Any], *, source: str) -> list[Finding]:
-    """Every problem of the given parsed YAML documents; `source` names their file."""
-    findings: list[Finding] = []
-    for index, doc in enumerate(docs):
-        ref = _ref(doc, index)
-        findings.extend(Finding(source, ref, loc, msg) for loc, msg in _check(doc))
-    return findings
 
 
 def _ref(doc: Any, index: int) -> str:
@@ -123,7 +143,7 @@ def _check_schema(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
             yield _location(error.absolute_path), _message(error)
         return
     try:
-        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+        kubernetes_validate.validate(doc, KUBERNETES_SCHEMAS, strict=True)
     except kubernetes_validate.SchemaNotFoundError:
         yield "", f"no schema known for {doc['apiVersion']} {doc['kind']}"
     except kubernetes_validate.ValidationError as exc:

@@ -1,0 +1,30 @@
+"""What every radixfleet cluster runs with, in one place: infra installs it, validate assumes it.
+
+Knative refuses pod-spec fields behind feature flags of its `config-features` ConfigMap unless
+the flag is on (knative/serving v0.48.1 = Serving 1.21.1, `config/core/configmaps/features.yaml`
+and `pkg/apis/serving/fieldmask.go: PodSpecMask`). Infra switches on exactly the flags the
+rendered predictors need, no more: each one widens what any tenant's InferenceService may do.
+A test renders the catalog and checks this set equals what the predictors use.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+# The Kubernetes minor the clusters run (EKS standard support until 2027-03-27); validate
+# checks core objects against this version's schemas, and the example stack pins it.
+KUBERNETES_VERSION = "1.35"
+
+# KServe's mode for an InferenceService with no serving.kserve.io/deploymentMode annotation
+# (the kserve-resources chart's kserve.controller.deploymentMode): Knative, so models scale to
+# zero unless they say otherwise.
+DEFAULT_DEPLOYMENT_MODE = "Knative"
+
+KNATIVE_FEATURES = MappingProxyType(
+    {
+        # GPU predictors pick their pool by the radixfleet.io/gpu-type node label ...
+        "kubernetes.podspec-nodeselector": "enabled",
+        # ... and tolerate the nvidia.com/gpu taint every GPU pool carries.
+        "kubernetes.podspec-tolerations": "enabled",
+    }
+)
