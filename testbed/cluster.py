@@ -65,15 +65,30 @@ class Cluster:
         return self.layout.network
 
     def kubectl(
-        self, *args: str, stdin: str | None = None, check: bool = True
+        self,
+        *args: str,
+        stdin: str | None = None,
+        check: bool = True,
+        kubeconfig: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run the cluster's own kubectl (1.37) as the administrator."""
-        command = [str(self.layout.bin / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args]
+        """Run the cluster's own kubectl (1.37), as the administrator unless ``kubeconfig``
+        names another identity (see :meth:`token_kubeconfig`)."""
+        config = kubeconfig or self.kubeconfig
+        command = [str(self.layout.bin / "kubectl"), f"--kubeconfig={config}", *args]
         result = subprocess.run(command, input=stdin, capture_output=True, text=True, check=False)
         if check and result.returncode != 0:
             what = " ".join(args)
             raise ClusterError(f"kubectl {what}: exit {result.returncode}\n{result.stderr}")
         return result
+
+    def token_kubeconfig(self, token: str, path: Path) -> Path:
+        """A kubeconfig at ``path`` that authenticates with a bearer token (a ServiceAccount's)."""
+        config = json.loads(self.kubeconfig.read_text())
+        config["users"] = [{"name": "token", "user": {"token": token}}]
+        config["contexts"][0]["context"]["user"] = "token"
+        path.write_text(json.dumps(config))
+        path.chmod(0o600)
+        return path
 
 
 def up(run_dir: Path, *, sandbox_image: str, images: Sequence[tuple[Path, str]] = ()) -> Cluster:

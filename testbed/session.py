@@ -124,6 +124,25 @@ def wait_rollout(running: Cluster, *, namespace: str, deployment: str) -> None:
         )
 
 
+def wait_established(running: Cluster, crds: Sequence[str]) -> None:
+    """Wait until each CRD (by name) is Established: its resources are served only from then.
+    (``kubectl wait`` gives up at once on a CRD whose conditions are not written yet.)"""
+
+    def established() -> bool:
+        result = running.kubectl("get", "crd", *crds, "-o", "json", check=False)
+        if result.returncode != 0:
+            return False
+        items = json.loads(result.stdout).get("items", [])
+        return len(items) == len(crds) and all(map(_is_established, items))
+
+    wait_for(established, timeout_s=READY_TIMEOUT_S, what=f"CRDs {', '.join(crds)} Established")
+
+
+def _is_established(crd: Mapping[str, Any]) -> bool:
+    conditions = crd.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
 def wait_for(predicate: Any, *, timeout_s: float, what: str) -> None:
     """Poll ``predicate()`` until it is true; fail naming ``what`` on timeout."""
     deadline = time.monotonic() + timeout_s

@@ -15,6 +15,10 @@ import pytest
 import yaml
 
 from policies.quota import admission
+from policies.quota.decide import accounts
+from policies.quota.state import TenantStatus
+from radixfleet.config.catalog import GpuBudget
+from testbed import session
 from testbed.cluster import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,12 +62,8 @@ def budgeted_tenant(cluster: Cluster) -> str:
     ]
     for crd in crds:
         cluster.kubectl("apply", "--server-side", "-f", str(crd))
-    cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/tenants.radixfleet.io",
-        "crd/inferenceservices.serving.kserve.io",
+    session.wait_established(
+        cluster, ["tenants.radixfleet.io", "inferenceservices.serving.kserve.io"]
     )
     cluster.kubectl("create", "namespace", NAMESPACE)
     policy = yaml.safe_dump_all(admission.manifests())
@@ -75,12 +75,10 @@ def budgeted_tenant(cluster: Cluster) -> str:
         "spec": {"namespaces": [NAMESPACE], "gpuBudget": {"H100": {"guaranteed": 4}}},
     }
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(tenant))
-    status = {
-        "status": {
-            "namespaces": [NAMESPACE],
-            "gpus": {"H100": {"guaranteed": 4, "borrow": 0, "committed": 0}},
-        }
-    }
+    # The status the quota controller would write: the same accounting code computes it.
+    budget = {"H100": GpuBudget(guaranteed=4, borrow=0)}
+    accounted = accounts({"vap": budget}, {"vap": {"H100": 0}})["vap"]
+    status = {"status": TenantStatus(namespaces=[NAMESPACE], gpus=accounted).to_wire()}
     cluster.kubectl(
         "patch", "tenant", "vap", "--subresource=status", "--type=merge", "-p", json.dumps(status)
     )
@@ -107,7 +105,9 @@ def test_an_in_budget_inferenceservice_is_admitted(cluster: Cluster, budgeted_te
     cluster.kubectl("delete", "inferenceservice", "fits", "-n", NAMESPACE, "--wait=false")
 
 
-def test_rbac_refuses_a_service_account_what_its_role_does_not_grant(cluster: Cluster) -> None:
+def test_rbac_refuses_a_service_account_what_its_role_does_not_grant(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     cluster.kubectl("create", "namespace", "rbac-probe")
     cluster.kubectl("create", "serviceaccount", "reader", "-n", "rbac-probe")
     cluster.kubectl(
@@ -123,11 +123,11 @@ def test_rbac_refuses_a_service_account_what_its_role_does_not_grant(cluster: Cl
         "--serviceaccount=rbac-probe:reader",
     )
     token = cluster.kubectl("create", "token", "reader", "-n", "rbac-probe").stdout.strip()
-    # --user names no entry of the kubeconfig, so the admin's certificate is not sent: the
-    # request carries the ServiceAccount's token alone.
-    as_reader = ("--token", token, "--user", "nobody", "-n", "rbac-probe")
-    allowed = cluster.kubectl("get", "pods", *as_reader, check=False)
-    refused = cluster.kubectl("get", "secrets", *as_reader, check=False)
+    as_reader = cluster.token_kubeconfig(token, tmp_path / "reader.kubeconfig")
+    allowed = cluster.kubectl("get", "pods", "-n", "rbac-probe", kubeconfig=as_reader, check=False)
+    refused = cluster.kubectl(
+        "get", "secrets", "-n", "rbac-probe", kubeconfig=as_reader, check=False
+    )
     assert allowed.returncode == 0, allowed.stderr
     assert refused.returncode != 0
     assert 'cannot list resource "secrets"' in refused.stderr
