@@ -1,4 +1,5 @@
-"""Every Go program the test bed builds, and a command to build them all (``python3 -m testbed.builds``).
+"""Every Go program the test bed builds, and a command that builds them
+(``python3 -m testbed.builds [NAME...]``).
 
 Standard library only: ``scripts/provision.sh`` runs it before the project's environment exists.
 """
@@ -29,11 +30,32 @@ def _kube_ldflags(version: str) -> str:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy and kubectl in
 # one multi-call binary (testbed/kube/main.go): they share most of their packages.
 KUBE = GoBuild(
-    name="kube", source_dir=HERE / "kube", mains=(("kube", "."),),
+    name="kube",
+    source_dir=HERE / "kube",
+    mains=(("kube", "."),),
     ldflags=_kube_ldflags(KUBE_VERSION),
 )
 
-ALL: tuple[GoBuild, ...] = (KUBE,)
+# KServe's controller manager: the one KServe program that Standard (raw Deployment) and
+# Serverless (Knative) InferenceServices need. The agent, router and local-model programs serve
+# features we do not use (request logging and batching, InferenceGraph, local model caches).
+# v0.20.0 is the newest KServe release the module proxy serves here (v0.21.0 answers 403).
+KSERVE = GoBuild(
+    name="kserve",
+    source_dir=HERE / "kserve",
+    mains=(("manager", "github.com/kserve/kserve/cmd/manager"),),
+)
+
+# Knative Serving 1.21.1 (knative.dev/serving v0.48.1, the version KServe v0.20.0 requires):
+# five mains built one after another; Go's build cache compiles the packages they share once.
+KNATIVE_COMMANDS = ("controller", "webhook", "autoscaler", "activator", "queue")
+KNATIVE = GoBuild(
+    name="knative",
+    source_dir=HERE / "knative",
+    mains=tuple((name, f"knative.dev/serving/cmd/{name}") for name in KNATIVE_COMMANDS),
+)
+
+ALL: tuple[GoBuild, ...] = (KUBE, KSERVE, KNATIVE)
 
 
 def main(argv: list[str]) -> int:
