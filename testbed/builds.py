@@ -40,6 +40,8 @@ KUBE = GoBuild(
 # Serverless (Knative) InferenceServices need. The agent, router and local-model programs serve
 # features we do not use (request logging and batching, InferenceGraph, local model caches).
 # v0.20.0 is the newest KServe release the module proxy serves here (v0.21.0 answers 403).
+# Cold (empty GOCACHE), on two cores shared with a Kubernetes build: 21 min wall, 462 s user +
+# 88 s system CPU, 1.3 GB peak RSS; an 83 MB binary.
 KSERVE = GoBuild(
     name="kserve",
     source_dir=HERE / "kserve",
@@ -48,6 +50,8 @@ KSERVE = GoBuild(
 
 # Knative Serving 1.21.1 (knative.dev/serving v0.48.1, the version KServe v0.20.0 requires):
 # five mains built one after another; Go's build cache compiles the packages they share once.
+# Cold, on the same shared cores: 25 min wall (the controller 22 min, the four others 3 min
+# together), 407 s user + 84 s system CPU, 1.1 GB peak RSS; 281 MB of binaries (queue 29 MB).
 KNATIVE_COMMANDS = ("controller", "webhook", "autoscaler", "activator", "queue")
 KNATIVE = GoBuild(
     name="knative",
