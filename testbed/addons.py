@@ -18,8 +18,10 @@ KServe v0.20.0's ``config/overlays/standalone/kserve`` rendered by kustomize, an
 Knative's webhook makes its own certificate: it writes the ``webhook-certs`` Secret and sets the
 ``caBundle`` of its webhook configurations itself (knative.dev/pkg ``webhook/certificates``).
 
-The images the manager and Knative run must hold the binary at the upstream path (``/manager``,
-``/ko-app/<name>``) and run as a non-root numeric user (``runAsNonRoot: true`` upstream).
+What the images must hold: KServe's Deployment runs ``/manager``; Knative's Deployments (and the
+queue-proxy sidecar Knative adds to each revision) set no command, so each Knative image's
+entrypoint must be its binary. All run with ``runAsNonRoot: true`` and no ``runAsUser``, so each
+image must name a numeric non-root user (e.g. ``USER 65532``), or the kubelet refuses to start it.
 """
 
 from __future__ import annotations
