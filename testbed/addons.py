@@ -86,7 +86,8 @@ def render_addons(
     ``images`` maps ``kserve-manager`` and, with Knative, ``knative-<command>`` for each of
     :data:`KNATIVE_COMMANDS` to image references; ``kserve-agent``, ``kserve-router`` and
     ``kserve-storage-initializer`` are optional. Custom resources come after every CRD: apply
-    them once the CRDs are established.
+    them once the CRDs are established. Knative's CRDs come before KServe's manager, which
+    checks for them only when it starts (and never watches Knative Services if they were late).
     """
     _check(images, modes)
     tls = make_webhook_tls(

@@ -161,6 +161,8 @@ def test_crds_come_before_their_custom_resources_and_webhooks_come_last(
     first_cr = kinds.index("ClusterStorageContainer")
     first_webhook = min(i for i, kind in enumerate(kinds) if kind.endswith("WebhookConfiguration"))
     assert kinds[0] == "Namespace" and last_crd < first_cr < first_webhook
+    # KServe's manager looks for Knative's Service CRD once, at start: it must exist by then.
+    assert last_crd < kinds.index("Deployment")
     assert all(kind.endswith("WebhookConfiguration") for kind in kinds[first_webhook:])
 
 
