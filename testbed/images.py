@@ -440,14 +440,16 @@ def go_binary_image(
     entrypoint: Sequence[str],
     args: Sequence[str] = (),
     env: Sequence[str] = (),
+    path: str | None = None,
 ) -> ImageRecord:
-    """A static binary at ``/usr/local/bin/<binary name>`` on the base image, run as 65532.
+    """A static binary at ``path`` (default ``/usr/local/bin/<binary name>``) on the base image,
+    run as 65532; upstream manifests that name their binary (KServe's ``/manager``) set ``path``.
 
     ``entrypoint`` is the container's command (usually ``[/usr/local/bin/<binary name>]``). The
     base gives the binary CA certificates, time zones and a passwd entry for its user.
     """
     under = base()
-    target = f"usr/local/bin/{binary.name}"
+    target = (path or f"/usr/local/bin/{binary.name}").lstrip("/")
     inputs = Inputs(name).text("base", under.digest).file(binary, label=target)
     inputs.text("entrypoint", json.dumps([list(entrypoint), list(args), list(env)]))
     inputs.text("format", FORMAT)

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from testbed import addons, dns, images
 from testbed import cluster as cluster_mod
-from testbed import dns, images
-from testbed.builds import COREDNS
+from testbed.builds import COREDNS, KSERVE
 from testbed.cluster import Cluster, ClusterError
 from testbed.gobuild import BuildError, ensure_built
 from testbed.images import ImageError
@@ -67,6 +67,21 @@ def _base_images() -> tuple[images.ImageRecord, images.ImageRecord]:
         "coredns", coredns_binary, entrypoint=["/usr/local/bin/coredns"]
     )
     return images.pause(), coredns
+
+
+def install_kserve(running: Cluster, *, modes: Sequence[addons.Mode] = ("Standard",)) -> None:
+    """KServe v0.20.0 (built here) with its webhooks, ready to admit and reconcile."""
+    binary = ensure_built(KSERVE) / "manager"
+    manager = images.go_binary_image(
+        "kserve-manager", binary, entrypoint=["/manager"], path="/manager"
+    )
+    load_images(running, [manager])
+    objects = addons.render_addons({addons.KSERVE_MANAGER: manager.pinned}, modes=modes)
+    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+    apply(running, crds)
+    wait_established(running, [crd["metadata"]["name"] for crd in crds])
+    apply(running, [o for o in objects if o["kind"] != "CustomResourceDefinition"])
+    wait_rollout(running, namespace=addons.KSERVE_NAMESPACE, deployment="kserve-controller-manager")
 
 
 def load_images(running: Cluster, records: Sequence[images.ImageRecord]) -> None:
