@@ -174,6 +174,9 @@ def ensure_image(name: str, inputs: Inputs, build: Builder) -> ImageRecord:
 
 def _build_into(name: str, folder: Path, build: Builder, *, reference: str) -> ImageRecord:
     # Build into a temporary folder and rename it, so an interrupted build never looks finished.
+    # We hold the image's lock: any other staging folder is an interrupted build's.
+    for stale in folder.parent.glob(".build-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".build-"))
     staging.chmod(0o755)
     started = time.monotonic()
