@@ -629,25 +629,23 @@ def load_into_containerd(
     """Import ``record``'s archive into the containerd at ``address`` and check it is listed.
 
     The archive's index names the image (``io.containerd.image.name``), so it lands under
-    ``record.reference`` with ``record.digest`` as its target; the kubelet's CRI then finds it
-    by that name or by ``record.pinned``.
+    ``record.reference`` and ``record.pinned``, both with ``record.digest`` as their target.
     """
     ctr = ["ctr", "--address", address, "--namespace", namespace]
-    command = [*ctr, "images", "import", "--digests"]
+    # --digests with --base-name adds the image by digest too (``record.pinned``), the name a
+    # manifest that pins the digest asks the CRI for.
+    repository = record.reference.rpartition(":")[0]
+    command = [*ctr, "images", "import", "--base-name", repository, "--digests"]
     if snapshotter:
         command += ["--snapshotter", snapshotter]
     run_tool([*command, str(record.archive)], image=record.name, step="ctr images import")
     listed = run_tool([*ctr, "images", "ls"], image=record.name, step="ctr images ls")
-    if not any(_listed(line, record) for line in listed.splitlines()):
+    names = {words[0] for words in map(str.split, listed.splitlines()) if record.digest in words}
+    if not {record.reference, record.pinned} <= names:
         raise ImageError(
-            f"image {record.name}: {record.reference} with {record.digest} is not in "
+            f"image {record.name}: {record.reference} and {record.pinned} are not both in "
             f"containerd's list after import:\n{listed[-2000:]}"
         )
-
-
-def _listed(line: str, record: ImageRecord) -> bool:
-    words = line.split()
-    return len(words) >= 3 and words[0] == record.reference and words[2] == record.digest
 
 
 # --- the command ----------------------------------------------------------------------------
