@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -253,7 +254,8 @@ def run_tool(
     return text
 
 
-def tool_version(command: Sequence[str]) -> str:
+@functools.cache
+def tool_version(command: tuple[str, ...]) -> str:
     """A tool's version line, for the inputs hash (a new tool may build a different image)."""
     try:
         result = subprocess.run(list(command), capture_output=True, text=True, check=False)
@@ -358,7 +360,7 @@ def _debian_inputs(name: str, packages: Sequence[str]) -> Inputs:
         ("dropped", repr((DROP_UNDER, KEEP_FOLDERS, DROP_FILES))),
         ("hook", NONROOT_HOOK),
         ("epoch", str(EPOCH)),
-        ("mmdebstrap", tool_version(["mmdebstrap", "--version"])),
+        ("mmdebstrap", tool_version(("mmdebstrap", "--version"))),
         ("format", FORMAT),
     ):
         inputs.text(label, value)
@@ -412,7 +414,7 @@ def pause() -> ImageRecord:
     """The kubelet's sandbox image: ``/pause`` alone, static, as uid 65535 like upstream's."""
     source = FILES / "pause.c"
     inputs = Inputs("pause").file(source).text("cflags", " ".join(PAUSE_CFLAGS))
-    inputs.text("gcc", tool_version(["gcc", "--version"])).text("format", FORMAT)
+    inputs.text("gcc", tool_version(("gcc", "--version"))).text("format", FORMAT)
 
     def build(work: Path, reference: str) -> Layout:
         work.mkdir(parents=True)
@@ -514,7 +516,7 @@ def _buildah_image(
 ) -> ImageRecord:
     under = python_base()
     inputs = Inputs(name).text("base", under.digest).file(containerfile, label="Containerfile")
-    inputs.tree(context_root, files).text("buildah", tool_version(["buildah", "--version"]))
+    inputs.tree(context_root, files).text("buildah", tool_version(("buildah", "--version")))
     inputs.text("format", FORMAT)
 
     def build(work: Path, reference: str) -> Layout:
