@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -174,6 +175,9 @@ def ensure_image(name: str, inputs: Inputs, build: Builder) -> ImageRecord:
 
 def _build_into(name: str, folder: Path, build: Builder, *, reference: str) -> ImageRecord:
     # Build into a temporary folder and rename it, so an interrupted build never looks finished.
+    # We hold the image's lock: any other staging folder is an interrupted build's.
+    for stale in folder.parent.glob(".build-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".build-"))
     staging.chmod(0o755)
     started = time.monotonic()
@@ -250,7 +254,8 @@ def run_tool(
     return text
 
 
-def tool_version(command: Sequence[str]) -> str:
+@functools.cache
+def tool_version(command: tuple[str, ...]) -> str:
     """A tool's version line, for the inputs hash (a new tool may build a different image)."""
     try:
         result = subprocess.run(list(command), capture_output=True, text=True, check=False)
@@ -355,7 +360,7 @@ def _debian_inputs(name: str, packages: Sequence[str]) -> Inputs:
         ("dropped", repr((DROP_UNDER, KEEP_FOLDERS, DROP_FILES))),
         ("hook", NONROOT_HOOK),
         ("epoch", str(EPOCH)),
-        ("mmdebstrap", tool_version(["mmdebstrap", "--version"])),
+        ("mmdebstrap", tool_version(("mmdebstrap", "--version"))),
         ("format", FORMAT),
     ):
         inputs.text(label, value)
@@ -409,7 +414,7 @@ def pause() -> ImageRecord:
     """The kubelet's sandbox image: ``/pause`` alone, static, as uid 65535 like upstream's."""
     source = FILES / "pause.c"
     inputs = Inputs("pause").file(source).text("cflags", " ".join(PAUSE_CFLAGS))
-    inputs.text("gcc", tool_version(["gcc", "--version"])).text("format", FORMAT)
+    inputs.text("gcc", tool_version(("gcc", "--version"))).text("format", FORMAT)
 
     def build(work: Path, reference: str) -> Layout:
         work.mkdir(parents=True)
@@ -513,7 +518,7 @@ def _buildah_image(
 ) -> ImageRecord:
     under = python_base()
     inputs = Inputs(name).text("base", under.digest).file(containerfile, label="Containerfile")
-    inputs.tree(context_root, files).text("buildah", tool_version(["buildah", "--version"]))
+    inputs.tree(context_root, files).text("buildah", tool_version(("buildah", "--version")))
     inputs.text("format", FORMAT)
 
     def build(work: Path, reference: str) -> Layout:
@@ -628,27 +633,23 @@ def load_into_containerd(
     """Import ``record``'s archive into the containerd at ``address`` and check it is listed.
 
     The archive's index names the image (``io.containerd.image.name``), so it lands under
-    ``record.reference`` with ``record.digest`` as its target; the kubelet's CRI then finds it
-    by that name or by ``record.pinned``.
+    ``record.reference`` and ``record.pinned``, both with ``record.digest`` as their target.
     """
     ctr = ["ctr", "--address", address, "--namespace", namespace]
-    # --base-name: the digest name is <repository>@sha256:..., not ctr's import-<date>@...
+    # --digests with --base-name adds the image by digest too (``record.pinned``), the name a
+    # manifest that pins the digest asks the CRI for.
     repository = record.reference.rpartition(":")[0]
-    command = [*ctr, "images", "import", "--digests", f"--base-name={repository}"]
+    command = [*ctr, "images", "import", "--base-name", repository, "--digests"]
     if snapshotter:
         command += ["--snapshotter", snapshotter]
     run_tool([*command, str(record.archive)], image=record.name, step="ctr images import")
     listed = run_tool([*ctr, "images", "ls"], image=record.name, step="ctr images ls")
-    if not any(_listed(line, record) for line in listed.splitlines()):
+    names = {words[0] for words in map(str.split, listed.splitlines()) if record.digest in words}
+    if not {record.reference, record.pinned} <= names:
         raise ImageError(
-            f"image {record.name}: {record.reference} with {record.digest} is not in "
+            f"image {record.name}: {record.reference} and {record.pinned} are not both in "
             f"containerd's list after import:\n{listed[-2000:]}"
         )
-
-
-def _listed(line: str, record: ImageRecord) -> bool:
-    words = line.split()
-    return len(words) >= 3 and words[0] == record.reference and words[2] == record.digest
 
 
 # --- the command ----------------------------------------------------------------------------
