@@ -19,6 +19,8 @@ per interval. Rules, in the order they apply:
    released once every region is healthy again.
 5. Failback: a Recovering region gets `failback.stepPercent` of its weight back every
    `failback.stepSeconds`, each step only on a good interval and with warm replicas for it.
+   It starts from the share of its weight it carries, never below: a region the guard kept
+   serving (rule 6) does not lose that traffic when its failback starts.
 6. Weights never go all to zero. When every weighted region is out, healthy standby regions
    (weight 0) take over, else recovering ones at full weight; with none of those, the weights
    in place stay: the last region standing is never taken out.
@@ -306,6 +308,22 @@ def _evacuated(
     return moved, replace(note, warning=True)
 
 
+def carried(region: RegionStatus, spec: FailoverPolicySpec, weight: int) -> RegionStatus:
+    """A Recovering region's progress, raised to the `weight` it carries: failback never lowers it.
+
+    The guard leaves traffic on regions that are out when every region is out, and gives it to
+    recovering ones at full weight. Counting such a region's failback from 0% would take that
+    traffic away, to give it back a step later: sooner than the hold time, and a flap.
+    """
+    if region.phase is not Phase.RECOVERING:
+        return region
+    configured = spec.region(region.name).weight
+    least = next((p for p in range(FULL + 1) if _scaled(configured, p) >= weight), FULL)
+    if least <= region.failback_percent:
+        return region
+    return region.model_copy(update={"failback_percent": least})
+
+
 def _failback_step(
     region: RegionStatus,
     floors: Mapping[str, int],
@@ -335,10 +353,16 @@ def _failback_step(
 
 def region_weight(spec: FailoverPolicySpec, region: RegionStatus) -> int:
     """A region's weight from its phase and failback progress (at least 1 while it has any)."""
-    if region.phase is Phase.UNHEALTHY or region.failback_percent == 0:
+    if region.phase is Phase.UNHEALTHY:
         return 0
-    configured = spec.region(region.name).weight
-    return max(1, round(configured * region.failback_percent / FULL)) if configured else 0
+    return _scaled(spec.region(region.name).weight, region.failback_percent)
+
+
+def _scaled(configured: int, percent: int) -> int:
+    """`percent` of a configured weight, at least 1 unless either is 0."""
+    if configured == 0 or percent == 0:
+        return 0
+    return max(1, round(configured * percent / FULL))
 
 
 def weights(
@@ -418,17 +442,20 @@ class _Interval:
     notes: list[Note] = field(default_factory=list)
 
     def run(self, status: FailoverStatus, judged: Mapping[str, Judgement]) -> Decision:
-        regions = [self._phase(r, judged[r.name]) for r in status.regions]
+        regions = [self._phase(r, judged[r.name], status.weights) for r in status.regions]
         regions = self._steady(regions)
         raises, regions = self._prescale(regions)
         regions = [self._progress(r, regions) for r in regions]
         return self._finish(status, regions, raises)
 
-    def _phase(self, region: RegionStatus, judgement: Judgement) -> RegionStatus:
+    def _phase(
+        self, region: RegionStatus, judgement: Judgement, before: Mapping[str, int]
+    ) -> RegionStatus:
         region = counted(region, judgement, judgement.text)
         region, note = transition(region, judgement, self.spec, self.now)
         self._note(note)
-        return region
+        # The weights this policy set last: records moved by hand do not speed a failback up.
+        return carried(region, self.spec, before.get(region.name, 0))
 
     def _steady(self, regions: list[RegionStatus]) -> list[RegionStatus]:
         # The fleet's normal size is learnt only while every region is healthy (or on first

@@ -280,6 +280,22 @@ def test_a_relapse_during_failback_takes_the_region_out_again_and_restarts_the_h
     assert run.records["us"] == 0  # 50 s since it went out again: the hold is 60 s
 
 
+def test_a_region_the_guard_kept_serving_keeps_its_traffic_when_failback_starts() -> None:
+    # Hypothesis's counterexample: every region out for one interval, so the guard keeps the
+    # weights in place; after the hold all start failing back, one without warm replicas yet.
+    # Stepping up from 0% took its traffic away, and the next step gave it back 10 s later.
+    run = Run(make_spec(unhealthyAfter=1, healthyAfter=1, minHoldSeconds=30))
+    run.tick(everywhere(good(ready=2)))
+    run.tick(everywhere(down()))
+    assert run.records == {"us": 100, "eu": 100, "ap": 100}
+    run.ticks(2, everywhere(good(ready=2)))
+    run.tick(everywhere(good(ready=2), ap=good(ready=0)))  # 30 s: the hold is over
+    assert run.phase("ap") is Phase.RECOVERING
+    assert run.records["ap"] > 0
+    run.tick(everywhere(good(ready=2)))
+    assert run.records == {"us": 100, "eu": 100, "ap": 100}
+
+
 # ---- never every region out, blind regions ---------------------------------------------------
 
 
