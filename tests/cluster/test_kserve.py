@@ -7,28 +7,17 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from testbed import images, session
 from testbed.cluster import Cluster
+from tests.cluster.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "kserve-check"
 ISVC = "emulated"
 READY_TIMEOUT_S = 300.0
-
-
-@pytest.fixture(scope="module")
-def kserve(cluster: Cluster) -> Cluster:
-    session.install_kserve(cluster)
-    crds = sorted(str(p) for p in (REPO / "radixfleet/crds").glob("*.yaml"))
-    for crd in crds:
-        cluster.kubectl("apply", "--server-side", "-f", crd)
-    return cluster
 
 
 def _kustomize(cluster: Cluster, folder: str) -> list[dict[str, Any]]:
