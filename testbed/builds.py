@@ -1,4 +1,6 @@
-"""Every Go program the test bed builds, and a command to build them all (``python3 -m testbed.builds``).
+"""Every Go program the test bed builds, and a command to build them all.
+
+``python3 -m testbed.builds`` builds them.
 
 Standard library only: ``scripts/provision.sh`` runs it before the project's environment exists.
 """
@@ -29,7 +31,9 @@ def _kube_ldflags(version: str) -> str:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy and kubectl in
 # one multi-call binary (testbed/kube/main.go): they share most of their packages.
 KUBE = GoBuild(
-    name="kube", source_dir=HERE / "kube", mains=(("kube", "."),),
+    name="kube",
+    source_dir=HERE / "kube",
+    mains=(("kube", "."),),
     ldflags=_kube_ldflags(KUBE_VERSION),
 )
 

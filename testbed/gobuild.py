@@ -128,12 +128,18 @@ def _build(build: GoBuild, folder: Path, *, log: Path | None) -> None:
     _prune(build.name, keep=KEEP_BUILDS)
 
 
-def _go_build(build: GoBuild, package: str, out: Path, *, env: dict[str, str], log: Path | None) -> None:
+def _go_build(
+    build: GoBuild, package: str, out: Path, *, env: dict[str, str], log: Path | None
+) -> None:
     command = [str(find_go()), *_go_args(), "-ldflags", build.ldflags, "-o", str(out)]
     if build.tags:
         command += ["-tags", ",".join(build.tags)]
     result = subprocess.run(
-        [*command, package], cwd=build.source_dir, env=env, capture_output=True, text=True,
+        [*command, package],
+        cwd=build.source_dir,
+        env=env,
+        capture_output=True,
+        text=True,
         check=False,
     )
     if log is not None:
