@@ -1,8 +1,9 @@
 """What the Pulumi components put into each cluster, as plain data: no Pulumi, no I/O but reads.
 
 Node labels and taints, Helm values, the Knative Serving resource, the operator's RBAC and
-Deployment (from radixfleet/render/operator.py, the same as deploy/operator/), and the runtimes and InferenceServices of a region. Keeping them pure lets the tests
-check the policies (labels the manifests select, least privilege) without running Pulumi.
+Deployment (from radixfleet/render/operator.py, the same as deploy/operator/), and the runtimes
+and InferenceServices of a region. Keeping them pure lets the tests check the policies (labels
+the manifests select, least privilege) without running Pulumi.
 """
 
 from __future__ import annotations
