@@ -40,6 +40,7 @@ def run(
     liveness_port: Annotated[int, typer.Option(help="kopf's GET /healthz.")] = 8080,
     readiness_port: Annotated[int, typer.Option(help="GET /readyz: 200 while leading.")] = 8081,
     metrics_port: Annotated[int, typer.Option(help="Prometheus metrics.")] = 9464,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="kopf's info logs.")] = False,
 ) -> None:
     """Run canary, autoscale and quota (and the failover if asked) until interrupted."""
     from radixfleet.kit.operator import Ports
@@ -56,4 +57,4 @@ def run(
     ports = Ports(liveness=liveness_port, readiness=readiness_port, metrics=metrics_port)
     typer.echo(f"radixfleet operator: {', '.join(p.name for p in plugins)}")
     run_operator(plugins, options=options, namespaces=namespace or (), standalone=standalone,
-                 ports=ports)  # fmt: skip
+                 ports=ports, verbose=verbose)  # fmt: skip

@@ -54,6 +54,12 @@ def build_registry(
     """One kopf registry with every plug-in's handlers and the operator's settings."""
     registry = kopf.OperatorRegistry()
 
+    # kopf registers its login handlers only on its default registry; ours needs its own, or the
+    # operator never authenticates (in-cluster service account, else the kubeconfig).
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_via_client(**kwargs)
+
     @kopf.on.startup(registry=registry)
     def settings(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings, peering=peering, priority=priority)
@@ -84,8 +90,10 @@ def run(
     namespaces: Sequence[str] = (),
     standalone: bool = False,
     ports: Ports = Ports(),
+    verbose: bool = False,
 ) -> None:
     """Build the plug-ins' controllers and run them until interrupted."""
+    kopf.configure(verbose=verbose)  # kopf's own log format, as its CLI sets it up
     controllers = {p.name: p.build(options) for p in plugins}
     priority, identity = peering_priority(), peering_identity()
     peering = None if standalone else PEERING_NAME

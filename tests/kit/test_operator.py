@@ -46,3 +46,11 @@ def test_the_metrics_port_serves_the_kits_counters() -> None:
     for name in ("radixfleet_controller_ticks", "radixfleet_controller_errors",
                  "radixfleet_controller_decisions"):  # fmt: skip
         assert f"# TYPE {name}_total counter" in text
+
+
+def test_the_operator_logs_in_on_its_own_registry() -> None:
+    # kopf adds its login handlers to its default registry only: without ours, a fresh registry
+    # never authenticates ("Ran out of valid credentials"), which the old per-controller runs hit.
+    registry = build_registry([], {}, peering=None, priority=1)
+    activities = {str(h.activity) for h in registry._activities.get_all_handlers()}
+    assert {"authentication", "startup"} <= {a.rsplit(".", 1)[-1].lower() for a in activities}
