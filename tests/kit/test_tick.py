@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import kopf
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
@@ -85,6 +85,7 @@ def test_retry_after_is_honoured_and_capped() -> None:
     assert retry_delay(greedy, attempt=1) == KUBE_RETRY.max_retry_after_seconds
 
 
+@settings(deadline=None)
 @given(status=st.integers(min_value=100, max_value=599), attempt=st.integers(1, 20))
 def test_delays_are_never_negative_and_only_for_temporary_errors(status: int, attempt: int) -> None:
     error = KubeError("x", status=status)
