@@ -128,14 +128,14 @@ def run(
     standalone: Annotated[bool, typer.Option(help="No peering with other replicas.")] = False,
 ) -> None:
     """Run the canary controller (kopf) until interrupted."""
-    from canary.controller import run as run_controller
+    from canary.plugin import PLUGIN
+    from radixfleet.kit.operator import Ports, run_alone
 
-    run_controller(
-        namespaces=namespace or (),
-        prometheus_url=prometheus,
-        metrics_port=metrics_port,
-        standalone=standalone,
-    )
+    ports = Ports(liveness=None, readiness=None, metrics=metrics_port)
+    run_alone(
+        PLUGIN, prometheus_url=prometheus, namespaces=namespace or (), standalone=standalone,
+        ports=ports,
+    )  # fmt: skip
 
 
 def next_approval(target: Target) -> str | None:
@@ -223,8 +223,8 @@ def _annotate(
 def _write(
     ports: Ports, target: Target, name: str, values: Mapping[str, str | None], done: str
 ) -> None:
-    from canary.ports import KubeError
     from canary.spec import command_key
+    from radixfleet.kit.errors import KubeError
 
     annotations = {command_key(prefix, name): value for prefix, value in values.items()}
     namespace = target.policy["metadata"]["namespace"]

@@ -16,31 +16,26 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from pydantic import ValidationError
 
 from canary.decide import Decision, analysis_due, decide
 from canary.metrics import CanaryMetrics
 from canary.observe import commands, measure, observe_isvc
-from canary.ports import (
-    CanaryPolicies,
-    Events,
-    InferenceServices,
-    KubeError,
-    StaleRevisionError,
-    policy_name,
-)
+from canary.ports import CanaryPolicies, InferenceServices, StaleRevisionError, policy_name
 from canary.queries import QueryConfig
-from canary.spec import API_VERSION, COMMAND_PREFIX, MIN_INTERVAL_SECONDS, PLURAL, CanaryPolicySpec
+from canary.spec import API_VERSION, MIN_INTERVAL_SECONDS, PLURAL, CanaryPolicySpec
 from canary.state import Observed, RolloutStatus, Verb, rollout_of
-from radixfleet.adapters.kube import api_client, keep_kopf_state_in_annotations
 from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
-from radixfleet.crdwire import status_to_wire
+from radixfleet.kit import kopfglue
+from radixfleet.kit.events import Events
+from radixfleet.kit.kube import Resource
+from radixfleet.kit.plugin import OperatorOptions
+from radixfleet.kit.wire import status_to_wire
 from radixfleet.labels import GROUP
 
 log = logging.getLogger(__name__)
@@ -193,73 +188,42 @@ def _newsworthy(before: RolloutStatus | None, decision: Decision) -> bool:
 # ---- kopf ----------------------------------------------------------------------------------
 
 
+NAME = "canary"
+RESOURCE = Resource(GROUP, API_VERSION, PLURAL)
+
+
 def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
-    """Add the canary's handlers to `registry`; nothing is registered on import."""
+    """Add the canary's timer to `registry`; nothing is registered on import."""
 
-    @kopf.on.startup(registry=registry)
-    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        # kopf's bookkeeping stays on our CanaryPolicies, under our own prefix.
-        keep_kopf_state_in_annotations(settings, prefix=COMMAND_PREFIX)
+    def tick(body: Mapping[str, Any], now: datetime, retry: int) -> None:
+        run_tick(controller, body, now=now, retry=retry)
 
-    @kopf.timer(
-        GROUP,
-        API_VERSION,
-        PLURAL,
-        id="canary-tick",
-        interval=MIN_INTERVAL_SECONDS,
-        registry=registry,
+    kopfglue.timer(
+        registry, resource=RESOURCE, id="canary-tick", interval=MIN_INTERVAL_SECONDS, tick=tick
     )
-    def tick(body: kopf.Body, **_: Any) -> None:
-        run_tick(controller, body, now=datetime.now(UTC))
 
 
-def run_tick(controller: Controller, body: Mapping[str, Any], *, now: datetime) -> None:
-    """One timer tick, with errors translated to kopf's retry vocabulary."""
-    try:
-        controller.reconcile_policy(body, now=now)
-    except ValidationError as error:
-        raise kopf.PermanentError(f"invalid CanaryPolicy spec: {error}") from error
-    except KubeError as error:
-        if error.temporary:
-            raise kopf.TemporaryError(str(error), delay=MIN_INTERVAL_SECONDS) from error
-        raise kopf.PermanentError(str(error)) from error
+def run_tick(
+    controller: Controller, body: Mapping[str, Any], *, now: datetime, retry: int = 0
+) -> None:
+    """One timer tick, with errors in kopf's retry vocabulary (the kit's one rule)."""
+    kopfglue.run_tick(
+        NAME, lambda: controller.reconcile_policy(body, now=now), kind="CanaryPolicy", retry=retry
+    )
 
 
-def kube_controller(
-    *, prometheus_url: str | None = None, metrics: CanaryMetrics | None = None
-) -> Controller:
+def kube_controller(options: OperatorOptions | None = None) -> Controller:
     """A Controller on the in-cluster (or kubeconfig) credentials and the given Prometheus."""
-    from canary.kube import KubeCanaryPolicies, KubeEvents, KubeInferenceServices
+    from canary.kube import FIELD_MANAGER, KubeCanaryPolicies, KubeInferenceServices
+    from radixfleet.kit.kube import KubeEvents, api_client
 
+    options = options or OperatorOptions()
     api = api_client()
-    url = prometheus_url or os.environ.get(PROMETHEUS_URL_ENV, DEFAULT_PROMETHEUS_URL)
+    url = options.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV, DEFAULT_PROMETHEUS_URL)
     return Controller(
         isvcs=KubeInferenceServices(api),
         policies=KubeCanaryPolicies(api),
-        events=KubeEvents(api, clock=lambda: datetime.now(UTC)),
+        events=KubeEvents(api, clock=lambda: datetime.now(UTC), component=FIELD_MANAGER),
         prometheus=HttpPrometheus(url),
-        metrics=metrics,
-    )
-
-
-def run(
-    *,
-    namespaces: Sequence[str] = (),
-    prometheus_url: str | None = None,
-    metrics_port: int | None = None,
-    standalone: bool = False,
-) -> None:
-    """Run the controller until interrupted (`radixfleet canary run`)."""
-    metrics = CanaryMetrics()
-    if metrics_port is not None:
-        from prometheus_client import start_http_server
-
-        start_http_server(metrics_port, registry=metrics.registry)
-    registry = kopf.OperatorRegistry()
-    register(registry, kube_controller(prometheus_url=prometheus_url, metrics=metrics))
-    kopf.run(
-        registry=registry,
-        namespaces=list(namespaces),
-        clusterwide=not namespaces,
-        standalone=standalone,
+        metrics=CanaryMetrics(),
     )

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from canary.ports import KubeError, StaleRevisionError, merge_rollout
+from canary.ports import StaleRevisionError, merge_rollout
+from radixfleet.kit.errors import KubeError
 
 
 @dataclass(frozen=True)

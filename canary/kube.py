@@ -1,58 +1,38 @@
-"""The canary's Kubernetes ports (canary/ports.py) on the kubernetes client.
+"""The canary's Kubernetes ports (canary/ports.py) on the kubernetes client, and their RBAC.
 
 Traffic moves by a JSON patch whose `test` re-checks the canary revision in the same request;
-policy status is replaced through the status subresource with the resourceVersion read, and a
-409 is retried from a fresh read.
+policy status goes through the kit's one status writer (`radixfleet.kit.kube.KubeStatus`: the
+resourceVersion read, re-read on a 409). `RULES` is every call below, as RBAC.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-from collections.abc import Callable, Mapping
-from datetime import datetime
-from functools import partial
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from canary.ports import ConflictError, KubeError, StaleRevisionError, merge_rollout
+from canary.ports import StaleRevisionError, merge_rollout
 from canary.spec import API_VERSION, PLURAL
+from radixfleet.kit.errors import KubeError
+from radixfleet.kit.kube import KubeEvents, KubeStatus, Resource, as_dict, kube_call
+from radixfleet.kit.rbac import KOPF_TIMER, PolicyRule
 from radixfleet.labels import GROUP
 
 KSERVE_GROUP, KSERVE_VERSION, ISVC_PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"
 PERCENT_PATH = "/spec/predictor/canaryTrafficPercent"
 CANARY_PATH = "/status/components/predictor/latestCreatedRevision"
 FIELD_MANAGER = "radixfleet-canary"
-CONFLICT_ATTEMPTS = 5
+ISVCS = Resource(KSERVE_GROUP, KSERVE_VERSION, ISVC_PLURAL)
+POLICIES = Resource(GROUP, API_VERSION, PLURAL)
 
-T = TypeVar("T")
-log = logging.getLogger(__name__)
-
-
-def kube_call(what: str, call: Callable[[], T]) -> T:
-    """`call()`, with the client's ApiException turned into our KubeError family (every
-    controller's Kubernetes adapter goes through this; 409 becomes ConflictError)."""
-    try:
-        return call()
-    except ApiException as exc:
-        kind = ConflictError if exc.status == 409 else KubeError
-        raise kind(f"{what}: HTTP {exc.status} {_message(exc)}", status=exc.status) from exc
-
-
-def as_dict(found: object) -> dict[str, Any]:
-    """A CustomObjects API answer as the dict it is."""
-    # The CustomObjects API is typed `object`; for JSON objects it returns dicts.
-    assert isinstance(found, dict), type(found)
-    return found
-
-
-def _message(exc: ApiException) -> str:
-    try:
-        return str(json.loads(exc.body or "{}").get("message", exc.reason))
-    except ValueError:
-        return str(exc.reason)
+RULES: tuple[PolicyRule, ...] = (
+    ISVCS.rule("get", "list", "patch"),
+    # kopf's timer watches the policies; commands are annotations (patch) on them.
+    POLICIES.rule(*KOPF_TIMER),
+    *KubeStatus.rules(POLICIES),
+    *KubeEvents.RULES,
+)
 
 
 class KubeInferenceServices:
@@ -115,37 +95,17 @@ class KubeInferenceServices:
 
 
 class KubeCanaryPolicies:
-    """CanaryPolicies; status through the status subresource with optimistic concurrency."""
+    """CanaryPolicies; status through the kit's status writer."""
 
     def __init__(self, api_client: Any) -> None:
         self.api = client.CustomObjectsApi(api_client)
+        self.status = KubeStatus(api_client, POLICIES, field_manager=FIELD_MANAGER)
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return dict(
-                kube_call(
-                    f"get canarypolicy {namespace}/{name}", lambda: self._get(namespace, name)
-                )
-            )
-        except KubeError as error:
-            if error.status == 404:
-                return None
-            raise
+        return self.status.get(namespace, name)
 
     def write_rollout(self, namespace: str, name: str, rollout: dict[str, Any]) -> None:
-        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-            policy = self.get(namespace, name)
-            if policy is None:
-                raise KubeError(f"canarypolicy {namespace}/{name} is gone", status=404)
-            policy["status"] = merge_rollout(policy.get("status") or {}, rollout)
-            try:
-                kube_call(
-                    f"write status of {namespace}/{name}", partial(self._replace_status, policy)
-                )
-                return
-            except ConflictError:
-                if attempt == CONFLICT_ATTEMPTS:
-                    raise
+        self.status.update(namespace, name, lambda status: merge_rollout(status, rollout))
 
     def annotate(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         body = {"metadata": {"annotations": dict(annotations)}}
@@ -155,57 +115,3 @@ class KubeCanaryPolicies:
                 GROUP, API_VERSION, namespace, PLURAL, name, body, field_manager=FIELD_MANAGER
             ),
         )
-
-    def _get(self, namespace: str, name: str) -> Any:
-        return self.api.get_namespaced_custom_object(GROUP, API_VERSION, namespace, PLURAL, name)
-
-    def _replace_status(self, policy: dict[str, Any]) -> Any:
-        # The body carries metadata.resourceVersion, so a concurrent write answers 409.
-        meta = policy["metadata"]
-        return self.api.replace_namespaced_custom_object_status(
-            GROUP, API_VERSION, meta["namespace"], PLURAL, meta["name"], policy,
-            field_manager=FIELD_MANAGER,
-        )  # fmt: skip
-
-
-class KubeEvents:
-    """core/v1 Events about an object, as `kubectl describe` shows them; best effort.
-
-    `component` is the Event's `source.component` (the failover posts through this adapter too,
-    under its own name). A refused or failed Event is logged and dropped, never raised: it is a
-    report of something already done (status written, traffic moved), so failing the reconcile
-    over it would only re-run a tick that has nothing left to do, and one InferenceService's lost
-    Event would keep the policy's other InferenceServices from being reconciled that tick.
-    """
-
-    def __init__(
-        self, api_client: Any, *, clock: Callable[[], datetime], component: str = FIELD_MANAGER
-    ) -> None:
-        self.api = client.CoreV1Api(api_client)
-        self.clock = clock
-        self.component = component
-
-    def emit(
-        self, *, involved: Mapping[str, Any], reason: str, message: str, warning: bool
-    ) -> None:
-        meta = involved["metadata"]
-        now = self.clock()
-        event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(
-                generate_name=f"{meta['name']}.", namespace=meta["namespace"]
-            ),
-            involved_object=client.V1ObjectReference(
-                api_version=involved.get("apiVersion"), kind=involved.get("kind"),
-                name=meta["name"], namespace=meta["namespace"], uid=meta.get("uid"),
-            ),
-            reason=reason, message=message[:1024], type="Warning" if warning else "Normal",
-            source=client.V1EventSource(component=self.component),
-            first_timestamp=now, last_timestamp=now, count=1,
-        )  # fmt: skip
-        try:
-            kube_call(
-                f"event {reason} on {meta['namespace']}/{meta['name']}",
-                lambda: self.api.create_namespaced_event(meta["namespace"], event),
-            )
-        except KubeError as error:
-            log.warning("%s not posted: %s", reason, error)

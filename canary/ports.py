@@ -1,10 +1,10 @@
-"""The canary controller's Kubernetes ports: three small Protocols and their typed errors.
+"""The canary controller's Kubernetes ports: two small Protocols and the canary's own error.
 
-InferenceServices (list, move traffic), CanaryPolicies (read, write one rollout's status,
-annotate commands) and Events. Errors keep the HTTP status: `ConflictError` (409, re-read and
-retry), `StaleRevisionError` (the canary changed under us: drop the action), and
-`KubeError.temporary` for what a later attempt can fix. No client library is imported here, so
-the CLI and the fakes stay light; `canary/kube.py` implements the ports on the kubernetes client.
+InferenceServices (list, move traffic) and CanaryPolicies (read, write one rollout's status,
+annotate commands); Events and the `KubeError` family (HTTP status kept, a 409 re-read and
+retried) are the controller kit's (`radixfleet.kit`). `StaleRevisionError` is the canary's: the
+canary changed under us, so the action is dropped. No client library is imported here, so the
+CLI and the fakes stay light; `canary/kube.py` implements the ports on the kubernetes client.
 """
 
 from __future__ import annotations
@@ -13,24 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from canary.spec import POLICY_ANNOTATION
-
-TEMPORARY_STATUSES = frozenset({429, 500, 502, 503, 504})
-
-
-class KubeError(Exception):
-    """A Kubernetes API call failed; `status` is the HTTP status (None: no response)."""
-
-    def __init__(self, message: str, *, status: int | None) -> None:
-        super().__init__(message)
-        self.status = status
-
-    @property
-    def temporary(self) -> bool:
-        return self.status is None or self.status in TEMPORARY_STATUSES
-
-
-class ConflictError(KubeError):
-    """409: the object changed since it was read; re-read and decide again."""
+from radixfleet.kit.errors import KubeError
 
 
 class StaleRevisionError(KubeError):
@@ -57,12 +40,6 @@ class CanaryPolicies(Protocol):
     def annotate(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         """Set annotations on the policy; None removes one."""
         ...
-
-
-class Events(Protocol):
-    def emit(
-        self, *, involved: Mapping[str, Any], reason: str, message: str, warning: bool
-    ) -> None: ...
 
 
 def policy_name(isvc: Mapping[str, Any]) -> str | None:

@@ -8,15 +8,13 @@ annotations. Neither does I/O.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
 from canary.spec import (
     ABORT_PREFIX,
@@ -26,6 +24,26 @@ from canary.spec import (
     Metric,
     command_key,
 )
+from radixfleet.kit.wire import LastDecision as _LastDecision
+from radixfleet.kit.wire import Wire, finite
+from radixfleet.revisions import FIELD_OF, Measured, RevisionMetrics
+
+__all__ = [
+    "FIELD_OF",
+    "CheckResult",
+    "LastDecision",
+    "Manual",
+    "Measured",
+    "Observed",
+    "Phase",
+    "RevisionMetrics",
+    "RolloutStatus",
+    "Verb",
+    "Wire",
+    "finite",
+    "read_manual",
+    "rollout_of",
+]
 
 
 class Phase(StrEnum):
@@ -54,44 +72,8 @@ class Verb(StrEnum):
     ROLLBACK = "rollback"
 
 
-class Wire(BaseModel):
-    """Base of the status types: camelCase as stored in the CR, immutable in memory."""
-
-    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
-
-
-class RevisionMetrics(Wire):
-    """One revision's numbers over one analysis window; None where Prometheus had none."""
-
-    requests: float | None = None
-    ttft_p95: float | None = None
-    itl_p95: float | None = None
-    error_rate: float | None = None
-    cache_hit_rate: float | None = None
-
-    def value(self, metric: Metric) -> float | None:
-        """The finite value of `metric`, or None when it is missing, NaN or infinite."""
-        return finite(getattr(self, FIELD_OF[metric]))
-
-
-FIELD_OF = {
-    Metric.TTFT_P95: "ttft_p95",
-    Metric.ITL_P95: "itl_p95",
-    Metric.ERROR_RATE: "error_rate",
-    Metric.CACHE_HIT_RATE: "cache_hit_rate",
-}
-
-
-def finite(value: float | None) -> float | None:
-    """`value` if it is a usable number; NaN and infinities count as missing."""
-    return value if value is not None and math.isfinite(value) else None
-
-
-class Measured(Wire):
-    """The canary's and the stable revision's numbers over the same window."""
-
-    canary: RevisionMetrics = Field(default_factory=RevisionMetrics)
-    stable: RevisionMetrics = Field(default_factory=RevisionMetrics)
+#: The latest decision of a rollout, as the platform team reads it in `canary status`.
+LastDecision = _LastDecision[Verb]
 
 
 class CheckResult(Wire):
@@ -102,14 +84,6 @@ class CheckResult(Wire):
     canary: float
     stable: float | None = None
     bound: float
-
-
-class LastDecision(Wire):
-    """The latest decision and why, as the platform team reads it in `canary status`."""
-
-    action: Verb
-    reason: str
-    at: datetime
 
 
 class RolloutStatus(Wire):

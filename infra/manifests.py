@@ -1,8 +1,9 @@
 """What the Pulumi components put into each cluster, as plain data: no Pulumi, no I/O but reads.
 
-Node labels and taints, Helm values, the Knative Serving resource, the controllers' RBAC and
-Deployment, and the runtimes and InferenceServices of a region. Keeping them pure lets the tests
-check the policies (labels the manifests select, least privilege) without running Pulumi.
+Node labels and taints, Helm values, the Knative Serving resource, the operator's RBAC and
+Deployment (from radixfleet/render/operator.py, the same as deploy/operator/), and the runtimes
+and InferenceServices of a region. Keeping them pure lets the tests check the policies (labels
+the manifests select, least privilege) without running Pulumi.
 """
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ from radixfleet.config import Catalog, GpuPool, Region
 from radixfleet.config.catalog import KNOWN_RUNTIMES
 from radixfleet.config.gpus import gpu_label_value
 from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES
+from radixfleet.render import operator
 from radixfleet.render.fleet import served_tenants
 from runtimes.builder import build_runtime
 
 Manifest = dict[str, Any]
 
 NODE_ROLE = f"{labels.GROUP}/node-role"
-CONTROLLERS = "radixfleet-controllers"
-CONTROLLERS_NAMESPACE = "radixfleet-system"
+CONTROLLERS = operator.NAME
+CONTROLLERS_NAMESPACE = operator.NAMESPACE
 MONITORING_NAMESPACE = "monitoring"
 DASHBOARD_FOLDER = "radixfleet"
 KNATIVE_NAMESPACE = "knative-serving"
@@ -253,110 +255,26 @@ def load_crds(directory: Path) -> list[Manifest]:
     ]
 
 
-def controller_cluster_rules(crd_plurals: list[str]) -> list[Manifest]:
-    """Cluster-wide permissions of the canary, autoscale, quota and failover controllers.
-
-    Each rule names its resources and verbs; nothing may delete or create workloads.
+def controller_cluster_rules() -> list[Manifest]:
+    """The operator's ClusterRole rules: exactly what the registered controllers' adapters
+    declare plus what kopf needs, derived in one place (radixfleet/render/operator.py) for both
+    this program and the kustomize base deploy/operator/.
     """
-    watch = ["get", "list", "watch"]
-    rules: list[Manifest] = [
-        {
-            "apiGroups": ["serving.kserve.io"],
-            "resources": ["inferenceservices"],
-            "verbs": [*watch, "patch"],
-        },
-        {
-            "apiGroups": ["serving.kserve.io"],
-            "resources": ["inferenceservices/status"],
-            "verbs": ["get"],
-        },
-        # Revisions and pods: which replica holds which cache, what is ready.
-        {"apiGroups": ["serving.knative.dev"], "resources": ["revisions"], "verbs": watch},
-        {"apiGroups": [""], "resources": ["pods", "namespaces"], "verbs": watch},
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
-        # kopf discovers the resources it serves through the CRDs.
-        {
-            "apiGroups": ["apiextensions.k8s.io"],
-            "resources": ["customresourcedefinitions"],
-            "verbs": ["list", "watch"],
-        },
-    ]
-    if crd_plurals:
-        rules.append(
-            {"apiGroups": [labels.GROUP], "resources": crd_plurals, "verbs": [*watch, "patch"]}
-        )
-        rules.append(
-            {
-                "apiGroups": [labels.GROUP],
-                "resources": [f"{p}/status" for p in crd_plurals],
-                "verbs": ["get", "patch", "update"],
-            }
-        )
-    return rules
-
-
-# Leader election happens in the controllers' own namespace only.
-LEADER_ELECTION_RULES: list[Manifest] = [
-    {
-        "apiGroups": ["coordination.k8s.io"],
-        "resources": ["leases"],
-        "verbs": ["get", "list", "watch", "create", "update", "patch"],
-    }
-]
-
-# The quota controller keeps each tenant namespace's ResourceQuota in line with its budget.
-TENANT_RULES: list[Manifest] = [
-    {
-        "apiGroups": [""],
-        "resources": ["resourcequotas"],
-        "verbs": ["get", "list", "watch", "create", "update", "patch"],
-    }
-]
+    return [r.to_manifest() for r in operator.operator_rules()]
 
 
 def controller_deployment(*, image: str, replicas: int, region: str) -> Manifest:
-    """The controllers' Deployment: non-root, read-only, AWS access only via pod identity."""
-    container = {
-        "name": "controllers",
-        "image": image,
-        "args": ["controllers", "run", "--region", region],
-        "env": [{"name": "AWS_REGION", "value": region}],
-        "resources": {
-            "requests": {"cpu": "100m", "memory": "256Mi"},
-            "limits": {"memory": "512Mi"},
-        },
-        "securityContext": {
-            "runAsNonRoot": True,
-            "readOnlyRootFilesystem": True,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
-        # kopf and Python write temporary files; the root file system stays read-only.
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-    }
-    selector = {"app.kubernetes.io/name": CONTROLLERS}
-    return {
-        "metadata": {"name": CONTROLLERS, "namespace": CONTROLLERS_NAMESPACE, "labels": selector},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {"labels": selector},
-                "spec": {
-                    "serviceAccountName": CONTROLLERS,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 65532,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "nodeSelector": SYSTEM_NODE_LABELS,
-                    "containers": [container],
-                    "volumes": [{"name": "tmp", "emptyDir": {}}],
-                },
-            },
-        },
-    }
+    """The operator's Deployment (`radixfleet operator run`), on the system nodes: non-root,
+    read-only, AWS access only via pod identity."""
+    return operator.deployment(
+        image=image, replicas=replicas, args=["--region", region], env={"AWS_REGION": region},
+        node_selector=SYSTEM_NODE_LABELS,
+    )  # fmt: skip
+
+
+def peering() -> Manifest:
+    """The ClusterKopfPeering the operator's replicas elect their leader in."""
+    return operator.peering()
 
 
 # --- what the catalog puts into a region ----------------------------------------------------

@@ -13,14 +13,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from canary.cli import canary_app
-from policies.autoscale.cli import autoscale_app
-from policies.quota.cli import quota_app
 from radixfleet.config import ConfigError, load_catalog
 from radixfleet.dashboards import render_dashboards
 from radixfleet.emulator.cli import emulate
+from radixfleet.kit.cli import operator_app
+from radixfleet.kit.registry import controller_apps
 from radixfleet.platform import KNATIVE_FEATURES
-from radixfleet.render.fleet import render_tree, write_tree
+from radixfleet.render.fleet import render_tree, sync_files, write_tree
 from radixfleet.twin.cli import bench, twin_app
 from radixfleet.validate import validate_paths
 
@@ -32,10 +31,11 @@ app = typer.Typer(
 )
 console = Console()
 err = Console(stderr=True)
-app.add_typer(canary_app, name="canary")
-app.add_typer(autoscale_app, name="autoscale")
+# Each registered controller's commands (`radixfleet canary ...`), named by its plug-in.
+for _name, _app in controller_apps():
+    app.add_typer(_app, name=_name)
+app.add_typer(operator_app, name="operator")
 app.add_typer(twin_app, name="twin")
-app.add_typer(quota_app, name="quota")
 app.command("bench")(bench)
 
 DEFAULT_CATALOG = Path("inferenceservices/catalog.yaml")
@@ -53,11 +53,12 @@ def render(
     out: Annotated[
         Path | None,
         typer.Option(
-            help="Write DIR/runtimes, DIR/inferenceservices, DIR/dashboards, not the repo's."
+            help="Write DIR/runtimes, DIR/inferenceservices, DIR/dashboards and "
+            "DIR/deploy/operator, not the repo's."
         ),
     ] = None,
 ) -> None:
-    """Render the SGLang runtimes and the InferenceServices of a catalog to YAML."""
+    """Render the SGLang runtimes, the InferenceServices and the operator's base to YAML."""
     runtimes_dir, isvc_dir = _output_dirs(catalog, out)
     try:
         fleet = load_catalog(catalog)
@@ -73,6 +74,13 @@ def render(
     dashboards_dir = runtimes_dir.parent / "dashboards"
     boards = render_dashboards(dashboards_dir, catalog=fleet)
     console.print(f"rendered {len(boards)} files into {dashboards_dir}")
+    # The operator's kustomize base (its RBAC derived from the controller registry).
+    operator_dir = runtimes_dir.parent / "deploy" / "operator"
+    from radixfleet.render.operator import MARKER as OPERATOR_MARKER
+    from radixfleet.render.operator import render_operator
+
+    written = sync_files(render_operator(), operator_dir, marker=OPERATOR_MARKER)
+    console.print(f"rendered {len(written)} files into {operator_dir}")
 
 
 def _output_dirs(catalog: Path, out: Path | None) -> tuple[Path, Path]:

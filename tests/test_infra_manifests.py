@@ -14,6 +14,8 @@ from infra import manifests as m
 from infra.components.aws.network import subnet_cidrs
 from radixfleet import labels
 from radixfleet.config import GpuPool
+from radixfleet.kit.registry import plugins
+from radixfleet.render import operator
 
 
 @pytest.mark.parametrize("cidr", ["10.0.0.0/16", "10.1.0.0/17", "172.16.0.0/18"])
@@ -93,7 +95,13 @@ def test_gpu_labels_match_the_inference_service_selector() -> None:
 
 
 def test_controller_rules_cover_every_radixfleet_crd_and_nothing_more() -> None:
-    rules = m.controller_cluster_rules(["canarypolicies"])
+    rules = m.controller_cluster_rules()
     groups = [r for r in rules if r["apiGroups"] == [labels.GROUP]]
-    assert [r["resources"] for r in groups] == [["canarypolicies"], ["canarypolicies/status"]]
-    assert not [r for r in m.controller_cluster_rules([]) if r["apiGroups"] == [labels.GROUP]]
+    plurals = {resource.split("/")[0] for r in groups for resource in r["resources"]}
+    assert plurals == {p.plural for p in plugins()}
+    status = {res for r in groups for res in r["resources"] if res.endswith("/status")}
+    assert status == {f"{p.plural}/status" for p in plugins()}
+
+
+def test_infra_and_the_kustomize_base_grant_the_same_rules() -> None:
+    assert m.controller_cluster_rules() == operator.role()["rules"]

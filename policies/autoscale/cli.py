@@ -11,8 +11,9 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
-from policies.autoscale.ports import AutoscalePolicies, KubeError
+from policies.autoscale.ports import AutoscalePolicies
 from policies.autoscale.state import AutoscaleStatus, status_of
+from radixfleet.kit.errors import KubeError
 
 autoscale_app = typer.Typer(
     name="autoscale",
@@ -51,12 +52,18 @@ def run(
         list[str] | None, typer.Option("--namespace", "-n", help="Watch only these.")
     ] = None,
     prometheus: Annotated[str | None, typer.Option(help="Prometheus URL.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = 9464,
     standalone: Annotated[bool, typer.Option(help="No peering with other replicas.")] = False,
 ) -> None:
     """Run the autoscaler (kopf) until interrupted."""
-    from policies.autoscale.controller import run as run_controller
+    from policies.autoscale.plugin import PLUGIN
+    from radixfleet.kit.operator import Ports, run_alone
 
-    run_controller(namespaces=namespace or (), prometheus_url=prometheus, standalone=standalone)
+    ports = Ports(liveness=None, readiness=None, metrics=metrics_port)
+    run_alone(
+        PLUGIN, prometheus_url=prometheus, namespaces=namespace or (), standalone=standalone,
+        ports=ports,
+    )  # fmt: skip
 
 
 def describe(recorded: AutoscaleStatus) -> list[str]:
@@ -87,6 +94,6 @@ def _fail(message: str) -> NoReturn:
 
 def _kube_policies() -> AutoscalePolicies:
     from policies.autoscale.kube import KubeAutoscalePolicies
-    from radixfleet.adapters.kube import api_client
+    from radixfleet.kit.kube import api_client
 
     return KubeAutoscalePolicies(api_client())

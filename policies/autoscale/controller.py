@@ -21,41 +21,35 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 from prometheus_client import Gauge
-from pydantic import ValidationError
 
 from policies.autoscale.decide import Decision, choose_victims, decide, due
 from policies.autoscale.knative import DELETION_COST, deletion_costs, scale_annotations
 from policies.autoscale.observe import ceiling, observe, serving_revision
-from policies.autoscale.ports import (
-    AutoscalePolicies,
-    Events,
-    InferenceServices,
-    KubeError,
-    Pods,
-    Revisions,
-    Waker,
-)
+from policies.autoscale.ports import AutoscalePolicies, InferenceServices, Pods, Revisions, Waker
 from policies.autoscale.queries import QueryConfig
 from policies.autoscale.spec import API_VERSION, MIN_INTERVAL_SECONDS, PLURAL, AutoscalePolicySpec
 from policies.autoscale.state import AutoscaleStatus, Observed, Verb, status_of, to_wire
 from radixfleet import metrics_names as m
-from radixfleet.adapters.kube import api_client, keep_kopf_state_in_annotations
 from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
+from radixfleet.kit import kopfglue
+from radixfleet.kit.events import Events
+from radixfleet.kit.kube import Resource
+from radixfleet.kit.plugin import OperatorOptions
 from radixfleet.labels import GROUP
 
 log = logging.getLogger(__name__)
 
 PROMETHEUS_URL_ENV = "RADIXFLEET_PROMETHEUS_URL"
 DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
-KOPF_PREFIX = f"autoscale.{GROUP}"
-METRICS_PORT_ENV = "RADIXFLEET_AUTOSCALE_METRICS_PORT"
+NAME = "autoscale"
+RESOURCE = Resource(GROUP, API_VERSION, PLURAL)
 
 EVENT_REASONS = {
     Verb.SCALE_UP: "AutoscaleUp",
@@ -191,72 +185,47 @@ def _newsworthy(before: AutoscaleStatus | None, decision: Decision) -> bool:
 
 
 def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
-    """Add the autoscaler's handlers to `registry`; nothing is registered on import."""
+    """Add the autoscaler's timer to `registry`; nothing is registered on import."""
 
-    @kopf.on.startup(registry=registry)
-    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        keep_kopf_state_in_annotations(settings, prefix=KOPF_PREFIX)
+    def tick(body: Mapping[str, Any], now: datetime, retry: int) -> None:
+        run_tick(controller, body, now=now, retry=retry)
 
-    @kopf.timer(
-        GROUP,
-        API_VERSION,
-        PLURAL,
-        id="autoscale-tick",
-        interval=MIN_INTERVAL_SECONDS,
-        registry=registry,
+    kopfglue.timer(
+        registry, resource=RESOURCE, id="autoscale-tick", interval=MIN_INTERVAL_SECONDS, tick=tick
     )
-    def tick(body: kopf.Body, **_: Any) -> None:
-        run_tick(controller, body, now=datetime.now(UTC))
 
 
-def run_tick(controller: Controller, body: Mapping[str, Any], *, now: datetime) -> None:
-    """One timer tick, with errors translated to kopf's retry vocabulary."""
-    try:
-        controller.reconcile_policy(body, now=now)
-    except ValidationError as error:
-        raise kopf.PermanentError(f"invalid AutoscalePolicy spec: {error}") from error
-    except KubeError as error:
-        if error.temporary or error.status == 409:
-            raise kopf.TemporaryError(str(error), delay=MIN_INTERVAL_SECONDS) from error
-        raise kopf.PermanentError(str(error)) from error
+def run_tick(
+    controller: Controller, body: Mapping[str, Any], *, now: datetime, retry: int = 0
+) -> None:
+    """One timer tick, with errors in kopf's retry vocabulary (the kit's one rule)."""
+    kopfglue.run_tick(
+        NAME, lambda: controller.reconcile_policy(body, now=now), kind="AutoscalePolicy",
+        retry=retry,
+    )  # fmt: skip
 
 
-def kube_controller(*, prometheus_url: str | None = None) -> Controller:
+def kube_controller(options: OperatorOptions | None = None) -> Controller:
     """A Controller on the in-cluster (or kubeconfig) credentials and the given Prometheus."""
-    from canary.kube import KubeEvents
     from policies.autoscale.kube import (
+        FIELD_MANAGER,
         HttpWaker,
         KubeAutoscalePolicies,
         KubeInferenceServices,
         KubePods,
         KubeRevisions,
     )
+    from radixfleet.kit.kube import KubeEvents, api_client
 
+    options = options or OperatorOptions()
     api = api_client()
-    url = prometheus_url or os.environ.get(PROMETHEUS_URL_ENV, DEFAULT_PROMETHEUS_URL)
+    url = options.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV, DEFAULT_PROMETHEUS_URL)
     return Controller(
         isvcs=KubeInferenceServices(api),
         revisions=KubeRevisions(api),
         pods=KubePods(api),
         policies=KubeAutoscalePolicies(api),
-        events=KubeEvents(api, clock=lambda: datetime.now(UTC)),
+        events=KubeEvents(api, clock=lambda: datetime.now(UTC), component=FIELD_MANAGER),
         prometheus=HttpPrometheus(url),
         waker=HttpWaker(),
-    )
-
-
-def run(
-    *, namespaces: Sequence[str] = (), prometheus_url: str | None = None, standalone: bool = False
-) -> None:
-    """Run the controller until interrupted, exporting radixfleet_desired_replicas."""
-    from prometheus_client import start_http_server
-
-    start_http_server(int(os.environ.get(METRICS_PORT_ENV, "9464")))
-    registry = kopf.OperatorRegistry()
-    register(registry, kube_controller(prometheus_url=prometheus_url))
-    kopf.run(
-        registry=registry,
-        namespaces=list(namespaces),
-        clusterwide=not namespaces,
-        standalone=standalone,
     )

@@ -11,8 +11,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from canary.ports import KubeError
 from policies.autoscale.knative import DELETION_COST, MIN_SCALE, REVISION_LABEL
+from radixfleet.kit.errors import KubeError
 
 
 def _key(obj: dict[str, Any]) -> tuple[str, str]:

@@ -2,56 +2,57 @@
 
 Scale bounds go to the Revision and to its PodAutoscaler as merge patches of annotations (the
 PodAutoscaler may be absent or unserved: Knative's own reconciler copies the Revision's
-annotations there in current releases). Policy status is replaced through the status
-subresource with the resourceVersion read, and a 409 is retried from a fresh read.
+annotations there in current releases). Policy status goes through the kit's one status writer
+(the resourceVersion read, re-read on a 409). `RULES` is every call below, as RBAC.
 """
 
 from __future__ import annotations
 
 import contextlib
-from functools import partial
 from typing import Any
 
 from kubernetes import client
 
-from canary.kube import as_dict, kube_call
 from policies.autoscale.knative import DELETION_COST, REVISION_LABEL
-from policies.autoscale.ports import ConflictError, KubeError
 from policies.autoscale.spec import API_VERSION, PLURAL
+from radixfleet.kit.errors import KubeError
+from radixfleet.kit.kube import KubeEvents, KubeStatus, Resource, absent_as_none, as_dict, kube_call
+from radixfleet.kit.rbac import KOPF_TIMER, PolicyRule, rule
 from radixfleet.labels import GROUP
 
-KSERVE = ("serving.kserve.io", "v1beta1", "inferenceservices")
-REVISIONS = ("serving.knative.dev", "v1", "revisions")
-PODAUTOSCALERS = ("autoscaling.internal.knative.dev", "v1alpha1", "podautoscalers")
-OURS = (GROUP, API_VERSION, PLURAL)
+KSERVE = Resource("serving.kserve.io", "v1beta1", "inferenceservices")
+REVISIONS = Resource("serving.knative.dev", "v1", "revisions")
+PODAUTOSCALERS = Resource("autoscaling.internal.knative.dev", "v1alpha1", "podautoscalers")
+OURS = Resource(GROUP, API_VERSION, PLURAL)
 FIELD_MANAGER = "radixfleet-autoscale"
-CONFLICT_ATTEMPTS = 5
+
+RULES: tuple[PolicyRule, ...] = (
+    KSERVE.rule("get"),
+    REVISIONS.rule("get", "patch"),
+    PODAUTOSCALERS.rule("patch"),
+    rule("", "pods", "list", "patch"),
+    OURS.rule(*KOPF_TIMER),  # kopf's timer on the policies
+    *KubeStatus.rules(OURS),
+    *KubeEvents.RULES,
+)
 
 
-def _get(api: client.CustomObjectsApi, kind: tuple[str, str, str], ns: str, name: str) -> Any:
-    group, version, plural = kind
-    try:
-        found = kube_call(
-            f"get {plural} {ns}/{name}",
-            lambda: api.get_namespaced_custom_object(group, version, ns, plural, name),
-        )
-    except KubeError as error:
-        if error.status == 404:
-            return None
-        raise
-    return as_dict(found)
+def _get(api: client.CustomObjectsApi, kind: Resource, ns: str, name: str) -> Any:
+    found = absent_as_none(
+        f"get {kind.plural} {ns}/{name}",
+        lambda: api.get_namespaced_custom_object(kind.group, kind.version, ns, kind.plural, name),
+    )
+    return None if found is None else as_dict(found)
 
 
 def _annotate(
-    api: client.CustomObjectsApi, kind: tuple[str, str, str], ns: str, name: str,
-    annotations: dict[str, str],
-) -> None:  # fmt: skip
-    group, version, plural = kind
+    api: client.CustomObjectsApi, kind: Resource, ns: str, name: str, annotations: dict[str, str]
+) -> None:
     body = {"metadata": {"annotations": annotations}}
     kube_call(
-        f"annotate {plural} {ns}/{name}",
+        f"annotate {kind.plural} {ns}/{name}",
         lambda: api.patch_namespaced_custom_object(
-            group, version, ns, plural, name, body, field_manager=FIELD_MANAGER
+            kind.group, kind.version, ns, kind.plural, name, body, field_manager=FIELD_MANAGER
         ),
     )
 
@@ -110,35 +111,16 @@ class KubePods:
 
 
 class KubeAutoscalePolicies:
-    """AutoscalePolicies' status through the status subresource, with optimistic concurrency."""
+    """AutoscalePolicies; status through the kit's status writer."""
 
     def __init__(self, api_client: Any) -> None:
-        self.api = client.CustomObjectsApi(api_client)
+        self.status = KubeStatus(api_client, OURS, field_manager=FIELD_MANAGER)
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = _get(self.api, OURS, namespace, name)
-        return found
+        return self.status.get(namespace, name)
 
     def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-            policy = self.get(namespace, name)
-            if policy is None:
-                raise KubeError(f"autoscalepolicy {namespace}/{name} is gone", status=404)
-            policy["status"] = status
-            try:
-                kube_call(f"write status of {namespace}/{name}", partial(self._replace, policy))
-                return
-            except ConflictError:
-                if attempt == CONFLICT_ATTEMPTS:
-                    raise
-
-    def _replace(self, policy: dict[str, Any]) -> Any:
-        # The body carries metadata.resourceVersion, so a concurrent write answers 409.
-        meta = policy["metadata"]
-        return self.api.replace_namespaced_custom_object_status(
-            GROUP, API_VERSION, meta["namespace"], PLURAL, meta["name"], policy,
-            field_manager=FIELD_MANAGER,
-        )  # fmt: skip
+        self.status.replace(namespace, name, status)
 
 
 class HttpWaker:

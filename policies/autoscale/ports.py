@@ -1,28 +1,15 @@
-"""The autoscaler's Kubernetes ports: small Protocols, and the canary's typed errors.
+"""The autoscaler's Kubernetes ports: small Protocols.
 
 InferenceServices (read one), Revisions (read one, set its scale bounds), Pods (a revision's,
 and their deletion cost), AutoscalePolicies (read, write status) and a Waker (one request
-through the activator). Errors are the canary's
-`KubeError` family, which keeps the HTTP status. No client library is imported here;
+through the activator). Errors and Events are the controller kit's (`radixfleet.kit.errors`,
+`radixfleet.kit.events`). No client library is imported here;
 `policies/autoscale/kube.py` implements the ports on the kubernetes client, `fakes.py` in memory.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
-
-from canary.ports import ConflictError, Events, KubeError
-
-__all__ = [
-    "AutoscalePolicies",
-    "ConflictError",
-    "Events",
-    "InferenceServices",
-    "KubeError",
-    "Pods",
-    "Revisions",
-    "Waker",
-]
 
 
 class InferenceServices(Protocol):

@@ -10,22 +10,17 @@ saw a request and how many requests waited on a cold start. Neither does I/O.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
-from radixfleet.crdwire import status_to_wire
-
-
-def finite(value: float | None) -> float | None:
-    """`value` if it is a usable number; NaN and infinities count as missing."""
-    return value if value is not None and math.isfinite(value) else None
+from radixfleet.kit.wire import LastDecision as _LastDecision
+from radixfleet.kit.wire import Wire, status_to_wire
+from radixfleet.kit.wire import finite as finite  # the decision reads it from here
 
 
 @dataclass(frozen=True)
@@ -96,12 +91,6 @@ class Verb(StrEnum):
     HALT = "halt"  # metrics missing: the count stays, whatever they would have said
 
 
-class Wire(BaseModel):
-    """Base of the status types: camelCase as stored in the CR, immutable in memory."""
-
-    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
-
-
 class Sample(Wire):
     """A value at a time: a recommendation (replicas) or an arrival rate (requests/s)."""
 
@@ -158,10 +147,8 @@ class Demand(Wire):
     ceiling: int = 0
 
 
-class LastDecision(Wire):
-    action: Verb
-    reason: str
-    at: datetime
+#: The latest decision and why, as `radixfleet autoscale status` shows it.
+LastDecision = _LastDecision[Verb]
 
 
 class AutoscaleStatus(Wire):

@@ -12,26 +12,23 @@ pure) and acts, in this order:
 4. release floors, once the weights are back;
 5. post the decision's notes as Events on the FailoverPolicy.
 
-Leader election: the controller runs where it can see every region's Prometheus, with two
-replicas for availability and kopf's peering deciding which one acts: the replica with the
-highest `--priority` runs, the others stay paused until its peering record expires (60 s).
-Each replica therefore needs its own priority (RADIXFLEET_PEERING_PRIORITY, by default a random
-one; kopf freezes every operator when two share the highest). A brief overlap is harmless:
-every action is idempotent and decided from the status.
+The failover writes global Route 53 records, so it runs once per fleet, not once per region:
+`radixfleet operator run --with-failover` in one cluster that can see every region's
+Prometheus (or `radixfleet failover run`). Leader election between the operator's replicas is
+the kit's (kopf peering, `radixfleet.kit.leader`). A brief overlap is harmless: every action is
+idempotent and decided from the status.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from pydantic import ValidationError
 
 from policies.failover.decide import (
     Decision,
@@ -43,22 +40,26 @@ from policies.failover.decide import (
 )
 from policies.failover.metrics import FailoverMetrics
 from policies.failover.observe import PrometheusFor, health_checks, observe, read_records
-from policies.failover.ports import Events, FailoverPolicies, Floors, KubeError
+from policies.failover.ports import FailoverPolicies, Floors
 from policies.failover.queries import QueryConfig
 from policies.failover.spec import API_VERSION, MIN_INTERVAL_SECONDS, PLURAL, FailoverPolicySpec
 from policies.failover.state import FailoverStatus, HealthCheck, Observed
-from radixfleet.adapters.kube import api_client
 from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
-from radixfleet.adapters.route53 import AwsRoute53, Route53Error, WeightedRecords
-from radixfleet.crdwire import status_to_wire
+from radixfleet.adapters.route53 import AwsRoute53, WeightedRecords
+from radixfleet.kit import kopfglue
+from radixfleet.kit.errors import KubeError
+from radixfleet.kit.events import Events
+from radixfleet.kit.kube import Resource
+from radixfleet.kit.plugin import OperatorOptions
+from radixfleet.kit.wire import status_to_wire
 from radixfleet.labels import GROUP
 
 log = logging.getLogger(__name__)
 
 PROMETHEUS_URL_ENV = "RADIXFLEET_PROMETHEUS_URL_TEMPLATE"
 DEFAULT_PROMETHEUS_URL = "http://prometheus.{region}.monitoring.internal:9090"
-PRIORITY_ENV = "RADIXFLEET_PEERING_PRIORITY"
-PEERING_NAME = "radixfleet-failover"
+NAME = "failover"
+RESOURCE = Resource(GROUP, API_VERSION, PLURAL)
 
 Observer = Callable[[FailoverPolicySpec, str, datetime], Observed]
 
@@ -182,38 +183,24 @@ class Controller:
 
 
 def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
-    """Add the failover's handlers to `registry`; nothing is registered on import."""
+    """Add the failover's timer to `registry`; nothing is registered on import."""
 
-    @kopf.on.startup(registry=registry)
-    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.peering.priority = peering_priority()
-        settings.peering.name = PEERING_NAME
-        settings.peering.mandatory = True
+    def tick(body: Mapping[str, Any], now: datetime, retry: int) -> None:
+        run_tick(controller, body, now=now, retry=retry)
 
-    @kopf.timer(
-        GROUP, API_VERSION, PLURAL, id="failover-tick", interval=MIN_INTERVAL_SECONDS,
-        registry=registry,
-    )  # fmt: skip
-    def tick(body: kopf.Body, **_: Any) -> None:
-        run_tick(controller, body, now=datetime.now(UTC))
+    kopfglue.timer(
+        registry, resource=RESOURCE, id="failover-tick", interval=MIN_INTERVAL_SECONDS, tick=tick
+    )
 
 
-def peering_priority(environ: Mapping[str, str] | None = None) -> int:
-    """This replica's kopf peering priority: from the environment, else a random one."""
-    value = (environ if environ is not None else os.environ).get(PRIORITY_ENV)
-    return int(value) if value else random.randint(1, 1_000_000)
-
-
-def run_tick(controller: Controller, body: Mapping[str, Any], *, now: datetime) -> None:
-    """One timer tick, with errors translated to kopf's retry vocabulary."""
-    try:
-        controller.reconcile(body, now=now)
-    except ValidationError as error:
-        raise kopf.PermanentError(f"invalid FailoverPolicy spec: {error}") from error
-    except (KubeError, Route53Error) as error:
-        if error.temporary:
-            raise kopf.TemporaryError(str(error), delay=MIN_INTERVAL_SECONDS) from error
-        raise kopf.PermanentError(str(error)) from error
+def run_tick(
+    controller: Controller, body: Mapping[str, Any], *, now: datetime, retry: int = 0
+) -> None:
+    """One timer tick, with errors in kopf's retry vocabulary (the kit's one rule: Route 53's
+    throttling is temporary like a 409 or a 5xx)."""
+    kopfglue.run_tick(
+        NAME, lambda: controller.reconcile(body, now=now), kind="FailoverPolicy", retry=retry
+    )
 
 
 def prometheus_per_region(template: str) -> PrometheusFor:
@@ -227,39 +214,24 @@ def prometheus_per_region(template: str) -> PrometheusFor:
     return for_region
 
 
-def kube_controller(
-    *, region_contexts: Mapping[str, str], namespace: str, prometheus_template: str | None = None
-) -> Controller:
+def kube_controller(options: OperatorOptions) -> Controller:
     """A Controller on in-cluster credentials, with one kubeconfig context per region."""
     from kubernetes import config
 
-    from canary.kube import KubeEvents
     from policies.failover.kube import FIELD_MANAGER, KubeFailoverPolicies, KubeFloors
     from radixfleet.adapters.route53 import client as route53_client
+    from radixfleet.kit.kube import KubeEvents, api_client
 
     api = api_client()
     regional = {
         r: config.new_client_from_config(context=c)  # type: ignore[no-untyped-call]
-        for r, c in region_contexts.items()
+        for r, c in options.failover_contexts.items()
     }
-    template = prometheus_template or os.environ.get(PROMETHEUS_URL_ENV, DEFAULT_PROMETHEUS_URL)
+    template = os.environ.get(PROMETHEUS_URL_ENV, DEFAULT_PROMETHEUS_URL)
     return Controller(
         route53=AwsRoute53(route53_client()),
         prometheus_for=prometheus_per_region(template),
         policies=KubeFailoverPolicies(api),
         events=KubeEvents(api, clock=lambda: datetime.now(UTC), component=FIELD_MANAGER),
-        floors=KubeFloors(regional, namespace=namespace),
-    )
-
-
-def run(*, controller: Controller, namespaces: Sequence[str] = ()) -> None:
-    """Run the controller until interrupted, as one of several peers (see the docstring)."""
-    registry = kopf.OperatorRegistry()
-    register(registry, controller)
-    kopf.run(
-        registry=registry,
-        namespaces=list(namespaces),
-        clusterwide=not namespaces,
-        peering_name=PEERING_NAME,
-        priority=peering_priority(),
+        floors=KubeFloors(regional, namespace=options.failover_namespace),
     )

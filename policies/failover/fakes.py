@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from canary.ports import KubeError
 from radixfleet.adapters.route53 import HealthStatus, Route53Error, WeightedRecord, changes_for
+from radixfleet.kit.errors import KubeError
 
 
 @dataclass
@@ -55,10 +55,15 @@ class FakeRoute53:
 
 @dataclass
 class FakeFailoverPolicies:
-    """Keeps each status written."""
+    """Keeps each status written; `items` are the policies `get` finds, by (namespace, name)."""
 
     statuses: list[dict[str, Any]] = field(default_factory=list)
     next_error: KubeError | None = None
+    items: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found = self.items.get((namespace, name))
+        return copy.deepcopy(found) if found is not None else None
 
     def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         if self.next_error is not None:

@@ -1,11 +1,12 @@
 """The failover's Kubernetes ports (policies/failover/ports.py) on the kubernetes client.
 
-Status goes through the status subresource with the resourceVersion read (a 409 is retried
-from a fresh read). Floors live in one ConfigMap per region, `radixfleet-failover-floors` in
-the models' namespace, one key per model: the autoscaler reads it as a lower bound. A ConfigMap
-rather than `minReplicas` on the InferenceService, because KServe turns that field into the
-Knative revision template, and changing it would roll out a new revision of a model while its
-region is taking over another region's traffic.
+Status goes through the kit's one status writer (the resourceVersion read, re-read on a 409).
+Floors live in one ConfigMap per region, `radixfleet-failover-floors` in the models' namespace,
+one key per model: the autoscaler reads it as a lower bound. A ConfigMap rather than
+`minReplicas` on the InferenceService, because KServe turns that field into the Knative revision
+template, and changing it would roll out a new revision of a model while its region is taking
+over another region's traffic. `RULES` is every call below, as RBAC (the floors' rules apply in
+each region's cluster).
 """
 
 from __future__ import annotations
@@ -16,43 +17,35 @@ from typing import Any
 
 from kubernetes import client
 
-from canary.kube import as_dict, kube_call
-from policies.failover.ports import ConflictError, KubeError
 from policies.failover.spec import API_VERSION, PLURAL
+from radixfleet.kit.errors import KubeError
+from radixfleet.kit.kube import KubeEvents, KubeStatus, Resource, kube_call
+from radixfleet.kit.rbac import KOPF_TIMER, PolicyRule, rule
 from radixfleet.labels import GROUP, MANAGED_BY, MANAGER
 
 FLOORS_CONFIGMAP = "radixfleet-failover-floors"
-CONFLICT_ATTEMPTS = 5
 FIELD_MANAGER = "radixfleet-failover"
+POLICIES = Resource(GROUP, API_VERSION, PLURAL)
+
+RULES: tuple[PolicyRule, ...] = (
+    POLICIES.rule(*KOPF_TIMER),  # kopf's timer on the policies
+    *KubeStatus.rules(POLICIES),
+    rule("", "configmaps", "get", "create", "patch"),
+    *KubeEvents.RULES,
+)
 
 
 class KubeFailoverPolicies:
-    """FailoverPolicies; status through the status subresource with optimistic concurrency."""
+    """FailoverPolicies; status through the kit's status writer."""
 
     def __init__(self, api_client: Any) -> None:
-        self.api = client.CustomObjectsApi(api_client)
+        self.status = KubeStatus(api_client, POLICIES, field_manager=FIELD_MANAGER)
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.status.get(namespace, name)
 
     def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-            policy = as_dict(kube_call(f"get failoverpolicy {namespace}/{name}",
-                                    partial(self._get, namespace, name)))  # fmt: skip
-            policy["status"] = status
-            try:
-                kube_call(f"write status of {namespace}/{name}", partial(self._replace, policy))
-                return
-            except ConflictError:
-                if attempt == CONFLICT_ATTEMPTS:
-                    raise
-
-    def _get(self, namespace: str, name: str) -> Any:
-        return self.api.get_namespaced_custom_object(GROUP, API_VERSION, namespace, PLURAL, name)
-
-    def _replace(self, policy: dict[str, Any]) -> Any:
-        meta = policy["metadata"]
-        return self.api.replace_namespaced_custom_object_status(
-            GROUP, API_VERSION, meta["namespace"], PLURAL, meta["name"], policy,
-            field_manager=FIELD_MANAGER,
-        )  # fmt: skip
+        self.status.replace(namespace, name, status)
 
 
 class KubeFloors:

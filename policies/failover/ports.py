@@ -1,21 +1,19 @@
 """The failover controller's ports besides Route 53 and Prometheus: policy status and floors.
 
-Events go through the canary's `Events` port (the same Kubernetes Events), and errors keep the
-canary's `KubeError` (HTTP status kept; `temporary` for what a later attempt can fix): one place
-for each idea. `Floors` is how pre-scaling reaches a region: raise a model's floor there, and
-give it back later. No client library is imported here.
+Events and the `KubeError` family (HTTP status kept; `temporary` for what a later attempt can
+fix) are the controller kit's (`radixfleet.kit`): one place for each idea. `Floors` is how pre-
+scaling reaches a region: raise a model's floor there, and give it back later. No client library
+is imported here.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-from canary.ports import ConflictError, Events, KubeError
-
-__all__ = ["ConflictError", "Events", "FailoverPolicies", "Floors", "KubeError"]
-
 
 class FailoverPolicies(Protocol):
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
     def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Replace the policy's status (through the status subresource)."""
         ...

@@ -9,14 +9,15 @@ Neither does I/O.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
+
+from radixfleet.kit.wire import Wire
+from radixfleet.kit.wire import finite as finite  # the decision reads it from here
 
 
 class HealthCheck(StrEnum):
@@ -82,17 +83,6 @@ class Observed:
 
     def of(self, region: str) -> RegionSignals:
         return self.signals.get(region, BLIND)
-
-
-def finite(value: float | None) -> float | None:
-    """`value` if it is a usable number; NaN and infinities count as missing."""
-    return value if value is not None and math.isfinite(value) else None
-
-
-class Wire(BaseModel):
-    """Base of the status types: camelCase as stored in the CR, immutable in memory."""
-
-    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
 
 
 class RegionStatus(Wire):

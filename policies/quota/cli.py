@@ -47,6 +47,8 @@ def run(
     standalone: Annotated[bool, typer.Option(help="No leader election (one replica).")] = False,
 ) -> None:
     """Run the quota controller against the current cluster until interrupted."""
-    from policies.quota.controller import run as run_controller
+    from policies.quota.plugin import PLUGIN
+    from radixfleet.kit.operator import Ports, run_alone
 
-    run_controller(region=region, metrics_port=metrics_port, standalone=standalone)
+    run_alone(PLUGIN, region=region, standalone=standalone,
+              ports=Ports(liveness=None, readiness=None, metrics=metrics_port))  # fmt: skip

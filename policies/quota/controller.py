@@ -25,17 +25,19 @@ import kopf
 from policies.quota.decide import Plan, decide
 from policies.quota.metrics import GpuMetrics
 from policies.quota.observe import observe
-from policies.quota.ports import InferenceServices, KubeError, ResourceQuotas, Secrets, Tenants
+from policies.quota.ports import InferenceServices, ResourceQuotas, Secrets, Tenants
 from policies.quota.spec import API_VERSION, PLURAL, QUOTA_NAME
 from radixfleet import labels
-from radixfleet.adapters.kube import api_client, keep_kopf_state_in_annotations
+from radixfleet.kit.errors import KubeError
+from radixfleet.kit.metrics import METRICS, ControllerMetrics
+from radixfleet.kit.plugin import OperatorOptions
 
 log = logging.getLogger(__name__)
 
 RESYNC_SECONDS = 30.0
 DEBOUNCE_SECONDS = 1.0  # a burst of events (kubectl apply -k) makes one reconcile
 RETRY_SECONDS = 5.0
-KOPF_PREFIX = f"quota.{labels.GROUP}"
+NAME = "quota"
 
 
 @dataclass
@@ -72,9 +74,10 @@ class Controller:
 class Loop:
     """One reconcile at a time, woken by events, at least every `RESYNC_SECONDS`."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller, *, metrics: ControllerMetrics = METRICS) -> None:
         self.controller = controller
         self.wake = asyncio.Event()
+        self.metrics = metrics
 
     async def run(self) -> None:
         while True:
@@ -85,13 +88,17 @@ class Loop:
             await self.once()
 
     async def once(self) -> None:
+        self.metrics.tick(NAME)
         try:
             # The kubernetes client blocks: keep kopf's event loop free while it works.
-            await asyncio.to_thread(self.controller.reconcile, now=datetime.now(UTC))
+            plan = await asyncio.to_thread(self.controller.reconcile, now=datetime.now(UTC))
         except KubeError as error:
+            self.metrics.error(NAME, temporary=error.temporary)
             log.warning("quota reconcile failed (%s); retrying", error)
             await asyncio.sleep(RETRY_SECONDS)
             self.wake.set()
+            return
+        self.metrics.decided(NAME, ["status"] * len(plan.statuses) + ["quota"] * len(plan.quotas))
 
 
 def register(registry: kopf.OperatorRegistry, controller: Controller) -> Loop:
@@ -100,10 +107,9 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> Loop:
     tasks: list[asyncio.Task[None]] = []
 
     @kopf.on.startup(registry=registry)
-    async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
-        # kopf's own bookkeeping stays in annotations under our prefix, never in status:
-        # the status is the admission policy's input.
-        keep_kopf_state_in_annotations(settings, prefix=KOPF_PREFIX)
+    async def start(**_: Any) -> None:
+        # kopf's own bookkeeping stays in annotations (the operator's settings), never in
+        # status: the status is the admission policy's input.
         tasks.append(asyncio.create_task(loop.run()))
         loop.wake.set()
 
@@ -123,7 +129,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> Loop:
     return loop
 
 
-def kube_controller(*, region: str) -> Controller:
+def kube_controller(options: OperatorOptions | None = None) -> Controller:
     """A Controller on the in-cluster (or kubeconfig) credentials."""
     from policies.quota.kube import (
         KubeInferenceServices,
@@ -131,24 +137,14 @@ def kube_controller(*, region: str) -> Controller:
         KubeSecrets,
         KubeTenants,
     )
+    from radixfleet.kit.kube import api_client
 
+    options = options or OperatorOptions()
     api = api_client()
     return Controller(
         tenants=KubeTenants(api),
         isvcs=KubeInferenceServices(api),
         quotas=KubeResourceQuotas(api),
         secrets=KubeSecrets(api),
-        metrics=GpuMetrics(region=region),
+        metrics=GpuMetrics(region=options.region),
     )
-
-
-def run(*, region: str, metrics_port: int | None = None, standalone: bool = False) -> None:
-    """Run the controller until interrupted (`radixfleet quota run`)."""
-    controller = kube_controller(region=region)
-    if metrics_port is not None and controller.metrics is not None:
-        from prometheus_client import start_http_server
-
-        start_http_server(metrics_port, registry=controller.metrics.registry)
-    registry = kopf.OperatorRegistry()
-    register(registry, controller)
-    kopf.run(registry=registry, clusterwide=True, standalone=standalone)

@@ -11,8 +11,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.quota.ports import KubeError
 from policies.quota.spec import GPU_QUOTA_RESOURCE, SecretKeyRef
+from radixfleet.kit.errors import KubeError
 
 
 def _fail(error: KubeError | None) -> None:

@@ -1,39 +1,36 @@
 """The quota controller's ports (policies/quota/ports.py) on the kubernetes client.
 
-Tenant status is replaced through the status subresource with the resourceVersion just read,
-and a 409 is retried from a fresh read: a merge patch could not remove a stale commitment.
+Tenant status is replaced whole through the kit's one status writer (the resourceVersion just
+read, re-read on a 409): a merge patch could not remove a stale commitment. `RULES` is every
+call below and every watch of the quota's kopf handlers, as RBAC.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
-from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from kubernetes import client
 
-from canary.kube import kube_call
-from policies.quota.ports import ConflictError, KubeError
 from policies.quota.spec import API_VERSION, GPU_QUOTA_RESOURCE, PLURAL, QUOTA_NAME, SecretKeyRef
 from radixfleet import labels
+from radixfleet.kit.kube import KubeStatus, Resource, absent_as_none, kube_call
+from radixfleet.kit.rbac import READ, PolicyRule, rule
 
 FIELD_MANAGER = "radixfleet-quota"
-CONFLICT_ATTEMPTS = 5
-KSERVE = ("serving.kserve.io", "v1beta1", "inferenceservices")
+KSERVE = Resource("serving.kserve.io", "v1beta1", "inferenceservices")
+TENANTS = Resource(labels.GROUP, API_VERSION, PLURAL, namespaced=False)
 
-T = TypeVar("T")
-
-
-def _absent(what: str, call: Callable[[], T]) -> T | None:
-    """The call's answer, or None on 404."""
-    try:
-        return kube_call(what, call)
-    except KubeError as error:
-        if error.status == 404:
-            return None
-        raise
+RULES: tuple[PolicyRule, ...] = (
+    # kopf's event handlers watch all three; the adapters list them and write what is ours.
+    TENANTS.rule(*READ),
+    *KubeStatus.rules(TENANTS),
+    KSERVE.rule("list", "watch"),
+    rule("", "resourcequotas", *READ, "create", "patch"),
+    # API keys: one Secret at a time, by the name a Tenant gives (never listed).
+    rule("", "secrets", "get"),
+)
 
 
 def _items(found: Any) -> list[dict[str, Any]]:
@@ -44,6 +41,7 @@ def _items(found: Any) -> list[dict[str, Any]]:
 class KubeTenants:
     def __init__(self, api_client: Any) -> None:
         self.api = client.CustomObjectsApi(api_client)
+        self.status = KubeStatus(api_client, TENANTS, field_manager=FIELD_MANAGER)
 
     def list(self) -> list[dict[str, Any]]:
         return _items(
@@ -54,27 +52,7 @@ class KubeTenants:
         )
 
     def write_status(self, name: str, status: dict[str, Any]) -> None:
-        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-            tenant = _absent(f"get tenant {name}", lambda: self._get(name))
-            if tenant is None:
-                raise KubeError(f"tenant {name} is gone", status=404)
-            tenant["status"] = status  # carries metadata.resourceVersion: a race answers 409
-            try:
-                kube_call(f"write status of tenant {name}", partial(self._replace, name, tenant))
-                return
-            except ConflictError:
-                if attempt == CONFLICT_ATTEMPTS:
-                    raise
-
-    def _get(self, name: str) -> dict[str, Any]:
-        found = self.api.get_cluster_custom_object(labels.GROUP, API_VERSION, PLURAL, name)
-        assert isinstance(found, dict)
-        return found
-
-    def _replace(self, name: str, body: dict[str, Any]) -> Any:
-        return self.api.replace_cluster_custom_object_status(
-            labels.GROUP, API_VERSION, PLURAL, name, body, field_manager=FIELD_MANAGER
-        )
+        self.status.replace(None, name, status)
 
 
 class KubeInferenceServices:
@@ -84,7 +62,10 @@ class KubeInferenceServices:
     def everywhere(self) -> list[dict[str, Any]]:
         return _items(
             kube_call(
-                "list inferenceservices", lambda: self.api.list_cluster_custom_object(*KSERVE)
+                "list inferenceservices",
+                lambda: self.api.list_cluster_custom_object(
+                    KSERVE.group, KSERVE.version, KSERVE.plural
+                ),
             )
         )
 
@@ -95,7 +76,7 @@ class KubeResourceQuotas:
         self.serialize = api_client.sanitize_for_serialization
 
     def get(self, namespace: str) -> dict[str, Any] | None:
-        found = _absent(
+        found = absent_as_none(
             f"get resourcequota {namespace}/{QUOTA_NAME}",
             lambda: self.api.read_namespaced_resource_quota(QUOTA_NAME, namespace),
         )
@@ -139,7 +120,7 @@ class KubeSecrets:
         self.api = client.CoreV1Api(api_client)
 
     def key(self, ref: SecretKeyRef) -> str | None:
-        secret = _absent(
+        secret = absent_as_none(
             f"get secret {ref}", lambda: self.api.read_namespaced_secret(ref.name, ref.namespace)
         )
         data = (getattr(secret, "data", None) or {}) if secret is not None else {}

@@ -1,26 +1,17 @@
 """The quota controller's Kubernetes ports: four small Protocols.
 
 Tenants (list, write status), InferenceServices (list everywhere), the one ResourceQuota per
-namespace (read, set) and API-key Secrets (read one key). Errors are the canary's typed
-`KubeError` family, which keeps the HTTP status. No client library is imported here;
-`policies/quota/kube.py` implements the ports on the kubernetes client, `fakes.py` in memory.
+namespace (read, set) and API-key Secrets (read one key). Errors are the controller kit's
+`KubeError` family (`radixfleet.kit.errors`), which keeps the HTTP status. No client library is
+imported here; `policies/quota/kube.py` implements the ports on the kubernetes client,
+`fakes.py` in memory.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-from canary.ports import ConflictError, KubeError
 from policies.quota.spec import SecretKeyRef
-
-__all__ = [
-    "ConflictError",
-    "InferenceServices",
-    "KubeError",
-    "ResourceQuotas",
-    "Secrets",
-    "Tenants",
-]
 
 
 class Tenants(Protocol):

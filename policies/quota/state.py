@@ -13,14 +13,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
-
-class Wire(BaseModel):
-    """Base of the status types: camelCase as stored in the CR, immutable in memory."""
-
-    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
+from radixfleet.kit.wire import Wire
 
 
 class GpuAccount(Wire):

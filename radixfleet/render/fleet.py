@@ -93,13 +93,14 @@ def write_tree(
     tree: RenderedTree, *, runtimes_dir: Path, inferenceservices_dir: Path
 ) -> list[Path]:
     """Write the rendered files, remove stale generated ones; return the paths written."""
-    written = _sync(tree.runtimes, runtimes_dir)
-    written += _sync(tree.inferenceservices, inferenceservices_dir)
+    written = sync_files(tree.runtimes, runtimes_dir)
+    written += sync_files(tree.inferenceservices, inferenceservices_dir)
     return written
 
 
-def _sync(files: dict[str, str], root: Path) -> list[Path]:
-    for stale in _generated_files(root):
+def sync_files(files: dict[str, str], root: Path, *, marker: str = MARKER) -> list[Path]:
+    """Write `files` under `root`; remove generated files (with `marker`) no longer produced."""
+    for stale in _generated_files(root, marker):
         if stale.relative_to(root).as_posix() not in files:
             stale.unlink()
     written = []
@@ -110,10 +111,10 @@ def _sync(files: dict[str, str], root: Path) -> list[Path]:
     return written
 
 
-def _generated_files(root: Path) -> list[Path]:
+def _generated_files(root: Path, marker: str) -> list[Path]:
     if not root.is_dir():
         return []
-    return [p for p in root.rglob("*.yaml") if MARKER in p.read_text(encoding="utf-8")[:300]]
+    return [p for p in root.rglob("*.yaml") if marker in p.read_text(encoding="utf-8")[:300]]
 
 
 def _atomic_write(path: Path, text: str) -> None:

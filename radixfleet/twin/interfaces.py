@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from canary.state import Measured
 from radixfleet.replica import ReplicaStats, RequestSpec
+from radixfleet.revisions import Measured
 
 # -- routing -----------------------------------------------------------------------------------
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from canary.state import Measured, RevisionMetrics
 from radixfleet.replica import RequestSpec
+from radixfleet.revisions import Measured, RevisionMetrics
 
 
 class CanaryWindow:

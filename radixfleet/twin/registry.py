@@ -1,10 +1,11 @@
-"""Policies by name: the built-in baselines, and `module:attribute` for anything else.
+"""Policies by name: the built-in baselines, the controllers' plug-ins, and `module:attribute`.
 
-A scenario's policy set names one policy per decision. A name is either a built-in below or
-`package.module:factory`, a callable taking a :class:`PolicyContext` and returning an object
-that implements the matching protocol of :mod:`radixfleet.twin.interfaces`. That is how
-radixfleet's controllers (policies/autoscale, policies/failover, ...) plug in without the twin
-importing them: their twin adapter is named in the scenario.
+A scenario's policy set names one policy per decision. A name is a built-in below, a name a
+registered controller's plug-in gives its twin policies (`ControllerPlugin.twin`, e.g. the
+canary's `radixfleet` and `no_analysis`), or `package.module:factory`: a callable taking a
+:class:`PolicyContext` and returning an object that implements the matching protocol of
+:mod:`radixfleet.twin.interfaces`. That is how radixfleet's controllers plug in without the twin
+importing them: the controller registry (`radixfleet.kit.registry`) names them as strings.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from radixfleet.kit.registry import twin_policies, twin_policy
 from radixfleet.twin.autoscale import Fixed, Kpa
-from radixfleet.twin.canary import NoAnalysis, RadixfleetCanary
 from radixfleet.twin.interfaces import AdmitAll
 from radixfleet.twin.routing import CacheAware, LeastLoad, RoundRobin
 from radixfleet.twin.scenario import Model, Scenario
@@ -55,10 +56,8 @@ TRAFFIC: Mapping[str, Factory] = {
     "static": lambda ctx: Static([r.name for r in ctx.scenario.regions]),
     "route53": lambda ctx: Route53(ctx.scenario),
 }
-CANARY: Mapping[str, Factory] = {
-    "radixfleet": lambda ctx: RadixfleetCanary(),
-    "no_analysis": lambda ctx: NoAnalysis(),
-}
+# The canary's policies, its own and the no-analysis baseline, come from its plug-in.
+CANARY: Mapping[str, Factory] = {}
 ADMISSION: Mapping[str, Factory] = {"none": lambda ctx: AdmitAll()}
 
 KINDS: Mapping[str, Mapping[str, Factory]] = {
@@ -80,7 +79,9 @@ def resolve(kind: str, name: str) -> Factory:
     if name in builtins:
         return builtins[name]
     if ":" not in name:
-        known = ", ".join(sorted(builtins))
+        name = twin_policy(kind, name) or name
+    if ":" not in name:
+        known = ", ".join(sorted([*builtins, *twin_policies(kind)]))
         raise UnknownPolicyError(
             f"unknown {kind} policy {name!r}; built-in: {known}, or module:attr"
         )

@@ -16,6 +16,7 @@ to the exact rate; a trace shorter than the run repeats. Block keys identify the
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +41,12 @@ from radixfleet.workload.traces import (
 )
 
 SHARED_DIR = Path(__file__).resolve().parents[3] / "shared"
+# `$RADIXFLEET_TRACES` (the local fleet reads the same variable), else ../shared/traces beside
+# the checkout; a git worktree elsewhere names the folder through the variable.
+TRACES_DIR = Path(os.environ.get("RADIXFLEET_TRACES") or SHARED_DIR / "traces")
 DEFAULT_TRACES = {
-    "azure": SHARED_DIR / "traces" / "azure-llm-2023-conversation.csv",
-    "mooncake": SHARED_DIR / "traces" / "mooncake-conversation.jsonl",
+    "azure": TRACES_DIR / "azure-llm-2023-conversation.csv",
+    "mooncake": TRACES_DIR / "mooncake-conversation.jsonl",
 }
 
 # Block-key spaces: a source's keys never meet another's, a copy's never another copy's.

@@ -13,7 +13,6 @@ import kopf
 import pytest
 
 from canary.fakes import FakeEvents
-from canary.ports import KubeError
 from policies.autoscale.controller import Controller, run_tick
 from policies.autoscale.fakes import (
     FakeAutoscalePolicies,
@@ -27,6 +26,7 @@ from policies.autoscale.queries import QueryConfig, model_queries, pod_queries
 from policies.autoscale.state import Verb, status_of
 from radixfleet.adapters.prometheus import MetricsUnavailable, Sample
 from radixfleet.adapters.prometheus_fake import FakePrometheus
+from radixfleet.kit.errors import KubeError
 
 NS, ISVC, REV = "team-search", "llama", "llama-predictor-00001"
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)

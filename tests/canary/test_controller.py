@@ -10,12 +10,13 @@ import pytest
 
 from canary.controller import Controller, register, run_tick, to_wire
 from canary.fakes import FakeCanaryPolicies, FakeEvents, FakeInferenceServices
-from canary.ports import KubeError, StaleRevisionError
+from canary.ports import StaleRevisionError
 from canary.queries import REQUESTS, QueryConfig, revision_queries
 from canary.spec import POLICY_ANNOTATION, Metric
 from canary.state import Phase, Verb, rollout_of
 from radixfleet.adapters.prometheus import MetricsUnavailable
 from radixfleet.adapters.prometheus_fake import FakePrometheus
+from radixfleet.kit.errors import KubeError
 
 NS, NAME, POLICY = "team-a", "llama", "default"
 STABLE, CANARY = "llama-predictor-00001", "llama-predictor-00002"

@@ -1,4 +1,4 @@
-"""The canary's real Events adapter (`canary.kube.KubeEvents`) over HTTP, against kmock.
+"""The canary's real Events adapter (`radixfleet.kit.kube.KubeEvents`) over HTTP, against kmock.
 
 Events are core objects, which the test API server does not serve (see tests/README.md), so
 the rollouts here run on the act layer's fakes for InferenceServices, policies and Prometheus,
@@ -15,10 +15,11 @@ from datetime import UTC, datetime
 import pytest
 
 from canary.controller import run_tick
-from canary.kube import FIELD_MANAGER, KubeEvents
+from canary.kube import FIELD_MANAGER
 from canary.spec import Metric
 from canary.state import Phase
 from radixfleet.adapters.prometheus_fake import FakePrometheus
+from radixfleet.kit.kube import KubeEvents
 from tests.canary.test_controller import CANARY, GOOD, NAME, NS, POLICY, Fleet, answers
 from tests.kmock_server import Emulated, kmock_kubernetes
 
@@ -35,7 +36,9 @@ def kube() -> Iterator[Emulated]:
 def on_the_wire(kube: Emulated, prometheus: FakePrometheus) -> Fleet:
     """A Fleet whose Events go through the real adapter to kmock."""
     fleet = Fleet(prometheus)
-    fleet.events = KubeEvents(kube.api_client, clock=lambda: fleet.now)  # type: ignore[assignment]
+    fleet.events = KubeEvents(  # type: ignore[assignment]
+        kube.api_client, clock=lambda: fleet.now, component=FIELD_MANAGER
+    )
     fleet.restart()
     return fleet
 
@@ -78,7 +81,7 @@ def test_a_refused_event_is_logged_and_the_tick_carries_on(
     fleet = on_the_wire(kube, FakePrometheus(answers(GOOD)))
     current = fleet.policies.get(NS, POLICY)
     assert current is not None
-    with caplog.at_level(logging.WARNING, logger="canary.kube"):
+    with caplog.at_level(logging.WARNING, logger="radixfleet.kit.kube"):
         run_tick(fleet.controller, current, now=datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
     # The advance was carried out (status, then traffic) although its Event was refused.
     assert fleet.percents == [5]

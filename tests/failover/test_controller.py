@@ -13,8 +13,7 @@ import kopf
 import pytest
 
 from canary.fakes import FakeEvents
-from canary.ports import KubeError
-from policies.failover.controller import Controller, peering_priority, run_tick, status_of
+from policies.failover.controller import Controller, run_tick, status_of
 from policies.failover.fakes import FakeFailoverPolicies, FakeFloors, FakeRoute53
 from policies.failover.queries import QueryConfig, region_queries
 from policies.failover.spec import FailoverPolicySpec, Region
@@ -22,6 +21,7 @@ from policies.failover.state import Phase
 from radixfleet.adapters.prometheus import MetricsUnavailable, Prometheus, Sample
 from radixfleet.adapters.prometheus_fake import FakePrometheus
 from radixfleet.adapters.route53 import Route53Error
+from radixfleet.kit.errors import KubeError
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 REGIONS = ("us", "eu", "ap")
@@ -190,10 +190,12 @@ def test_route53_unreadable_keeps_the_records_as_they_are() -> None:
     [
         (Route53Error("throttled", code="Throttling", status=400), kopf.TemporaryError),
         (Route53Error("denied", code="AccessDenied", status=403), kopf.PermanentError),
-        (KubeError("conflict storm", status=409), kopf.PermanentError),
+        # One 409 rule for every controller (radixfleet.kit.errors): re-read and retry.
+        (KubeError("conflict storm", status=409), kopf.TemporaryError),
+        (KubeError("forbidden", status=403), kopf.PermanentError),
         (KubeError("apiserver down", status=503), kopf.TemporaryError),
     ],
-    ids=["throttled", "denied", "kube-permanent", "kube-temporary"],
+    ids=["throttled", "denied", "kube-conflict-retries", "kube-permanent", "kube-temporary"],
 )
 def test_errors_become_kopfs_retry_vocabulary(error: Exception, kind: type[Exception]) -> None:
     world = World()
@@ -216,8 +218,3 @@ def test_an_invalid_spec_is_permanent() -> None:
     world.policy["spec"] = {**SPEC, "regions": [{"name": "only-one"}]}
     with pytest.raises(kopf.PermanentError):
         run_tick(world.controller, world.policy, now=world.now)
-
-
-def test_peering_priority_from_the_environment_or_random() -> None:
-    assert peering_priority({"RADIXFLEET_PEERING_PRIORITY": "42"}) == 42
-    assert peering_priority({}) >= 1

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from canary.kube import KubeEvents
 from policies.failover.kube import FIELD_MANAGER
+from radixfleet.kit.kube import KubeEvents
 from tests.failover.test_controller import World
 from tests.kmock_server import Emulated, kmock_kubernetes
 

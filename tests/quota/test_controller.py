@@ -19,10 +19,10 @@ from policies.quota.fakes import FakeInferenceServices, FakeResourceQuotas, Fake
 from policies.quota.kube import KubeResourceQuotas, KubeSecrets
 from policies.quota.metrics import GpuMetrics
 from policies.quota.observe import api_keys
-from policies.quota.ports import KubeError
 from policies.quota.spec import SecretKeyRef, TenantSpec
 from policies.quota.state import ConditionType, TenantStatus
 from radixfleet.config import load_catalog
+from radixfleet.kit.errors import KubeError
 from tests.kmock_server import kmock_kubernetes
 
 REPO = Path(__file__).resolve().parents[2]

@@ -54,7 +54,7 @@ class Workloads(pulumi.ComponentResource):
             )
             for ns in args.namespaces
         }
-        self._controllers(crds, list(namespaces))
+        self._controllers(crds)
         self._serving(list(namespaces.values()))
         self._dashboards()
         self.register_outputs({})
@@ -70,11 +70,9 @@ class Workloads(pulumi.ComponentResource):
             opts=self._opts(),
         )
 
-    def _controllers(
-        self,
-        crds: list[k8s.apiextensions.v1.CustomResourceDefinition],
-        tenant_namespaces: list[str],
-    ) -> None:
+    def _controllers(self, crds: list[k8s.apiextensions.v1.CustomResourceDefinition]) -> None:
+        """The operator: one ServiceAccount, one ClusterRole (the controllers' declared rules),
+        its peering object and its Deployment."""
         args, name = self._args, f"{self._name}-controllers"
         namespace = k8s.core.v1.Namespace(
             name, metadata=_meta(m.CONTROLLERS_NAMESPACE), opts=self._opts()
@@ -83,18 +81,8 @@ class Workloads(pulumi.ComponentResource):
         account = k8s.core.v1.ServiceAccount(
             name, metadata=_meta(m.CONTROLLERS, m.CONTROLLERS_NAMESPACE), opts=after
         )
-        plurals = [crd["spec"]["names"]["plural"] for crd in args.crds]
-        self._bind(name, m.controller_cluster_rules(plurals), namespace=None, after=[namespace])
-        self._bind(
-            f"{name}-leader",
-            m.LEADER_ELECTION_RULES,
-            namespace=m.CONTROLLERS_NAMESPACE,
-            after=[namespace],
-        )
-        for tenant_ns in tenant_namespaces:
-            self._bind(
-                f"{name}-{tenant_ns}", m.TENANT_RULES, namespace=tenant_ns, after=[namespace]
-            )
+        self._bind(name, m.controller_cluster_rules(), after=[namespace])
+        peering = self._custom(m.peering(), crds)
         deployment = m.controller_deployment(
             image=args.controller_image, replicas=args.controller_replicas, region=args.region
         )
@@ -102,47 +90,24 @@ class Workloads(pulumi.ComponentResource):
             name,
             metadata=as_input(deployment["metadata"]),
             spec=as_input(deployment["spec"]),
-            opts=self._opts([account, *crds]),
+            opts=self._opts([account, peering, *crds]),
         )
 
     def _bind(
-        self,
-        name: str,
-        rules: list[m.Manifest],
-        *,
-        namespace: str | None,
-        after: Sequence[pulumi.Resource],
+        self, name: str, rules: list[m.Manifest], *, after: Sequence[pulumi.Resource]
     ) -> None:
-        """A Role (or ClusterRole) with `rules`, bound to the controllers' service account."""
-        role_name = m.CONTROLLERS
+        """A ClusterRole with `rules`, bound to the operator's service account."""
         subject = k8s.rbac.v1.SubjectArgs(
             kind="ServiceAccount", name=m.CONTROLLERS, namespace=m.CONTROLLERS_NAMESPACE
         )
-        if namespace is None:
-            role: pulumi.Resource = k8s.rbac.v1.ClusterRole(
-                name, metadata=_meta(role_name), rules=as_input(rules), opts=self._opts(after)
-            )
-            k8s.rbac.v1.ClusterRoleBinding(
-                name,
-                metadata=_meta(role_name),
-                role_ref=k8s.rbac.v1.RoleRefArgs(
-                    api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role_name
-                ),
-                subjects=[subject],
-                opts=self._opts([role]),
-            )
-            return
-        role = k8s.rbac.v1.Role(
-            name,
-            metadata=_meta(role_name, namespace),
-            rules=as_input(rules),
-            opts=self._opts(after),
+        role = k8s.rbac.v1.ClusterRole(
+            name, metadata=_meta(m.CONTROLLERS), rules=as_input(rules), opts=self._opts(after)
         )
-        k8s.rbac.v1.RoleBinding(
+        k8s.rbac.v1.ClusterRoleBinding(
             name,
-            metadata=_meta(role_name, namespace),
+            metadata=_meta(m.CONTROLLERS),
             role_ref=k8s.rbac.v1.RoleRefArgs(
-                api_group="rbac.authorization.k8s.io", kind="Role", name=role_name
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=m.CONTROLLERS
             ),
             subjects=[subject],
             opts=self._opts([role]),
@@ -163,7 +128,8 @@ class Workloads(pulumi.ComponentResource):
             api_version=manifest["apiVersion"],
             kind=manifest["kind"],
             metadata=as_input(meta),
-            spec=manifest["spec"],
+            # A peering object has no spec: kopf writes only its status.
+            **({"spec": manifest["spec"]} if "spec" in manifest else {}),
             opts=self._opts(after),
         )
 

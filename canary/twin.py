@@ -1,4 +1,8 @@
-"""Canary policies: radixfleet's (the canary controller's own `decide`) and a no-analysis one.
+"""The canary in the fleet twin: radixfleet's (the controller's own `decide`) and a no-analysis one.
+
+Both are twin plug-ins of the canary's `ControllerPlugin` (canary/plugin.py): a scenario's
+`canary: radixfleet` or `canary: no_analysis` resolves here through the controller registry,
+so the twin never imports the canary.
 
 :class:`RadixfleetCanary` calls `canary.decide.decide` exactly as the controller does, with the
 twin's per-revision numbers in place of Prometheus and virtual time turned into datetimes; it
@@ -15,6 +19,7 @@ from canary.decide import analysis_due, decide
 from canary.spec import FULL_TRAFFIC, CanaryPolicySpec
 from canary.state import Observed, RolloutStatus, Verb
 from radixfleet.twin.interfaces import CanaryObservation, CanaryStep
+from radixfleet.twin.registry import PolicyContext
 
 #: Virtual second 0 as a datetime, for the controller's decision function.
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -78,3 +83,13 @@ class NoAnalysis:
         if target >= FULL_TRAFFIC:
             return CanaryStep(promote=True, reason=f"promoting after {observed.weight}%")
         return CanaryStep(weight=target, reason=f"advancing to {target}% without analysis")
+
+
+def radixfleet(ctx: PolicyContext) -> RadixfleetCanary:
+    """Twin factory: the canary controller's decisions with the CanaryPolicy's defaults."""
+    return RadixfleetCanary()
+
+
+def no_analysis(ctx: PolicyContext) -> NoAnalysis:
+    """Twin factory: the same steps, never judged (the baseline)."""
+    return NoAnalysis()

@@ -1,0 +1,42 @@
+"""The autoscaler as a controller plug-in: what the operator, the RBAC renderer and the twin need.
+
+Listed in `radixfleet.kit.registry.CONTROLLERS`; loading it imports no client library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from policies.autoscale.spec import PLURAL
+from radixfleet.kit.plugin import ControllerPlugin, OperatorOptions
+from radixfleet.kit.rbac import PolicyRule
+
+
+def _build(options: OperatorOptions) -> Any:
+    from policies.autoscale.controller import kube_controller
+
+    return kube_controller(options)
+
+
+def _register(registry: Any, controller: Any) -> None:
+    from policies.autoscale.controller import register
+
+    register(registry, controller)
+
+
+def _rules() -> Sequence[PolicyRule]:
+    from policies.autoscale.kube import RULES
+
+    return RULES
+
+
+PLUGIN = ControllerPlugin(
+    name="autoscale",
+    plural=PLURAL,
+    build=_build,
+    register=_register,
+    rules=_rules,
+    twin={"autoscale": {"radixfleet": "policies.autoscale.twin:radixfleet"}},
+    cli="policies.autoscale.cli:autoscale_app",
+)

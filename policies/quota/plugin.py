@@ -1,0 +1,47 @@
+"""The quota as a controller plug-in: what the operator, the RBAC renderer and the twin need.
+
+Listed in `radixfleet.kit.registry.CONTROLLERS`; loading it imports no client library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from policies.quota.spec import PLURAL
+from radixfleet.kit.plugin import ControllerPlugin, OperatorOptions
+from radixfleet.kit.rbac import PolicyRule
+
+
+def _build(options: OperatorOptions) -> Any:
+    from policies.quota.controller import kube_controller
+
+    return kube_controller(options)
+
+
+def _register(registry: Any, controller: Any) -> None:
+    from policies.quota.controller import register
+
+    register(registry, controller)
+
+
+def _rules() -> Sequence[PolicyRule]:
+    from policies.quota.kube import RULES
+
+    return RULES
+
+
+def _metrics(controller: Any) -> Any:
+    return None if controller.metrics is None else controller.metrics.registry
+
+
+PLUGIN = ControllerPlugin(
+    name="quota",
+    plural=PLURAL,
+    build=_build,
+    register=_register,
+    rules=_rules,
+    twin={"admission": {"token_budgets": "policies.quota.twin:token_budgets"}},
+    metrics=_metrics,
+    cli="policies.quota.cli:quota_app",
+)

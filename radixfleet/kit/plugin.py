@@ -1,0 +1,66 @@
+"""The plug-in a controller package exposes, so that the kernel can run it without importing it.
+
+Each controller package has a `plugin.py` with one `PLUGIN = ControllerPlugin(...)`: its name,
+the plural of its custom resource, how to build its Kubernetes-backed controller, how to add its
+handlers to a kopf registry, the RBAC rules its adapters declare, and its policies for the fleet
+twin. `build`, `register` and `rules` import the heavy parts (the Kubernetes client, kopf) only
+when called, so loading a plug-in is cheap; `radixfleet.kit.registry` lists them by import path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from radixfleet.kit.rbac import PolicyRule
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    """What `radixfleet operator run` (or a controller's own `run`) tells every controller.
+
+    `region` labels metrics; `prometheus_url` overrides each controller's default; the failover
+    reads `failover_contexts` (region -> kubeconfig context of that region's cluster) and
+    `failover_namespace` (where the floors ConfigMap lives in each region).
+    """
+
+    region: str = "local"
+    prometheus_url: str | None = None
+    failover_contexts: Mapping[str, str] = field(default_factory=dict)
+    failover_namespace: str = "default"
+
+
+@dataclass(frozen=True)
+class ControllerPlugin:
+    """One controller as the operator, the RBAC renderer and the twin see it.
+
+    `build(options)` makes the Kubernetes-backed controller; `register(registry, controller)`
+    adds its kopf handlers (nothing happens on import); `rules()` is the RBAC its adapters and
+    handlers need; `twin` maps a twin policy kind to {policy name: "module:factory"};
+    `metrics(controller)` is a prometheus-client collector of the controller's own series (or
+    None); `cli` is the "module:attribute" of its typer app (`radixfleet NAME ...`); `opt_in`
+    controllers (the failover: one per fleet, not per region) run only when
+    asked for by name.
+    """
+
+    name: str
+    plural: str
+    build: Callable[[OperatorOptions], Any]
+    register: Callable[[Any, Any], object]
+    rules: Callable[[], Sequence[PolicyRule]]
+    twin: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    metrics: Callable[[Any], Any] = field(default=lambda controller: None)
+    cli: str | None = None
+    opt_in: bool = False
+
+
+def parse_contexts(pairs: Sequence[str]) -> dict[str, str]:
+    """`REGION=CONTEXT` options as a mapping (the failover's region clusters)."""
+    found: dict[str, str] = {}
+    for pair in pairs:
+        region, sep, context = pair.partition("=")
+        if not sep or not region or not context:
+            raise ValueError(f"{pair!r} is not REGION=CONTEXT")
+        found[region] = context
+    return found

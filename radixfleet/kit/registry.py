@@ -1,0 +1,75 @@
+"""The registry of controllers: one list of import paths, loaded lazily.
+
+Adding a controller is one package with a `plugin.py` and one line below. The kernel names the
+controllers only as strings, so nothing here imports a controller until `plugins()` is called
+(an import-linter contract keeps `radixfleet` from importing them statically).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Sequence
+from functools import cache
+from typing import Any
+
+from radixfleet.kit.plugin import ControllerPlugin
+
+CONTROLLERS: tuple[str, ...] = (
+    "canary.plugin:PLUGIN",
+    "policies.autoscale.plugin:PLUGIN",
+    "policies.quota.plugin:PLUGIN",
+    "policies.failover.plugin:PLUGIN",
+)
+
+
+class UnknownControllerError(ValueError):
+    """A controller name that no registered plug-in has."""
+
+
+def load(path: str) -> ControllerPlugin:
+    """The plug-in at `module:attribute`."""
+    module_name, _, attribute = path.partition(":")
+    plugin = getattr(importlib.import_module(module_name), attribute)
+    if not isinstance(plugin, ControllerPlugin):
+        raise TypeError(f"{path} is a {type(plugin).__name__}, not a ControllerPlugin")
+    return plugin
+
+
+@cache
+def plugins(paths: Sequence[str] = CONTROLLERS) -> tuple[ControllerPlugin, ...]:
+    """Every registered plug-in, in registry order."""
+    return tuple(load(path) for path in paths)
+
+
+def selected(
+    *, opt_in: Iterable[str] = (), paths: Sequence[str] = CONTROLLERS
+) -> list[ControllerPlugin]:
+    """The plug-ins to run: every one that is not opt-in, and the opt-in ones named."""
+    wanted = set(opt_in)
+    known = {p.name for p in plugins(tuple(paths))}
+    if unknown := sorted(wanted - known):
+        raise UnknownControllerError(f"no controller {', '.join(unknown)}; known: {sorted(known)}")
+    return [p for p in plugins(tuple(paths)) if not p.opt_in or p.name in wanted]
+
+
+def twin_policies(kind: str, *, paths: Sequence[str] = CONTROLLERS) -> dict[str, str]:
+    """The twin policies of `kind` the plug-ins provide: {name: "module:factory"}."""
+    found: dict[str, str] = {}
+    for plugin in plugins(tuple(paths)):
+        found |= plugin.twin.get(kind, {})
+    return found
+
+
+def twin_policy(kind: str, name: str, *, paths: Sequence[str] = CONTROLLERS) -> str | None:
+    """The `module:factory` of twin policy `name` of `kind` a plug-in provides, if any."""
+    return twin_policies(kind, paths=paths).get(name)
+
+
+def controller_apps(*, paths: Sequence[str] = CONTROLLERS) -> list[tuple[str, Any]]:
+    """(name, typer app) of every plug-in with a command line, for `radixfleet NAME ...`."""
+    apps = []
+    for plugin in plugins(tuple(paths)):
+        if plugin.cli is not None:
+            module_name, _, attribute = plugin.cli.partition(":")
+            apps.append((plugin.name, getattr(importlib.import_module(module_name), attribute)))
+    return apps

