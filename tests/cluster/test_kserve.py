@@ -59,9 +59,42 @@ def test_the_rendered_inferenceservices_are_admitted_by_kserves_webhooks(kserve:
     assert len(admitted) == sum(o["kind"] == "InferenceService" for o in objects)
 
 
+def _model_volume(cluster: Cluster) -> list[dict[str, Any]]:
+    """A claim on a node-local folder, standing in for the weights: with no storageUri at all
+    KServe treats a predictor as multi-model and adds its agent (an image not built here), and
+    an s3:// one needs the storage initializer (also not built); pvc:// mounts the claim."""
+    folder = cluster.layout.run_dir / "models"
+    (folder / ISVC).mkdir(parents=True, exist_ok=True)
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": "models"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "hostPath": {"path": str(folder)},
+                "claimRef": {"namespace": NAMESPACE, "name": "models"},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "models", "namespace": NAMESPACE},
+            "spec": {
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "volumeName": "models",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    ]
+
+
 def _emulated_isvc(image: str) -> dict[str, Any]:
     # The rendered `sglang` runtime, as rendered; only the image is the emulator's (a model's
-    # container fields merge over its runtime's), and no storageUri (no weights to download).
+    # container fields merge over its runtime's), and the weights are an empty folder.
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
@@ -104,7 +137,7 @@ def test_a_standard_mode_inferenceservice_of_the_emulated_image_streams_tokens(
     image = images.radixfleet()
     session.load_images(kserve, [image])
     kserve.kubectl("create", "namespace", NAMESPACE)
-    session.apply(kserve, [_emulated_isvc(image.pinned)])
+    session.apply(kserve, [*_model_volume(kserve), _emulated_isvc(image.pinned)])
     session.wait_for(
         lambda: _ready(kserve),
         timeout_s=READY_TIMEOUT_S,
