@@ -110,6 +110,7 @@ def _emulated_isvc(image: str) -> dict[str, Any]:
                 "model": {
                     "modelFormat": {"name": "sglang"},
                     "runtime": "sglang",
+                    "storageUri": f"pvc://models/{ISVC}",
                     "image": image,
                     "imagePullPolicy": "Never",
                     "env": [{"name": "RADIXFLEET_EMULATOR_WARM", "value": "1"}],
