@@ -8,7 +8,6 @@ stops it and removes everything but its logs. ``make cluster`` and ``make cluste
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -31,8 +30,9 @@ def main(argv: list[str]) -> int:
 
 def _up(out: Path) -> int:
     from testbed import session
+    from testbed.cluster import load_layout
 
-    if (out / "layout.json").exists():
+    if load_layout(out) is not None:
         print(f"a cluster may be running from {out}: `make cluster-down` first", file=sys.stderr)
         return 2
     try:
@@ -41,9 +41,6 @@ def _up(out: Path) -> int:
         print(f"cluster: {error}", file=sys.stderr)
         return 1
     layout = running.layout
-    (out / "layout.json").write_text(
-        json.dumps({"slot": layout.network.slot, "etcd_dir": str(layout.etcd_dir)})
-    )
     print(
         f"cluster up: API server {layout.network.server}\n"
         f"  export KUBECONFIG={layout.kubeconfig.resolve()}\n"
@@ -55,16 +52,11 @@ def _up(out: Path) -> int:
 
 def _down(out: Path) -> int:
     from testbed import cluster
-    from testbed.layout import Layout, Network
 
-    try:
-        saved = json.loads((out / "layout.json").read_text())
-    except (OSError, ValueError):
+    layout = cluster.load_layout(out)
+    if layout is None:
         print(f"no cluster recorded in {out}", file=sys.stderr)
         return 1
-    layout = Layout(
-        run_dir=out.resolve(), etcd_dir=Path(saved["etcd_dir"]), network=Network(int(saved["slot"]))
-    )
     cluster.down(layout)
     (out / "layout.json").unlink()
     print(f"cluster down; logs kept in {layout.logs}")

@@ -98,6 +98,7 @@ def up(run_dir: Path, *, sandbox_image: str, images: Sequence[tuple[Path, str]] 
     with _slot_lock():
         network = Network(_free_slot())
         layout = _fresh_layout(run_dir, network)
+        save_layout(layout)
         _make_pki(layout)
         _host_network(network)
     cluster = Cluster(layout)
@@ -126,6 +127,25 @@ def down(layout: Layout) -> None:
         ["ip", "link", "delete", layout.network.host_veth], capture_output=True, check=False
     )
     shutil.rmtree(layout.etcd_dir, ignore_errors=True)
+
+
+def save_layout(layout: Layout) -> None:
+    """Record where the cluster lives, so a later process can take it down (``load_layout``)."""
+    saved = {"slot": layout.network.slot, "etcd_dir": str(layout.etcd_dir)}
+    (layout.run_dir / "layout.json").write_text(json.dumps(saved))
+
+
+def load_layout(run_dir: Path) -> Layout | None:
+    """The layout a cluster in ``run_dir`` recorded, or None when there is none."""
+    try:
+        saved = json.loads((run_dir / "layout.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return Layout(
+        run_dir=run_dir.resolve(),
+        etcd_dir=Path(saved["etcd_dir"]),
+        network=Network(int(saved["slot"])),
+    )
 
 
 # --- files --------------------------------------------------------------------------------

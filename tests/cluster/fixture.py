@@ -32,9 +32,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def cluster(request: pytest.FixtureRequest) -> Iterator[object]:
     from testbed import session  # the cluster's Python dependencies load only when used
 
+    _sweep_stale()
     run_dir = RUN_ROOT / f"radixfleet-cluster-{os.getpid()}"
     try:
         running = session.start(run_dir)
+        (run_dir / "owner.pid").write_text(str(os.getpid()))
     except session.UnavailableError as error:
         _unavailable(str(error), run_dir)
     try:
@@ -45,6 +47,32 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[object]:
             print(f"\ncluster logs kept in {running.layout.logs}")
         else:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _sweep_stale() -> None:
+    """Take down clusters of test sessions that died without teardown (killed by a signal): the
+    node's supervisor runs in a session of its own and would outlive them."""
+    from testbed import cluster
+
+    for run_dir in RUN_ROOT.glob("radixfleet-cluster-*"):
+        try:
+            owner = int((run_dir / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        layout = cluster.load_layout(run_dir)
+        if layout is not None and not _alive(owner):
+            cluster.down(layout)
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _unavailable(reason: str, run_dir: Path) -> None:
