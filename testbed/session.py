@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +158,7 @@ def _is_established(crd: Mapping[str, Any]) -> bool:
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
-def wait_for(predicate: Any, *, timeout_s: float, what: str) -> None:
+def wait_for(predicate: Callable[[], bool], *, timeout_s: float, what: str) -> None:
     """Poll ``predicate()`` until it is true; fail naming ``what`` on timeout."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
