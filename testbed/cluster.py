@@ -100,7 +100,11 @@ def up(run_dir: Path, *, sandbox_image: str, images: Sequence[tuple[Path, str]] 
         layout = _fresh_layout(run_dir, network)
         save_layout(layout)
         _make_pki(layout)
-        _host_network(network)
+        try:
+            _host_network(network)  # under the lock: the namespace is what marks a slot taken
+        except BaseException:
+            down(layout)
+            raise
     cluster = Cluster(layout)
     try:
         _make_cgroups(network)
