@@ -2,11 +2,14 @@
 UV ?= uv
 export UV_PYTHON ?= 3.11
 
-.PHONY: setup demo test lint typecheck render check-rendered unit cluster cluster-down
+.PHONY: setup provision demo test lint typecheck render check-rendered unit cluster cluster-down
 
 setup:  ## install uv's environment (the project, its dev tools) from uv.lock
 	@command -v $(UV) >/dev/null || python3 -m pip install --quiet uv
 	$(UV) sync --frozen
+
+provision:  ## what the real-server tests need: Debian packages, the Go builds, the images (idempotent)
+	bash scripts/provision.sh
 
 demo: setup  ## the embedded default: run radixfleet on this machine and write a report to out/
 	$(UV) run radixfleet demo --out out/demo
@@ -22,10 +25,10 @@ lint: setup
 typecheck: setup
 	$(UV) run mypy
 
-test: lint typecheck  ## everything CI runs: lint, types, and the whole test suite
+test: provision lint typecheck  ## everything CI runs: provision, lint, types, and the whole test suite
 	$(UV) run pytest
 
-cluster: setup  ## a one-node Kubernetes 1.37 on this machine, left running (kubeconfig: out/cluster/kubeconfig)
+cluster: setup provision  ## a one-node Kubernetes 1.37 on this machine, left running (kubeconfig: out/cluster/kubeconfig)
 	$(UV) run python -m testbed up --out out/cluster
 
 cluster-down: setup  ## stop the cluster of `make cluster`; its logs stay in out/cluster/logs
