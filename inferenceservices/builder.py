@@ -12,6 +12,8 @@ from typing import Any
 
 from canary.spec import API_VERSION, KIND, POLICY_ANNOTATION, CanaryPolicySpec
 from inferenceservices.scaling import concurrency_target
+from policies.autoscale import spec as autoscale
+from policies.quota import spec as quota
 from radixfleet import labels
 from radixfleet.config.catalog import Catalog, Model, Tenant
 from radixfleet.config.gpus import gpu_label_value
@@ -217,4 +219,59 @@ def build_canary_policy(name: str, namespace: str) -> dict[str, Any]:
             "labels": {labels.MANAGED_BY: labels.MANAGER},
         },
         "spec": CanaryPolicySpec().model_dump(by_alias=True, mode="json", exclude_none=True),
+    }
+
+
+def api_keys_secret(tenant: Tenant) -> str:
+    """The Secret, in the tenant's namespace, whose `api-key` the platform team fills in.
+
+    Only its name is rendered: a key never sits in a manifest.
+    """
+    return f"{tenant.name}-api-keys"
+
+
+def build_tenant(tenant: Tenant) -> dict[str, Any]:
+    """The cluster-scoped Tenant object of a catalog tenant: what the quota controller enforces
+    (GPUs, tokens, priority) and where the region entry finds the tenant's API keys."""
+    key = quota.SecretKeyRef(name=api_keys_secret(tenant), namespace=namespace_of(tenant))
+    spec = quota.TenantSpec.from_tenant(tenant, api_keys=[key])
+    return {
+        "apiVersion": f"{labels.GROUP}/{quota.API_VERSION}",
+        "kind": quota.KIND,
+        "metadata": {"name": tenant.name, "labels": {labels.MANAGED_BY: labels.MANAGER}},
+        "spec": spec.model_dump(by_alias=True, mode="json", exclude_none=True),
+    }
+
+
+def build_autoscale_policy(model: Model, tenant: Tenant) -> dict[str, Any]:
+    """The AutoscalePolicy of `model`'s InferenceService for `tenant`: the catalog's replica
+    bounds and SLOs, every other knob at the policy type's defaults (policies/autoscale/spec.py).
+
+    Multi-node models get none: KServe refuses autoscaling of a head and its workers.
+    """
+    spec = autoscale.AutoscalePolicySpec(
+        inference_service=model.name,
+        min_replicas=model.min_replicas,
+        max_replicas=model.max_replicas,
+        slo=autoscale.Slo(ttft_p95_ms=model.slo.ttft_p95_ms, itl_p95_ms=model.slo.itl_p95_ms),
+    )
+    return {
+        "apiVersion": f"{labels.GROUP}/{autoscale.API_VERSION}",
+        "kind": autoscale.KIND,
+        "metadata": {
+            "name": model.name,
+            "namespace": namespace_of(tenant),
+            "labels": {
+                labels.MODEL: model.name,
+                labels.TENANT: tenant.name,
+                labels.MANAGED_BY: labels.MANAGER,
+            },
+        },
+        # Defaults stay implicit (they live on the type); what the catalog says stays explicit.
+        "spec": spec.model_dump(by_alias=True, mode="json", exclude_defaults=True)
+        | {
+            "minReplicas": model.min_replicas,
+            "maxReplicas": model.max_replicas,
+            "slo": spec.slo.model_dump(by_alias=True, mode="json"),
+        },
     }

@@ -64,7 +64,13 @@ def test_kubectl_kustomize_builds(folder: str) -> None:
     kinds = [d["kind"] for d in yaml.safe_load_all(built) if d]
     expected = {
         "runtimes": {"ClusterServingRuntime"},
-        "inferenceservices": {"Namespace", "InferenceService", "CanaryPolicy"},
+        "inferenceservices": {
+            "Namespace",
+            "InferenceService",
+            "CanaryPolicy",
+            "AutoscalePolicy",
+            "Tenant",
+        },
     }
     assert set(kinds) == expected[folder]
 
@@ -216,3 +222,56 @@ def test_canary_models_start_new_revisions_at_zero_under_their_policy(rendered: 
                 assert yaml.safe_load(policy.read_text())["kind"] == "CanaryPolicy"
             else:
                 assert "canaryTrafficPercent" not in predictor
+
+
+def _objects(rendered: Path, kind: str) -> list[dict[str, Any]]:
+    docs = (
+        d
+        for p in sorted((rendered / "inferenceservices").rglob("*.yaml"))
+        if p.name not in ("catalog.yaml", "kustomization.yaml")
+        for d in yaml.safe_load_all(p.read_text())
+        if d
+    )
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_every_tenant_is_rendered_with_its_budgets_and_a_key_secret_by_name(
+    rendered: Path,
+) -> None:
+    catalog = load_catalog(CATALOG)
+    tenants = {t["metadata"]["name"]: t["spec"] for t in _objects(rendered, "Tenant")}
+    assert set(tenants) == {t.name for t in catalog.tenants}
+    for tenant in catalog.tenants:
+        spec = tenants[tenant.name]
+        assert spec["namespaces"] == tenant.namespaces
+        assert {g: b["guaranteed"] for g, b in spec["gpuBudget"].items()} == {
+            g: b.guaranteed for g, b in tenant.gpu_budget.items()
+        }
+        assert tenant.token_budget is not None
+        assert spec["tokenBudget"]["tokensPerMinute"] == tenant.token_budget.tokens_per_minute
+        # A key is referenced, never inlined: the Secret lives in the tenant's namespace.
+        assert spec["apiKeys"] == [
+            {"name": f"{tenant.name}-api-keys", "namespace": tenant.namespaces[0], "key": "api-key"}
+        ]
+
+
+def test_every_autoscaled_inference_service_has_its_policy(rendered: Path) -> None:
+    """One AutoscalePolicy per InferenceService, in its namespace, with the catalog's bounds and
+    SLOs; multi-node models get none (KServe turns their autoscaling off)."""
+    catalog = load_catalog(CATALOG)
+    policies = {
+        (p["metadata"]["namespace"], p["spec"]["inferenceService"]): p["spec"]
+        for p in _objects(rendered, "AutoscalePolicy")
+    }
+    expected = set()
+    for isvc in inference_services(rendered):
+        model = next(m for m in catalog.models if m.name == isvc["metadata"]["name"])
+        if model.nodes > 1:
+            continue
+        key = (isvc["metadata"]["namespace"], model.name)
+        expected.add(key)
+        spec = policies[key]
+        assert spec["minReplicas"] == model.min_replicas
+        assert spec["maxReplicas"] == model.max_replicas
+        assert spec["slo"] == {"ttftP95Ms": model.slo.ttft_p95_ms, "itlP95Ms": model.slo.itl_p95_ms}
+    assert set(policies) == expected

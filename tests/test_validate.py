@@ -126,6 +126,29 @@ def test_validator_on_other_objects(doc: dict[str, Any], expected: str) -> None:
     assert any(m.startswith(expected) for m in messages), messages
 
 
+TENANT_SPEC = {"namespaces": ["team-a"]}
+
+
+@pytest.mark.parametrize(
+    ("metadata", "problems"),
+    [
+        pytest.param({"name": "a", "labels": {"t": "a"}, "annotations": {"x": "y"}}, [], id="open"),
+        # The Tenant CRD narrows the name to 63 characters (it is a label value).
+        pytest.param({"name": "a" * 64}, [f"metadata.name: '{'a' * 64}' is too long"], id="name"),
+    ],
+)
+def test_custom_object_metadata_is_object_meta(
+    metadata: dict[str, Any], problems: list[str]
+) -> None:
+    """A CRD's schema may narrow metadata.name, but labels and annotations are always allowed,
+    as the API server allows them (a closed `metadata` refused every label)."""
+    doc = {"apiVersion": "radixfleet.io/v1alpha1", "kind": "Tenant", "metadata": metadata}
+    found = validate_documents([doc | {"spec": TENANT_SPEC}], source="x.yaml")
+    messages = [f"{f.location}: {f.message}" for f in found]
+    assert all(p in messages for p in problems), messages
+    assert bool(messages) == bool(problems), messages
+
+
 @pytest.mark.parametrize(
     ("args", "problems"),
     [

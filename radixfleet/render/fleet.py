@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inferenceservices.builder import (
+    build_autoscale_policy,
     build_canary_policy,
     build_inference_service,
     build_namespaces,
+    build_tenant,
     namespace_of,
 )
 from radixfleet.config.catalog import KNOWN_RUNTIMES, Catalog, Model, Tenant
@@ -50,13 +52,19 @@ def render_tree(catalog: Catalog) -> RenderedTree:
     for name in KNOWN_RUNTIMES:
         runtime, notes = build_runtime(name)
         runtimes[f"{name}.yaml"] = to_yaml(runtime, notes=notes, header=MARKER)
-    isvcs = {"namespaces.yaml": _documents(build_namespaces(catalog))}
+    isvcs = {
+        "namespaces.yaml": _documents(build_namespaces(catalog)),
+        "tenants.yaml": _documents(build_tenant(t) for t in catalog.tenants),
+    }
     for model in catalog.models:
         for tenant in served_tenants(catalog, model):
             isvc, notes = build_inference_service(model, tenant)
-            isvcs[f"{namespace_of(tenant)}/{model.name}.yaml"] = to_yaml(
-                isvc, notes=notes, header=MARKER
-            )
+            folder = namespace_of(tenant)
+            isvcs[f"{folder}/{model.name}.yaml"] = to_yaml(isvc, notes=notes, header=MARKER)
+            if model.nodes == 1:
+                isvcs[f"{folder}/autoscalepolicy-{model.name}.yaml"] = to_yaml(
+                    build_autoscale_policy(model, tenant), header=MARKER
+                )
     for namespace, policy in sorted(_canary_policies(catalog)):
         isvcs[f"{namespace}/canarypolicy-{policy}.yaml"] = to_yaml(
             build_canary_policy(policy, namespace), header=MARKER

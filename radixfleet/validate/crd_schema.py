@@ -82,7 +82,18 @@ def _versions(crd: dict[str, Any]) -> dict[CrdKey, dict[str, Any]]:
     group = crd["spec"]["group"]
     kind = crd["spec"]["names"]["kind"]
     return {
-        CrdKey(f"{group}/{v['name']}", kind): to_json_schema(v["schema"]["openAPIV3Schema"])
+        CrdKey(f"{group}/{v['name']}", kind): _object_schema(v["schema"]["openAPIV3Schema"])
         for v in crd["spec"]["versions"]
         if v.get("served", True)
     }
+
+
+def _object_schema(root: dict[str, Any]) -> dict[str, Any]:
+    """The JSON Schema of a custom object. Its `metadata` stays open: the API server checks
+    metadata as ObjectMeta, and a CRD's schema may only narrow `name` and `generateName`
+    (labels, annotations and the rest are always allowed)."""
+    schema: dict[str, Any] = to_json_schema(root)
+    metadata = schema.get("properties", {}).get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("additionalProperties", None)
+    return schema
