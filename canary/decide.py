@@ -10,7 +10,13 @@ in the order they apply:
 5. Every `intervalSeconds` the canary is judged against the stable revision. Metrics that are
    missing, empty, NaN, or from too few requests halt: they are neither a pass nor a failure,
    never roll back and never promote (Flagger's "halt, don't fail").
-6. All checks passed: advance to the next step, or promote after the last one below 100.
+6. A canary beyond a relative bound fails that check only when the difference is significant:
+   Mann-Whitney U over the window's latency histograms, Fisher's exact test over its error
+   counts (radixfleet/significance.py), one-sided, below the policy's `significance`. The bound
+   is the minimum effect; the test tells it from noise. Beyond the bound but not significant
+   halts for more data: the next interval's window is judged afresh. An absolute `limit`, the
+   cache hit rate, and numbers that come without their distribution are judged as they are.
+7. All checks passed: advance to the next step, or promote after the last one below 100.
    A failed analysis counts; `threshold` failed analyses in a rollout roll it back.
 """
 
@@ -20,17 +26,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from canary.spec import FULL_TRAFFIC, CanaryPolicySpec, MetricCheck
+from canary.spec import FULL_TRAFFIC, CanaryPolicySpec, Metric, MetricCheck
 from canary.state import (
     CheckResult,
     LastDecision,
     Measured,
     Observed,
     Phase,
+    RevisionMetrics,
     RolloutStatus,
     Verb,
     finite,
 )
+from radixfleet.significance import fisher_greater, mann_whitney_greater
 
 
 @dataclass(frozen=True)
@@ -165,14 +173,27 @@ def _analyse(
     if halt is not None:
         return _halt(spec, status, now, halt, measured)
     assert measured is not None
-    results = tuple(evaluate(check, measured) for check in spec.checks)
+    results = tuple(evaluate(check, measured, spec.significance) for check in spec.checks)
+    failed = [r for r in results if not r.passed and not r.inconclusive]
+    unsure = [r for r in results if r.inconclusive]
     judged = status.model_copy(
         update={"measured": measured, "checks": results, "last_analysis_at": now}
     )
-    failed = [r for r in results if not r.passed]
+    if unsure and not failed:
+        # The interval is spent: the next analysis judges a fresh window, never the same
+        # requests again (retrying each tick on overlapping windows would test until noise
+        # passes for significance).
+        return _halt(spec, judged, now, _inconclusive(unsure, spec), measured)
     if not failed:
         return _step(observed, spec, judged, now)
     return _failed(spec, judged, now, failed)
+
+
+def _inconclusive(results: Sequence[CheckResult], spec: CanaryPolicySpec) -> str:
+    what = "; ".join(
+        f"{_describe(r)} but p={r.p_value:.2g} >= {spec.significance:g}" for r in results
+    )
+    return f"inconclusive, waiting for more data: {what}"
 
 
 def halt_reason(spec: CanaryPolicySpec, measured: Measured | None) -> str | None:
@@ -194,17 +215,55 @@ def halt_reason(spec: CanaryPolicySpec, measured: Measured | None) -> str | None
     return None
 
 
-def evaluate(check: MetricCheck, measured: Measured) -> CheckResult:
-    """One check of a window `halt_reason` accepted; the bound is the tightest limit."""
+def evaluate(check: MetricCheck, measured: Measured, significance: float) -> CheckResult:
+    """One check of a window `halt_reason` accepted; the bound is the tightest limit. Beyond
+    only its relative bound, the canary fails when the difference is significant, and is
+    inconclusive when it is not."""
     canary = measured.canary.value(check.metric)
     stable = measured.stable.value(check.metric)
     assert canary is not None and (stable is not None or not check.needs_stable)
     bounds = _bounds(check, stable)
     bound = max(bounds) if check.metric.higher_is_better else min(bounds)
-    passed = canary >= bound if check.metric.higher_is_better else canary <= bound
-    return CheckResult(
-        metric=check.metric, passed=passed, canary=canary, stable=stable, bound=bound
+    result = CheckResult(
+        metric=check.metric,
+        passed=_within(check.metric, canary, bound),
+        canary=canary,
+        stable=stable,
+        bound=bound,
     )
+    within_limit = check.limit is None or _within(check.metric, canary, check.limit)
+    if result.passed or not within_limit or not check.needs_stable:
+        return result
+    p_value = _p_value(check.metric, measured)
+    if p_value is None:  # numbers without their distribution: judged as they are
+        return result
+    return result.model_copy(update={"p_value": p_value, "inconclusive": p_value >= significance})
+
+
+def _within(metric: Metric, value: float, bound: float) -> bool:
+    return value >= bound if metric.higher_is_better else value <= bound
+
+
+def _p_value(metric: Metric, measured: Measured) -> float | None:
+    """How likely a canary no worse than the stable revision is to look this much worse."""
+    canary, stable = measured.canary, measured.stable
+    if metric is Metric.ERROR_RATE:
+        canary_counts, stable_counts = _errors_and_total(canary), _errors_and_total(stable)
+        if canary_counts is None or stable_counts is None:
+            return None
+        return fisher_greater(*canary_counts, *stable_counts)
+    canary_hist, stable_hist = canary.histogram(metric), stable.histogram(metric)
+    if canary_hist is None or stable_hist is None:
+        return None
+    return mann_whitney_greater(canary_hist, stable_hist)
+
+
+def _errors_and_total(metrics: RevisionMetrics) -> tuple[int, int] | None:
+    requests, rate = finite(metrics.requests), finite(metrics.error_rate)
+    if requests is None or rate is None:
+        return None
+    total = round(requests)
+    return round(rate * total), total
 
 
 def _bounds(check: MetricCheck, stable: float | None) -> list[float]:

@@ -9,14 +9,19 @@ promotes (the old revision is retired), 0 rolls back and keeps the canary pinned
 
 `LocalRollouts` ticks the real `Controller` over that port on a thread, as kopf's timer does in a
 cluster, with the CanaryPolicy and the Events held in memory (`canary.fakes`) and the fleet's
-real Prometheus answering the canary's PromQL.
+real Prometheus answering the canary's PromQL. `roll_out` creates a revision with given faults
+and rolls it out under `NoisyTraffic` (the tests and benchmarks/canary_localfleet.py use both).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
+import random
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,7 +35,12 @@ from canary.ports import StaleRevisionError
 from canary.spec import POLICY_ANNOTATION
 from canary.state import RolloutStatus, rollout_of
 from radixfleet.adapters.prometheus import HttpPrometheus
+from radixfleet.emulator.tokenizer import load_tokenizer
 from radixfleet.fleet import LocalFleet
+from radixfleet.workload.prompts import PromptSynth
+from radixfleet.workload.records import RequestResult, WorkItem
+from radixfleet.workload.replay import Replayer
+from radixfleet.workload.traces import TraceRequest
 
 log = logging.getLogger(__name__)
 
@@ -160,3 +170,105 @@ class LocalRollouts:
             except Exception as error:  # a failed tick is retried on the next, as kopf does
                 log.warning("canary tick failed: %s", error)
                 self.errors.append(str(error))
+
+
+class NoisyTraffic:
+    """Poisson arrivals of uneven prompts to one model, sent in chunks until told to stop.
+
+    Prompts of 100 to 1,000 tokens (log-uniform) and 4 to 16 output tokens, so a window's p95
+    rests on a few dozen uneven requests. Clients retry a 5xx answered before any token once
+    (`Replayer(retries=1)`), as OpenAI's SDK does.
+    """
+
+    def __init__(
+        self, fleet: LocalFleet, *, region: str, model: str, seed: int, rate: float = 40.0
+    ) -> None:
+        self.entries = fleet.entry_urls()
+        self.region, self.model, self.rate = region, model, rate
+        self.synth = PromptSynth(load_tokenizer(fleet.cache_dir), salt=seed)
+        self.rng = random.Random(seed)
+        self.sent = 0
+        self.chunk_s = 1.0
+
+    def until(self, done: Callable[[], bool], *, max_s: float) -> list[RequestResult]:
+        """Send until `done()` (and one chunk more, across the switch) or `max_s` passes."""
+        return asyncio.run(self._open_loop(done, max_s=max_s))
+
+    async def _open_loop(self, done: Callable[[], bool], *, max_s: float) -> list[RequestResult]:
+        # Chunks overlap: the next one starts when this one's arrivals end, whatever is still
+        # in flight, so the arrival rate holds however slow the answers are.
+        chunks = []
+        deadline = time.monotonic() + max_s
+        last = False
+        while not last and time.monotonic() < deadline:
+            last = done()
+            replayer = Replayer(entries=self.entries, retries=1, lead_s=0.0)
+            chunks.append(asyncio.create_task(replayer.run(self._chunk())))
+            await asyncio.sleep(self.chunk_s)
+        return [result for chunk in await asyncio.gather(*chunks) for result in chunk]
+
+    def _chunk(self) -> list[WorkItem]:
+        items, at = [], self.rng.expovariate(self.rate)
+        while at < self.chunk_s:
+            tokens = round(math.exp(self.rng.uniform(math.log(100), math.log(1000))))
+            prompt = self.synth.prompt(TraceRequest(at, tokens, 0), index=self.sent)
+            items.append(WorkItem(at, self.region, self.model, prompt, self.rng.randint(4, 16)))
+            self.sent += 1
+            at += self.rng.expovariate(self.rate)
+        return items
+
+
+@dataclass(frozen=True)
+class RolloutRun:
+    """One rollout on the local fleet: its final status, the clients' results, the controller."""
+
+    status: RolloutStatus
+    results: list[RequestResult]
+    rollouts: LocalRollouts
+    revision: str
+
+    @property
+    def lost(self) -> list[str]:
+        """Requests that failed even after the client's retry."""
+        return [f"{r.status} {r.error}" for r in self.results if not r.ok]
+
+    def history(self) -> str:
+        """Every decision but the holds, one a line."""
+        return "\n".join(
+            f"{d.verb}: {d.reason}" for _, d in self.rollouts.decisions if d.verb != "hold"
+        )
+
+
+def roll_out(
+    fleet: LocalFleet,
+    prometheus: str,
+    *,
+    region: str,
+    model: str,
+    namespace: str,
+    spec: Mapping[str, Any],
+    seed: int,
+    slowdown: float = 1.0,
+    errors: float = 0.0,
+    max_s: float = 45.0,
+) -> RolloutRun:
+    """Create a revision of `model` with these faults; let the controller roll it out under
+    `NoisyTraffic` until the rollout is final or `max_s` passes."""
+    revision = fleet.create_revision(region, model)
+    fleet.set_faults(region, model, revision=revision, slowdown=slowdown, error_rate=errors)
+    rollouts = LocalRollouts.for_fleet(
+        fleet, region=region, namespace=namespace, spec=spec, prometheus_url=prometheus,
+        tick_s=0.5,
+    )  # fmt: skip
+
+    def final() -> bool:
+        status = rollouts.rollout(model)
+        return status is not None and status.phase.final
+
+    traffic = NoisyTraffic(fleet, region=region, model=model, seed=seed)
+    with rollouts.running():
+        results = traffic.until(final, max_s=max_s)
+    status = rollouts.rollout(model)
+    if status is None or status.canary_revision != revision:
+        raise RuntimeError(f"no rollout of {revision} was recorded: {rollouts.errors}")
+    return RolloutRun(status, results, rollouts, revision)

@@ -8,15 +8,17 @@ decision halts on it), and a Prometheus that does not answer becomes `metrics_er
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from canary.queries import REQUESTS, QueryConfig, revision_queries
+from canary.queries import REQUESTS, QueryConfig, histogram_queries, revision_queries
 from canary.spec import CanaryPolicySpec
 from canary.state import FIELD_OF, Manual, Measured, Observed, RevisionMetrics, read_manual
 from radixfleet.adapters.prometheus import MetricsUnavailable, NoData, Prometheus, PrometheusError
+from radixfleet.revisions import BUCKETS_OF, Histogram
 
 
 def predictor_status(isvc: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -97,7 +99,18 @@ class Window:
             window_seconds=self.spec.interval_seconds,
             config=self.config,
         )
-        values = {FIELD_OF[c.metric]: self._value(queries[c.metric]) for c in self.spec.checks}
+        values: dict[str, object] = {
+            FIELD_OF[c.metric]: self._value(queries[c.metric]) for c in self.spec.checks
+        }
+        histograms = histogram_queries(
+            namespace=self.namespace,
+            revision=revision,
+            window_seconds=self.spec.interval_seconds,
+            config=self.config,
+        )
+        for check in self.spec.checks:
+            if check.needs_stable and check.metric in histograms:
+                values[BUCKETS_OF[check.metric]] = self._histogram(histograms[check.metric])
         return RevisionMetrics(requests=self._value(queries[REQUESTS]), **values)
 
     def _value(self, promql: str) -> float | None:
@@ -105,3 +118,12 @@ class Window:
             return self.prometheus.scalar(promql, at=self.at)
         except NoData:  # NotFinite included: NaN and infinities are missing data
             return None
+
+    def _histogram(self, promql: str) -> Histogram | None:
+        """The window's buckets in increasing `le`; None when there are none (the judge then
+        decides on the quantile alone)."""
+        samples = self.prometheus.vector(promql, at=self.at)
+        buckets = sorted((float(s.labels["le"]), s.value) for s in samples if "le" in s.labels)
+        if not buckets or buckets[-1][0] != math.inf or any(math.isnan(v) for _, v in buckets):
+            return None
+        return tuple(buckets)

@@ -61,6 +61,19 @@ def revision_queries(
     }
 
 
+def histogram_queries(
+    *, namespace: str, revision: str, window_seconds: int, config: QueryConfig
+) -> dict[str, str]:
+    """PromQL for the window's latency histograms (one series per `le`), keyed by Metric: what
+    the judge's significance test reads."""
+    sel = f"{config.namespace_label}={_quote(namespace)},{config.revision_label}={_quote(revision)}"
+    win = f"[{window_seconds}s]"
+    return {
+        metric: f"sum by (le) (increase({buckets}{{{sel}}}{win}))"
+        for metric, buckets in ((Metric.TTFT_P95, TTFT_BUCKETS), (Metric.ITL_P95, ITL_BUCKETS))
+    }
+
+
 def _quantile(q: float, buckets: str, sel: str, win: str) -> str:
     return f"histogram_quantile({q}, sum by (le) (rate({buckets}{{{sel}}}{win})))"
 

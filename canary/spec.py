@@ -129,6 +129,8 @@ class CanaryPolicySpec(Spec):
     interval_seconds: Annotated[int, Field(ge=1)] = 60  # at least MIN_INTERVAL_SECONDS, below
     threshold: Annotated[int, Field(ge=1)] = 2
     min_requests: Annotated[int, Field(ge=1)] = 50
+    # One-sided: only a canary worse than its stable revision fails (radixfleet/significance.py).
+    significance: Annotated[float, Field(ge=0.0001, le=0.2)] = 0.05
     checks: list[MetricCheck] = Field(default_factory=default_checks, min_length=1)
     manual_gates: list[Weight] = Field(default_factory=list)
     paused: bool = False

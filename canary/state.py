@@ -77,13 +77,20 @@ LastDecision = _LastDecision[Verb]
 
 
 class CheckResult(Wire):
-    """One check's verdict with the numbers behind it."""
+    """One check's verdict with the numbers behind it.
+
+    A check beyond its relative bound fails only when the difference is significant
+    (`p_value` below the policy's `significance`); otherwise it is `inconclusive`, and the
+    rollout halts for more data rather than rolling back a good model on noise.
+    """
 
     metric: Metric
     passed: bool
     canary: float
     stable: float | None = None
     bound: float
+    p_value: float | None = None
+    inconclusive: bool = False
 
 
 class RolloutStatus(Wire):

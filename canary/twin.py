@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from canary.decide import analysis_due, decide
 from canary.spec import FULL_TRAFFIC, CanaryPolicySpec
-from canary.state import Observed, RolloutStatus, Verb
+from canary.state import Measured, Observed, RolloutStatus, Verb
 from radixfleet.twin.interfaces import CanaryObservation, CanaryStep
 from radixfleet.twin.registry import PolicyContext
 
@@ -33,25 +33,39 @@ def at(seconds: float) -> datetime:
 
 
 class RadixfleetCanary:
-    """radixfleet's canary controller: metric-gated steps with halt-don't-fail."""
+    """radixfleet's canary controller: metric-gated steps with halt-don't-fail.
 
-    def __init__(self, spec: CanaryPolicySpec | None = None, *, tick_s: float = TICK_S) -> None:
+    `significance=False` hides the latency histograms from the judge, so it decides on the p95s
+    alone, as it did before it tested significance: the baseline of benchmarks/canary_bench.py.
+    """
+
+    def __init__(
+        self,
+        spec: CanaryPolicySpec | None = None,
+        *,
+        tick_s: float = TICK_S,
+        significance: bool = True,
+    ) -> None:
         self.spec = spec or CanaryPolicySpec()
         self.tick_s = tick_s
         self.window_s = float(self.spec.interval_seconds)
         self.status: RolloutStatus | None = None
+        self.significance = significance
 
     def step(self, observed: CanaryObservation, now: float) -> CanaryStep:
         """One controller pass over the rollout."""
         when = at(now)
         due = analysis_due(self.spec, self.status, when)
+        measured = observed.measured if due else None
+        if measured is not None and not self.significance:
+            measured = _without_histograms(measured)
         snapshot = Observed(
             inference_service=observed.service,
             canary_revision="canary",
             stable_revision="stable",
             canary_ready=observed.canary_ready,
             weight=observed.weight,
-            measured=observed.measured if due else None,
+            measured=measured,
         )
         decision = decide(snapshot, self.spec, self.status, when)
         self.status = decision.status
@@ -60,6 +74,14 @@ class RadixfleetCanary:
         if decision.verb is Verb.ROLLBACK:
             return CanaryStep(rollback=True, reason=decision.reason)
         return CanaryStep(weight=decision.canary_percent, reason=decision.reason)
+
+
+def _without_histograms(measured: Measured) -> Measured:
+    hidden = {"ttft_buckets": None, "itl_buckets": None}
+    return Measured(
+        canary=measured.canary.model_copy(update=hidden),
+        stable=measured.stable.model_copy(update=hidden),
+    )
 
 
 class NoAnalysis:
@@ -88,6 +110,11 @@ class NoAnalysis:
 def radixfleet(ctx: PolicyContext) -> RadixfleetCanary:
     """Twin factory: the canary controller's decisions with the CanaryPolicy's defaults."""
     return RadixfleetCanary()
+
+
+def radixfleet_p95_only(ctx: PolicyContext) -> RadixfleetCanary:
+    """Twin factory: the same controller judging p95s without significance tests (baseline)."""
+    return RadixfleetCanary(significance=False)
 
 
 def no_analysis(ctx: PolicyContext) -> NoAnalysis:

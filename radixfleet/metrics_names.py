@@ -160,6 +160,19 @@ SGLANG_TOKEN_USAGE = "sglang:token_usage"
 SGLANG_CACHE_HIT_RATE = "sglang:cache_hit_rate"
 SGLANG_GEN_THROUGHPUT = "sglang:gen_throughput"
 
+# The latency histograms' bucket edges the emulated replica exports (and the twin bins its
+# requests into, so the canary judges the same histograms in both): in the spirit of SGLang's
+# defaults, with finer low edges for canary judgement (SGLang reads its edges from environment
+# variables, so a platform can set the same).
+EMULATED_TTFT_BUCKETS = (
+    *(0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0),
+    *(2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0),
+)
+EMULATED_ITL_BUCKETS = (
+    *(0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06),
+    *(0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0),
+)
+
 # SGLang's default histogram buckets (seconds). The SLO rules count a request as good only under
 # a bucket boundary, so they need to know which boundaries exist.
 SGLANG_TTFT_BUCKETS = (

@@ -21,18 +21,36 @@ FIELD_OF: dict[str, str] = {
 }
 
 
+#: The field of `RevisionMetrics` holding the histogram behind each latency metric.
+BUCKETS_OF: dict[str, str] = {"ttftP95": "ttft_buckets", "itlP95": "itl_buckets"}
+
+#: (upper bound `le`, cumulative count) over the window, increasing, the last bound +Inf.
+Histogram = tuple[tuple[float, float], ...]
+
+
 class RevisionMetrics(Wire):
-    """One revision's numbers over one analysis window; None where nothing was measured."""
+    """One revision's numbers over one analysis window; None where nothing was measured.
+
+    The latency histograms let the judge test significance (radixfleet/significance.py); they
+    are not written to a policy's status (`exclude`), which keeps the quantiles only.
+    """
 
     requests: float | None = None
     ttft_p95: float | None = None
     itl_p95: float | None = None
     error_rate: float | None = None
     cache_hit_rate: float | None = None
+    ttft_buckets: Histogram | None = Field(default=None, exclude=True)
+    itl_buckets: Histogram | None = Field(default=None, exclude=True)
 
     def value(self, metric: str) -> float | None:
         """The finite value of `metric`, or None when it is missing, NaN or infinite."""
         return finite(getattr(self, FIELD_OF[metric]))
+
+    def histogram(self, metric: str) -> Histogram | None:
+        """The window's histogram behind a latency metric, None for other metrics or unknown."""
+        field = BUCKETS_OF.get(metric)
+        return None if field is None else getattr(self, field)
 
 
 class Measured(Wire):

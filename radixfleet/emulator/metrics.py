@@ -24,16 +24,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from radixfleet import metrics_names as m
 from radixfleet.profile import ReplicaProfile
 from radixfleet.replica import ReplicaStats, Request
 
 LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
 
-# Bucket edges in the spirit of SGLang's defaults, with finer low edges for canary judgement.
-TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.0, 4.0,
-                6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0)  # fmt: skip
-ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06,
-               0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)  # fmt: skip
+TTFT_BUCKETS = m.EMULATED_TTFT_BUCKETS
+ITL_BUCKETS = m.EMULATED_ITL_BUCKETS
 E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0,
                100.0, 200.0, 400.0, 600.0, 1200.0, 1800.0, 2400.0)  # fmt: skip
 TOKEN_BUCKETS = (16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0)

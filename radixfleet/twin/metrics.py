@@ -2,18 +2,23 @@
 
 The controller asks Prometheus for p95 TTFT and ITL (histogram quantiles), the error ratio and
 the cache hit rate of each revision over its analysis interval; the twin computes the same
-from the requests that ended in the window, exactly rather than from histogram buckets. For
+from the requests that ended in the window, exactly rather than from histogram buckets. The
+latency histograms the judge tests significance on are binned at the emulated replica's edges,
+as a Prometheus scraping it would have them. For
 judges that read whole requests (Flagger's builtin request-duration), `canary_p99` also gives the
 canary's p99 TTFT and request duration (arrival to last token).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
+from collections.abc import Sequence
 
+from radixfleet import metrics_names as m
 from radixfleet.replica import RequestSpec
-from radixfleet.revisions import Measured, RevisionMetrics
+from radixfleet.revisions import Histogram, Measured, RevisionMetrics
 
 
 class CanaryWindow:
@@ -64,13 +69,24 @@ class CanaryWindow:
         if total == 0:
             return RevisionMetrics()
         prompt = sum(item[4] for item in done)
+        ttfts = [item[1] for item in done]
+        itls = [item[2] for item in done if not math.isnan(item[2])]
         return RevisionMetrics(
             requests=float(total),
-            ttft_p95=quantile([item[1] for item in done], 0.95),
-            itl_p95=quantile([item[2] for item in done if not math.isnan(item[2])], 0.95),
+            ttft_p95=quantile(ttfts, 0.95),
+            itl_p95=quantile(itls, 0.95),
             error_rate=len(errors) / total,
             cache_hit_rate=sum(item[3] for item in done) / prompt if prompt else None,
+            ttft_buckets=histogram(ttfts, m.EMULATED_TTFT_BUCKETS),
+            itl_buckets=histogram(itls, m.EMULATED_ITL_BUCKETS),
         )
+
+
+def histogram(values: Sequence[float], edges: Sequence[float]) -> Histogram:
+    """`values` as Prometheus's cumulative `le` buckets at `edges`, plus +Inf."""
+    ordered = sorted(values)
+    cumulative = [(le, float(bisect.bisect_right(ordered, le))) for le in edges]
+    return (*cumulative, (math.inf, float(len(ordered))))
 
 
 def quantile(values: list[float], q: float) -> float | None:

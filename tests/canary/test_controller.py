@@ -11,7 +11,7 @@ import pytest
 from canary.controller import Controller, register, run_tick, to_wire
 from canary.fakes import FakeCanaryPolicies, FakeEvents, FakeInferenceServices
 from canary.ports import StaleRevisionError
-from canary.queries import REQUESTS, QueryConfig, revision_queries
+from canary.queries import REQUESTS, QueryConfig, histogram_queries, revision_queries
 from canary.spec import POLICY_ANNOTATION, Metric
 from canary.state import Phase, Verb, rollout_of
 from radixfleet.adapters.prometheus import MetricsUnavailable
@@ -117,7 +117,14 @@ def test_prometheus_is_asked_only_when_an_analysis_is_due() -> None:
     fleet.tick(6)  # advance to 5% at t=0, then 50 s of waiting
     assert fleet.prometheus.queries == []
     fleet.tick(1)  # t=60 s: the first analysis
-    assert {q for q, _ in fleet.prometheus.queries} == set(answers(GOOD))
+    histograms = {
+        q
+        for revision in (CANARY, STABLE)
+        for q in histogram_queries(
+            namespace=NS, revision=revision, window_seconds=60, config=QueryConfig()
+        ).values()
+    }
+    assert {q for q, _ in fleet.prometheus.queries} == set(answers(GOOD)) | histograms
     assert {at for _, at in fleet.prometheus.queries} == {T0 + 6 * TICK}
 
 

@@ -24,6 +24,8 @@ from canary.state import (
     Verb,
     read_manual,
 )
+from radixfleet.metrics_names import EMULATED_TTFT_BUCKETS
+from radixfleet.twin.metrics import histogram, quantile
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SPEC = CanaryPolicySpec()  # steps 5/20/50, interval 60 s, threshold 2, 50 requests
@@ -410,6 +412,67 @@ def test_a_halt_keeps_the_analysis_due_so_it_retries_at_once() -> None:
     decision = decide(obs(measured=canary(requests=3)), SPEC, rollout(), T0)
     assert decision.status is not None
     assert analysis_due(SPEC, decision.status, T0 + timedelta(seconds=1))
+
+
+def _latency_window(canary_ttfts: list[float], stable_ttfts: list[float]) -> Measured:
+    """A window whose TTFT p95s and histograms come from these samples (ITL and errors good)."""
+
+    def side(ttfts: list[float]) -> RevisionMetrics:
+        return GOOD.model_copy(
+            update={
+                "requests": float(len(ttfts)),
+                "ttft_p95": quantile(ttfts, 0.95),
+                "ttft_buckets": histogram(ttfts, EMULATED_TTFT_BUCKETS),
+            }
+        )
+
+    return Measured(canary=side(canary_ttfts), stable=side(stable_ttfts))
+
+
+def test_a_p95_beyond_its_bound_on_noise_halts_for_more_data_instead_of_failing() -> None:
+    """The false rollback CI saw: the canary's p95 on a few dozen requests above 1.25x stable's
+    while its requests are no slower overall. Not significant: halt, count nothing, and judge
+    a fresh window an interval later."""
+    stable = [0.06] * 570 + [0.09] * 30
+    noisy = [0.06] * 55 + [0.12] * 5  # the 3-4 slowest of 60 set the p95
+    measured = _latency_window(noisy, stable)
+    decision = decide(obs(measured=measured), SPEC, rollout(), T0)
+    assert decision.verb is Verb.HALT, decision.reason
+    assert decision.status is not None
+    assert decision.status.failed_checks == 0
+    assert not analysis_due(SPEC, decision.status, T0 + timedelta(seconds=1))
+    assert analysis_due(SPEC, decision.status, T0 + timedelta(seconds=SPEC.interval_seconds))
+    (ttft,) = [c for c in decision.status.checks if c.metric is Metric.TTFT_P95]
+    assert ttft.inconclusive and not ttft.passed and ttft.p_value is not None
+    assert ttft.p_value >= SPEC.significance
+    assert "inconclusive" in decision.reason
+
+
+def test_a_canary_slower_across_its_requests_fails_at_once() -> None:
+    stable = [0.06] * 570 + [0.09] * 30
+    slow = [0.12] * 55 + [0.18] * 5
+    decision = decide(obs(measured=_latency_window(slow, stable)), SPEC, rollout(), T0)
+    assert decision.verb is Verb.HOLD and decision.status is not None
+    assert decision.status.failed_checks == 1
+    (ttft,) = [c for c in decision.status.checks if c.metric is Metric.TTFT_P95]
+    assert not ttft.passed and not ttft.inconclusive
+    assert ttft.p_value is not None and ttft.p_value < SPEC.significance
+
+
+def test_a_few_errors_on_a_small_canary_are_not_significant_but_five_percent_are() -> None:
+    one = canary(requests=60, error_rate=1 / 60)  # 1 error against none on the stable
+    assert decide(obs(measured=one), SPEC, rollout(), T0).verb is Verb.HALT
+    five = canary(requests=100, error_rate=0.05)
+    decision = decide(obs(measured=five), SPEC, rollout(), T0)
+    assert decision.status is not None and decision.status.failed_checks == 1
+
+
+def test_histograms_are_not_written_to_the_policy_status() -> None:
+    measured = _latency_window([0.06] * 60, [0.06] * 600)
+    decision = decide(obs(measured=measured), SPEC, rollout(), T0)
+    assert decision.status is not None
+    wire = decision.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert "ttftBuckets" not in str(wire) and "ttftP95" in str(wire)
 
 
 def test_decision_records_reason_and_measurements() -> None:

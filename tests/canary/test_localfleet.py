@@ -6,9 +6,10 @@ out a new revision beside it (its own router and replica, cold-started) and lets
 the fleet standing in for KServe) step the entry's split. Steps, interval and minRequests are
 small so that a rollout takes seconds, and latency tolerances fit this machine's jitter.
 
-"Noisy" is the workload, and the machine: prompts of 200 to 2,000 tokens (log-uniform) and 4 to 16
-output tokens in Poisson arrivals, so a window's p95 rests on a few dozen uneven requests, served
-by replicas that share two busy cores with everything else (their latencies jitter with it).
+"Noisy" is the workload, and the machine: `canary.localfleet.NoisyTraffic` (40 requests/s of
+prompts of 100 to 1,000 tokens, log-uniform, and 4 to 16 output tokens in Poisson arrivals), so
+a window's p95 rests on a few dozen uneven requests, served by replicas that share two busy
+cores with everything else (their latencies jitter with it).
 
 Losing no request: clients retry a 5xx answered before any token once (`Replayer(retries=1)`),
 as OpenAI's SDK does (twice by default). A request counts as lost when it still fails.
@@ -16,29 +17,19 @@ as OpenAI's SDK does (twice by default). A request counts as lost when it still 
 
 from __future__ import annotations
 
-import asyncio
-import math
-import random
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from canary.localfleet import LocalRollouts
-from canary.state import Phase, RolloutStatus
-from radixfleet.emulator.tokenizer import load_tokenizer
+from canary.localfleet import RolloutRun
+from canary.localfleet import roll_out as roll_out_on_fleet
+from canary.state import Phase
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
 from radixfleet.fleet.procs import processes_with_marker
-from radixfleet.workload.prompts import PromptSynth
-from radixfleet.workload.records import RequestResult, WorkItem
-from radixfleet.workload.replay import Replayer
-from radixfleet.workload.traces import TraceRequest
 
 pytestmark = [pytest.mark.fleet, pytest.mark.prometheus, pytest.mark.slow]
 
 REGION, MODEL, NS = "local", "llama", "team-a"
-RATE = 40.0  # requests/s
-CHUNK_S = 1.0
 MAX_S = 45.0  # a rollout not final by then fails the test
 # Three steps up to 50%: a window of n canary requests passes the error check (at most 1% above
 # stable) only with no error at all, 0.95^n at 5% errors, so every step is one more chance to
@@ -74,99 +65,42 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalFleet
     assert processes_with_marker(local.fleet_id) == [], "processes outlived the fleet"
 
 
-class Traffic:
-    """Poisson arrivals of uneven prompts, sent in chunks until told to stop."""
-
-    def __init__(self, fleet: LocalFleet, *, seed: int) -> None:
-        self.entries = fleet.entry_urls()
-        self.synth = PromptSynth(load_tokenizer(fleet.cache_dir), salt=seed)
-        self.rng = random.Random(seed)
-        self.sent = 0
-
-    def until(self, done: Callable[[], bool], *, max_s: float) -> list[RequestResult]:
-        """Send until `done()` (and one chunk more, across the switch) or `max_s` passes."""
-        return asyncio.run(self._open_loop(done, max_s=max_s))
-
-    async def _open_loop(self, done: Callable[[], bool], *, max_s: float) -> list[RequestResult]:
-        # Chunks overlap: the next one starts when this one's arrivals end, whatever is still
-        # in flight, so the arrival rate holds however slow the answers are.
-        chunks = []
-        deadline = time.monotonic() + max_s
-        last = False
-        while not last and time.monotonic() < deadline:
-            last = done()
-            replayer = Replayer(entries=self.entries, retries=1, lead_s=0.0)
-            chunks.append(asyncio.create_task(replayer.run(self._chunk())))
-            await asyncio.sleep(CHUNK_S)
-        return [result for chunk in await asyncio.gather(*chunks) for result in chunk]
-
-    def _chunk(self) -> list[WorkItem]:
-        items, at = [], self.rng.expovariate(RATE)
-        while at < CHUNK_S:
-            tokens = round(math.exp(self.rng.uniform(math.log(100), math.log(1000))))
-            prompt = self.synth.prompt(TraceRequest(at, tokens, 0), index=self.sent)
-            items.append(WorkItem(at, REGION, MODEL, prompt, self.rng.randint(4, 16)))
-            self.sent += 1
-            at += self.rng.expovariate(RATE)
-        return items
-
-
 def roll_out(
     fleet: LocalFleet, prometheus: str, *, seed: int, slowdown: float = 1.0, errors: float = 0.0
-) -> tuple[RolloutStatus, list[RequestResult], LocalRollouts, str]:
-    """Create a revision with these faults and let the controller roll it out under traffic."""
-    revision = fleet.create_revision(REGION, MODEL)
-    fleet.set_faults(REGION, MODEL, revision=revision, slowdown=slowdown, error_rate=errors)
-    rollouts = LocalRollouts.for_fleet(
-        fleet, region=REGION, namespace=NS, spec=POLICY, prometheus_url=prometheus, tick_s=0.5
-    )
-
-    def final() -> bool:
-        status = rollouts.rollout(MODEL)
-        return status is not None and status.phase.final
-
-    with rollouts.running():
-        results = Traffic(fleet, seed=seed).until(final, max_s=MAX_S)
-    status = rollouts.rollout(MODEL)
-    assert status is not None and status.canary_revision == revision, rollouts.errors
-    return status, results, rollouts, revision
-
-
-def lost(results: list[RequestResult]) -> list[str]:
-    return [f"{r.status} {r.error}" for r in results if not r.ok]
-
-
-def history(rollouts: LocalRollouts) -> str:
-    return "\n".join(f"{d.verb}: {d.reason}" for _, d in rollouts.decisions if d.verb != "hold")
+) -> RolloutRun:
+    return roll_out_on_fleet(
+        fleet, prometheus, region=REGION, model=MODEL, namespace=NS, spec=POLICY, seed=seed,
+        slowdown=slowdown, errors=errors, max_s=MAX_S,
+    )  # fmt: skip
 
 
 def test_a_good_canary_with_noisy_metrics_is_promoted(fleet: tuple[LocalFleet, str]) -> None:
     local, prometheus = fleet
-    status, results, rollouts, revision = roll_out(local, prometheus, seed=1)
-    assert status.phase is Phase.PROMOTED, history(rollouts)
-    assert local.revisions(REGION, MODEL).stable == revision
-    assert lost(results) == []
+    run = roll_out(local, prometheus, seed=1)
+    assert run.status.phase is Phase.PROMOTED, run.history()
+    assert local.revisions(REGION, MODEL).stable == run.revision
+    assert run.lost == []
 
 
 def test_a_canary_slowed_twofold_is_rolled_back(fleet: tuple[LocalFleet, str]) -> None:
     local, prometheus = fleet
-    status, results, rollouts, _ = roll_out(local, prometheus, seed=2, slowdown=2.0)
-    assert status.phase is Phase.ROLLED_BACK, history(rollouts)
-    failed = {check.metric for check in status.checks if not check.passed}
-    assert failed & {"ttftP95", "itlP95"}, history(rollouts)
+    run = roll_out(local, prometheus, seed=2, slowdown=2.0)
+    assert run.status.phase is Phase.ROLLED_BACK, run.history()
+    failed = {check.metric for check in run.status.checks if not check.passed}
+    assert failed & {"ttftP95", "itlP95"}, run.history()
     assert local.revisions(REGION, MODEL).canary_percent == 0
-    assert lost(results) == []
+    assert run.lost == []
 
 
 def test_a_canary_returning_5_percent_errors_is_rolled_back(
     fleet: tuple[LocalFleet, str],
 ) -> None:
     local, prometheus = fleet
-    status, results, rollouts, _ = roll_out(local, prometheus, seed=3, errors=0.05)
-    assert status.phase is Phase.ROLLED_BACK, history(rollouts)
-    assert "errorRate" in {check.metric for check in status.checks if not check.passed}
-    assert lost(results) == []
-    exported = rollouts.controller.metrics
+    run = roll_out(local, prometheus, seed=3, errors=0.05)
+    assert run.status.phase is Phase.ROLLED_BACK, run.history()
+    assert "errorRate" in {check.metric for check in run.status.checks if not check.passed}
+    assert run.lost == []
+    exported = run.rollouts.controller.metrics
     assert exported is not None
     value = exported.registry.get_sample_value
     labels = {"namespace": NS, "isvc": MODEL}
