@@ -10,10 +10,11 @@ in the order they apply:
 5. Every `intervalSeconds` the canary is judged against the stable revision. Metrics that are
    missing, empty, NaN, or from too few requests halt: they are neither a pass nor a failure,
    never roll back and never promote (Flagger's "halt, don't fail").
-6. A canary beyond a relative bound fails that check only when the difference is significant:
-   Mann-Whitney U over the window's latency histograms, Fisher's exact test over its error
-   counts (radixfleet/significance.py), one-sided, below the policy's `significance`. The bound
-   is the minimum effect; the test tells it from noise. Beyond the bound but not significant
+6. A canary beyond a relative bound fails that check only when the difference is significant,
+   one-sided, below the policy's `significance` (radixfleet/significance.py): for latency,
+   Mann-Whitney U of the window's histograms against the stable revision's times
+   `relativeToStable` (the bound is the minimum effect, and the null hypothesis); for errors,
+   Fisher's exact test of the error counts. Beyond the bound but not significant
    halts for more data: the next interval's window is judged afresh. An absolute `limit`, the
    cache hit rate, and numbers that come without their distribution are judged as they are.
 7. All checks passed: advance to the next step, or promote after the last one below 100.
@@ -234,7 +235,7 @@ def evaluate(check: MetricCheck, measured: Measured, significance: float) -> Che
     within_limit = check.limit is None or _within(check.metric, canary, check.limit)
     if result.passed or not within_limit or not check.needs_stable:
         return result
-    p_value = _p_value(check.metric, measured)
+    p_value = _p_value(check, measured)
     if p_value is None:  # numbers without their distribution: judged as they are
         return result
     return result.model_copy(update={"p_value": p_value, "inconclusive": p_value >= significance})
@@ -244,9 +245,11 @@ def _within(metric: Metric, value: float, bound: float) -> bool:
     return value >= bound if metric.higher_is_better else value <= bound
 
 
-def _p_value(metric: Metric, measured: Measured) -> float | None:
-    """How likely a canary no worse than the stable revision is to look this much worse."""
-    canary, stable = measured.canary, measured.stable
+def _p_value(check: MetricCheck, measured: Measured) -> float | None:
+    """How likely a canary no worse than the check allows is to look this much worse: for
+    latency, no slower than `relativeToStable` times the stable revision (the minimum effect);
+    for errors, no more often than the stable revision."""
+    metric, canary, stable = check.metric, measured.canary, measured.stable
     if metric is Metric.ERROR_RATE:
         canary_counts, stable_counts = _errors_and_total(canary), _errors_and_total(stable)
         if canary_counts is None or stable_counts is None:
@@ -255,7 +258,8 @@ def _p_value(metric: Metric, measured: Measured) -> float | None:
     canary_hist, stable_hist = canary.histogram(metric), stable.histogram(metric)
     if canary_hist is None or stable_hist is None:
         return None
-    return mann_whitney_greater(canary_hist, stable_hist)
+    scale = check.relative_to_stable or 1.0
+    return mann_whitney_greater(canary_hist, stable_hist, scale=scale)
 
 
 def _errors_and_total(metrics: RevisionMetrics) -> tuple[int, int] | None:

@@ -34,29 +34,79 @@ def bin_counts(buckets: Buckets) -> list[float]:
     return counts
 
 
-def mann_whitney_greater(canary: Buckets, stable: Buckets) -> float | None:
-    """The one-sided p-value that the canary's values are stochastically greater than the
-    stable's, by the normal approximation to Mann-Whitney U with tie correction and continuity
-    correction; None when the two histograms have different bounds or a side is empty."""
-    if [le for le, _ in canary] != [le for le, _ in stable]:
-        return None
+def mann_whitney_greater(canary: Buckets, stable: Buckets, *, scale: float = 1.0) -> float | None:
+    """The one-sided p-value that the canary's values are stochastically greater than `scale`
+    times the stable's (Mann-Whitney U, normal approximation with continuity correction); None
+    when a side is empty.
+
+    `scale` is the minimum effect: with 1.25 the null hypothesis is "the canary is at most
+    1.25x slower", so a canary 10% slower is not significant however many requests it served.
+    Values are spread evenly within their bucket (the +Inf bucket sits at its lower bound), and
+    a pair within one shared bucket counts as a tie. The variance is tie-corrected when the
+    buckets line up (scale 1, same bounds) and the untied one otherwise, which is larger: the
+    test then errs towards "not significant", never towards a false rollback.
+    """
     a, b = bin_counts(canary), bin_counts(stable)
     n1, n2 = sum(a), sum(b)
     if n1 <= 0 or n2 <= 0:
         return None
-    # U counts the pairs (canary, stable) with the canary above, ties as halves: all values
-    # of one bin are tied with each other.
-    u, stable_below = 0.0, 0.0
-    for in_canary, in_stable in zip(a, b, strict=True):
-        u += in_canary * (stable_below + in_stable / 2)
-        stable_below += in_stable
+    canary_bins = _intervals(canary, 1.0)
+    stable_bins = _intervals(stable, scale)
+    # U: the expected number of (canary, stable) pairs with the canary above.
+    u = sum(
+        ca * cb * _above(x, y)
+        for ca, x in zip(a, canary_bins, strict=True)
+        if ca
+        for cb, y in zip(b, stable_bins, strict=True)
+        if cb
+    )
     n = n1 + n2
-    ties = sum((t := x + y) ** 3 - t for x, y in zip(a, b, strict=True))
+    aligned = scale == 1.0 and [le for le, _ in canary] == [le for le, _ in stable]
+    ties = sum((t := x + y) ** 3 - t for x, y in zip(a, b, strict=True)) if aligned else 0.0
     variance = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1))) if n > 1 else 0.0
     if variance <= 0:  # every value in one bin: no evidence either way
         return 1.0
     z = (u - n1 * n2 / 2 - 0.5) / math.sqrt(variance)
     return _upper_tail(z)
+
+
+def _intervals(buckets: Buckets, scale: float) -> list[tuple[float, float]]:
+    """Each bucket's value range, times `scale`; the +Inf bucket is its lower bound alone."""
+    out, low = [], 0.0
+    for le, _ in buckets:
+        high = low if math.isinf(le) else le
+        out.append((low * scale, high * scale))
+        low = high
+    return out
+
+
+def _above(x: tuple[float, float], y: tuple[float, float]) -> float:
+    """P(X > Y) for X, Y uniform on the ranges x and y (a range of width 0 is a point), a tie
+    counting one half."""
+    (x0, x1), (y0, y1) = x, y
+    if x1 <= y0:
+        return 0.5 if x0 == x1 == y0 == y1 else 0.0
+    if x0 >= y1:
+        return 0.5 if x0 == x1 == y0 == y1 else 1.0
+    if x1 == x0:
+        return _cdf(x0, y0, y1)
+    return (_cdf_integral(x1, y0, y1) - _cdf_integral(x0, y0, y1)) / (x1 - x0)
+
+
+def _cdf(t: float, y0: float, y1: float) -> float:
+    if y1 == y0:
+        return 0.5 if t == y0 else float(t > y0)
+    return min(1.0, max(0.0, (t - y0) / (y1 - y0)))
+
+
+def _cdf_integral(t: float, y0: float, y1: float) -> float:
+    """The integral of Y's CDF from -inf to t."""
+    if t <= y0:
+        return 0.0
+    width = y1 - y0
+    if t <= y1:
+        return (t - y0) ** 2 / (2 * width)
+    return width / 2 + (t - y1)
 
 
 def fisher_greater(errors_a: int, total_a: int, errors_b: int, total_b: int) -> float | None:
