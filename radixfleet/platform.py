@@ -26,5 +26,9 @@ KNATIVE_FEATURES = MappingProxyType(
         "kubernetes.podspec-nodeselector": "enabled",
         # ... and tolerate the nvidia.com/gpu taint every GPU pool carries.
         "kubernetes.podspec-tolerations": "enabled",
+        # A model with LoRA adapters has several storageUris: KServe downloads them with its
+        # storage initializer as an init container of the Knative Service's template (one
+        # storageUri is injected at pod creation instead, where Knative does not look).
+        "kubernetes.podspec-init-containers": "enabled",
     }
 )

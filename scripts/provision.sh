@@ -30,10 +30,10 @@ command -v go >/dev/null || { echo "provision: Go is needed to build the test AP
 echo "provision: test API server at $(python3 tests/apiserver/build.py)"
 
 # Build the test cluster's Go programs (testbed/builds.py: Kubernetes 1.37 as one multi-call
-# binary, CoreDNS, KServe's manager), cached by source hash under ~/.cache/radixfleet/go: cold,
-# Kubernetes alone takes 10-20 minutes on two cores; a warm run is a no-op. Knative Serving is
-# built on demand (`python3 -m testbed.builds knative`): no test runs it yet.
-python3 -m testbed.builds kube coredns kserve
+# binary, CoreDNS, KServe's manager, Knative Serving's five programs), cached by source hash
+# under ~/.cache/radixfleet/go: cold, Kubernetes alone takes 10-20 minutes on two cores; a warm
+# run is a no-op.
+python3 -m testbed.builds kube coredns kserve knative
 
 # Build the test bed's images (testbed/images.py: Debian base, pause, radixfleet, smg), cached by
 # their inputs under ~/.cache/radixfleet/images: minutes the first time, a no-op after.

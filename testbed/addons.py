@@ -78,6 +78,7 @@ def render_addons(
     *,
     modes: Sequence[Mode] = ("Standard",),
     knative_ingress_class: str = KNATIVE_INGRESS_CLASS,
+    knative_features: Mapping[str, str] | None = None,
     now: datetime.datetime | None = None,
 ) -> list[Obj]:
     """The objects to apply, in order, for KServe (and Knative Serving when ``Knative`` is in
@@ -88,6 +89,8 @@ def render_addons(
     ``kserve-storage-initializer`` are optional. Custom resources come after every CRD: apply
     them once the CRDs are established. Knative's CRDs come before KServe's manager, which
     checks for them only when it starts (and never watches Knative Services if they were late).
+    ``knative_features`` are the flags of Knative's ``config-features`` to switch on (a platform's
+    own set: radixfleet's is ``radixfleet.platform.KNATIVE_FEATURES``).
     """
     _check(images, modes)
     tls = make_webhook_tls(
@@ -95,7 +98,9 @@ def render_addons(
     )
     objects = kserve_objects(images, default_mode=modes[0], knative="Knative" in modes, tls=tls)
     if "Knative" in modes:
-        objects += knative_objects(images, ingress_class=knative_ingress_class)
+        objects += knative_objects(
+            images, ingress_class=knative_ingress_class, features=knative_features or {}
+        )
     return sorted(objects, key=_apply_rank)
 
 
@@ -242,13 +247,16 @@ KNATIVE_FILES = (
 )
 
 
-def knative_objects(images: Mapping[str, str], *, ingress_class: str) -> list[Obj]:
+def knative_objects(
+    images: Mapping[str, str], *, ingress_class: str, features: Mapping[str, str]
+) -> list[Obj]:
     """Knative Serving's core (no networking layer), changed for this cluster."""
     objects = [obj for path in _knative_paths() for obj in _load(path)]
     for obj in objects:
         for container in _containers(obj):
             container["image"] = _knative_image(images, container["image"])
-            container["imagePullPolicy"] = "IfNotPresent"
+            if obj["kind"] == "Deployment":  # an Image (caching) spec has no pull policy
+                container["imagePullPolicy"] = "IfNotPresent"
     _knative_config(objects, "config-deployment").update(
         {
             "queue-sidecar-image": images["knative-queue"],
@@ -256,6 +264,7 @@ def knative_objects(images: Mapping[str, str], *, ingress_class: str) -> list[Ob
         }
     )
     _knative_config(objects, "config-network")["ingress-class"] = ingress_class
+    _knative_config(objects, "config-features").update(features)
     return objects
 
 

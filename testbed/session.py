@@ -10,15 +10,18 @@ emulated SGLang replica, which needs none.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed import addons, dns, images
+from testbed import addons, dns, fake_kingress, images
 from testbed import cluster as cluster_mod
-from testbed.builds import COREDNS, KSERVE
+from testbed.builds import COREDNS, KNATIVE, KSERVE
 from testbed.cluster import Cluster, ClusterError
 from testbed.gobuild import BuildError, ensure_built
 from testbed.images import ImageError
@@ -69,19 +72,75 @@ def _base_images() -> tuple[images.ImageRecord, images.ImageRecord]:
     return images.pause(), coredns
 
 
-def install_kserve(running: Cluster, *, modes: Sequence[addons.Mode] = ("Standard",)) -> None:
-    """KServe v0.20.0 (built here) with its webhooks, ready to admit and reconcile."""
+# Knative Serving's Deployments (the queue-proxy is a sidecar of each revision's pods).
+KNATIVE_DEPLOYMENTS = ("controller", "webhook", "autoscaler", "activator")
+
+
+def install_kserve(
+    running: Cluster,
+    *,
+    modes: Sequence[addons.Mode] = ("Standard",),
+    knative_features: Mapping[str, str] | None = None,
+) -> None:
+    """KServe v0.20.0 (built here) with its webhooks, ready to admit and reconcile; with
+    ``Knative`` in ``modes``, Knative Serving 1.21.1 (built here) under it, its config-features
+    set to ``knative_features``. The first mode is KServe's default."""
     binary = ensure_built(KSERVE) / "manager"
     manager = images.go_binary_image(
         "kserve-manager", binary, entrypoint=["/manager"], path="/manager"
     )
-    load_images(running, [manager])
-    objects = addons.render_addons({addons.KSERVE_MANAGER: manager.pinned}, modes=modes)
+    built = {addons.KSERVE_MANAGER: manager}
+    if "Knative" in modes:
+        built |= _knative_images()
+    load_images(running, list(built.values()))
+    objects = addons.render_addons(
+        {key: image.pinned for key, image in built.items()},
+        modes=modes,
+        knative_features=knative_features,
+    )
     crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
     apply(running, crds)
     wait_established(running, [crd["metadata"]["name"] for crd in crds])
     apply(running, [o for o in objects if o["kind"] != "CustomResourceDefinition"])
+    if "Knative" in modes:
+        for deployment in KNATIVE_DEPLOYMENTS:
+            wait_rollout(running, namespace=addons.KNATIVE_NAMESPACE, deployment=deployment)
     wait_rollout(running, namespace=addons.KSERVE_NAMESPACE, deployment="kserve-controller-manager")
+
+
+def _knative_images() -> dict[str, images.ImageRecord]:
+    """One image per Knative program, its binary the entrypoint (Knative's Deployments and the
+    queue-proxy sidecar set no command)."""
+    folder = ensure_built(KNATIVE)
+    return {
+        f"knative-{command}": images.go_binary_image(
+            f"knative-{command}",
+            folder / command,
+            entrypoint=[f"/usr/local/bin/{command}"],
+        )
+        for command in addons.KNATIVE_COMMANDS
+    }
+
+
+class KubectlKIngresses:
+    """The KIngresses of the cluster through kubectl, for :mod:`testbed.fake_kingress`."""
+
+    def __init__(self, running: Cluster) -> None:
+        self.running = running
+        self.resource = f"{fake_kingress.PLURAL}.{fake_kingress.GROUP}"
+
+    def list_all(self) -> list[dict[str, Any]]:
+        result = self.running.kubectl("get", self.resource, "-A", "-o", "json", check=False)
+        if result.returncode != 0:
+            return []
+        items: list[dict[str, Any]] = json.loads(result.stdout).get("items", [])
+        return items
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.running.kubectl(
+            "patch", self.resource, name, "-n", namespace, "--subresource=status",
+            "--type=merge", "-p", json.dumps({"status": status}), check=False,
+        )  # fmt: skip
 
 
 def load_images(running: Cluster, records: Sequence[images.ImageRecord]) -> None:
@@ -166,3 +225,23 @@ def wait_for(predicate: Callable[[], bool], *, timeout_s: float, what: str) -> N
             return
         time.sleep(1.0)
     raise ClusterError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+@contextlib.contextmanager
+def kingresses_marked_ready(running: Cluster, *, every_s: float = 2.0) -> Iterator[None]:
+    """TEST HELPER, NOT A NETWORKING LAYER: while the block runs, every Knative KIngress is
+    marked ready (``testbed.fake_kingress``: nothing routes by host name; see its docstring)."""
+    api, stop = KubectlKIngresses(running), threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every_s):
+            now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            fake_kingress.mark_all_ready(api, now=now)
+
+    thread = threading.Thread(target=loop, name="fake-kingress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)

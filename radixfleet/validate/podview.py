@@ -38,6 +38,7 @@ POD_FIELDS = frozenset(
     }
 )  # fmt: skip
 MODEL_CONTAINER = "kserve-container"
+STORAGE_INITIALIZER = "storage-initializer"
 WORKER_CONTAINER = "worker-container"
 
 
@@ -106,11 +107,21 @@ def runtime_pod(runtime: Doc, at: str = "spec") -> PodView:
 
 
 def predictor_pod(isvc: Doc, runtime: Doc | None) -> PodView:
-    """The head pod of `isvc`'s predictor, merged with its runtime when that is known."""
+    """The head pod of `isvc`'s predictor, merged with its runtime when that is known.
+
+    Several `storageUris` are downloaded by KServe's storage initializer as an init container
+    of the pod template itself (so Knative judges it), unlike one `storageUri`, which KServe's
+    pod mutator handles when the pod is created: seen on KServe v0.20.0 with Knative 1.21.1
+    (tests/cluster/test_kserve.py), where the init container is reported at `storageUris`.
+    """
     at = "spec.predictor"
     pod = runtime_pod(runtime) if runtime else PodView()
     model = get(isvc, f"{at}.model") or {}
     _overlay(pod, isvc, at, MODEL_CONTAINER, model)
+    uris = get(isvc, f"{at}.storageUris")
+    if uris:
+        initializer = Part(isvc, f"{at}.storageUris", uris)
+        pod.init_containers.append(ContainerView(name=STORAGE_INITIALIZER, whole=initializer))
     return pod
 
 

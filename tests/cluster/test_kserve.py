@@ -5,8 +5,7 @@ SGLang image that reaches Ready and streams an answer.
 
 from __future__ import annotations
 
-import json
-import urllib.request
+import functools
 from typing import Any
 
 import yaml
@@ -14,6 +13,7 @@ import yaml
 from testbed import images, session
 from testbed.cluster import Cluster
 from tests.cluster.conftest import REPO
+from tests.cluster.emulated import MODE, emulated_isvc, get, model_volume, ready, stream_chat
 
 NAMESPACE = "kserve-check"
 ISVC = "emulated"
@@ -59,77 +59,44 @@ def test_the_rendered_inferenceservices_are_admitted_by_kserves_webhooks(kserve:
     assert len(admitted) == sum(o["kind"] == "InferenceService" for o in objects)
 
 
-def _model_volume(cluster: Cluster) -> list[dict[str, Any]]:
-    """A claim on a node-local folder, standing in for the weights: with no storageUri at all
-    KServe treats a predictor as multi-model and adds its agent (an image not built here), and
-    an s3:// one needs the storage initializer (also not built); pvc:// mounts the claim."""
-    folder = cluster.layout.run_dir / "models"
-    (folder / ISVC).mkdir(parents=True, exist_ok=True)
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": "models"},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "",
-                "hostPath": {"path": str(folder)},
-                "claimRef": {"namespace": NAMESPACE, "name": "models"},
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "models", "namespace": NAMESPACE},
-            "spec": {
-                "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "",
-                "volumeName": "models",
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    ]
+def test_knative_accepts_the_knative_service_of_every_rendered_serverless_predictor(
+    kserve: Cluster,
+) -> None:
+    """Knative judges a predictor only when KServe creates its Knative Service, after admission:
+    so create them for real (their pods stay Pending: they ask this node for more GPUs than it
+    has) and wait until KServe made each Knative Service or reported Knative's refusal."""
+    objects = _kustomize(kserve, "inferenceservices")
+    session.apply(kserve, objects)
+    serverless = [
+        o for o in objects
+        if o["kind"] == "InferenceService" and o["metadata"]["annotations"][MODE] == "Knative"
+    ]  # fmt: skip
+    try:
+        assert serverless
+        for isvc in serverless:
+            name, namespace = isvc["metadata"]["name"], isvc["metadata"]["namespace"]
+            session.wait_for(
+                functools.partial(_knative_service_or_refusal, kserve, name, namespace),
+                timeout_s=READY_TIMEOUT_S,
+                what=f"KServe to reconcile {namespace}/{name}",
+            )
+            refusal = _refusal(kserve, name, namespace)
+            assert refusal is None, f"{namespace}/{name}: {refusal}"
+    finally:
+        kserve.kubectl("delete", "-k", str(REPO / "inferenceservices"), "--wait=false")
 
 
-def _emulated_isvc(image: str) -> dict[str, Any]:
-    # The rendered `sglang` runtime, as rendered; only the image is the emulator's (a model's
-    # container fields merge over its runtime's), and the weights are an empty folder.
-    return {
-        "apiVersion": "serving.kserve.io/v1beta1",
-        "kind": "InferenceService",
-        "metadata": {
-            "name": ISVC,
-            "namespace": NAMESPACE,
-            "annotations": {"serving.kserve.io/deploymentMode": "Standard"},
-        },
-        "spec": {
-            "predictor": {
-                "minReplicas": 1,
-                "maxReplicas": 1,
-                "model": {
-                    "modelFormat": {"name": "sglang"},
-                    "runtime": "sglang",
-                    "storageUri": f"pvc://models/{ISVC}",
-                    "image": image,
-                    "imagePullPolicy": "Never",
-                    "env": [{"name": "RADIXFLEET_EMULATOR_WARM", "value": "1"}],
-                    "resources": {
-                        "limits": {"nvidia.com/gpu": "1"},
-                        "requests": {"nvidia.com/gpu": "1"},
-                    },
-                },
-            }
-        },
-    }
+def _refusal(cluster: Cluster, name: str, namespace: str) -> str | None:
+    status = get(cluster, "isvc", name, "-n", namespace).get("status", {})
+    for condition in status.get("conditions", []):
+        if condition.get("reason") == "ReconcileFailed":
+            return str(condition.get("message"))
+    return None
 
 
-def _ready(cluster: Cluster) -> bool:
-    found = cluster.kubectl("get", "isvc", ISVC, "-n", NAMESPACE, "-o", "json", check=False)
-    if found.returncode != 0:
-        return False
-    conditions = json.loads(found.stdout).get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+def _knative_service_or_refusal(cluster: Cluster, name: str, namespace: str) -> bool:
+    found = cluster.kubectl("get", "ksvc", f"{name}-predictor", "-n", namespace, check=False)
+    return found.returncode == 0 or _refusal(cluster, name, namespace) is not None
 
 
 def test_a_standard_mode_inferenceservice_of_the_emulated_image_streams_tokens(
@@ -138,45 +105,17 @@ def test_a_standard_mode_inferenceservice_of_the_emulated_image_streams_tokens(
     image = images.radixfleet()
     session.load_images(kserve, [image])
     kserve.kubectl("create", "namespace", NAMESPACE)
-    session.apply(kserve, [*_model_volume(kserve), _emulated_isvc(image.pinned)])
+    isvc = emulated_isvc(image.pinned, name=ISVC, namespace=NAMESPACE, mode="Standard")
+    session.apply(kserve, [*model_volume(kserve, namespace=NAMESPACE, model=ISVC), isvc])
     session.wait_for(
-        lambda: _ready(kserve),
+        lambda: ready(kserve, "isvc", ISVC, NAMESPACE),
         timeout_s=READY_TIMEOUT_S,
         what=f"InferenceService {NAMESPACE}/{ISVC} Ready",
     )
-    pods = json.loads(
-        kserve.kubectl(
-            "get",
-            "pods",
-            "-n",
-            NAMESPACE,
-            "-l",
-            f"serving.kserve.io/inferenceservice={ISVC}",
-            "-o",
-            "json",
-        ).stdout
-    )["items"]
+    selector = f"serving.kserve.io/inferenceservice={ISVC}"
+    pods = get(kserve, "pods", "-n", NAMESPACE, "-l", selector)["items"]
     assert [p["status"]["phase"] for p in pods] == ["Running"]
-    service = json.loads(
-        kserve.kubectl("get", "service", f"{ISVC}-predictor", "-n", NAMESPACE, "-o", "json").stdout
-    )
+    service = get(kserve, "service", f"{ISVC}-predictor", "-n", NAMESPACE)
     port = service["spec"]["ports"][0]["port"]
-    body = {
-        "model": ISVC,
-        "stream": True,
-        "max_tokens": 8,
-        "messages": [{"role": "user", "content": "Say hello."}],
-    }
-    request = urllib.request.Request(
-        f"http://{service['spec']['clusterIP']}:{port}/v1/chat/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        events = [
-            line for line in response.read().decode().splitlines() if line.startswith("data: ")
-        ]
-    assert events[-1] == "data: [DONE]"
-    chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
-    tokens = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+    tokens = stream_chat(f"http://{service['spec']['clusterIP']}:{port}", ISVC)
     assert sum(1 for t in tokens if t) >= 1

@@ -1,0 +1,130 @@
+"""InferenceServices of the emulated SGLang image for the cluster tests, and a streamed chat call.
+
+The predictor uses the rendered `sglang` runtime as rendered; only the image is radixfleet's (a
+model's container fields merge over its runtime's), and the weights are an empty folder on the
+node behind a claim: with no storageUri at all KServe treats a predictor as multi-model and adds
+its agent (an image not built here), and an s3:// one needs the storage initializer (also not
+built); pvc:// mounts the claim. KServe mounts it when it creates the pod (its pod mutator), so
+Knative never sees the volume and needs no persistent-volume-claim feature for it.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+from testbed.cluster import Cluster
+
+MODE = "serving.kserve.io/deploymentMode"
+
+
+def model_volume(cluster: Cluster, *, namespace: str, model: str) -> list[dict[str, Any]]:
+    """A PersistentVolume on a node-local folder and its claim `models` in `namespace`."""
+    folder = cluster.layout.run_dir / "models" / namespace
+    (folder / model).mkdir(parents=True, exist_ok=True)
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"models-{namespace}"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "hostPath": {"path": str(folder)},
+                "claimRef": {"namespace": namespace, "name": "models"},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "models", "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "volumeName": f"models-{namespace}",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    ]
+
+
+def emulated_isvc(
+    image: str,
+    *,
+    name: str,
+    namespace: str,
+    mode: str,
+    min_replicas: int = 1,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """An InferenceService of the emulated SGLang replica on one advertised GPU."""
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {MODE: mode, **(annotations or {})},
+        },
+        "spec": {
+            "predictor": {
+                "minReplicas": min_replicas,
+                "maxReplicas": 1,
+                "model": {
+                    "modelFormat": {"name": "sglang"},
+                    "runtime": "sglang",
+                    "storageUri": f"pvc://models/{name}",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "env": [{"name": "RADIXFLEET_EMULATOR_WARM", "value": "1"}],
+                    "resources": {
+                        "limits": {"nvidia.com/gpu": "1"},
+                        "requests": {"nvidia.com/gpu": "1"},
+                    },
+                },
+            }
+        },
+    }
+
+
+def ready(cluster: Cluster, kind: str, name: str, namespace: str) -> bool:
+    """Whether the object's Ready condition is True."""
+    found = cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
+    if found.returncode != 0:
+        return False
+    conditions = json.loads(found.stdout).get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def get(cluster: Cluster, *args: str) -> dict[str, Any]:
+    """`kubectl get ARGS -o json`, parsed."""
+    found: dict[str, Any] = json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+    return found
+
+
+def stream_chat(
+    url: str, model: str, *, headers: Mapping[str, str] | None = None, timeout_s: float = 120.0
+) -> list[str]:
+    """POST a streamed /v1/chat/completions; the content pieces of the answer's chunks (the
+    stream must end with `data: [DONE]`)."""
+    body = {
+        "model": model,
+        "stream": True,
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "Say hello."}],
+    }
+    request = urllib.request.Request(
+        f"{url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        events = [
+            line for line in response.read().decode().splitlines() if line.startswith("data: ")
+        ]
+    assert events and events[-1] == "data: [DONE]", events
+    chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
+    return [c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]]
