@@ -62,14 +62,13 @@ class Target:
 
 @canary_app.callback()
 def _main(ctx: typer.Context) -> None:
-    if ctx.obj is None:
-        ctx.obj = _kube_ports()
+    """Commands reach the cluster only when they run (`--help` and `run` need no client here)."""
 
 
 @canary_app.command()
 def status(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> None:
     """Show a rollout: phase, weight, revisions, last decision and the numbers behind it."""
-    target = _target(ctx.obj, namespace, name)
+    target = _target(_ports(ctx), namespace, name)
     if target.rollout is None:
         console.print(f"{namespace}/{name}: no rollout under policy {target.policy_name} yet")
         return
@@ -83,7 +82,7 @@ def pause(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> N
     """Hold the rollout where it is: no step, no promotion, no rollback."""
     from canary.spec import PAUSE_PREFIX
 
-    _annotate(ctx.obj, namespace, name, {PAUSE_PREFIX: "true"}, "paused")
+    _annotate(_ports(ctx), namespace, name, {PAUSE_PREFIX: "true"}, "paused")
 
 
 @canary_app.command()
@@ -91,13 +90,13 @@ def resume(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> 
     """Lift a pause, and approve the next step if it waits at a manual gate."""
     from canary.spec import APPROVE_PREFIX, PAUSE_PREFIX
 
-    target = _target(ctx.obj, namespace, name)
+    target = _target(_ports(ctx), namespace, name)
     values: dict[str, str | None] = {PAUSE_PREFIX: None}
     approval = next_approval(target)
     if approval is not None:
         values[APPROVE_PREFIX] = approval
     done = "resumed" if approval is None else f"resumed, {approval} approved"
-    _write(ctx.obj, target, name, values, done)
+    _write(_ports(ctx), target, name, values, done)
 
 
 @canary_app.command()
@@ -105,8 +104,8 @@ def promote(ctx: typer.Context, name: Name, namespace: Namespace = "default") ->
     """Promote the current canary now, whatever its analysis says."""
     from canary.spec import PROMOTE_PREFIX
 
-    target = _target(ctx.obj, namespace, name)
-    _write(ctx.obj, target, name, {PROMOTE_PREFIX: _canary(target)}, "promotion requested")
+    target = _target(_ports(ctx), namespace, name)
+    _write(_ports(ctx), target, name, {PROMOTE_PREFIX: _canary(target)}, "promotion requested")
 
 
 @canary_app.command()
@@ -114,8 +113,8 @@ def abort(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> N
     """Roll the current canary back now: 0% and the stable revision keeps serving."""
     from canary.spec import ABORT_PREFIX
 
-    target = _target(ctx.obj, namespace, name)
-    _write(ctx.obj, target, name, {ABORT_PREFIX: _canary(target)}, "rollback requested")
+    target = _target(_ports(ctx), namespace, name)
+    _write(_ports(ctx), target, name, {ABORT_PREFIX: _canary(target)}, "rollback requested")
 
 
 @canary_app.command()
@@ -240,8 +239,24 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(EXIT_NOT_FOUND)
 
 
+def _ports(ctx: typer.Context) -> Ports:
+    """The ports a test put in the context, else the cluster's (built once per command)."""
+    if ctx.obj is None:
+        ctx.obj = _kube_ports()
+    ports: Ports = ctx.obj
+    return ports
+
+
 def _kube_ports() -> Ports:
+    from kubernetes.config import ConfigException
+
     from canary.controller import kube_controller
 
-    controller = kube_controller()
+    try:
+        controller = kube_controller()
+    except ConfigException as error:
+        typer.echo(
+            f"error: no Kubernetes configuration (in-cluster or kubeconfig): {error}", err=True
+        )
+        raise typer.Exit(2) from None
     return Ports(isvcs=controller.isvcs, policies=controller.policies)

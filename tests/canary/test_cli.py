@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -104,3 +105,18 @@ def test_importing_the_cli_loads_no_client_library_or_spec_models() -> None:
     probe = f"import sys, canary.cli; print([m for m in {heavy!r} if m in sys.modules])"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_without_a_cluster_help_works_and_commands_say_why_they_cannot_run(
+    tmp_path: Path,
+) -> None:
+    """`--help` needs no cluster; a command that does says so in one line and exits 2, with no
+    traceback (before, the group built a Kubernetes client for every invocation)."""
+    env = {"KUBECONFIG": str(tmp_path / "none"), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    cli = [str(Path(sys.executable).parent / "radixfleet"), "canary"]
+    helped = subprocess.run([*cli, "run", "--help"], env=env, capture_output=True, text=True)
+    assert helped.returncode == 0 and "Run the canary controller" in helped.stdout
+    status = subprocess.run([*cli, "status", "llama"], env=env, capture_output=True, text=True)
+    assert status.returncode == 2
+    assert "no Kubernetes configuration" in status.stderr
+    assert "Traceback" not in status.stderr + status.stdout
