@@ -107,9 +107,12 @@ def run(
             priority=priority, clock=lambda: datetime.now(UTC),
         )  # fmt: skip
         serve_readiness(port=ports.readiness, ready=readiness.ready)
+    # A peering name makes peering mandatory in kopf (`settings.peering.mandatory`), and a
+    # standalone operator watches no peering resource: with both, kopf pauses every watch
+    # forever ("peering CRD is missing"). So a standalone operator names none.
     kopf.run(
         registry=registry, namespaces=list(namespaces), clusterwide=not namespaces,
-        standalone=standalone, priority=priority, peering_name=PEERING_NAME, identity=identity,  # type: ignore[arg-type]
+        standalone=standalone, priority=priority, peering_name=peering, identity=identity,  # type: ignore[arg-type]
         liveness_endpoint=_liveness(ports.liveness), ready_flag=started,
     )  # fmt: skip
 

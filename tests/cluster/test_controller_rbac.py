@@ -1,0 +1,238 @@
+"""Each controller runs on the real cluster under its own ServiceAccount, bound to exactly the
+ClusterRole radixfleet renders for it (`radixfleet.render.operator.operator_rules`, the code that
+renders infra's and the kustomize base's role), and does its work without one Forbidden answer.
+The whole operator then runs the same way under the union, with kopf's peering. A controller
+whose role lacks one of its rules is refused by the API server, and this harness sees it.
+
+Each controller is the real `radixfleet <controller> run` process, its Kubernetes client
+authenticated by the ServiceAccount's token. Prometheus and AWS are pointed at a closed port:
+the controllers halt on the missing data (what they should do) after their Kubernetes calls.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from radixfleet.kit.rbac import PolicyRule, cluster_role
+from radixfleet.kit.registry import plugins
+from radixfleet.render.operator import operator_rules
+from testbed import images, session
+from testbed.cluster import Cluster
+from tests.cluster.conftest import REPO
+from tests.cluster.emulated import emulated_isvc, get, model_volume
+
+NAMESPACE = "rbac-check"
+ACCOUNTS = "radixfleet-rbac"
+ISVC = "guarded"
+CLOSED = "http://127.0.0.1:9"  # nothing listens: metrics and AWS are unavailable, fast
+RUN_S = 35.0  # three of kopf's 10 s ticks, and start-up
+METRICS_PORT = 19501
+PLUGINS = {plugin.name: plugin for plugin in plugins()}
+FORBIDDEN = ("Forbidden", " 403")
+
+
+def _policies() -> list[dict[str, Any]]:
+    """One object of each controller's kind, all about the one InferenceService."""
+    meta = {"namespace": NAMESPACE, "labels": {"app.kubernetes.io/managed-by": "rbac-test"}}
+    group = "radixfleet.io/v1alpha1"
+    return [
+        {"apiVersion": group, "kind": "CanaryPolicy", "metadata": {"name": "default", **meta},
+         "spec": {}},
+        {"apiVersion": group, "kind": "AutoscalePolicy", "metadata": {"name": ISVC, **meta},
+         "spec": {"inferenceService": ISVC, "minReplicas": 0, "maxReplicas": 1}},
+        {"apiVersion": group, "kind": "FailoverPolicy", "metadata": {"name": ISVC, **meta},
+         "spec": {"hostedZoneId": "Z0000000RBAC", "recordName": f"{ISVC}.example.com",
+                  "models": [ISVC], "regions": [{"name": "east"}, {"name": "west"}]}},
+        {"apiVersion": group, "kind": "Tenant", "metadata": {"name": "rbac-team"},
+         "spec": {"namespaces": [NAMESPACE], "gpuBudget": {"H100": {"guaranteed": 2}},
+                  "tokenBudget": {"tokensPerMinute": 1000},
+                  "apiKeys": [{"name": "rbac-team-api-keys", "namespace": NAMESPACE}]}},
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def world(kserve: Cluster) -> Cluster:
+    """A serverless InferenceService under every controller's policy, a tenant with its key."""
+    image = images.radixfleet()
+    session.load_images(kserve, [image])
+    kserve.kubectl(
+        "apply", "--server-side", "--field-manager=radixfleet", "-k", str(REPO / "runtimes")
+    )
+    for name in (NAMESPACE, ACCOUNTS):
+        kserve.kubectl("create", "namespace", name)
+    isvc = emulated_isvc(
+        image.pinned, name=ISVC, namespace=NAMESPACE, mode="Knative", min_replicas=0,
+        annotations={"radixfleet.io/canary-policy": "default"},
+    )  # fmt: skip
+    kserve.kubectl(
+        "create", "secret", "generic", "rbac-team-api-keys", "-n", NAMESPACE,
+        "--from-literal=api-key=not-a-real-key",
+    )  # fmt: skip
+    session.apply(kserve, [*model_volume(kserve, namespace=NAMESPACE, model=ISVC), isvc])
+    session.apply(kserve, _policies())
+    kserve.kubectl("apply", "--server-side", "-f", str(REPO / "deploy/operator/peering.yaml"))
+    return kserve
+
+
+def _account(cluster: Cluster, name: str, rules: Sequence[PolicyRule], folder: Path) -> Path:
+    """A ServiceAccount bound to a ClusterRole of exactly `rules`; a kubeconfig with its token."""
+    role = cluster_role(name, rules, labels={"app.kubernetes.io/managed-by": "rbac-test"})
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ACCOUNTS}],
+    }
+    account = {"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": name, "namespace": ACCOUNTS}}  # fmt: skip
+    session.apply(cluster, [account, role, binding])
+    token = cluster.kubectl("create", "token", name, "-n", ACCOUNTS, "--duration=1h").stdout
+    return cluster.token_kubeconfig(token.strip(), folder / f"{name}.kubeconfig")
+
+
+def _run(args: Sequence[str], kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ, "KUBECONFIG": str(kubeconfig), "RADIXFLEET_PROMETHEUS_URL": CLOSED,
+        "AWS_ENDPOINT_URL": CLOSED, "AWS_ACCESS_KEY_ID": "rbac-test", "AWS_REGION": "us-east-1",
+        "AWS_SECRET_ACCESS_KEY": "rbac-test",  # a closed endpoint: no AWS call can succeed
+    }  # fmt: skip
+    command = [str(Path(sys.executable).parent / "radixfleet"), *args]
+    with log.open("wb") as out:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What a controller process did: its log, and how many reconciles it began."""
+
+    log: str
+    ticks: float
+
+
+@pytest.fixture
+def running(world: Cluster, tmp_path: Path) -> Iterator[Any]:
+    """Start controllers as given; `finish()` lets them work for RUN_S, reads how many
+    reconciles each began from its metrics port, stops them, and returns what each did."""
+    started: list[tuple[str, subprocess.Popen[bytes], Path, int]] = []
+
+    def start(name: str, args: Sequence[str], rules: Sequence[PolicyRule]) -> None:
+        kubeconfig = _account(world, f"rf-{name}", rules, tmp_path)
+        log, port = tmp_path / f"{name}.log", METRICS_PORT + len(started)
+        process = _run([*args, "--metrics-port", str(port)], kubeconfig, log)
+        started.append((name, process, log, port))
+
+    def finish(wait_s: float = RUN_S) -> dict[str, Ran]:
+        time.sleep(wait_s)
+        ticks = {name: _ticks(port) for name, _, _, port in started}
+        for _, process, _, _ in started:
+            process.terminate()
+        for _, process, _, _ in started:
+            process.wait(timeout=30)
+        return {
+            name: Ran(log.read_text(errors="replace"), ticks[name]) for name, _, log, _ in started
+        }
+
+    yield start, finish
+    for _, process, _, _ in started:
+        if process.poll() is None:
+            process.kill()
+
+
+def _ticks(port: int) -> float:
+    """radixfleet_controller_ticks_total summed over the controllers of one process."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return 0.0
+    samples = [line.split()[-1] for line in text.splitlines()
+               if line.startswith("radixfleet_controller_ticks_total")]  # fmt: skip
+    return sum(float(value) for value in samples)
+
+
+def _forbidden(log: str) -> list[str]:
+    return [line for line in log.splitlines() if any(word in line for word in FORBIDDEN)]
+
+
+# Each controller's own command (all without peering: they would elect one leader among them).
+ARGS = {
+    "canary": ["canary", "run", "--standalone"],
+    "autoscale": ["autoscale", "run", "--standalone"],
+    "quota": ["quota", "run", "--standalone", "--region", "rbac-test"],
+    "failover": ["failover", "run", "--standalone"],
+}
+
+
+def test_each_controller_under_its_own_rendered_role_is_never_forbidden(
+    world: Cluster, running: Any
+) -> None:
+    start, finish = running
+    assert set(ARGS) == set(PLUGINS), "a registered controller this test does not run"
+    for name, plugin in PLUGINS.items():
+        start(name, ARGS[name], operator_rules([plugin]))
+    for name, did in finish().items():
+        assert not _forbidden(did.log), f"{name} was refused:\n" + "\n".join(_forbidden(did.log))
+        assert did.ticks > 0, f"{name} never reconciled anything:\n{did.log[-2000:]}"
+    # The quota controller's work is visible: the tenant's GPU budget as a ResourceQuota.
+    quota = get(world, "resourcequota", "radixfleet-gpus", "-n", NAMESPACE)
+    assert quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "2"
+
+
+def test_the_operator_under_the_union_with_peering_is_never_forbidden(
+    world: Cluster, running: Any
+) -> None:
+    """The deployed shape: one process, every controller (the failover opted in), kopf's peering
+    object for leader election, one role: the one infra and deploy/operator render."""
+    start, finish = running
+    args = ["operator", "run", "--with-failover", "--liveness-port", str(METRICS_PORT - 2),
+            "--readiness-port", str(METRICS_PORT - 1)]  # fmt: skip
+    start("operator", args, operator_rules())
+    time.sleep(RUN_S)
+    # Read while it runs: a cleanly stopped operator takes its entry out of the peering status.
+    peers = get(world, "clusterkopfpeering", "radixfleet").get("status") or {}
+    (did,) = finish(wait_s=0).values()
+    assert not _forbidden(did.log), "the operator was refused:\n" + "\n".join(_forbidden(did.log))
+    assert did.ticks > 0, f"the operator never reconciled anything:\n{did.log[-2000:]}"
+    assert len(peers) == 1, f"the operator is not a peer: {peers}\n{did.log[-2000:]}"
+
+
+def test_a_role_missing_one_rule_is_refused_and_the_harness_sees_it(
+    world: Cluster, running: Any
+) -> None:
+    """Control: the quota controller without the right to create a ResourceQuota."""
+    start, finish = running
+    world.kubectl("delete", "resourcequota", "radixfleet-gpus", "-n", NAMESPACE,
+                  "--ignore-not-found")  # fmt: skip
+    rules = operator_rules([PLUGINS["quota"]])
+    kept = _without(rules, "", "resourcequotas", "create")
+    assert _count(kept) == _count(rules) - 1
+    start("quota-without-create", ARGS["quota"], kept)
+    (did,) = finish().values()
+    refused = _forbidden(did.log)
+    assert refused, f"no Forbidden seen:\n{did.log[-3000:]}"
+    assert any("resourcequotas" in line for line in refused), refused
+
+
+def _count(rules: Sequence[PolicyRule]) -> int:
+    return len({t for r in rules for t in r.triples()})
+
+
+def _without(rules: Sequence[PolicyRule], group: str, resource: str, verb: str) -> list[PolicyRule]:
+    """`rules` less one permission."""
+    return [
+        PolicyRule(api_groups=(g,), resources=(res,), verbs=(v,))
+        for r in rules
+        for g, res, v in sorted(r.triples())
+        if (g, res, v) != (group, resource, verb)
+    ]
