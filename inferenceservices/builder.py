@@ -161,21 +161,25 @@ def _annotations(model: Model) -> dict[str, str]:
     return annotations
 
 
+def _model_metadata(model: Model, tenant: Tenant) -> dict[str, Any]:
+    """Name, namespace and labels of an object about `model` served to `tenant`."""
+    return {
+        "name": model.name,
+        "namespace": namespace_of(tenant),
+        "labels": {
+            labels.MODEL: model.name,
+            labels.TENANT: tenant.name,
+            labels.MANAGED_BY: labels.MANAGER,
+        },
+    }
+
+
 def build_inference_service(model: Model, tenant: Tenant) -> tuple[dict[str, Any], Notes]:
     """The InferenceService serving `model` to `tenant`, and comments for its choices."""
     isvc = {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
-        "metadata": {
-            "name": model.name,
-            "namespace": namespace_of(tenant),
-            "labels": {
-                labels.MODEL: model.name,
-                labels.TENANT: tenant.name,
-                labels.MANAGED_BY: labels.MANAGER,
-            },
-            "annotations": _annotations(model),
-        },
+        "metadata": _model_metadata(model, tenant) | {"annotations": _annotations(model)},
         "spec": {"predictor": _predictor(model)},
     }
     notes = {
@@ -258,15 +262,7 @@ def build_autoscale_policy(model: Model, tenant: Tenant) -> dict[str, Any]:
     return {
         "apiVersion": f"{labels.GROUP}/{autoscale.API_VERSION}",
         "kind": autoscale.KIND,
-        "metadata": {
-            "name": model.name,
-            "namespace": namespace_of(tenant),
-            "labels": {
-                labels.MODEL: model.name,
-                labels.TENANT: tenant.name,
-                labels.MANAGED_BY: labels.MANAGER,
-            },
-        },
+        "metadata": _model_metadata(model, tenant),
         # Defaults stay implicit (they live on the type); what the catalog says stays explicit.
         "spec": spec.model_dump(by_alias=True, mode="json", exclude_defaults=True)
         | {
