@@ -82,7 +82,21 @@ def budgeted_tenant(cluster: Cluster) -> str:
     cluster.kubectl(
         "patch", "tenant", "vap", "--subresource=status", "--type=merge", "-p", json.dumps(status)
     )
+    # The API server compiles a new policy and its binding in the background: wait until a
+    # server-side dry run of an over-budget InferenceService is refused, or the tests race it.
+    session.wait_for(
+        lambda: _refused_by_policy(cluster, _isvc("probe", max_replicas=3, gpus=2)),
+        timeout_s=120,
+        what="the quota's admission policy in force",
+    )
     return "vap"
+
+
+def _refused_by_policy(cluster: Cluster, isvc: dict[str, Any]) -> bool:
+    tried = cluster.kubectl(
+        "create", "--dry-run=server", "-f", "-", check=False, stdin=json.dumps(isvc)
+    )
+    return tried.returncode != 0 and "inferenceservice-gpu-budget" in tried.stderr
 
 
 def test_an_over_budget_inferenceservice_is_refused_with_the_quota_message(

@@ -38,7 +38,10 @@ CLOSED = "http://127.0.0.1:9"  # nothing listens: metrics and AWS are unavailabl
 RUN_S = 35.0  # three of kopf's 10 s ticks, and start-up
 METRICS_PORT = 19501
 PLUGINS = {plugin.name: plugin for plugin in plugins()}
-FORBIDDEN = ("Forbidden", " 403")
+# How the API server words an RBAC refusal ('... is forbidden: User "system:serviceaccount:..."
+# cannot patch resource ...'), and how kopf names one it met on a watch. An admission policy's
+# refusal is also a 403, but not an RBAC one: the quota's policy (test_admission.py) may refuse a
+# write until the quota controller has accounted the tenant, and says "retry shortly".
 
 
 def _policies() -> list[dict[str, Any]]:
@@ -72,7 +75,13 @@ def world(kserve: Cluster) -> Cluster:
         kserve.kubectl("create", "namespace", name)
     isvc = emulated_isvc(
         image.pinned, name=ISVC, namespace=NAMESPACE, mode="Knative", min_replicas=0,
-        annotations={"radixfleet.io/canary-policy": "default"},
+        # As the catalog renders a tenant's model: the quota's admission policy (installed by
+        # test_admission.py) refuses any write of a GPU InferenceService without them.
+        annotations={
+            "radixfleet.io/canary-policy": "default",
+            "radixfleet.io/gpu-type": "H100",
+            "radixfleet.io/gpus-per-replica": "1",
+        },
     )  # fmt: skip
     kserve.kubectl(
         "create", "secret", "generic", "rbac-team-api-keys", "-n", NAMESPACE,
@@ -162,7 +171,12 @@ def _ticks(port: int) -> float:
 
 
 def _forbidden(log: str) -> list[str]:
-    return [line for line in log.splitlines() if any(word in line for word in FORBIDDEN)]
+    """The log's lines that report an RBAC refusal."""
+    return [
+        line
+        for line in log.splitlines()
+        if ("forbidden: User" in line and " cannot " in line) or "APIForbiddenError" in line
+    ]
 
 
 # Each controller's own command (all without peering: they would elect one leader among them).
