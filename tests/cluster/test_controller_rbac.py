@@ -4,16 +4,13 @@ renders infra's and the kustomize base's role), and does its work without one Fo
 The whole operator then runs the same way under the union, with kopf's peering. A controller
 whose role lacks one of its rules is refused by the API server, and this harness sees it.
 
-Each controller is the real `radixfleet <controller> run` process, its Kubernetes client
-authenticated by the ServiceAccount's token. Prometheus and AWS are pointed at a closed port:
-the controllers halt on the missing data (what they should do) after their Kubernetes calls.
+Each controller is the real `radixfleet <controller> run` process (tests/cluster/controllers.py),
+its Kubernetes client authenticated by the ServiceAccount's token.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -28,13 +25,13 @@ from radixfleet.kit.registry import plugins
 from radixfleet.render.operator import operator_rules
 from testbed import images, session
 from testbed.cluster import Cluster
+from tests.cluster import controllers
 from tests.cluster.conftest import REPO
 from tests.cluster.emulated import emulated_isvc, get, model_volume
 
 NAMESPACE = "rbac-check"
 ACCOUNTS = "radixfleet-rbac"
 ISVC = "guarded"
-CLOSED = "http://127.0.0.1:9"  # nothing listens: metrics and AWS are unavailable, fast
 RUN_S = 35.0  # three of kopf's 10 s ticks, and start-up
 METRICS_PORT = 19501
 PLUGINS = {plugin.name: plugin for plugin in plugins()}
@@ -110,17 +107,6 @@ def _account(cluster: Cluster, name: str, rules: Sequence[PolicyRule], folder: P
     return cluster.token_kubeconfig(token.strip(), folder / f"{name}.kubeconfig")
 
 
-def _run(args: Sequence[str], kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ, "KUBECONFIG": str(kubeconfig), "RADIXFLEET_PROMETHEUS_URL": CLOSED,
-        "AWS_ENDPOINT_URL": CLOSED, "AWS_ACCESS_KEY_ID": "rbac-test", "AWS_REGION": "us-east-1",
-        "AWS_SECRET_ACCESS_KEY": "rbac-test",  # a closed endpoint: no AWS call can succeed
-    }  # fmt: skip
-    command = [str(Path(sys.executable).parent / "radixfleet"), *args]
-    with log.open("wb") as out:
-        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
 @dataclass(frozen=True)
 class Ran:
     """What a controller process did: its log, and how many reconciles it began."""
@@ -138,7 +124,7 @@ def running(world: Cluster, tmp_path: Path) -> Iterator[Any]:
     def start(name: str, args: Sequence[str], rules: Sequence[PolicyRule]) -> None:
         kubeconfig = _account(world, f"rf-{name}", rules, tmp_path)
         log, port = tmp_path / f"{name}.log", METRICS_PORT + len(started)
-        process = _run([*args, "--metrics-port", str(port)], kubeconfig, log)
+        process = controllers.start([*args, "--metrics-port", str(port)], kubeconfig, log)
         started.append((name, process, log, port))
 
     def finish(wait_s: float = RUN_S) -> dict[str, Ran]:

@@ -6,12 +6,15 @@ SGLang image that reaches Ready and streams an answer.
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from testbed import images, session
 from testbed.cluster import Cluster
+from tests.cluster import controllers
 from tests.cluster.conftest import REPO
 from tests.cluster.emulated import MODE, emulated_isvc, get, model_volume, ready, stream_chat
 
@@ -60,13 +63,23 @@ def test_the_rendered_inferenceservices_are_admitted_by_kserves_webhooks(kserve:
 
 
 def test_knative_accepts_the_knative_service_of_every_rendered_serverless_predictor(
-    kserve: Cluster,
+    kserve: Cluster, tmp_path: Path
 ) -> None:
     """Knative judges a predictor only when KServe creates its Knative Service, after admission:
     so create them for real (their pods stay Pending: they ask this node for more GPUs than it
-    has) and wait until KServe made each Knative Service or reported Knative's refusal."""
+    has) and wait until KServe made each Knative Service or reported Knative's refusal.
+
+    As a platform team applies them: the quota controller runs, since the quota's admission
+    policy (when test_admission.py installed it) refuses a tenant's models until it has
+    accounted the tenant ("retry shortly"), and the apply is retried until it goes through."""
     objects = _kustomize(kserve, "inferenceservices")
-    session.apply(kserve, objects)
+    quota = ["quota", "run", "--standalone", "--region", "test"]
+    with controllers.running(quota, kserve.kubeconfig, tmp_path / "quota.log"):
+        session.wait_for(
+            functools.partial(_applied, kserve, objects),
+            timeout_s=READY_TIMEOUT_S,
+            what="the rendered inferenceservices/ applied",
+        )
     serverless = [
         o for o in objects
         if o["kind"] == "InferenceService" and o["metadata"]["annotations"][MODE] == "Knative"
@@ -84,6 +97,16 @@ def test_knative_accepts_the_knative_service_of_every_rendered_serverless_predic
             assert refusal is None, f"{namespace}/{name}: {refusal}"
     finally:
         kserve.kubectl("delete", "-k", str(REPO / "inferenceservices"), "--wait=false")
+
+
+def _applied(cluster: Cluster, objects: list[dict[str, Any]]) -> bool:
+    documents = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    applied = cluster.kubectl(
+        "apply", "--server-side", "--field-manager=radixfleet", "-f", "-", stdin=documents,
+        check=False,
+    )  # fmt: skip
+    assert applied.returncode == 0 or "retry shortly" in applied.stderr, applied.stderr
+    return applied.returncode == 0
 
 
 def _refusal(cluster: Cluster, name: str, namespace: str) -> str | None:
