@@ -21,13 +21,9 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-# Build the test API server (tests/apiserver: our main over k8s.io/apiextensions-apiserver) now,
-# so the first test run does not spend minutes compiling inside a fixture. Cached per source
-# hash under ~/.cache/radixfleet/apiserver: a no-op when go.mod, go.sum and main.go are unchanged.
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
-command -v go >/dev/null || { echo "provision: Go is needed to build the test API server" >&2; exit 1; }
-echo "provision: test API server at $(python3 tests/apiserver/build.py)"
+command -v go >/dev/null || { echo "provision: Go is needed to build the test cluster" >&2; exit 1; }
 
 # Build the test cluster's Go programs (testbed/builds.py: Kubernetes 1.37 as one multi-call
 # binary, CoreDNS, KServe's manager, Knative Serving's five programs), cached by source hash

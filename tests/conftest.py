@@ -1,6 +1,5 @@
 """Shared pytest setup: plugins that provide servers to the tests (each registers its fixtures)."""
 
 pytest_plugins = [
-    "tests.apiserver.fixture",
     "tests.cluster.fixture",
 ]

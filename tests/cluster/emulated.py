@@ -58,28 +58,34 @@ def emulated_isvc(
     namespace: str,
     mode: str,
     min_replicas: int = 1,
+    max_replicas: int = 1,
     annotations: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """An InferenceService of the emulated SGLang replica on one advertised GPU."""
+    """An InferenceService of the emulated SGLang replica on one advertised GPU per replica;
+    `env` adds to the container's environment (a change of it makes a new revision)."""
+    environment = {"RADIXFLEET_EMULATOR_WARM": "1", **(env or {})}
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
         "metadata": {
             "name": name,
             "namespace": namespace,
+            "labels": dict(labels or {}),
             "annotations": {MODE: mode, **(annotations or {})},
         },
         "spec": {
             "predictor": {
                 "minReplicas": min_replicas,
-                "maxReplicas": 1,
+                "maxReplicas": max_replicas,
                 "model": {
                     "modelFormat": {"name": "sglang"},
                     "runtime": "sglang",
                     "storageUri": f"pvc://models/{name}",
                     "image": image,
                     "imagePullPolicy": "Never",
-                    "env": [{"name": "RADIXFLEET_EMULATOR_WARM", "value": "1"}],
+                    "env": [{"name": k, "value": v} for k, v in environment.items()],
                     "resources": {
                         "limits": {"nvidia.com/gpu": "1"},
                         "requests": {"nvidia.com/gpu": "1"},
@@ -128,3 +134,13 @@ def stream_chat(
     assert events and events[-1] == "data: [DONE]", events
     chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
     return [c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]]
+
+
+def traffic_split(predictor: Mapping[str, Any]) -> dict[str, int]:
+    """KServe's traffic status of a predictor as revision -> percent (0% entries left out)."""
+    split: dict[str, int] = {}
+    for target in predictor.get("traffic", []):
+        if target.get("percent"):
+            name = target["revisionName"]
+            split[name] = split.get(name, 0) + target["percent"]
+    return split

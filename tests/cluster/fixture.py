@@ -1,9 +1,15 @@
-"""pytest plugin: one real Kubernetes cluster (testbed/) per test session, for the tests that need
-a kubelet, webhooks, RBAC or admission: the ``cluster`` fixture.
+"""pytest plugin: one real Kubernetes cluster (testbed/) per test session, the one way the tests
+talk to Kubernetes. Fixtures, each building on the one before:
+
+- ``cluster``: the one-node cluster (API server with RBAC and admission, kubelet, CoreDNS);
+- ``platform_crds``: the same, with radixfleet's CRDs and kopf's peering CRD installed;
+- ``kube_client``: a ``kubernetes`` client for it, as its administrator;
+- ``kserve``: the same cluster with KServe (both deployment modes) and Knative Serving;
+- ``namespace``: a fresh Namespace for one test, deleted after it.
 
 The cluster is brought up on first use and taken down at the end of the session. Its logs (every
 component's, in ``<run dir>/logs``) are kept when a test failed, and the path is printed; a
-passing session deletes them. Tests that request the fixture get the ``cluster`` marker, so
+passing session deletes them. Tests that request either fixture get the ``cluster`` marker, so
 ``pytest -m "not cluster"`` leaves it unstarted. When it cannot be brought up, the fixture fails
 under ``CI=true`` (CI must never pass by skipping what it was meant to test) and skips elsewhere.
 """
@@ -12,12 +18,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-FIXTURE_NAMES = frozenset({"cluster"})
+FIXTURE_NAMES = frozenset({"cluster", "platform_crds", "kube_client", "kserve", "namespace"})
+REPO = Path(__file__).resolve().parents[2]
 RUN_ROOT = Path(os.environ.get("RADIXFLEET_CLUSTER_RUNS", "/var/tmp"))
 
 
@@ -47,6 +56,60 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[object]:
             print(f"\ncluster logs kept in {running.layout.logs}")
         else:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def platform_crds(cluster: Any) -> Any:
+    """The session's cluster with radixfleet's CRDs (and kopf's peering CRD) installed."""
+    for crd in sorted((REPO / "radixfleet/crds").glob("*.yaml")):
+        cluster.kubectl("apply", "--server-side", "--field-manager=radixfleet", "-f", str(crd))
+    for crd in sorted((REPO / "radixfleet/crds").glob("*.yaml")):
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crd))
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def kube_client(platform_crds: Any) -> Iterator[Any]:
+    """A ``kubernetes.client.ApiClient`` for the session's cluster, as its administrator."""
+    from kubernetes import config
+
+    api_client = config.new_client_from_config(str(platform_crds.kubeconfig))
+    try:
+        yield api_client
+    finally:
+        api_client.close()
+
+
+@pytest.fixture(scope="session")
+def kserve(platform_crds: Any) -> Iterator[Any]:
+    """The session's cluster with radixfleet's CRDs, KServe in both deployment modes (the default
+    the platform's, Knative: an InferenceService asks for Standard by annotation) and Knative
+    Serving with the platform's config-features. Knative's networking layer is the test helper
+    `testbed.fake_kingress` (KIngresses marked ready, nothing routed by host name): no real one
+    can be built here (testbed/NETWORKING.md)."""
+    from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES
+    from testbed import session
+
+    other = "Standard" if DEFAULT_DEPLOYMENT_MODE == "Knative" else "Knative"
+    session.install_kserve(
+        platform_crds,
+        modes=(DEFAULT_DEPLOYMENT_MODE, other),
+        knative_features=dict(KNATIVE_FEATURES),
+    )
+    with session.kingresses_marked_ready(platform_crds):
+        yield platform_crds
+
+
+@pytest.fixture
+def namespace(platform_crds: Any) -> Iterator[str]:
+    """A Namespace of its own for one test (objects of different tests never meet); deleted
+    after the test without waiting for its contents to go."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    platform_crds.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        platform_crds.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def _sweep_stale() -> None:

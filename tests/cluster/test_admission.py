@@ -21,7 +21,6 @@ from radixfleet.config.catalog import GpuBudget
 from testbed import session
 from testbed.cluster import Cluster
 
-REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "team-vap"
 
 
@@ -54,17 +53,10 @@ def _isvc(name: str, *, max_replicas: int, gpus: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def budgeted_tenant(cluster: Cluster) -> str:
-    """The CRDs, the policy and its binding, and a Tenant with 4 H100s accounted to it."""
-    crds = [
-        REPO / "radixfleet/crds/tenants.radixfleet.io.yaml",
-        REPO / "radixfleet/schemas/kserve/serving.kserve.io_inferenceservices.yaml",
-    ]
-    for crd in crds:
-        cluster.kubectl("apply", "--server-side", "-f", str(crd))
-    session.wait_established(
-        cluster, ["tenants.radixfleet.io", "inferenceservices.serving.kserve.io"]
-    )
+def budgeted_tenant(kserve: Cluster) -> str:
+    """The policy and its binding, and a Tenant with 4 H100s accounted to it, on the cluster
+    with KServe's own CRDs (and webhooks) installed."""
+    cluster = kserve
     cluster.kubectl("create", "namespace", NAMESPACE)
     policy = yaml.safe_dump_all(admission.manifests())
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=policy)

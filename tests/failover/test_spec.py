@@ -142,7 +142,7 @@ BAD: dict[str, dict[str, Any]] = {
     "record-type-mx": {**MINIMAL, "recordType": "MX"},
 }
 
-# Refused by the type and by CEL on the API server (tests/failover/test_apiserver.py), but not
+# Refused by the type and by CEL on the API server (tests/failover/test_crd.py), but not
 # by the JSON Schema `radixfleet validate` derives, which does not run CEL.
 CEL_ONLY = {"all-weights-0", "objective-1", "slo-0"}
 TYPE_ONLY: dict[str, dict[str, Any]] = {

@@ -1,10 +1,9 @@
-"""The act layer on recording fakes (a fleet from the catalog, bad input, failed writes), the
-core-resource adapters against kmock, and the kopf registration."""
+"""The act layer on recording fakes (a fleet from the catalog, bad input, failed writes) and the
+kopf registration. The adapters meet a real API server in tests/quota/test_kube.py."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -12,18 +11,14 @@ from typing import Any
 import kopf
 import pytest
 import yaml
-from kubernetes import client
 
 from policies.quota.controller import Controller, Loop, register
 from policies.quota.fakes import FakeInferenceServices, FakeResourceQuotas, FakeSecrets, FakeTenants
-from policies.quota.kube import KubeResourceQuotas, KubeSecrets
 from policies.quota.metrics import GpuMetrics
-from policies.quota.observe import api_keys
-from policies.quota.spec import SecretKeyRef, TenantSpec
+from policies.quota.spec import TenantSpec
 from policies.quota.state import ConditionType, TenantStatus
 from radixfleet.config import load_catalog
 from radixfleet.kit.errors import KubeError
-from tests.kmock_server import kmock_kubernetes
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -185,26 +180,3 @@ def test_handlers_register_without_side_effects() -> None:
     register(registry, controller(tenants, isvcs))
     assert len(list(registry._watching.get_all_handlers())) == 3
     assert tenants.status_writes == []
-
-
-# ---- core resources over HTTP (kmock) -----------------------------------------------------------
-
-
-def test_resource_quotas_and_secrets_over_http() -> None:
-    with kmock_kubernetes() as kube:
-        quotas, secrets = KubeResourceQuotas(kube.api_client), KubeSecrets(kube.api_client)
-        assert quotas.get("team-a") is None
-        quotas.set_hard("team-a", tenant="a", gpus=8)
-        quotas.set_hard("team-a", tenant="a", gpus=4)
-        quota = quotas.get("team-a")
-        assert quota is not None and quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
-        assert quota["metadata"]["labels"]["radixfleet.io/tenant"] == "a"
-        encoded = base64.b64encode(b"sk-a\n").decode()
-        client.CoreV1Api(kube.api_client).create_namespaced_secret(
-            "keys", {"metadata": {"name": "a", "namespace": "keys"}, "data": {"api-key": encoded}}
-        )
-        assert secrets.key(SecretKeyRef(name="a", namespace="keys")) == "sk-a"
-        assert secrets.key(SecretKeyRef(name="a", namespace="keys", key="other")) is None
-        assert secrets.key(SecretKeyRef(name="gone", namespace="keys")) is None
-        spec = {"namespaces": ["a"], "apiKeys": [{"name": "a", "namespace": "keys"}]}
-        assert api_keys([tenant("a", spec)], secrets) == {"sk-a": "a"}

@@ -1,14 +1,15 @@
-"""The Tenant CRD and the quota controller against a real Kubernetes API server (tests/apiserver).
+"""The Tenant CRD and the quota controller on the test cluster's API server (with KServe's CRDs).
 
 The schema's types, bounds and CEL rules reject bad budgets before they exist; the controller
 writes a status the schema accepts through the status subresource, reading real Tenants and
-InferenceServices. ResourceQuotas and Secrets are core objects this server does not serve, so
-they go to fakes here (their adapters are tested over HTTP against kmock in test_controller).
+InferenceServices, and sets the tenant's real ResourceQuota.
 """
 
 from __future__ import annotations
 
+import base64
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,27 +18,41 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from policies.quota.controller import Controller
-from policies.quota.fakes import FakeResourceQuotas, FakeSecrets
-from policies.quota.kube import KubeInferenceServices, KubeTenants
+from policies.quota.kube import (
+    KubeInferenceServices,
+    KubeResourceQuotas,
+    KubeSecrets,
+    KubeTenants,
+)
+from policies.quota.observe import api_keys
+from policies.quota.spec import SecretKeyRef
 from policies.quota.state import ConditionType, TenantStatus
-
-pytestmark = pytest.mark.apiserver
+from tests.quota.test_controller import tenant
 
 OURS = ("radixfleet.io", "v1alpha1", "tenants")
 KSERVE = ("serving.kserve.io", "v1beta1")
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
+# Tenants are cluster-wide: the ones made here carry this label and go at the end of each test.
+LABEL = "radixfleet.io/test=quota-crd"
+
+
 @pytest.fixture
-def api(kube_client: Any) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(kube_client)
+def api(kube_client: Any) -> Iterator[client.CustomObjectsApi]:
+    api = client.CustomObjectsApi(kube_client)
+    yield api
+    api.delete_collection_cluster_custom_object(*OURS, label_selector=LABEL)
 
 
 def create(api: client.CustomObjectsApi, spec: dict[str, Any], name: str | None = None) -> Any:
     body = {
         "apiVersion": "radixfleet.io/v1alpha1",
         "kind": "Tenant",
-        "metadata": {"name": name or f"t-{uuid.uuid4().hex[:8]}"},
+        "metadata": {
+            "name": name or f"t-{uuid.uuid4().hex[:8]}",
+            "labels": dict([LABEL.split("=")]),
+        },
         "spec": spec,
     }
     return api.create_cluster_custom_object(*OURS, body)
@@ -103,53 +118,79 @@ def test_the_schema_rejects_bad_budgets(
     assert says in rejected(api, spec)
 
 
-def test_the_controller_writes_a_status_the_schema_accepts(api: client.CustomObjectsApi) -> None:
-    ns = f"q-{uuid.uuid4().hex[:8]}"
+def test_the_controller_writes_a_status_the_schema_accepts(
+    kserve: Any, api: client.CustomObjectsApi, namespace: str
+) -> None:
+    # The InferenceService first: once a Tenant claims the namespace, the quota's admission
+    # policy (if a test installed it) would hold new ones back until the tenant is accounted.
+    api.create_namespaced_custom_object(*KSERVE, namespace, "inferenceservices", ISVC)
     name = create(
         api,
         {
-            "namespaces": [ns],
+            "namespaces": [namespace],
             "gpuBudget": {"H100": {"guaranteed": 8, "borrow": 4}},
-            "apiKeys": [{"name": "gone", "namespace": "keys"}],
+            "apiKeys": [{"name": "gone", "namespace": namespace}],
         },
     )["metadata"]["name"]
-    isvc = {
-        "apiVersion": "/".join(KSERVE),
-        "kind": "InferenceService",
-        "metadata": {
-            "name": "llama",
-            "annotations": {
-                "radixfleet.io/gpu-type": "H100",
-                "radixfleet.io/gpus-per-replica": "2",
-            },
-        },
-        "spec": {
-            "predictor": {
-                "minReplicas": 0,
-                "maxReplicas": 3,
-                "model": {
-                    "modelFormat": {"name": "sglang"},
-                    "runtime": "sglang",
-                    "storageUri": "s3://m/l",
-                },
-            }
-        },
-    }
-    api.create_namespaced_custom_object(*KSERVE, ns, "inferenceservices", isvc)
-    quotas = FakeResourceQuotas()
     fleet = Controller(
         tenants=KubeTenants(api.api_client),
         isvcs=KubeInferenceServices(api.api_client),
-        quotas=quotas,
-        secrets=FakeSecrets(),
+        quotas=KubeResourceQuotas(api.api_client),
+        secrets=KubeSecrets(api.api_client),
     )
     fleet.reconcile(now=T0)
     stored = api.get_cluster_custom_object(*OURS, name)
     status = TenantStatus.from_wire(stored["status"])
-    assert status is not None and status.commitments[f"{ns}/llama"].gpus == 6
-    assert stored["status"]["gpus"]["H100"]["ceiling"] >= 8
+    assert status is not None and status.commitments[f"{namespace}/llama"].gpus == 6
+    ceiling = stored["status"]["gpus"]["H100"]["ceiling"]
+    assert ceiling >= 8
     keys = status.condition(ConditionType.API_KEYS_RESOLVED)
     assert keys is not None and (keys.status, keys.reason) == ("False", "SecretMissing")
-    assert (ns, name, stored["status"]["gpus"]["H100"]["ceiling"]) in quotas.calls
+    quota = KubeResourceQuotas(api.api_client).get(namespace)
+    assert quota is not None and quota["spec"]["hard"] == {"requests.nvidia.com/gpu": str(ceiling)}
     # The spec stays the user's: a status write never touches it.
     assert stored["spec"]["gpuBudget"]["H100"] == {"guaranteed": 8, "borrow": 4}
+
+
+# Standard mode and no runtime of that name: KServe accepts it and deploys nothing.
+ISVC = {
+    "apiVersion": "/".join(KSERVE),
+    "kind": "InferenceService",
+    "metadata": {
+        "name": "llama",
+        "annotations": {
+            "radixfleet.io/gpu-type": "H100",
+            "radixfleet.io/gpus-per-replica": "2",
+            "serving.kserve.io/deploymentMode": "Standard",
+        },
+    },
+    "spec": {
+        "predictor": {
+            "minReplicas": 0,
+            "maxReplicas": 3,
+            "model": {
+                "modelFormat": {"name": "sglang"},
+                "runtime": "not-installed",
+                "storageUri": "s3://m/l",
+            },
+        }
+    },
+}
+
+
+def test_resource_quotas_and_secrets(kube_client: Any, namespace: str) -> None:
+    quotas, secrets = KubeResourceQuotas(kube_client), KubeSecrets(kube_client)
+    assert quotas.get(namespace) is None
+    quotas.set_hard(namespace, tenant="a", gpus=8)
+    quotas.set_hard(namespace, tenant="a", gpus=4)
+    quota = quotas.get(namespace)
+    assert quota is not None and quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
+    assert quota["metadata"]["labels"]["radixfleet.io/tenant"] == "a"
+    encoded = base64.b64encode(b"sk-a\n").decode()
+    secret = {"metadata": {"name": "a", "namespace": namespace}, "data": {"api-key": encoded}}
+    client.CoreV1Api(kube_client).create_namespaced_secret(namespace, secret)
+    assert secrets.key(SecretKeyRef(name="a", namespace=namespace)) == "sk-a"
+    assert secrets.key(SecretKeyRef(name="a", namespace=namespace, key="other")) is None
+    assert secrets.key(SecretKeyRef(name="gone", namespace=namespace)) is None
+    spec = {"namespaces": ["a"], "apiKeys": [{"name": "a", "namespace": namespace}]}
+    assert api_keys([tenant("a", spec)], secrets) == {"sk-a": "a"}

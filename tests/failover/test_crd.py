@@ -1,4 +1,5 @@
-"""The FailoverPolicy CRD on a real API server: defaults filled in, CEL rules, status writes."""
+"""The FailoverPolicy CRD on the test cluster's API server: defaults filled in, CEL rules, status
+writes through the subresource."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from policies.failover.kube import KubeFailoverPolicies
 from policies.failover.spec import FailoverPolicySpec
 from tests.failover.test_spec import MINIMAL
 
-pytestmark = pytest.mark.apiserver
 OURS = ("radixfleet.io", "v1alpha1")
 
 
@@ -26,8 +26,8 @@ def _create(api: client.CustomObjectsApi, ns: str, spec: dict[str, Any]) -> Any:
     return api.create_namespaced_custom_object(*OURS, ns, "failoverpolicies", body)
 
 
-def test_defaults_cel_and_status(kube_client: Any) -> None:
-    api, ns = client.CustomObjectsApi(kube_client), f"f-{uuid.uuid4().hex[:10]}"
+def test_defaults_cel_and_status(kube_client: Any, namespace: str) -> None:
+    api, ns = client.CustomObjectsApi(kube_client), namespace
     created = _create(api, ns, MINIMAL)
     # The server's defaults are the type's.
     assert FailoverPolicySpec.model_validate(created["spec"]) == FailoverPolicySpec.model_validate(

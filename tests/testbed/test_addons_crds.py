@@ -1,21 +1,16 @@
-"""The add-ons' CRDs against a real API server (apiextensions v0.37.2): accepted as they are.
-
-The test server serves custom resources and CRDs only, so this checks the CRDs (structural
-schemas, CEL rules, conversion settings); the built-in objects need the full test cluster.
-A server-side dry run leaves the session's own CRDs as the fixture installed them.
+"""The add-ons' CRDs on the test cluster's API server (1.37): accepted as they are (structural
+schemas, CEL rules, conversion settings), fast, before anything is installed from them. A
+server-side dry run leaves the CRDs the session installed as they are.
 """
 
 from __future__ import annotations
 
 import datetime
 
-import pytest
 import yaml
 
 from testbed.addons import KNATIVE_COMMANDS, render_addons
-from tests.apiserver.fixture import FIELD_MANAGER, ApiServer
-
-pytestmark = pytest.mark.apiserver
+from testbed.cluster import Cluster
 
 NOW = datetime.datetime(2026, 11, 23, 12, 0, tzinfo=datetime.UTC)
 IMAGES = {
@@ -24,11 +19,11 @@ IMAGES = {
 }
 
 
-def test_every_crd_passes_a_server_side_dry_run(apiserver: ApiServer) -> None:
+def test_every_crd_passes_a_server_side_dry_run(cluster: Cluster) -> None:
     objects = render_addons(IMAGES, modes=("Standard", "Knative"), now=NOW)
     crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
-    result = apiserver.kubectl(
-        "apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}",
+    result = cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "--field-manager=radixfleet-tests",
         "--dry-run=server", "-f", "-", stdin=yaml.safe_dump_all(crds), check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
