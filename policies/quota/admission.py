@@ -26,6 +26,7 @@ from typing import Any
 
 from policies.quota.spec import API_VERSION, KIND
 from radixfleet import labels
+from radixfleet.kit.errors import RETRY_SHORTLY
 
 POLICY_NAME = "inferenceservice-gpu-budget.radixfleet.io"
 # The rendered copy `kubectl apply -f` takes (and `infra/` deploys); a test keeps it current.
@@ -136,7 +137,7 @@ NO_BUDGET = _deny(
 )
 NOT_ACCOUNTED = _deny(
     "'its ' + variables.gpuType + ' budget is not accounted yet by the quota controller"
-    " (see the Tenant\\'s conditions); retry shortly'"
+    f" (see the Tenant\\'s conditions); {RETRY_SHORTLY}'"
 )
 EXCEEDED = _deny(
     "variables.gpuType + ' budget exceeded: ' + variables.key + ' asks for '"

@@ -32,6 +32,7 @@ from policies.quota.state import Condition, ConditionType, Counted, GpuAccount, 
 from radixfleet.config import Tenant
 from radixfleet.config.catalog import GpuBudget
 from radixfleet.config.gpus import GPU_TYPES
+from radixfleet.kit.errors import RETRY_SHORTLY
 
 # ---- borrowing ------------------------------------------------------------------------------
 
@@ -145,7 +146,7 @@ def admit(ask: Ask, view: TenantView) -> Verdict:
         return _deny(
             view,
             f"its {ask.gpu_type} budget is not accounted yet by the quota controller "
-            "(see the Tenant's conditions); retry shortly",
+            f"(see the Tenant's conditions); {RETRY_SHORTLY}",
         )
     return _within(ask, view, budget, account, counted)
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from radixfleet.adapters.retry import RetryPolicy
 from radixfleet.adapters.route53 import Route53Error
-from radixfleet.kit.errors import ConflictError, KubeError
+from radixfleet.kit.errors import RETRY_SHORTLY, ConflictError, KubeError
 from radixfleet.kit.kopfglue import KUBE_RETRY, retry_delay, run_tick, verbs_of
 from radixfleet.kit.metrics import ControllerMetrics
 
@@ -32,12 +32,32 @@ def value(metrics: ControllerMetrics, name: str, **labels: str) -> float:
         (KubeError("down", status=503), kopf.TemporaryError),
         (KubeError("no answer", status=None), kopf.TemporaryError),
         (KubeError("forbidden", status=403), kopf.PermanentError),
+        (
+            KubeError(f"denied request: not accounted yet; {RETRY_SHORTLY}", status=403),
+            kopf.TemporaryError,
+        ),
+        (
+            KubeError(f"{RETRY_SHORTLY}, said nobody: the message ends elsewhere", status=403),
+            kopf.PermanentError,
+        ),
         (KubeError("gone", status=404), kopf.PermanentError),
         (KubeError("invalid", status=422), kopf.PermanentError),
         (Route53Error("slow down", code="Throttling", status=400), kopf.TemporaryError),
         (Route53Error("denied", code="AccessDenied", status=403), kopf.PermanentError),
     ],
-    ids=["409", "429", "503", "no-answer", "403", "404", "422", "r53-throttled", "r53-denied"],
+    ids=[
+        "409",
+        "429",
+        "503",
+        "no-answer",
+        "403",
+        "403-admission-retry-shortly",
+        "403-retry-shortly-not-at-the-end",
+        "404",
+        "422",
+        "r53-throttled",
+        "r53-denied",
+    ],
 )
 def test_errors_map_to_kopf_the_same_way_for_every_controller(
     error: Exception, kind: type[Exception]
