@@ -21,7 +21,7 @@ from radixfleet.config import Catalog, GpuPool, Region
 from radixfleet.config.catalog import KNOWN_RUNTIMES
 from radixfleet.config.gpus import gpu_label_value
 from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES
-from radixfleet.render import operator
+from radixfleet.render import monitoring, operator
 from radixfleet.render.fleet import served_tenants
 from runtimes.builder import build_runtime
 
@@ -270,6 +270,12 @@ def controller_deployment(*, image: str, replicas: int, region: str) -> Manifest
         image=image, replicas=replicas, args=["--region", region], env={"AWS_REGION": region},
         node_selector=SYSTEM_NODE_LABELS,
     )  # fmt: skip
+
+
+def pod_monitors() -> list[Manifest]:
+    """What the region's Prometheus scrapes: SGLang predictors and the operator, labelled as the
+    controllers and dashboards query (radixfleet/render/monitoring.py, as deploy/monitoring/)."""
+    return monitoring.pod_monitors()
 
 
 def peering() -> Manifest:

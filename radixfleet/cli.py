@@ -81,6 +81,13 @@ def render(
 
     written = sync_files(render_operator(), operator_dir, marker=OPERATOR_MARKER)
     console.print(f"rendered {len(written)} files into {operator_dir}")
+    # What Prometheus scrapes: PodMonitors for prometheus-operator (infra's Prometheus stack).
+    from radixfleet.render.monitoring import MARKER as MONITORING_MARKER
+    from radixfleet.render.monitoring import render_monitoring
+
+    monitoring_dir = runtimes_dir.parent / "deploy" / "monitoring"
+    written = sync_files(render_monitoring(), monitoring_dir, marker=MONITORING_MARKER)
+    console.print(f"rendered {len(written)} files into {monitoring_dir}")
 
 
 def _output_dirs(catalog: Path, out: Path | None) -> tuple[Path, Path]:

@@ -353,7 +353,7 @@ def test_controllers_are_least_privilege_and_unprivileged(stack: RecordingMocks)
         assert not any("AWS_ACCESS_KEY" in e["name"] for e in container["env"])
 
 
-def test_dashboards_and_rules_are_provisioned_in_every_region(
+def test_dashboards_rules_and_pod_monitors_are_provisioned_in_every_region(
     stack: RecordingMocks, fleet: Fleet
 ) -> None:
     directory = fleet.path(fleet.settings.dashboards_dir)
@@ -363,9 +363,12 @@ def test_dashboards_and_rules_are_provisioned_in_every_region(
         if "grafana_dashboard" in c.inputs["metadata"]["labels"]
     ]
     rules = of_type(stack, "kubernetes:monitoring.coreos.com/v1:PrometheusRule")
+    monitors = of_type(stack, "kubernetes:monitoring.coreos.com/v1:PodMonitor")
     for region in REGIONS:
         assert len(in_region(dashboards, region)) == len(manifests.dashboard_files(directory))
         assert len(in_region(rules, region)) == len(manifests.prometheus_rules(directory))
+        names = {m.inputs["metadata"]["name"] for m in in_region(monitors, region)}
+        assert names == {m["metadata"]["name"] for m in manifests.pod_monitors()}
 
 
 def test_health_checked_records_for_every_model_in_every_region_it_runs_in(

@@ -21,7 +21,7 @@ from radixfleet.kit.operator import LIVENESS_PORT, METRICS_PORT, READINESS_PORT
 from radixfleet.kit.plugin import ControllerPlugin
 from radixfleet.kit.rbac import KOPF_RULES, PolicyRule, cluster_role, union
 from radixfleet.kit.registry import plugins
-from radixfleet.render.yamlout import Notes, to_yaml
+from radixfleet.render.yamlout import Notes, to_yaml, with_kustomization
 
 Manifest = dict[str, Any]
 
@@ -184,10 +184,4 @@ def render_operator() -> dict[str, str]:
         "deployment.yaml": to_yaml(deployment(), notes=DEPLOYMENT_NOTES, header=MARKER),
         "peering.yaml": to_yaml(peering(), header=MARKER),
     }
-    kustomization = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": sorted(files),
-    }
-    files["kustomization.yaml"] = to_yaml(kustomization, header=MARKER)
-    return files
+    return with_kustomization(files, header=MARKER)

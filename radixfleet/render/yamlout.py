@@ -57,3 +57,13 @@ def _attach(doc: CommentedMap, path: str, text: str) -> None:
 def _depth(parts: Sequence[str | int]) -> int:
     # Mapping keys indent by one level each; sequence items add none of their own with offset 0.
     return sum(1 for p in parts[:-1] if isinstance(p, str))
+
+
+def with_kustomization(files: dict[str, str], *, header: str) -> dict[str, str]:
+    """`files` plus the kustomization.yaml that lists them all: a kustomize base."""
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": sorted(files),
+    }
+    return {**files, "kustomization.yaml": to_yaml(kustomization, header=header)}

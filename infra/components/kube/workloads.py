@@ -54,9 +54,9 @@ class Workloads(pulumi.ComponentResource):
             )
             for ns in args.namespaces
         }
-        self._controllers(crds)
+        controllers_namespace = self._controllers(crds)
         self._serving(list(namespaces.values()))
-        self._dashboards()
+        self._dashboards(controllers_namespace)
         self.register_outputs({})
 
     def _opts(self, after: Sequence[pulumi.Resource] = ()) -> pulumi.ResourceOptions:
@@ -70,7 +70,9 @@ class Workloads(pulumi.ComponentResource):
             opts=self._opts(),
         )
 
-    def _controllers(self, crds: list[k8s.apiextensions.v1.CustomResourceDefinition]) -> None:
+    def _controllers(
+        self, crds: list[k8s.apiextensions.v1.CustomResourceDefinition]
+    ) -> k8s.core.v1.Namespace:
         """The operator: one ServiceAccount, one ClusterRole (the controllers' declared rules),
         its peering object and its Deployment."""
         args, name = self._args, f"{self._name}-controllers"
@@ -92,6 +94,7 @@ class Workloads(pulumi.ComponentResource):
             spec=as_input(deployment["spec"]),
             opts=self._opts([account, peering, *crds]),
         )
+        return namespace
 
     def _bind(
         self, name: str, rules: list[m.Manifest], *, after: Sequence[pulumi.Resource]
@@ -133,7 +136,7 @@ class Workloads(pulumi.ComponentResource):
             opts=self._opts(after),
         )
 
-    def _dashboards(self) -> None:
+    def _dashboards(self, controllers_namespace: k8s.core.v1.Namespace) -> None:
         directory, after = self._args.dashboards_dir, [self._args.monitoring]
         for path in m.dashboard_files(directory):
             name = m.k8s_name(f"radixfleet-dashboard-{path.stem}")
@@ -151,3 +154,7 @@ class Workloads(pulumi.ComponentResource):
             )
         for rule in m.prometheus_rules(directory):
             self._custom(rule, after)
+        # What Prometheus scrapes (the same PodMonitors as deploy/monitoring/); they live in the
+        # operator's namespace.
+        for monitor in m.pod_monitors():
+            self._custom(monitor, [*after, controllers_namespace])
