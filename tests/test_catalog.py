@@ -182,6 +182,23 @@ BAD_CATALOGS = [
         "not s3://",
         id="multinode-storage-not-pvc-or-oci",
     ),
+    pytest.param(
+        _set("tenants[0].namespaces", ["kube-system"]),
+        "catalog.yaml: tenants[0].namespaces[0]: 'kube-system' belongs to Kubernetes or the "
+        "platform, not to a tenant",
+        id="tenant-claims-kube-system",
+    ),
+    pytest.param(
+        _set("tenants[0].namespaces", ["radixfleet-system"]),
+        "catalog.yaml: tenants[0].namespaces[0]: 'radixfleet-system' belongs to",
+        id="tenant-claims-the-operators-namespace",
+    ),
+    pytest.param(
+        _set("models[0].max_replicas", 2**70),
+        f"catalog.yaml: models[0].max_replicas: {2**70}: Input should be less than or equal to "
+        "2147483647",
+        id="max-replicas-beyond-int32",
+    ),
 ]
 
 
@@ -218,6 +235,16 @@ def test_cli_render_of_bad_catalog_exits_2_and_writes_nothing(tmp_path: Path) ->
     [
         pytest.param("regions: [", "catalog.yaml: line 1: not valid YAML", id="broken-yaml"),
         pytest.param("- a\n- b\n", "catalog.yaml: must be a mapping", id="not-a-mapping"),
+        pytest.param(
+            "regions: []\ntenants: []\nregions: []\n",
+            "catalog.yaml: line 3: duplicate key 'regions'",
+            id="duplicate-top-level-key",
+        ),
+        pytest.param(
+            "tenants:\n- name: a\n  namespaces: [team-a]\n  namespaces: [team-b]\n",
+            "catalog.yaml: line 4: duplicate key 'namespaces'",
+            id="duplicate-key-moves-a-tenant",
+        ),
     ],
 )
 def test_unreadable_catalog(text: str, expected: str) -> None:
@@ -230,3 +257,11 @@ def test_kv_capacity_of_8b_on_h100_matches_calibration() -> None:
     # CALIBRATION.md: about 420,000 tokens (+-10 %) for Llama-3.1-8B bf16 on one H100.
     model = load_catalog(EXAMPLE).models[0]
     assert 378_000 <= kv_capacity_tokens(model) <= 462_000
+
+
+def test_a_catalog_that_is_not_utf8_is_one_clear_problem(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.yaml"
+    path.write_bytes(b"regions: []\ntenants: [\xff]\n")
+    with pytest.raises(ConfigError) as caught:
+        load_catalog(path)
+    assert str(caught.value.problems[0]) == f"{path}: not UTF-8 text (byte 22 is 0xff)"

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from radixfleet.config import Tenant
-from radixfleet.config.catalog import GpuBudget, Name, TokenBudget
+from radixfleet.config.catalog import GpuBudget, Name, TenantNamespace, TokenBudget
 from radixfleet.labels import GROUP
 
 API_VERSION = "v1alpha1"
@@ -69,7 +69,7 @@ class SecretKeyRef(Wire):
 class TenantSpec(Wire):
     """What one team may use: namespaces, GPUs per GPU type, tokens per minute, API keys."""
 
-    namespaces: list[Name] = Field(min_length=1)
+    namespaces: list[TenantNamespace] = Field(min_length=1)
     gpu_budget: dict[str, WireGpuBudget] = Field(default_factory=dict)
     token_budget: WireTokenBudget | None = None
     priority: Annotated[int, Field(ge=0, le=1000)] = DEFAULT_PRIORITY

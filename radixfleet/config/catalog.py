@@ -31,10 +31,25 @@ def _storage_uri(value: str) -> str:
     return value
 
 
+# Namespaces of Kubernetes and of the platform itself: no tenant may claim one.
+RESERVED_NAMESPACES = frozenset(
+    {"default", "kserve", "knative-serving", "cert-manager", "monitoring", "radixfleet-system"}
+)
+INT32_MAX = 2**31 - 1  # Kubernetes' int32 fields (replicas): a larger number is refused there
+
+
+def _tenant_namespace(value: str) -> str:
+    if value in RESERVED_NAMESPACES or value.startswith("kube-"):
+        raise ValueError(f"{value!r} belongs to Kubernetes or the platform, not to a tenant")
+    return value
+
+
 Name = Annotated[str, AfterValidator(_dns1123_label)]
+TenantNamespace = Annotated[Name, AfterValidator(_tenant_namespace)]
 StorageUri = Annotated[str, AfterValidator(_storage_uri)]
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
+Replicas = Annotated[int, Field(ge=0, le=INT32_MAX)]
 
 
 class Strict(BaseModel):
@@ -95,7 +110,7 @@ class Tenant(Strict):
     """A team sharing the fleet: where its workloads live and what it may use."""
 
     name: Name
-    namespaces: list[Name] = Field(min_length=1)
+    namespaces: list[TenantNamespace] = Field(min_length=1)
     gpu_budget: dict[str, GpuBudget] = Field(default_factory=dict)
     token_budget: TokenBudget | None = None
     priority: Annotated[int, Field(ge=0, le=1000)] = 100
@@ -152,8 +167,8 @@ class Model(Strict):
     typical_request_tokens: PositiveInt = 2048
     architecture: ModelArchitecture
     slo: Slo
-    min_replicas: NonNegativeInt = 0
-    max_replicas: PositiveInt = 1
+    min_replicas: Replicas = 0
+    max_replicas: Annotated[Replicas, Field(gt=0)] = 1
     tenants: list[str] = Field(min_length=1)
     regions: list[str] = Field(min_length=1)
     lora_adapters: list[LoraAdapter] = Field(default_factory=list)

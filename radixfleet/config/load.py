@@ -19,6 +19,9 @@ def load_catalog(path: Path) -> Catalog:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([Problem(str(path), "", f"cannot read: {exc.strerror}")]) from exc
+    except UnicodeDecodeError as exc:
+        message = f"not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})"
+        raise ConfigError([Problem(str(path), "", message)]) from exc
     return parse_catalog(text, source=str(path))
 
 
@@ -37,7 +40,9 @@ def parse_catalog(text: str, *, source: str) -> Catalog:
 
 def _parse_yaml(text: str, *, source: str) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: builds plain data only
+    except DuplicateKeyError as exc:
+        raise ConfigError([Problem(source, exc.where, str(exc))]) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else ""
@@ -45,6 +50,27 @@ def _parse_yaml(text: str, *, source: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError([Problem(source, "", "must be a mapping with regions, tenants, models")])
     return data
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping names one key twice; YAML loaders keep the last silently, we refuse."""
+
+    def __init__(self, key: object, line: int) -> None:
+        super().__init__(f"duplicate key {key!r}: a second value would silently replace the first")
+        self.where = f"line {line}"
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that repeats a key."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise DuplicateKeyError(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def pydantic_problems(exc: ValidationError, *, source: str) -> list[Problem]:
