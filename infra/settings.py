@@ -28,6 +28,7 @@ NAMESPACE = "radixfleet"
 # Ranges, `latest` and bare majors would let two `pulumi up` runs install different software.
 PINNED = re.compile(r"^v?\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$")
 KUBERNETES_MINOR = re.compile(r"^1\.\d{2}$")
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 DURATION = re.compile(r"^(\d+)(s|m|h)$")
 AWS_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
@@ -59,6 +60,12 @@ def _pinned(value: str) -> str:
     return value
 
 
+def _digest(value: str) -> str:
+    if not DIGEST.match(value):
+        raise ValueError(f"{value!r} is not an image digest like sha256:<64 hex digits>")
+    return value
+
+
 def _kubernetes_minor(value: str) -> str:
     if not KUBERNETES_MINOR.match(value):
         raise ValueError(f"{value!r} is not a Kubernetes minor version such as '1.33'")
@@ -79,6 +86,7 @@ def _duration(value: str) -> str:
 
 
 Pinned = Annotated[str, AfterValidator(_pinned)]
+Digest = Annotated[str, AfterValidator(_digest)]
 Duration = Annotated[str, AfterValidator(_duration)]
 
 
@@ -165,11 +173,19 @@ class DnsSettings(Settings):
 
 
 class ControllerSettings(Settings):
-    """The radixfleet controllers' image and replica count (leader election picks one)."""
+    """radixfleet's image (operator, entry and emulator in one) and the operator's replica count
+    (leader election picks one). The image is pulled by `digest`, the one a build printed: a tag
+    can be moved, a digest cannot; `tag` stays in the reference for people reading it."""
 
     image: str
     tag: Pinned
+    digest: Digest
     replicas: Annotated[int, Field(ge=1, le=5)] = 2
+
+    @property
+    def reference(self) -> str:
+        """`image:tag@digest`: Kubernetes pulls by the digest and shows the tag."""
+        return f"{self.image}:{self.tag}@{self.digest}"
 
 
 class StackSettings(Settings):

@@ -6,6 +6,7 @@ Route 53 records), and the node groups carry what the InferenceServices select.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -303,7 +304,7 @@ def test_versions_are_pinned(stack: RecordingMocks) -> None:
         assert PINNED.match(serving.inputs["spec"]["version"])
     for deployment in of_type(stack, "kubernetes:apps/v1:Deployment"):
         for container in deployment.inputs["spec"]["template"]["spec"]["containers"]:
-            image, _, tag = container["image"].rpartition(":")
+            image, _, tag = container["image"].partition("@")[0].rpartition(":")
             assert image and PINNED.match(tag)
 
 
@@ -351,6 +352,8 @@ def test_controllers_are_least_privilege_and_unprivileged(stack: RecordingMocks)
         (container,) = pod["containers"]
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
         assert not any("AWS_ACCESS_KEY" in e["name"] for e in container["env"])
+        # Pulled by the digest of the stack config, never by a tag that can move.
+        assert re.fullmatch(r"[^@]+:[^@]+@sha256:[0-9a-f]{64}", container["image"])
 
 
 def test_dashboards_rules_and_pod_monitors_are_provisioned_in_every_region(

@@ -127,6 +127,14 @@ STACK_CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         lambda v: v.update(reservedPools=[]),
         "GPU pool ap-northeast-1/l40s-spot is used by no catalog model",
     ),
+    "image-by-tag-alone": (
+        lambda v: v["controllers"].pop("digest"),
+        "radixfleet:controllers.digest: Field required",
+    ),
+    "image-digest-not-sha256": (
+        lambda v: v["controllers"].update(digest="latest"),
+        "radixfleet:controllers.digest: 'latest' is not an image digest like sha256:",
+    ),
     "reserved-pool-in-use": (
         lambda v: v.update(reservedPools=["ap-northeast-1/l40s-spot", "us-east-1/h100-spot"]),
         "radixfleet:reservedPools: us-east-1/h100-spot is not spare: llama-3-1-8b",

@@ -334,7 +334,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
             f"{self._name}-workloads",
             WorkloadsArgs(
                 region=region.name,
-                controller_image=f"{controllers.image}:{controllers.tag}",
+                controller_image=controllers.reference,
                 controller_replicas=controllers.replicas,
                 crds=m.load_crds(fleet.path(fleet.settings.crds_dir)),
                 runtimes=m.runtimes(),
