@@ -13,13 +13,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from radixfleet.config import ConfigError, load_catalog
+from radixfleet.config import Catalog, ConfigError, load_catalog
 from radixfleet.dashboards import render_dashboards
 from radixfleet.emulator.cli import emulate
 from radixfleet.kit.cli import operator_app
 from radixfleet.kit.registry import controller_apps
 from radixfleet.platform import KNATIVE_FEATURES
-from radixfleet.render.fleet import render_tree, sync_files, write_tree
+from radixfleet.render.fleet import RenderedTree, render_tree, sync_files, write_tree
 from radixfleet.twin.cli import bench, twin_app
 from radixfleet.validate import validate_paths
 
@@ -59,6 +59,9 @@ def render(
     ] = None,
 ) -> None:
     """Render the SGLang runtimes, the InferenceServices and the operator's base to YAML."""
+    if out is not None and out.exists() and not out.is_dir():
+        err.print(f"[red]error[/red] --out {out}: not a folder", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_CONFIG)
     runtimes_dir, isvc_dir = _output_dirs(catalog, out)
     try:
         fleet = load_catalog(catalog)
@@ -67,6 +70,17 @@ def render(
         for problem in exc.problems:
             err.print(f"[red]error[/red] {problem}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_CONFIG) from None
+    try:
+        _write_rendered(fleet, tree, runtimes_dir=runtimes_dir, isvc_dir=isvc_dir)
+    except OSError as exc:  # a file where a folder goes, a read-only or full disk
+        err.print(f"[red]error[/red] cannot write: {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_CONFIG) from None
+
+
+def _write_rendered(
+    fleet: Catalog, tree: RenderedTree, *, runtimes_dir: Path, isvc_dir: Path
+) -> None:
+    """Every rendered folder: runtimes, InferenceServices, dashboards, the kustomize bases."""
     written = write_tree(tree, runtimes_dir=runtimes_dir, inferenceservices_dir=isvc_dir)
     console.print(f"rendered {len(written)} files into {runtimes_dir} and {isvc_dir}")
     # Grafana dashboards and Prometheus rules (radixfleet/dashboards), beside runtimes/: DIR/

@@ -246,3 +246,61 @@ def test_cli_refuses_a_malformed_feature() -> None:
     result = CliRunner().invoke(app, ["validate", str(RUNTIME), "--feature", "multi-container"])
     assert result.exit_code == 2
     assert "NAME=enabled|disabled|allowed" in result.output
+
+
+# Hostile input (#18): each was a traceback before; now one line naming the file and the entry.
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        pytest.param(
+            {"bad.yaml": b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: \xff\n"},
+            ["bad.yaml: -: cannot read: not UTF-8 text (byte 49 is 0xff)"],
+            id="not-utf8",
+        ),
+        pytest.param(
+            {"list.yaml": b"apiVersion: [v1]\nkind: ConfigMap\nmetadata: [1]\nspec: x\n"},
+            [
+                "list.yaml: document 1: apiVersion: must be a non-empty string, not list",
+                "list.yaml: document 1: metadata: must be a mapping, not list",
+                "list.yaml: document 1: spec: must be a mapping, not str",
+            ],
+            id="fields-of-the-wrong-shape",
+        ),
+        pytest.param(
+            {"kustomization.yaml": b"resources: [.]\n"},
+            ["kustomization.yaml: -: the kustomization includes itself"],
+            id="kustomization-includes-itself",
+        ),
+        pytest.param(
+            {"kustomization.yaml": b"resources: {a: b}\n"},
+            ["kustomization.yaml: -: resources must be a list of paths"],
+            id="kustomization-resources-not-a-list",
+        ),
+    ],
+)
+def test_hostile_manifests_are_problems_not_tracebacks(
+    tmp_path: Path, files: dict[str, bytes], expected: list[str]
+) -> None:
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    result = CliRunner().invoke(app, ["validate", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    for line in expected:
+        assert f"{tmp_path}/{line}" in lines, result.output
+
+
+def test_render_into_a_file_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    target.write_text("mine")
+    result = CliRunner().invoke(app, ["render", "--out", str(target)])
+    assert result.exit_code == 2
+    assert f"--out {target}: not a folder" in result.output
+    assert target.read_text() == "mine" and sorted(tmp_path.iterdir()) == [target]
+
+
+def test_render_that_cannot_write_exits_2_with_the_reason(tmp_path: Path) -> None:
+    (tmp_path / "dashboards").write_text("a file where a folder goes")
+    result = CliRunner().invoke(app, ["render", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "cannot write:" in result.output and "dashboards" in result.output

@@ -36,3 +36,8 @@ def format_location(loc: Sequence[str | int]) -> str:
         else:
             out += f".{part}" if out else part
     return out
+
+
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """A decoding failure as one line that says where: `not UTF-8 text (byte 22 is 0xff)`."""
+    return f"not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})"

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from radixfleet.config.catalog import Catalog
 from radixfleet.config.crosscheck import check_catalog
-from radixfleet.config.errors import ConfigError, Problem, format_location
+from radixfleet.config.errors import ConfigError, Problem, format_location, not_utf8
 
 
 def load_catalog(path: Path) -> Catalog:
@@ -20,8 +20,7 @@ def load_catalog(path: Path) -> Catalog:
     except OSError as exc:
         raise ConfigError([Problem(str(path), "", f"cannot read: {exc.strerror}")]) from exc
     except UnicodeDecodeError as exc:
-        message = f"not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})"
-        raise ConfigError([Problem(str(path), "", message)]) from exc
+        raise ConfigError([Problem(str(path), "", not_utf8(exc))]) from exc
     return parse_catalog(text, source=str(path))
 
 

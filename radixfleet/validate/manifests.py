@@ -57,16 +57,34 @@ def validate_paths(
     """
     findings: list[Finding] = []
     docs: list[Doc] = []
-    for file in _manifest_files(paths):
+    try:
+        files = list(_manifest_files(paths, seen=frozenset()))
+    except ManifestTreeError as exc:
+        return [Finding(exc.file, "-", "", str(exc))]
+    for file in files:
         try:
             loaded = [
                 d for d in yaml.safe_load_all(file.read_text(encoding="utf-8")) if d is not None
             ]
+        except UnicodeDecodeError as exc:
+            message = (
+                f"cannot read: not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})"
+            )
+            findings.append(Finding(str(file), "-", "", message))
+            continue
         except (OSError, yaml.YAMLError) as exc:
             findings.append(Finding(str(file), "-", "", f"cannot read: {exc}"))
             continue
         docs.extend(Doc(str(file), _ref(d, i), d) for i, d in enumerate(loaded))
     return findings + _judge(docs, features)
+
+
+class ManifestTreeError(ValueError):
+    """A kustomization that cannot be followed (it includes itself, or is not a mapping)."""
+
+    def __init__(self, file: Path, message: str) -> None:
+        super().__init__(message)
+        self.file = str(file)
 
 
 def validate_documents(
@@ -78,36 +96,68 @@ def validate_documents(
 
 def _judge(docs: list[Doc], features: Mapping[str, str]) -> list[Finding]:
     findings = [Finding(d.source, d.ref, loc, msg) for d in docs for loc, msg in _check(d.body)]
-    objects = [d for d in docs if isinstance(d.body, dict) and d.body.get("kind")]
+    objects = [d for d in docs if not _shape_problems(d.body)]
     together = check_set(objects, features_with(features))
     findings += [Finding(d.source, d.ref, loc, msg) for d, loc, msg in together]
     # A runtime's problem shows once, however many InferenceServices use the runtime.
     return list(dict.fromkeys(findings))
 
 
-def _manifest_files(paths: Iterable[Path]) -> Iterator[Path]:
+def _manifest_files(paths: Iterable[Path], *, seen: frozenset[Path]) -> Iterator[Path]:
+    """The files of `paths`, following kustomizations; `seen` are the kustomize folders above."""
     for path in paths:
         kustomization = path / "kustomization.yaml"
         if kustomization.is_file():
-            resources = yaml.safe_load(kustomization.read_text(encoding="utf-8")) or {}
-            for entry in resources.get("resources", []):
-                yield from _manifest_files([path / entry])
+            folder = path.resolve()
+            if folder in seen:
+                raise ManifestTreeError(kustomization, "the kustomization includes itself")
+            for entry in _resources(kustomization):
+                yield from _manifest_files([path / entry], seen=seen | {folder})
         elif path.is_dir():
             yield from sorted(p for p in path.rglob("*.y*ml") if p.suffix in (".yaml", ".yml"))
         else:
             yield path
 
 
+def _resources(kustomization: Path) -> list[str]:
+    try:
+        loaded = yaml.safe_load(kustomization.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ManifestTreeError(kustomization, f"cannot read: {exc}") from exc
+    resources = loaded.get("resources", []) if isinstance(loaded, dict) else None
+    if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
+        raise ManifestTreeError(kustomization, "resources must be a list of paths")
+    return resources
+
+
 def _ref(doc: Any, index: int) -> str:
-    if not isinstance(doc, dict):
+    if _shape_problems(doc):
         return f"document {index + 1}"
     name = (doc.get("metadata") or {}).get("name", "?")
-    return f"{doc.get('kind', '?')}/{name}"
+    return f"{doc['kind']}/{name}"
+
+
+def _shape_problems(doc: Any) -> list[tuple[str, str]]:
+    """What keeps a document from being judged as a Kubernetes object at all."""
+    if not isinstance(doc, dict) or "apiVersion" not in doc or "kind" not in doc:
+        return [("", "not a Kubernetes object (needs apiVersion and kind)")]
+    problems = [
+        (key, f"must be a non-empty string, not {type(doc.get(key)).__name__}")
+        for key in ("apiVersion", "kind")
+        if not isinstance(doc.get(key), str) or not doc[key]
+    ]
+    problems += [
+        (key, f"must be a mapping, not {type(doc[key]).__name__}")
+        for key in ("metadata", "spec")
+        if doc.get(key) is not None and not isinstance(doc[key], dict)
+    ]
+    return problems
 
 
 def _check(doc: Any) -> Iterator[tuple[str, str]]:
-    if not isinstance(doc, dict) or not doc.get("apiVersion") or not doc.get("kind"):
-        yield "", "not a Kubernetes object (needs apiVersion and kind)"
+    shape = _shape_problems(doc)
+    if shape:
+        yield from shape
         return
     yield from _check_metadata(doc)
     yield from _check_schema(doc)
