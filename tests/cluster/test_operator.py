@@ -190,8 +190,12 @@ def test_one_of_two_operator_replicas_leads(deployed: Cluster) -> None:
     peers = get(deployed, "clusterkopfpeering", "radixfleet").get("status") or {}
     assert leader is not None
     assert set(peers) == {p["metadata"]["name"] for p in _pods(deployed)}, peers
-    image = _pods(deployed)[0]["spec"]["containers"][0]["image"]
-    assert image == images.radixfleet().pinned
+    (container,) = _pods(deployed)[0]["spec"]["containers"]
+    assert container["image"] == images.radixfleet().pinned
+    # As rendered: non-root on a read-only root file system, every capability dropped.
+    security = container["securityContext"]
+    assert security["runAsNonRoot"] and security["readOnlyRootFilesystem"]
+    assert security["capabilities"]["drop"] == ["ALL"]
 
 
 def test_the_leader_accounts_a_tenant_as_its_resource_quota(tenant: Cluster) -> None:
@@ -342,6 +346,7 @@ class Rollout:
     predictor: dict[str, Any]
     sent: dict[str, int]
     started_at_when_leader_died: str | None = None
+    seconds: float = 0.0  # from applying the new version to the rollout's end
 
 
 def _serving_version_1(cluster: Cluster, namespace: str) -> str:
@@ -367,7 +372,7 @@ def _roll_out(cluster: Cluster, namespace: str, *, slow: bool, kill_leader: bool
     steps, judges and ends the rollout. With `kill_leader`, the leading operator pod is deleted
     as soon as the canary has traffic."""
     image = _serving_version_1(cluster, namespace)
-    seen = Rollout([], {}, {}, {})
+    seen, began = Rollout([], {}, {}, {}), time.monotonic()
     with Traffic(cluster, namespace) as traffic:
         session.apply(cluster, [_model(image, namespace, version="2", slow=slow)])
         deadline = time.monotonic() + ROLLOUT_S
@@ -388,7 +393,9 @@ def _roll_out(cluster: Cluster, namespace: str, *, slow: bool, kill_leader: bool
                 break
             time.sleep(1.0)
     assert not traffic.failures, traffic.failures[:5]
-    seen.sent = dict(traffic.sent)
+    seen.sent, seen.seconds = dict(traffic.sent), time.monotonic() - began
+    print(f"\n{namespace}: {seen.status.get('phase')} in {seen.seconds:.0f} s, "
+          f"percents {seen.percents}, requests {seen.sent}")  # fmt: skip
     return seen
 
 
