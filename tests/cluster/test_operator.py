@@ -367,6 +367,32 @@ def _serving_version_1(cluster: Cluster, namespace: str) -> str:
     return image
 
 
+def _spec_percent(cluster: Cluster, namespace: str) -> int | None:
+    isvc = get(cluster, "isvc", MODEL, "-n", namespace)
+    percent: int | None = isvc["spec"]["predictor"].get("canaryTrafficPercent")
+    return percent
+
+
+# The traffic each end of a rollout leaves: all on the canary (the field removed), or none.
+FINAL_PERCENT = {"Promoted": None, "RolledBack": 0}
+
+
+def _follow_through(cluster: Cluster, namespace: str, seen: Rollout) -> None:
+    """The operator records a rollout's end in the status, then moves the traffic: wait for the
+    move it recorded, and add it to what was seen."""
+    phase = seen.status.get("phase", "")
+    if phase not in FINAL_PERCENT:
+        return
+    final = FINAL_PERCENT[phase]
+    session.wait_for(
+        lambda: _spec_percent(cluster, namespace) == final,
+        timeout_s=60.0,
+        what=f"{namespace}/{MODEL}: canaryTrafficPercent {final} after {phase}",
+    )
+    if seen.percents[-1] != final:
+        seen.percents.append(final)
+
+
 def _roll_out(cluster: Cluster, namespace: str, *, slow: bool, kill_leader: bool) -> Rollout:
     """Revision 1 serving, revision 2 applied at 0%; then traffic while the in-cluster operator
     steps, judges and ends the rollout. With `kill_leader`, the leading operator pod is deleted
@@ -379,8 +405,7 @@ def _roll_out(cluster: Cluster, namespace: str, *, slow: bool, kill_leader: bool
         while time.monotonic() < deadline and not traffic.failures:
             seen.predictor = _predictor(cluster, namespace)
             traffic.follow(seen.predictor)
-            isvc = get(cluster, "isvc", MODEL, "-n", namespace)
-            percent = isvc["spec"]["predictor"].get("canaryTrafficPercent")
+            percent = _spec_percent(cluster, namespace)
             if not seen.percents or seen.percents[-1] != percent:
                 seen.percents.append(percent)
             seen.status = _rollout_status(cluster, namespace)
@@ -393,6 +418,7 @@ def _roll_out(cluster: Cluster, namespace: str, *, slow: bool, kill_leader: bool
                 break
             time.sleep(1.0)
     assert not traffic.failures, traffic.failures[:5]
+    _follow_through(cluster, namespace, seen)
     seen.sent, seen.seconds = dict(traffic.sent), time.monotonic() - began
     print(f"\n{namespace}: {seen.status.get('phase')} in {seen.seconds:.0f} s, "
           f"percents {seen.percents}, requests {seen.sent}")  # fmt: skip
