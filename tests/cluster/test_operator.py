@@ -8,7 +8,11 @@ What is proven here: one leader of two; the leader does the controllers' work (t
 controller turns a Tenant into its ResourceQuota); when the leader's pod is deleted another
 replica takes over and goes on working; Prometheus scrapes a serverless predictor's SGLang
 metrics with the labels the canary and the autoscaler query (`namespace`, `revision`, `pod`)
-and the ones the dashboards group by (`model`, `tenant`), and scrapes the operator itself.
+and the ones the dashboards group by (`model`, `tenant`), and scrapes the operator itself; a
+new model version applied at 0% is stepped and promoted by the operator from Prometheus' numbers
+across the deletion of its leading pod, and a 2x-slow one is rolled back. No Knative ingress
+runs here (testbed/NETWORKING.md), so the test splits the requests between revisions as KServe's
+traffic status says (`Traffic`); everything that decides and reconciles is real.
 """
 
 from __future__ import annotations
