@@ -199,6 +199,11 @@ BAD_CATALOGS = [
         "2147483647",
         id="max-replicas-beyond-int32",
     ),
+    pytest.param(
+        _set("models[0].architecture.params_billion", float("inf")),
+        "catalog.yaml: models[0].architecture.params_billion: inf: Input should be a finite number",
+        id="params-billion-infinite",
+    ),
 ]
 
 

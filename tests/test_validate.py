@@ -88,6 +88,12 @@ CASES: list[Any] = [
         "spec.containers[0].ports[0].containerPort: 'http' is not of type 'integer'",
         id="runtime-wrong-type",
     ),
+    pytest.param(
+        ISVC,
+        lambda d: predictor(d).update(maxReplicas=2**70),
+        f"spec.predictor.maxReplicas: {2**70} is greater than the maximum of 2147483647",
+        id="replicas-beyond-int32",
+    ),
 ]
 
 

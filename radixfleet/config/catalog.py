@@ -126,11 +126,11 @@ class Slo(Strict):
 class ModelArchitecture(Strict):
     """The numbers of a model that size its GPU memory: weights and KV cache per token."""
 
-    params_billion: Annotated[float, Field(gt=0)]
+    params_billion: Annotated[float, Field(gt=0, allow_inf_nan=False)]
     layers: PositiveInt
     kv_heads: PositiveInt
     head_dim: PositiveInt
-    weight_bytes_per_param: Annotated[float, Field(gt=0)] = 2.0
+    weight_bytes_per_param: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 2.0
     kv_bytes_per_element: PositiveInt = 2
 
     @property

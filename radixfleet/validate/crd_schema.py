@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 SCHEMA_PACKAGES = ("kserve", "knative")
+INTEGER_BOUNDS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 # The InferenceService CRD is 2 MB of YAML: the C loader reads it ten times faster.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -45,8 +46,12 @@ def to_json_schema(node: Any) -> Any:
     closed = "properties" in node and "additionalProperties" not in node
     if closed and not node.get("x-kubernetes-preserve-unknown-fields"):
         out["additionalProperties"] = False
-    # The API server fills format-typed fields itself; JSON Schema's formats would only confuse.
-    out.pop("format", None)
+    # JSON Schema's string formats differ from the API server's, so formats are dropped; the
+    # integer ones the API server enforces (a replica count is an int32) become bounds.
+    low, high = INTEGER_BOUNDS.get(out.pop("format", None), (None, None))
+    if low is not None:
+        out.setdefault("minimum", low)
+        out.setdefault("maximum", high)
     return out
 
 
