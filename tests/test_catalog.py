@@ -204,6 +204,12 @@ BAD_CATALOGS = [
         "catalog.yaml: models[0].architecture.params_billion: inf: Input should be a finite number",
         id="params-billion-infinite",
     ),
+    pytest.param(
+        _set("models[0].name", "8b-llama"),
+        "catalog.yaml: models[0].name: '8b-llama' must start with a letter: it names an "
+        "InferenceService",
+        id="model-name-validate-would-refuse",
+    ),
 ]
 
 

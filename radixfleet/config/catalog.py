@@ -25,6 +25,14 @@ def _dns1123_label(value: str) -> str:
     return value
 
 
+def _model_name(value: str) -> str:
+    # The name becomes an InferenceService's, which KServe turns into DNS names
+    # (`<name>-predictor.<namespace>`): a DNS-1035 label, so it starts with a letter.
+    if not value[:1].isalpha():
+        raise ValueError(f"{value!r} must start with a letter: it names an InferenceService")
+    return value
+
+
 def _storage_uri(value: str) -> str:
     if not value.startswith(STORAGE_SCHEMES) or len(value.split("://", 1)[1]) == 0:
         raise ValueError(f"{value!r} must start with one of {', '.join(STORAGE_SCHEMES)}")
@@ -45,6 +53,7 @@ def _tenant_namespace(value: str) -> str:
 
 
 Name = Annotated[str, AfterValidator(_dns1123_label)]
+ModelName = Annotated[Name, AfterValidator(_model_name)]
 TenantNamespace = Annotated[Name, AfterValidator(_tenant_namespace)]
 StorageUri = Annotated[str, AfterValidator(_storage_uri)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -154,7 +163,7 @@ class LoraAdapter(Strict):
 class Model(Strict):
     """One model of the catalog: where its weights are, how it runs, who uses it and where."""
 
-    name: Name
+    name: ModelName
     storage_uri: StorageUri
     runtime: str
     gpu_type: str
