@@ -278,6 +278,14 @@ def test_cli_refuses_a_malformed_feature() -> None:
             id="kustomization-includes-itself",
         ),
         pytest.param(
+            {"kustomization.yaml": b"resources: [../../etc/passwd]\n"},
+            [
+                "kustomization.yaml: -: resource '../../etc/passwd' is a file outside the "
+                "kustomization's folder"
+            ],
+            id="kustomization-reaches-outside-its-folder",
+        ),
+        pytest.param(
             {"kustomization.yaml": b"resources: {a: b}\n"},
             ["kustomization.yaml: -: resources must be a list of paths"],
             id="kustomization-resources-not-a-list",

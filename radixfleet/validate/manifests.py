@@ -112,7 +112,13 @@ def _manifest_files(paths: Iterable[Path], *, seen: frozenset[Path]) -> Iterator
             if folder in seen:
                 raise ManifestTreeError(kustomization, "the kustomization includes itself")
             for entry in _resources(kustomization):
-                yield from _manifest_files([path / entry], seen=seen | {folder})
+                target = path / entry
+                # kustomize's default load restrictor: files only from inside the folder (other
+                # kustomization folders, bases, may be anywhere).
+                if not target.is_dir() and not target.resolve().is_relative_to(folder):
+                    message = f"resource {entry!r} is a file outside the kustomization's folder"
+                    raise ManifestTreeError(kustomization, message)
+                yield from _manifest_files([target], seen=seen | {folder})
         elif path.is_dir():
             yield from sorted(p for p in path.rglob("*.y*ml") if p.suffix in (".yaml", ".yml"))
         else:
