@@ -63,6 +63,11 @@ def render(
         err.print(f"[red]error[/red] --out {out}: not a folder", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_CONFIG)
     runtimes_dir, isvc_dir = _output_dirs(catalog, out)
+    blocked = _not_a_folder(_rendered_folders(runtimes_dir, isvc_dir))
+    if blocked is not None:  # found before anything is written, not after half of it
+        err.print(f"[red]error[/red] {blocked}: a file where a folder goes", highlight=False,
+                  soft_wrap=True)  # fmt: skip
+        raise typer.Exit(EXIT_BAD_CONFIG)
     try:
         fleet = load_catalog(catalog)
         tree = render_tree(fleet)
@@ -77,6 +82,23 @@ def render(
         raise typer.Exit(EXIT_BAD_CONFIG) from None
 
 
+def _rendered_folders(runtimes_dir: Path, isvc_dir: Path) -> list[Path]:
+    root = runtimes_dir.parent
+    deploy = root / "deploy"
+    return [runtimes_dir, isvc_dir, root / "dashboards", deploy / "operator", deploy / "monitoring"]
+
+
+def _not_a_folder(folders: list[Path]) -> Path | None:
+    """The first path on the way to one of `folders` that exists and is not a folder."""
+    for folder in folders:
+        for part in (folder, *folder.parents):
+            if part.exists():
+                if not part.is_dir():
+                    return part
+                break
+    return None
+
+
 def _write_rendered(
     fleet: Catalog, tree: RenderedTree, *, runtimes_dir: Path, isvc_dir: Path
 ) -> None:
@@ -85,7 +107,7 @@ def _write_rendered(
     console.print(f"rendered {len(written)} files into {runtimes_dir} and {isvc_dir}")
     # Grafana dashboards and Prometheus rules (radixfleet/dashboards), beside runtimes/: DIR/
     # dashboards with --out, else the repo's dashboards/. The SLO rules read the catalog.
-    dashboards_dir = runtimes_dir.parent / "dashboards"
+    dashboards_dir = runtimes_dir.parent / "dashboards"  # as in _rendered_folders
     boards = render_dashboards(dashboards_dir, catalog=fleet)
     console.print(f"rendered {len(boards)} files into {dashboards_dir}")
     # The operator's kustomize base (its RBAC derived from the controller registry).

@@ -313,8 +313,13 @@ def test_render_into_a_file_is_refused_before_anything_is_written(tmp_path: Path
     assert target.read_text() == "mine" and sorted(tmp_path.iterdir()) == [target]
 
 
-def test_render_that_cannot_write_exits_2_with_the_reason(tmp_path: Path) -> None:
-    (tmp_path / "dashboards").write_text("a file where a folder goes")
+@pytest.mark.parametrize("blocked", ["dashboards", "deploy", "inferenceservices"])
+def test_render_with_a_file_where_a_folder_goes_writes_nothing(
+    tmp_path: Path, blocked: str
+) -> None:
+    (tmp_path / blocked).write_text("mine")
     result = CliRunner().invoke(app, ["render", "--out", str(tmp_path)])
     assert result.exit_code == 2
-    assert "cannot write:" in result.output and "dashboards" in result.output
+    assert f"{tmp_path / blocked}: a file where a folder goes" in result.output
+    assert [p.name for p in tmp_path.iterdir()] == [blocked]
+    assert (tmp_path / blocked).read_text() == "mine"
