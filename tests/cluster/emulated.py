@@ -144,3 +144,20 @@ def traffic_split(predictor: Mapping[str, Any]) -> dict[str, int]:
             name = target["revisionName"]
             split[name] = split.get(name, 0) + target["percent"]
     return split
+
+
+def predictor_status(cluster: Cluster, name: str, namespace: str) -> dict[str, Any]:
+    """KServe's `status.components.predictor` of an InferenceService ({} before it has one)."""
+    isvc = get(cluster, "isvc", name, "-n", namespace)
+    found: dict[str, Any] = isvc.get("status", {}).get("components", {}).get("predictor", {})
+    return found
+
+
+def revision_serving(cluster: Cluster, name: str, namespace: str, revision: str) -> bool:
+    """Whether `revision` is the latest created and ready one and the InferenceService Ready."""
+    predictor = predictor_status(cluster, name, namespace)
+    return (
+        predictor.get("latestCreatedRevision") == revision
+        and predictor.get("latestReadyRevision") == revision
+        and ready(cluster, "isvc", name, namespace)
+    )

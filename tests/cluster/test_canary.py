@@ -34,7 +34,14 @@ from testbed import images, session
 from testbed.cluster import Cluster
 from tests.canary.test_controller import CANARY, GOOD, STABLE, answers
 from tests.cluster.conftest import REPO
-from tests.cluster.emulated import emulated_isvc, get, model_volume, ready, traffic_split
+from tests.cluster.emulated import (
+    emulated_isvc,
+    get,
+    model_volume,
+    predictor_status,
+    revision_serving,
+    traffic_split,
+)
 from tests.cluster.events import stored
 
 NAME = "llama"  # the revisions are then the ones the fake's answers name: llama-predictor-0000N
@@ -99,24 +106,9 @@ def _version(image: str, namespace: str, *, version: str) -> dict[str, Any]:
     return isvc
 
 
-def _predictor(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    isvc = get(cluster, "isvc", NAME, "-n", namespace)
-    predictor: dict[str, Any] = isvc.get("status", {}).get("components", {}).get("predictor", {})
-    return predictor
-
-
-def _created_and_ready(cluster: Cluster, namespace: str, revision: str) -> bool:
-    predictor = _predictor(cluster, namespace)
-    return (
-        predictor.get("latestCreatedRevision") == revision
-        and predictor.get("latestReadyRevision") == revision
-        and ready(cluster, "isvc", NAME, namespace)
-    )
-
-
 def _wait(cluster: Cluster, namespace: str, *, created: str) -> None:
     session.wait_for(
-        functools.partial(_created_and_ready, cluster, namespace, created),
+        functools.partial(revision_serving, cluster, NAME, namespace, created),
         timeout_s=READY_TIMEOUT_S,
         what=f"{namespace}/{NAME}: revision {created} Ready",
     )
@@ -153,7 +145,7 @@ def _roll_out(cluster: Cluster, kube_client: Any, namespace: str, metrics: Any) 
         policy = api.get_namespaced_custom_object(*OURS[:2], namespace, OURS[2], "default")
         status = rollout_of(policy, NAME)
         if status is not None and status.phase in (Phase.PROMOTED, Phase.ROLLED_BACK):
-            return Rollout(percents, status, _predictor(cluster, namespace))
+            return Rollout(percents, status, predictor_status(cluster, NAME, namespace))
         now += TICK
         time.sleep(1.0)
     pytest.fail(f"{namespace}: the rollout did not end in {ROLLOUT_TIMEOUT_S:.0f} s: {percents}")
@@ -164,7 +156,7 @@ def _wait_for_split(cluster: Cluster, namespace: str, percent: int | None) -> No
     want = {CANARY: canary, STABLE: 100 - canary}
     want = {revision: share for revision, share in want.items() if share}
     session.wait_for(
-        lambda: traffic_split(_predictor(cluster, namespace)) == want,
+        lambda: traffic_split(predictor_status(cluster, NAME, namespace)) == want,
         timeout_s=READY_TIMEOUT_S,
         what=f"{namespace}/{NAME}: KServe's traffic split {want}",
     )

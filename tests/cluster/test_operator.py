@@ -40,7 +40,9 @@ from tests.cluster.emulated import (
     emulated_isvc,
     get,
     model_volume,
+    predictor_status,
     ready,
+    revision_serving,
     stream_chat,
     traffic_split,
 )
@@ -318,21 +320,6 @@ def _model(image: str, namespace: str, *, version: str, slow: bool) -> dict[str,
     return isvc
 
 
-def _revision_ready(cluster: Cluster, namespace: str, revision: str) -> bool:
-    predictor = _predictor(cluster, namespace)
-    return (
-        predictor.get("latestReadyRevision") == revision
-        and predictor.get("latestCreatedRevision") == revision
-        and ready(cluster, "isvc", MODEL, namespace)
-    )
-
-
-def _predictor(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    isvc = get(cluster, "isvc", MODEL, "-n", namespace)
-    found: dict[str, Any] = isvc.get("status", {}).get("components", {}).get("predictor", {})
-    return found
-
-
 def _rollout_status(cluster: Cluster, namespace: str) -> dict[str, Any]:
     policy = get(cluster, "canarypolicy", "default", "-n", namespace)
     for entry in (policy.get("status") or {}).get("rollouts", []):
@@ -366,8 +353,11 @@ def _serving_version_1(cluster: Cluster, namespace: str) -> str:
     first = _model(image, namespace, version="1", slow=False)
     volume = model_volume(cluster, namespace=namespace, model=MODEL)
     session.apply(cluster, [*volume, policy, first])
-    session.wait_for(lambda: _revision_ready(cluster, namespace, STABLE), timeout_s=TIMEOUT_S,
-                     what=f"{namespace}/{MODEL} revision 1 Ready")  # fmt: skip
+    session.wait_for(
+        lambda: revision_serving(cluster, MODEL, namespace, STABLE),
+        timeout_s=TIMEOUT_S,
+        what=f"{namespace}/{MODEL} revision 1 Ready",
+    )
     return image
 
 
@@ -407,7 +397,7 @@ def _roll_out(cluster: Cluster, namespace: str, *, slow: bool, kill_leader: bool
         session.apply(cluster, [_model(image, namespace, version="2", slow=slow)])
         deadline = time.monotonic() + ROLLOUT_S
         while time.monotonic() < deadline and not traffic.failures:
-            seen.predictor = _predictor(cluster, namespace)
+            seen.predictor = predictor_status(cluster, MODEL, namespace)
             traffic.follow(seen.predictor)
             percent = _spec_percent(cluster, namespace)
             if not seen.percents or seen.percents[-1] != percent:
@@ -432,7 +422,7 @@ def _roll_out(cluster: Cluster, namespace: str, *, slow: bool, kill_leader: bool
 def _wait_for_split(cluster: Cluster, namespace: str, split: dict[str, int]) -> None:
     """KServe's traffic status catches up with the rollout's end (Knative's Route reconciles)."""
     session.wait_for(
-        lambda: traffic_split(_predictor(cluster, namespace)) == split,
+        lambda: traffic_split(predictor_status(cluster, MODEL, namespace)) == split,
         timeout_s=TIMEOUT_S,
         what=f"{namespace}/{MODEL}: traffic {split}",
     )
