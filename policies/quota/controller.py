@@ -6,19 +6,15 @@ the statuses that changed (first: they are the admission policy's input) and set
 ResourceQuotas that differ. Every step is idempotent; a reconcile that fails half-way is simply
 run again.
 
-kopf watches Tenants, InferenceServices and the controller's ResourceQuotas only to wake one
-coalescing loop (`@kopf.on.event` handlers keep no state on the objects they see); the loop also
-runs every `RESYNC_SECONDS`, which bounds how stale a status can be if an event is lost.
+kopf watches Tenants, InferenceServices and the controller's ResourceQuotas only to wake the
+kit's coalescing loop (`radixfleet.kit.loop`), which also runs every `RESYNC_SECONDS`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
 
 import kopf
 
@@ -28,16 +24,16 @@ from policies.quota.observe import observe
 from policies.quota.ports import InferenceServices, ResourceQuotas, Secrets, Tenants
 from policies.quota.spec import API_VERSION, PLURAL, QUOTA_NAME
 from radixfleet import labels
-from radixfleet.kit.errors import KubeError
-from radixfleet.kit.metrics import METRICS, ControllerMetrics
+from radixfleet.kit.kube import Resource
+from radixfleet.kit.loop import Loop, register_loop
 from radixfleet.kit.plugin import OperatorOptions
 
 log = logging.getLogger(__name__)
 
 RESYNC_SECONDS = 30.0
-DEBOUNCE_SECONDS = 1.0  # a burst of events (kubectl apply -k) makes one reconcile
-RETRY_SECONDS = 5.0
 NAME = "quota"
+TENANTS = Resource(labels.GROUP, API_VERSION, PLURAL, namespaced=False)
+KSERVE = Resource("serving.kserve.io", "v1beta1", "inferenceservices")
 
 
 @dataclass
@@ -71,62 +67,22 @@ class Controller:
 # ---- kopf ----------------------------------------------------------------------------------
 
 
-class Loop:
-    """One reconcile at a time, woken by events, at least every `RESYNC_SECONDS`."""
-
-    def __init__(self, controller: Controller, *, metrics: ControllerMetrics = METRICS) -> None:
-        self.controller = controller
-        self.wake = asyncio.Event()
-        self.metrics = metrics
-
-    async def run(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=RESYNC_SECONDS)
-            await asyncio.sleep(DEBOUNCE_SECONDS)
-            self.wake.clear()
-            await self.once()
-
-    async def once(self) -> None:
-        self.metrics.tick(NAME)
-        try:
-            # The kubernetes client blocks: keep kopf's event loop free while it works.
-            plan = await asyncio.to_thread(self.controller.reconcile, now=datetime.now(UTC))
-        except KubeError as error:
-            self.metrics.error(NAME, temporary=error.temporary)
-            log.warning("quota reconcile failed (%s); retrying", error)
-            await asyncio.sleep(RETRY_SECONDS)
-            self.wake.set()
-            return
-        self.metrics.decided(NAME, ["status"] * len(plan.statuses) + ["quota"] * len(plan.quotas))
-
-
 def register(registry: kopf.OperatorRegistry, controller: Controller) -> Loop:
-    """Add the quota's handlers to `registry`; nothing is registered on import."""
-    loop = Loop(controller)
-    tasks: list[asyncio.Task[None]] = []
+    """Add the quota's handlers to `registry`; nothing is registered on import.
 
-    @kopf.on.startup(registry=registry)
-    async def start(**_: Any) -> None:
-        # kopf's own bookkeeping stays in annotations (the operator's settings), never in
-        # status: the status is the admission policy's input.
-        tasks.append(asyncio.create_task(loop.run()))
-        loop.wake.set()
-
-    @kopf.on.cleanup(registry=registry)
-    async def stop(**_: Any) -> None:
-        for task in tasks:
-            task.cancel()
-
-    def wake(**_: Any) -> None:
-        loop.wake.set()
-
-    kopf.on.event(labels.GROUP, API_VERSION, PLURAL, registry=registry)(wake)
-    kopf.on.event("serving.kserve.io", "v1beta1", "inferenceservices", registry=registry)(wake)
-    kopf.on.event(
-        "", "v1", "resourcequotas", registry=registry, labels={labels.MANAGED_BY: labels.MANAGER}
-    )(wake)
+    kopf's own bookkeeping stays in annotations (the operator's settings), never in status:
+    the status is the admission policy's input."""
+    loop = Loop(NAME, lambda now: _passes(controller.reconcile(now=now)),
+                resync_seconds=RESYNC_SECONDS)  # fmt: skip
+    quotas = Resource("", "v1", "resourcequotas")
+    register_loop(registry, loop, watch=[TENANTS, KSERVE, quotas],
+                  watch_labels={"resourcequotas": {labels.MANAGED_BY: labels.MANAGER}})  # fmt: skip
     return loop
+
+
+def _passes(plan: Plan) -> list[str]:
+    """The plan's writes as verbs, for the decision counter."""
+    return ["status"] * len(plan.statuses) + ["quota"] * len(plan.quotas)
 
 
 def kube_controller(options: OperatorOptions | None = None) -> Controller:

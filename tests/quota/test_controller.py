@@ -12,7 +12,7 @@ import kopf
 import pytest
 import yaml
 
-from policies.quota.controller import Controller, Loop, register
+from policies.quota.controller import Controller, register
 from policies.quota.fakes import FakeInferenceServices, FakeResourceQuotas, FakeSecrets, FakeTenants
 from policies.quota.metrics import GpuMetrics
 from policies.quota.spec import TenantSpec
@@ -162,12 +162,10 @@ def test_a_failed_status_write_raises_the_typed_error_and_the_next_pass_repairs(
 def test_the_loop_retries_after_a_kube_error() -> None:
     tenants, isvcs = catalog_fleet()
     tenants.next_error = KubeError("HTTP 500", status=500)
-    loop = Loop(controller(tenants, isvcs))
+    loop = register(kopf.OperatorRegistry(), controller(tenants, isvcs))
+    loop.retry_seconds = 0.0
 
     async def once() -> bool:
-        import policies.quota.controller as module
-
-        module.RETRY_SECONDS = 0.0
         await loop.once()
         return loop.wake.is_set()
 
