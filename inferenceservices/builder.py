@@ -14,6 +14,7 @@ from canary.spec import API_VERSION, KIND, POLICY_ANNOTATION, CanaryPolicySpec
 from inferenceservices.scaling import concurrency_target
 from policies.autoscale import spec as autoscale
 from policies.quota import spec as quota
+from policies.routers.manifests import access as router_access
 from radixfleet import labels
 from radixfleet.config.catalog import Catalog, Model, Tenant
 from radixfleet.config.gpus import gpu_label_value
@@ -210,6 +211,12 @@ def build_namespaces(catalog: Catalog) -> list[dict[str, Any]]:
         if tenant.name in used
         for ns in tenant.namespaces
     ]
+
+
+def build_router_access(namespace: str) -> list[dict[str, Any]]:
+    """The service account the routers of a tenant namespace run as: it may read the pods
+    there, for smg's discovery of a revision's replicas (policies/routers)."""
+    return router_access(namespace)
 
 
 def build_canary_policy(name: str, namespace: str) -> dict[str, Any]:

@@ -18,6 +18,10 @@ SLO_ITL_P95_MS = f"{GROUP}/slo-itl-p95-ms"
 PD_PEER = f"{GROUP}/pd-peer"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "radixfleet"
+# A revision's router (policies/routers): its component and the revision it routes to.
+COMPONENT = "app.kubernetes.io/component"
+ROUTER_COMPONENT = "router"
+REVISION = f"{GROUP}/revision"
 
 # The taint every GPU node carries, and the toleration every GPU workload needs.
 GPU_TAINT_KEY = "nvidia.com/gpu"

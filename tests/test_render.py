@@ -70,6 +70,10 @@ def test_kubectl_kustomize_builds(folder: str) -> None:
             "CanaryPolicy",
             "AutoscalePolicy",
             "Tenant",
+            # Each tenant namespace's router access (policies/routers).
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
         },
     }
     assert set(kinds) == expected[folder]

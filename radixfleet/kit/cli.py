@@ -36,13 +36,17 @@ def run(
     failover_namespace: Annotated[
         str, typer.Option(help="Namespace of the failover's floors ConfigMap in each region.")
     ] = "default",
+    router_image: Annotated[
+        str | None,
+        typer.Option(envvar="RADIXFLEET_ROUTER_IMAGE", help="smg image of revisions' routers."),
+    ] = None,
     standalone: Annotated[bool, typer.Option(help="No peering: one replica only.")] = False,
     liveness_port: Annotated[int, typer.Option(help="kopf's GET /healthz.")] = 8080,
     readiness_port: Annotated[int, typer.Option(help="GET /readyz: 200 while leading.")] = 8081,
     metrics_port: Annotated[int, typer.Option(help="Prometheus metrics.")] = 9464,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="kopf's info logs.")] = False,
 ) -> None:
-    """Run canary, autoscale and quota (and the failover if asked) until interrupted."""
+    """Run canary, autoscale, quota and routers (and the failover if asked) until interrupted."""
     from radixfleet.kit.operator import Ports
     from radixfleet.kit.operator import run as run_operator
     from radixfleet.kit.plugin import OperatorOptions, parse_contexts
@@ -51,7 +55,7 @@ def run(
     options = OperatorOptions(
         region=region, prometheus_url=prometheus,
         failover_contexts=parse_contexts(failover_context or []),
-        failover_namespace=failover_namespace,
+        failover_namespace=failover_namespace, router_image=router_image,
     )  # fmt: skip
     plugins = selected(opt_in=["failover"] if with_failover else [])
     ports = Ports(liveness=liveness_port, readiness=readiness_port, metrics=metrics_port)

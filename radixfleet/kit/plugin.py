@@ -1,10 +1,11 @@
 """The plug-in a controller package exposes, so that the kernel can run it without importing it.
 
 Each controller package has a `plugin.py` with one `PLUGIN = ControllerPlugin(...)`: its name,
-the plural of its custom resource, how to build its Kubernetes-backed controller, how to add its
-handlers to a kopf registry, the RBAC rules its adapters declare, and its policies for the fleet
-twin. `build`, `register` and `rules` import the heavy parts (the Kubernetes client, kopf) only
-when called, so loading a plug-in is cheap; `radixfleet.kit.registry` lists them by import path.
+the plural of its custom resource (if it has one), how to build its Kubernetes-backed
+controller, how to add its handlers to a kopf registry, the RBAC rules its adapters declare,
+and its policies for the fleet twin. `build`, `register` and `rules` import the heavy parts
+(the Kubernetes client, kopf) only when called, so loading a plug-in is cheap;
+`radixfleet.kit.registry` lists them by import path.
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ class OperatorOptions:
 
     `region` labels metrics; `prometheus_url` overrides each controller's default; the failover
     reads `failover_contexts` (region -> kubeconfig context of that region's cluster) and
-    `failover_namespace` (where the floors ConfigMap lives in each region).
+    `failover_namespace` (where the floors ConfigMap lives in each region); the routers
+    controller runs `router_image` (smg) for every serving revision.
     """
 
     region: str = "local"
     prometheus_url: str | None = None
     failover_contexts: Mapping[str, str] = field(default_factory=dict)
     failover_namespace: str = "default"
+    router_image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -41,11 +44,13 @@ class ControllerPlugin:
     `metrics(controller)` is a prometheus-client collector of the controller's own series (or
     None); `cli` is the "module:attribute" of its typer app (`radixfleet NAME ...`); `opt_in`
     controllers (the failover: one per fleet, not per region) run only when
-    asked for by name.
+    asked for by name. `entry_gate` is the "module:factory" of the gate the region entry puts
+    in front of its routes (`factory(api_client, replicas, region)`, see
+    `radixfleet.entry.gate`), and `entry_rules` the RBAC that gate needs.
     """
 
     name: str
-    plural: str
+    plural: str | None  # of its custom resource; None for one without (the routers)
     build: Callable[[OperatorOptions], Any]
     register: Callable[[Any, Any], object]
     rules: Callable[[], Sequence[PolicyRule]]
@@ -53,6 +58,8 @@ class ControllerPlugin:
     metrics: Callable[[Any], Any] = field(default=lambda controller: None)
     cli: str | None = None
     opt_in: bool = False
+    entry_gate: str | None = None
+    entry_rules: Callable[[], Sequence[PolicyRule]] = field(default=lambda: ())
 
 
 def parse_contexts(pairs: Sequence[str]) -> dict[str, str]:

@@ -19,6 +19,7 @@ CONTROLLERS: tuple[str, ...] = (
     "policies.autoscale.plugin:PLUGIN",
     "policies.quota.plugin:PLUGIN",
     "policies.failover.plugin:PLUGIN",
+    "policies.routers.plugin:PLUGIN",
 )
 
 
@@ -73,3 +74,19 @@ def controller_apps(*, paths: Sequence[str] = CONTROLLERS) -> list[tuple[str, An
             module_name, _, attribute = plugin.cli.partition(":")
             apps.append((plugin.name, getattr(importlib.import_module(module_name), attribute)))
     return apps
+
+
+def entry_gate(*, paths: Sequence[str] = CONTROLLERS) -> ControllerPlugin:
+    """The one plug-in that gates the region entry (authenticates and charges requests)."""
+    gating = [p for p in plugins(tuple(paths)) if p.entry_gate is not None]
+    if len(gating) != 1:
+        names = [p.name for p in gating]
+        raise UnknownControllerError(f"the region entry needs one gate; plug-ins offer {names}")
+    return gating[0]
+
+
+def load_entry_gate(plugin: ControllerPlugin) -> Any:
+    """The gate factory a plug-in names."""
+    assert plugin.entry_gate is not None
+    module_name, _, attribute = plugin.entry_gate.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)

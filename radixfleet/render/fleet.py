@@ -18,6 +18,7 @@ from inferenceservices.builder import (
     build_canary_policy,
     build_inference_service,
     build_namespaces,
+    build_router_access,
     build_tenant,
     namespace_of,
 )
@@ -65,6 +66,8 @@ def render_tree(catalog: Catalog) -> RenderedTree:
                 isvcs[f"{folder}/autoscalepolicy-{model.name}.yaml"] = to_yaml(
                     build_autoscale_policy(model, tenant), header=MARKER
                 )
+    served = sorted({namespace_of(t) for m in catalog.models for t in served_tenants(catalog, m)})
+    isvcs["router-access.yaml"] = _documents(o for ns in served for o in build_router_access(ns))
     for namespace, policy in sorted(_canary_policies(catalog)):
         isvcs[f"{namespace}/canarypolicy-{policy}.yaml"] = to_yaml(
             build_canary_policy(policy, namespace), header=MARKER

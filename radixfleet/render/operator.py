@@ -28,6 +28,10 @@ Manifest = dict[str, Any]
 NAME = "radixfleet-operator"
 NAMESPACE = "radixfleet-system"
 IMAGE = "radixfleet:dev"  # a placeholder: an overlay's kustomize `images:` entry sets the real one
+# The routers controller's smg image (testbed/containerfiles/smg.Containerfile); a placeholder
+# too: an overlay patches RADIXFLEET_ROUTER_IMAGE with the pushed image's digest.
+ROUTER_IMAGE = "radixfleet-smg:1.13.0"
+ROUTER_IMAGE_ENV = "RADIXFLEET_ROUTER_IMAGE"
 REPLICAS = 2
 COMMAND = ["radixfleet", "operator", "run"]
 RUN_AS_USER = 65532
@@ -80,6 +84,7 @@ def deployment(
     args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     node_selector: Mapping[str, str] | None = None,
+    router_image: str = ROUTER_IMAGE,
 ) -> Manifest:
     """The operator's Deployment: non-root, read-only, probes on /healthz and /readyz."""
     pod: Manifest = {
@@ -89,7 +94,9 @@ def deployment(
             "runAsUser": RUN_AS_USER,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [_container(image=image, args=args, env=env or {})],
+        "containers": [
+            _container(image=image, args=args, env={ROUTER_IMAGE_ENV: router_image, **(env or {})})
+        ],
         # kopf and Python write temporary files; the root file system stays read-only.
         "volumes": [{"name": "tmp", "emptyDir": {}}],
     }

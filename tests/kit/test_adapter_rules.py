@@ -104,11 +104,26 @@ def failover(api: Any, rec: Recorder) -> None:
     )
 
 
+def routers(api: Any, rec: Recorder) -> None:
+    from policies.routers.kube import KubeInferenceServices, KubeRevisions, KubeRouters
+    from policies.routers.spec import Router
+
+    isvcs = KubeInferenceServices(api)
+    isvcs.everywhere()
+    isvcs.get("ns", "m")
+    KubeRevisions(api).uids()
+    found = KubeRouters(api)
+    found.existing()
+    found.apply(Router(namespace="ns", revision="m-predictor-00001", isvc="m"), image="smg@x")
+    found.park(("ns", "m-predictor-00001-router"))
+
+
 SCENARIOS: dict[str, Scenario] = {
     "canary": canary,
     "autoscale": autoscale,
     "quota": quota,
     "failover": failover,
+    "routers": routers,
 }
 
 

@@ -24,7 +24,11 @@ def test_every_selected_controller_lands_in_one_registry() -> None:
     registry = build_registry(plugins, controllers, peering="radixfleet", priority=7)
     timers = {h.id for h in registry._spawning.get_all_handlers()}
     assert timers == {"canary-tick", "autoscale-tick", "failover-tick"}
-    assert len(list(registry._watching.get_all_handlers())) == 3  # the quota's three watches
+    watches = {h.id for h in registry._watching.get_all_handlers()}
+    assert watches == {  # the quota's three, the routers' one
+        "quota-wake-tenants", "quota-wake-inferenceservices", "quota-wake-resourcequotas",
+        "routers-wake-inferenceservices",
+    }  # fmt: skip
 
 
 def test_settings_are_the_operators_once() -> None:

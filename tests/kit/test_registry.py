@@ -20,15 +20,16 @@ from radixfleet.kit.registry import (
 from radixfleet.twin.registry import resolve
 
 
-def test_every_registered_controller_is_a_plugin_with_its_own_crd() -> None:
+def test_every_registered_controller_is_a_plugin_and_no_two_share_a_crd() -> None:
     found = plugins()
-    assert [p.name for p in found] == ["canary", "autoscale", "quota", "failover"]
-    assert len({p.plural for p in found}) == len(found)
+    assert [p.name for p in found] == ["canary", "autoscale", "quota", "failover", "routers"]
+    with_crd = [p.plural for p in found if p.plural is not None]
+    assert len(set(with_crd)) == len(with_crd) == 4
     assert all(isinstance(p, ControllerPlugin) for p in found)
 
 
 def test_the_failover_runs_only_when_asked() -> None:
-    assert [p.name for p in selected()] == ["canary", "autoscale", "quota"]
+    assert [p.name for p in selected()] == ["canary", "autoscale", "quota", "routers"]
     assert "failover" in [p.name for p in selected(opt_in=["failover"])]
     with pytest.raises(UnknownControllerError):
         selected(opt_in=["nope"])

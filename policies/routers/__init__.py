@@ -1,0 +1,1 @@
+"""The routers controller: one SGLang gateway (smg) per serving revision of each model."""

@@ -1,0 +1,96 @@
+"""Act: keep one router per serving revision, and the kopf handlers that run it.
+
+Every InferenceService event wakes the kit's coalescing loop; a pass lists the InferenceServices,
+the revisions and the routers, `decide`s (pure), applies what is missing or stale, and parks a
+router (zero replicas) only after re-reading its InferenceService and finding its revision still
+out of traffic (KServe may have moved traffic back between the list and the park). Without a
+router image the controller halts: it logs once per pass and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+import kopf
+
+from policies.routers.decide import Existing, Key, Plan, decide, wanted
+from policies.routers.spec import NAME, Router
+from radixfleet.kit.kube import Resource
+from radixfleet.kit.loop import Loop, register_loop
+from radixfleet.kit.plugin import OperatorOptions
+
+log = logging.getLogger(__name__)
+
+KSERVE = Resource("serving.kserve.io", "v1beta1", "inferenceservices")
+RESYNC_SECONDS = 30.0
+
+
+class InferenceServices(Protocol):
+    def everywhere(self) -> list[dict[str, Any]]: ...
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+
+class Revisions(Protocol):
+    def uids(self) -> dict[Key, str]: ...
+
+
+class Routers(Protocol):
+    def existing(self) -> dict[Key, Existing]: ...
+
+    def apply(self, router: Router, *, image: str) -> None: ...
+
+    def park(self, key: Key) -> None: ...
+
+
+@dataclass
+class Controller:
+    """The act layer: `reconcile` is one pass over the fleet."""
+
+    isvcs: InferenceServices
+    revisions: Revisions
+    routers: Routers
+    image: str | None
+
+    def reconcile(self, *, now: datetime) -> Plan:
+        del now  # routers follow KServe's status, not the clock
+        if not self.image:
+            log.warning("no router image (--router-image): routers are not managed")
+            return Plan()
+        existing = self.routers.existing()
+        plan = decide(self.isvcs.everywhere(), self.revisions.uids(), existing, image=self.image)
+        for router in plan.apply:
+            self.routers.apply(router, image=self.image)
+            log.info("router %s/%s applied", router.namespace, router.name)
+        for key in plan.park:
+            if self._still_unwanted(key, existing[key]):
+                self.routers.park(key)
+                log.info("router %s/%s parked: its revision serves no traffic", *key)
+        return plan
+
+    def _still_unwanted(self, key: Key, found: Existing) -> bool:
+        isvc = self.isvcs.get(key[0], found.isvc)
+        routers = wanted(isvc) if isvc is not None else None
+        return routers is not None and key[1] not in {r.name for r in routers}
+
+
+def register(registry: kopf.OperatorRegistry, controller: Controller) -> Loop:
+    """Add the routers' handlers to `registry`; nothing is registered on import."""
+    loop = Loop(NAME, lambda now: controller.reconcile(now=now).verbs,
+                resync_seconds=RESYNC_SECONDS)  # fmt: skip
+    register_loop(registry, loop, watch=[KSERVE])
+    return loop
+
+
+def kube_controller(options: OperatorOptions | None = None) -> Controller:
+    """A Controller on the in-cluster (or kubeconfig) credentials."""
+    from policies.routers.kube import KubeInferenceServices, KubeRevisions, KubeRouters
+    from radixfleet.kit.kube import api_client
+
+    options = options or OperatorOptions()
+    api = api_client()
+    return Controller(KubeInferenceServices(api), KubeRevisions(api), KubeRouters(api),
+                      image=options.router_image)  # fmt: skip

@@ -1,0 +1,99 @@
+"""Decide which routers should exist, from the InferenceServices as KServe reports them; pure.
+
+Rules, in order:
+
+1. Only a model of a tenant (`radixfleet.io/tenant` on the InferenceService) gets routers.
+2. A revision gets a router while it takes traffic (a non-zero percent in KServe's traffic
+   status) or is the latest ready one (a canary at 0% has its router before its first step).
+3. An InferenceService without a predictor status yet says nothing: its routers stay as they
+   are (halt, don't guess). A revision not listed yet (no UID to own its router) waits for the
+   next pass.
+4. A router is applied (one replica) when it is missing, runs another image or was parked; it
+   is parked (zero replicas) when its InferenceService reports a status without its revision.
+   Routers are never deleted: each is owned by its Knative Revision, and Kubernetes' garbage
+   collector removes it with the revision (so the operator needs no delete permission).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from policies.routers.spec import Router
+from radixfleet import labels
+
+Key = tuple[str, str]  # (namespace, name): a router's, or a revision's
+
+
+@dataclass(frozen=True)
+class Existing:
+    """A router found in the cluster: whose it is, which image it runs, how many replicas."""
+
+    isvc: str
+    image: str
+    replicas: int = 1
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Routers to apply (create, update or wake) and to park, each sorted."""
+
+    apply: tuple[Router, ...] = ()
+    park: tuple[Key, ...] = ()
+
+    @property
+    def verbs(self) -> list[str]:
+        """One verb per action, for the controller's decision counter."""
+        return ["apply"] * len(self.apply) + ["park"] * len(self.park)
+
+
+def wanted(isvc: Mapping[str, Any]) -> set[Router] | None:
+    """The routers an InferenceService should have; None while KServe has said nothing."""
+    meta = isvc.get("metadata") or {}
+    tenant = (meta.get("labels") or {}).get(labels.TENANT)
+    if not tenant:
+        return set()
+    predictor = ((isvc.get("status") or {}).get("components") or {}).get("predictor") or {}
+    if not predictor:
+        return None
+    serving = {t.get("revisionName") for t in predictor.get("traffic") or [] if t.get("percent")}
+    serving.add(predictor.get("latestReadyRevision"))
+    revisions = {r for r in serving if isinstance(r, str) and r}
+    return {
+        Router(namespace=meta["namespace"], revision=r, isvc=meta["name"], tenant=tenant)
+        for r in revisions
+    }
+
+
+def decide(
+    isvcs: Iterable[Mapping[str, Any]],
+    revision_uids: Mapping[Key, str],
+    existing: Mapping[Key, Existing],
+    *,
+    image: str,
+) -> Plan:
+    """What to apply and park so that exactly the wanted routers serve, on `image`."""
+    want: dict[Key, Router] = {}
+    reported: set[Key] = set()  # (namespace, InferenceService) whose status speaks
+    for isvc in isvcs:
+        routers = wanted(isvc)
+        if routers is None:
+            continue
+        meta = isvc["metadata"]
+        reported.add((meta["namespace"], meta["name"]))
+        want |= {(r.namespace, r.name): r for r in routers}
+    apply = [
+        replace(r, revision_uid=revision_uids[(r.namespace, r.revision)])
+        for key, r in want.items()
+        if (r.namespace, r.revision) in revision_uids and _stale(existing.get(key), image)
+    ]
+    park = [
+        key for key, found in existing.items()
+        if key not in want and found.replicas != 0 and (key[0], found.isvc) in reported
+    ]  # fmt: skip
+    return Plan(apply=tuple(sorted(apply)), park=tuple(sorted(park)))
+
+
+def _stale(found: Existing | None, image: str) -> bool:
+    return found is None or found.image != image or found.replicas == 0

@@ -1,0 +1,114 @@
+"""The routers controller's adapters on the kubernetes client, and the RBAC they need.
+
+Routers are applied server-side under the field manager `radixfleet-routers`, so the
+controller owns exactly the fields it writes and a second apply of the same router is a no-op.
+A router is parked by applying it again with zero replicas; nothing here deletes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from policies.routers.decide import Existing, Key
+from policies.routers.manifests import IMAGE_ANNOTATION, deployment, service
+from policies.routers.spec import COMPONENT, ROLE, Router
+from radixfleet import labels
+from radixfleet.kit.kube import Resource, absent_as_none, kube_call
+from radixfleet.kit.rbac import READ, PolicyRule, rule
+
+FIELD_MANAGER = "radixfleet-routers"
+KSERVE = Resource("serving.kserve.io", "v1beta1", "inferenceservices")
+REVISIONS = Resource("serving.knative.dev", "v1", "revisions")
+# The revisions KServe made (a router's owner must be one of them).
+KSERVE_REVISIONS = "serving.kserve.io/inferenceservice"
+SELECTOR = f"{COMPONENT}={ROLE},{labels.MANAGED_BY}={labels.MANAGER}"
+APPLY = "application/apply-patch+yaml"  # JSON is YAML: the body goes as it is
+
+RULES: tuple[PolicyRule, ...] = (
+    # kopf's event handler watches InferenceServices; the controller lists and re-reads them.
+    KSERVE.rule(*READ),
+    REVISIONS.rule("list"),  # their UIDs, for the owner references
+    # A server-side apply is a patch, and needs `create` too when the object is new.
+    rule("apps", "deployments", "list", "create", "patch"),
+    rule("", "services", "create", "patch"),
+)
+
+
+class KubeInferenceServices:
+    def __init__(self, api_client: Any) -> None:
+        self.api = client.CustomObjectsApi(api_client)
+
+    def everywhere(self) -> list[dict[str, Any]]:
+        group, version, plural = KSERVE.group, KSERVE.version, KSERVE.plural
+        found = kube_call(
+            "list inferenceservices",
+            lambda: self.api.list_cluster_custom_object(group, version, plural),
+        )
+        return list(found.get("items", [])) if isinstance(found, dict) else []
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found = absent_as_none(
+            f"get inferenceservice {namespace}/{name}",
+            lambda: self.api.get_namespaced_custom_object(
+                KSERVE.group, KSERVE.version, namespace, KSERVE.plural, name
+            ),
+        )
+        return found if isinstance(found, dict) else None
+
+
+class KubeRevisions:
+    def __init__(self, api_client: Any) -> None:
+        self.api = client.CustomObjectsApi(api_client)
+
+    def uids(self) -> dict[Key, str]:
+        """(namespace, revision) -> UID of every revision KServe made."""
+        group, version, plural = REVISIONS.group, REVISIONS.version, REVISIONS.plural
+        found = kube_call("list revisions", lambda: self.api.list_cluster_custom_object(
+            group, version, plural, label_selector=KSERVE_REVISIONS,
+        ))  # fmt: skip
+        items = found.get("items", []) if isinstance(found, dict) else []
+        metas = [item.get("metadata") or {} for item in items]
+        return {(m["namespace"], m["name"]): m["uid"] for m in metas}
+
+
+class KubeRouters:
+    def __init__(self, api_client: Any) -> None:
+        self.apps = client.AppsV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.serialize = api_client.sanitize_for_serialization
+
+    def existing(self) -> dict[Key, Existing]:
+        found = kube_call(
+            "list router deployments",
+            lambda: self.apps.list_deployment_for_all_namespaces(label_selector=SELECTOR),
+        )
+        items = self.serialize(found).get("items") or []
+        listed = [(d.get("metadata") or {}, d.get("spec") or {}) for d in items]
+        return {
+            (meta["namespace"], meta["name"]): Existing(
+                isvc=(meta.get("labels") or {}).get(labels.MODEL, ""),
+                image=(meta.get("annotations") or {}).get(IMAGE_ANNOTATION, ""),
+                replicas=int(spec.get("replicas", 1)),
+            )
+            for meta, spec in listed
+        }
+
+    def apply(self, router: Router, *, image: str) -> None:
+        where = f"{router.namespace}/{router.name}"
+        kube_call(f"apply router deployment {where}", lambda: self.apps.patch_namespaced_deployment(
+            router.name, router.namespace, deployment(router, image=image),
+            field_manager=FIELD_MANAGER, force=True, _content_type=APPLY,
+        ))  # fmt: skip
+        kube_call(f"apply router service {where}", lambda: self.core.patch_namespaced_service(
+            router.name, router.namespace, service(router, image=image),
+            field_manager=FIELD_MANAGER, force=True, _content_type=APPLY,
+        ))  # fmt: skip
+
+    def park(self, key: Key) -> None:
+        """Zero replicas: the router stays, with its Service, until its revision is collected."""
+        namespace, name = key
+        kube_call(f"park router {namespace}/{name}", lambda: self.apps.patch_namespaced_deployment(
+            name, namespace, {"spec": {"replicas": 0}}, field_manager=FIELD_MANAGER,
+        ))  # fmt: skip

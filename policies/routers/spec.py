@@ -1,0 +1,63 @@
+"""What a revision's router is: names, ports, labels and smg's command line, in one place.
+
+A router is an smg Deployment and its Service, named after the Knative revision it routes to
+(`<revision>-router`, in the revision's namespace). smg finds the revision's pods itself through
+Kubernetes discovery (`serving.knative.dev/revision=<revision>`) and sends requests to each pod's
+queue-proxy port, not to the SGLang container: Knative's autoscaler counts concurrency at the
+queue-proxy, so a router that bypassed it would leave a busy revision looking idle, and Knative
+would scale it to zero while it served.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from radixfleet import labels
+
+NAME = "routers"
+ROUTER_PORT = 8000  # smg's HTTP port; the Service's too
+METRICS_PORT = 29000  # smg's Prometheus exporter
+QUEUE_PROXY_PORT = 8012  # Knative's queue-proxy, in front of every serving pod's container
+SERVICE_ACCOUNT = "radixfleet-router"  # in each tenant namespace, rendered with the catalog
+REVISION_LABEL = "serving.knative.dev/revision"
+COMPONENT = labels.COMPONENT
+ROLE = labels.ROUTER_COMPONENT
+ROUTES_FOR = labels.REVISION  # the revision a router serves, on its objects
+SUFFIX = "-router"
+
+
+@dataclass(frozen=True, order=True)
+class Router:
+    """One revision's router: owned by the Knative Revision (`revision_uid`), so it goes when
+    Knative garbage-collects the revision; `isvc` and `tenant` label it."""
+
+    namespace: str
+    revision: str
+    isvc: str
+    tenant: str = ""
+    revision_uid: str = ""
+
+    @property
+    def name(self) -> str:
+        """The Deployment's and the Service's name."""
+        return router_name(self.revision)
+
+
+def router_name(revision: str) -> str:
+    """`<revision>-router`: where the entry finds a revision's router."""
+    return f"{revision}{SUFFIX}"
+
+
+def smg_args(router: Router) -> list[str]:
+    """smg's command line for one revision: cache-aware, pods found by Kubernetes discovery."""
+    return [
+        "launch",
+        "--host", "0.0.0.0", "--port", str(ROUTER_PORT),
+        "--policy", "cache_aware",
+        "--service-discovery",
+        "--selector", f"{REVISION_LABEL}={router.revision}",
+        "--service-discovery-namespace", router.namespace,
+        "--service-discovery-port", str(QUEUE_PROXY_PORT),
+        "--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT),
+        "--log-level", "warn",
+    ]  # fmt: skip

@@ -1,0 +1,85 @@
+"""The routers' act layer on recording fakes: it applies, re-checks before parking, and halts
+without an image."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from policies.routers.controller import Controller
+from policies.routers.decide import Existing, Key
+from policies.routers.spec import Router, router_name
+from tests.routers.test_decide import IMAGE, UIDS, isvc
+
+NOW = datetime(2026, 11, 25, tzinfo=UTC)
+
+
+@dataclass
+class FakeInferenceServices:
+    """Lists `listed`; `get` answers from `current` (what a re-read would see)."""
+
+    listed: list[dict[str, Any]]
+    current: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    def everywhere(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.listed)
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.current.get((namespace, name)))
+
+
+@dataclass
+class FakeRevisions:
+    def uids(self) -> dict[Key, str]:
+        return dict(UIDS)
+
+
+@dataclass
+class FakeRouters:
+    found: dict[Key, Existing] = field(default_factory=dict)
+    applied: list[tuple[Router, str]] = field(default_factory=list)
+    parked: list[Key] = field(default_factory=list)
+
+    def existing(self) -> dict[Key, Existing]:
+        return dict(self.found)
+
+    def apply(self, router: Router, *, image: str) -> None:
+        self.applied.append((router, image))
+        self.found[(router.namespace, router.name)] = Existing(router.isvc, image)
+
+    def park(self, key: Key) -> None:
+        self.parked.append(key)
+        self.found[key] = Existing(self.found[key].isvc, self.found[key].image, 0)
+
+
+def test_a_pass_applies_the_missing_router_and_a_second_pass_does_nothing() -> None:
+    model = isvc(traffic=[("r1", 100)])
+    routers = FakeRouters()
+    controller = Controller(FakeInferenceServices([model]), FakeRevisions(), routers, IMAGE)
+    controller.reconcile(now=NOW)
+    controller.reconcile(now=NOW)
+    assert [(r.revision, image) for r, image in routers.applied] == [("r1", IMAGE)]
+
+
+def test_a_router_is_not_parked_when_the_re_read_finds_its_revision_serving_again() -> None:
+    """KServe moved traffic back (a rollback) between the list and the park."""
+    stale = ("team-a", router_name("r1"))
+    listed = isvc(traffic=[("r2", 100)], latest_ready="r2")
+    rolled_back = isvc(traffic=[("r1", 100)], latest_ready="r2")
+    isvcs = FakeInferenceServices([listed], {("team-a", "chat"): rolled_back})
+    routers = FakeRouters({stale: Existing("chat", IMAGE)})
+    Controller(isvcs, FakeRevisions(), routers, IMAGE).reconcile(now=NOW)
+    assert routers.parked == []
+    isvcs.current[("team-a", "chat")] = listed
+    Controller(isvcs, FakeRevisions(), routers, IMAGE).reconcile(now=NOW)
+    assert routers.parked == [stale]
+
+
+def test_without_a_router_image_the_controller_changes_nothing() -> None:
+    routers = FakeRouters({("team-a", router_name("r0")): Existing("chat", IMAGE)})
+    models = FakeInferenceServices([isvc(traffic=[("r1", 100)])])
+    controller = Controller(models, FakeRevisions(), routers, None)
+    assert controller.reconcile(now=NOW).verbs == []
+    assert routers.applied == [] and routers.parked == []

@@ -1,0 +1,138 @@
+"""The routers' decisions: which revisions get a router, when one is replaced or deleted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from policies.routers.decide import Existing, Key, Plan, decide, wanted
+from policies.routers.spec import Router, router_name, smg_args
+
+IMAGE = "smg@sha256:aa"
+
+
+def isvc(
+    name: str = "chat",
+    namespace: str = "team-a",
+    *,
+    tenant: str | None = "a",
+    traffic: list[tuple[str, int]] | None = None,
+    latest_ready: str | None = None,
+) -> dict[str, Any]:
+    """An InferenceService as KServe reports it; `traffic=None`: no predictor status yet."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-{name}"}
+    if tenant is not None:
+        meta["labels"] = {"radixfleet.io/tenant": tenant}
+    found: dict[str, Any] = {"metadata": meta}
+    if traffic is not None:
+        predictor: dict[str, Any] = {
+            "traffic": [{"revisionName": r, "percent": p} for r, p in traffic]
+        }
+        if latest_ready:
+            predictor["latestReadyRevision"] = latest_ready
+        found["status"] = {"components": {"predictor": predictor}}
+    return found
+
+
+def key(revision: str, namespace: str = "team-a") -> Key:
+    return namespace, router_name(revision)
+
+
+UIDS = {("team-a", f"r{i}"): f"uid-r{i}" for i in range(1, 5)}
+UIDS[("team-a", "chat-predictor-00001")] = "uid-1"
+
+
+def test_a_serving_revision_gets_a_router_named_after_it_and_owned_by_the_revision() -> None:
+    plan = decide([isvc(traffic=[("chat-predictor-00001", 100)])], UIDS, {}, image=IMAGE)
+    (router,) = plan.apply
+    assert router == Router("team-a", "chat-predictor-00001", "chat", "a", revision_uid="uid-1")
+    assert router.name == "chat-predictor-00001-router"
+    assert plan.park == ()
+
+
+def test_a_revision_not_listed_yet_waits_for_its_uid() -> None:
+    assert decide([isvc(traffic=[("r9", 100)])], UIDS, {}, image=IMAGE) == Plan()
+
+
+def test_a_canary_at_zero_percent_has_its_router_before_its_first_step() -> None:
+    found = isvc(traffic=[("r1", 100), ("r2", 0)], latest_ready="r2")
+    assert {r.revision for r in wanted(found) or set()} == {"r1", "r2"}
+
+
+@pytest.mark.parametrize(
+    ("found", "expected"),
+    [
+        pytest.param(isvc(tenant=None, traffic=[("r1", 100)]), set(), id="not-a-tenants-model"),
+        pytest.param(isvc(traffic=None), None, id="no-status-yet"),
+        pytest.param(isvc(traffic=[("r1", 90), ("r2", 10)]), {"r1", "r2"}, id="canary-split"),
+        pytest.param(isvc(traffic=[("r1", 50), ("r1", 50)]), {"r1"}, id="one-revision-twice"),
+    ],
+)
+def test_wanted_routers(found: dict[str, Any], expected: set[str] | None) -> None:
+    routers = wanted(found)
+    assert (None if routers is None else {r.revision for r in routers}) == expected
+
+
+@pytest.mark.parametrize(
+    "found",
+    [pytest.param(Existing("chat", "smg@sha256:old"), id="another-image"),
+     pytest.param(Existing("chat", IMAGE, replicas=0), id="parked-and-serving-again")],
+)  # fmt: skip
+def test_a_stale_router_is_applied_again(found: Existing) -> None:
+    plan = decide([isvc(traffic=[("r1", 100)])], UIDS, {key("r1"): found}, image=IMAGE)
+    assert [r.revision for r in plan.apply] == ["r1"]
+
+
+def test_a_router_whose_revision_left_the_traffic_is_parked_once() -> None:
+    existing = {key("r1"): Existing("chat", IMAGE), key("r2"): Existing("chat", IMAGE)}
+    model = isvc(traffic=[("r2", 100)], latest_ready="r2")
+    assert decide([model], UIDS, existing, image=IMAGE) == Plan(park=(key("r1"),))
+    existing[key("r1")] = Existing("chat", IMAGE, replicas=0)
+    assert decide([model], UIDS, existing, image=IMAGE) == Plan()
+
+
+@pytest.mark.parametrize(
+    "isvcs",
+    [pytest.param([], id="model-gone"), pytest.param([isvc(traffic=None)], id="status-missing")],
+)
+def test_routers_are_kept_when_their_model_says_nothing(isvcs: list[dict[str, Any]]) -> None:
+    """Gone: the garbage collector removes them with their owner. No status: halt, not guess."""
+    assert decide(isvcs, UIDS, {key("r1"): Existing("chat", IMAGE)}, image=IMAGE) == Plan()
+
+
+def test_smg_finds_the_revisions_pods_and_sends_to_their_queue_proxy() -> None:
+    args = smg_args(Router("team-a", "chat-predictor-00002", "chat"))
+    joined = " ".join(args)
+    assert "--service-discovery --selector serving.knative.dev/revision=chat-predictor-00002" in (
+        joined
+    )
+    assert "--service-discovery-namespace team-a" in joined
+    assert "--service-discovery-port 8012" in joined
+    assert "--policy cache_aware" in joined
+
+
+revisions = st.sampled_from(["r1", "r2", "r3", "r4"])
+splits = st.lists(st.tuples(revisions, st.integers(0, 100)), max_size=4)
+
+
+@given(
+    traffic=splits,
+    stale=st.dictionaries(revisions, st.integers(0, 1), max_size=4),
+    latest=st.none() | revisions,
+)
+def test_after_acting_on_a_plan_the_next_is_empty_and_exactly_the_serving_routers_run(
+    traffic: list[tuple[str, int]], stale: dict[str, int], latest: str | None
+) -> None:
+    found = isvc(traffic=traffic, latest_ready=latest)
+    existing = {key(r): Existing("chat", "smg@sha256:old", n) for r, n in stale.items()}
+    plan = decide([found], UIDS, existing, image=IMAGE)
+    serving = {r for r, p in traffic if p} | ({latest} if latest else set())
+    assert not set(plan.park) & {key(r) for r in serving}
+    after = existing | {k: Existing("chat", v.image, 0) for k, v in existing.items()
+                        if k in plan.park}  # fmt: skip
+    after |= {(r.namespace, r.name): Existing(r.isvc, IMAGE) for r in plan.apply}
+    assert decide([found], UIDS, after, image=IMAGE) == Plan()
+    assert {k for k, v in after.items() if v.replicas} == {key(r) for r in serving}
