@@ -16,6 +16,7 @@ from rich.console import Console
 from radixfleet.config import Catalog, ConfigError, load_catalog
 from radixfleet.dashboards import render_dashboards
 from radixfleet.emulator.cli import emulate
+from radixfleet.entry.cli import entry_app
 from radixfleet.kit.cli import operator_app
 from radixfleet.kit.registry import controller_apps
 from radixfleet.platform import KNATIVE_FEATURES
@@ -35,6 +36,7 @@ err = Console(stderr=True)
 for _name, _app in controller_apps():
     app.add_typer(_app, name=_name)
 app.add_typer(operator_app, name="operator")
+app.add_typer(entry_app, name="entry")
 app.add_typer(twin_app, name="twin")
 app.command("bench")(bench)
 
@@ -85,7 +87,10 @@ def render(
 def _rendered_folders(runtimes_dir: Path, isvc_dir: Path) -> list[Path]:
     root = runtimes_dir.parent
     deploy = root / "deploy"
-    return [runtimes_dir, isvc_dir, root / "dashboards", deploy / "operator", deploy / "monitoring"]
+    return [
+        runtimes_dir, isvc_dir, root / "dashboards",
+        deploy / "operator", deploy / "monitoring", deploy / "entry",
+    ]  # fmt: skip
 
 
 def _not_a_folder(folders: list[Path]) -> Path | None:
@@ -124,6 +129,13 @@ def _write_rendered(
     monitoring_dir = runtimes_dir.parent / "deploy" / "monitoring"
     written = sync_files(render_monitoring(), monitoring_dir, marker=MONITORING_MARKER)
     console.print(f"rendered {len(written)} files into {monitoring_dir}")
+    # The region entry's kustomize base (its RBAC derived from what it and its gate read).
+    from radixfleet.render.entry import MARKER as ENTRY_MARKER
+    from radixfleet.render.entry import render_entry
+
+    entry_dir = runtimes_dir.parent / "deploy" / "entry"
+    written = sync_files(render_entry(), entry_dir, marker=ENTRY_MARKER)
+    console.print(f"rendered {len(written)} files into {entry_dir}")
 
 
 def _output_dirs(catalog: Path, out: Path | None) -> tuple[Path, Path]:

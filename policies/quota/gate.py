@@ -25,6 +25,7 @@ from policies.quota.ledger import Throttled, Ticket, TokenLedger
 from policies.quota.metrics import TokenMetrics
 from policies.quota.usage import StreamMeter, Usage, estimate_tokens, prompt_text, usage_of
 from radixfleet.config.catalog import TokenBudget
+from radixfleet.entry.gate import TENANT
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +90,10 @@ class TokenGate:
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method != "POST" or request.path not in self.paths:
             return await handler(request)
-        tenant = self.keys.get(_bearer(request))
+        tenant = self.keys.get(bearer(request))
         if tenant is None:
             return web.json_response(error_body(401, "Unknown or missing API key."), status=401)
+        request[TENANT] = tenant  # the entry resolves the model among this tenant's only
         body = await _json(request)  # aiohttp keeps the bytes: the handler reads them again
         model = str(body.get("model") or "")
         prompt = self.count_prompt(prompt_text(body))
@@ -161,7 +163,8 @@ class TokenGate:
             self.metrics.charged(ticket.tenant, ticket.model, kind=kind, tokens=tokens)
 
 
-def _bearer(request: web.Request) -> str:
+def bearer(request: web.Request) -> str:
+    """The key of `Authorization: Bearer KEY` (empty without one)."""
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     return token.strip() if scheme.lower() == "bearer" else ""
 

@@ -31,6 +31,12 @@ def _rules() -> Sequence[PolicyRule]:
     return RULES
 
 
+def _entry_rules() -> Sequence[PolicyRule]:
+    from policies.quota.entry import RULES
+
+    return RULES
+
+
 def _metrics(controller: Any) -> Any:
     return None if controller.metrics is None else controller.metrics.registry
 
@@ -44,4 +50,6 @@ PLUGIN = ControllerPlugin(
     twin={"admission": {"token_budgets": "policies.quota.twin:token_budgets"}},
     metrics=_metrics,
     cli="policies.quota.cli:quota_app",
+    entry_gate="policies.quota.entry:build",
+    entry_rules=_entry_rules,
 )

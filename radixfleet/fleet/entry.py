@@ -93,37 +93,19 @@ class RegionEntry:
         self.app = self._build_app()
 
     def _build_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024**2)
+        app = web.Application(middlewares=[error_middleware], client_max_size=64 * 1024**2)
         app.add_routes([web.post(path, self.proxy) for path in PROXIED_PATHS])
         app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health)])
-        if self.gate is not None:  # inside `_errors`: a throttled request never wakes a model
+        if self.gate is not None:  # inside the error middleware: a throttled request never wakes
             self.gate.install(app)
         return app
-
-    @web.middleware
-    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except EntryError as err:
-            return web.json_response(err.body(), status=err.status, headers=err.headers)
-        except ApiError as err:
-            return web.json_response(err.body(), status=err.status)
-        except web.HTTPException as err:
-            if err.status < 400:
-                raise
-            return web.json_response(ApiError(err.status, err.reason).body(), status=err.status)
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-            raise  # the client went away: nothing to answer
-        except Exception:
-            log.exception("unhandled error on %s", request.path)
-            return web.json_response(ApiError(500, "Internal server error.").body(), status=500)
 
     # -- routes ------------------------------------------------------------------------------
 
     async def proxy(self, request: web.Request) -> web.StreamResponse:
         """Forward a generation request to its model's router, waking the model if needed."""
         raw = await request.read()
-        body = _parse(raw)
+        body = parse_body(raw)
         model = self._model_for(body)
         if request.path.startswith("/v1/") and body.get("model") != model:
             # The router's OpenAI routes require the name the entry defaulted to.
@@ -197,19 +179,52 @@ class RegionEntry:
             headers["Authorization"] = request.headers["Authorization"]
         try:
             async with self.session.post(url, data=raw, headers=headers) as upstream:
-                if upstream.content_type == "text/event-stream":
-                    return await _stream(request, upstream)
-                body = await upstream.read()
-                content_type = upstream.content_type or "application/json"
-                return web.Response(status=upstream.status, body=body, content_type=content_type)
+                return await relay(request, upstream)
         except aiohttp.ClientConnectorError:
             raise self._unavailable("The model's router is not reachable.") from None
 
 
-async def _stream(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error as SGLang's status and JSON body, never a traceback."""
+    try:
+        return await handler(request)
+    except EntryError as err:
+        return web.json_response(err.body(), status=err.status, headers=err.headers)
+    except ApiError as err:
+        return web.json_response(err.body(), status=err.status)
+    except web.HTTPException as err:
+        if err.status < 400:
+            raise
+        return web.json_response(ApiError(err.status, err.reason).body(), status=err.status)
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+        raise  # the client went away: nothing to answer
+    except Exception:
+        log.exception("unhandled error on %s", request.path)
+        return web.json_response(ApiError(500, "Internal server error.").body(), status=500)
+
+
+async def relay(
+    request: web.Request,
+    upstream: aiohttp.ClientResponse,
+    headers: Mapping[str, str] | None = None,
+) -> web.StreamResponse:
+    """The upstream's answer as the client's: a stream chunk by chunk, else whole."""
+    if upstream.content_type == "text/event-stream":
+        return await _stream(request, upstream, headers or {})
+    body = await upstream.read()
+    content_type = upstream.content_type or "application/json"
+    return web.Response(
+        status=upstream.status, body=body, content_type=content_type, headers=headers
+    )
+
+
+async def _stream(
+    request: web.Request, upstream: aiohttp.ClientResponse, headers: Mapping[str, str]
+) -> web.StreamResponse:
     response = web.StreamResponse(
         status=upstream.status,
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers},
     )
     await response.prepare(request)
     async for chunk in upstream.content.iter_any():
@@ -218,7 +233,8 @@ async def _stream(request: web.Request, upstream: aiohttp.ClientResponse) -> web
     return response
 
 
-def _parse(raw: bytes) -> dict[str, Any]:
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """A request's JSON object body, or 400."""
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:

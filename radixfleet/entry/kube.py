@@ -1,0 +1,51 @@
+"""The entry's view of the cluster, re-read every few seconds, and the RBAC it needs.
+
+Polling keeps the entry simple and its replicas independent: each lists the InferenceServices
+(KServe's traffic status) and asks the gate to re-read the tenants. A failed read keeps the last
+table (requests keep flowing on what was known) and is retried at the next interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kubernetes import client
+
+from radixfleet.entry.routes import build_routes
+from radixfleet.entry.server import ClusterEntry
+from radixfleet.kit.errors import KubeError
+from radixfleet.kit.kube import Resource, kube_call
+from radixfleet.kit.rbac import PolicyRule
+
+log = logging.getLogger(__name__)
+
+KSERVE = Resource("serving.kserve.io", "v1beta1", "inferenceservices")
+RULES: tuple[PolicyRule, ...] = (KSERVE.rule("list"),)
+
+
+class KubeInferenceServices:
+    def __init__(self, api_client: Any) -> None:
+        self.api = client.CustomObjectsApi(api_client)
+
+    def everywhere(self) -> list[dict[str, Any]]:
+        group, version, plural = KSERVE.group, KSERVE.version, KSERVE.plural
+        found = kube_call(
+            "list inferenceservices",
+            lambda: self.api.list_cluster_custom_object(group, version, plural),
+        )
+        return list(found.get("items", [])) if isinstance(found, dict) else []
+
+
+async def keep_in_sync(
+    entry: ClusterEntry, isvcs: KubeInferenceServices, *, interval_s: float
+) -> None:
+    """Refresh the entry's routes, keys and budgets every `interval_s`, until cancelled."""
+    while True:
+        try:
+            namespaces = await asyncio.to_thread(entry.gate.sync)
+            entry.routes = build_routes(namespaces, await asyncio.to_thread(isvcs.everywhere))
+        except KubeError as error:
+            log.warning("cluster read failed (%s); serving on the last table", error)
+        await asyncio.sleep(interval_s)

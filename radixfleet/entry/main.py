@@ -1,0 +1,56 @@
+"""Wire the entry together: the gate a plug-in offers, the routes kept in sync, the server.
+
+Without a gate the entry does not start: every request must be authenticated and charged to
+one tenant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import start_http_server
+
+from radixfleet.entry.kube import KubeInferenceServices, keep_in_sync
+from radixfleet.entry.server import ClusterEntry, Upstreams
+from radixfleet.kit.kube import api_client
+from radixfleet.kit.registry import entry_gate, load_entry_gate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EntryOptions:
+    port: int = 8000
+    replicas: int = 1
+    region: str = "local"
+    metrics_port: int = 9464
+    sync_seconds: float = 2.0
+    cluster_domain: str = "cluster.local"
+
+
+async def serve(options: EntryOptions) -> None:
+    """Run until cancelled."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    api = api_client()
+    gate = load_entry_gate(entry_gate())(api, options.replicas, options.region)
+    start_http_server(options.metrics_port, registry=gate.registry())
+    async with aiohttp.ClientSession() as session:
+        upstreams = Upstreams(cluster_domain=options.cluster_domain)
+        entry = ClusterEntry(gate=gate, session=session, upstreams=upstreams)
+        sync = asyncio.create_task(
+            keep_in_sync(entry, KubeInferenceServices(api), interval_s=options.sync_seconds)
+        )
+        runner = web.AppRunner(entry.app())
+        await runner.setup()
+        await web.TCPSite(runner, "0.0.0.0", options.port).start()
+        log.info("entry serving on :%d (%d replicas share each budget)", options.port,
+                 options.replicas)  # fmt: skip
+        try:
+            await asyncio.Event().wait()
+        finally:
+            sync.cancel()
+            await runner.cleanup()

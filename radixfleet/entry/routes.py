@@ -1,0 +1,107 @@
+"""Which revision serves a tenant's model: the routing table, built from the cluster; pure.
+
+A tenant owns the InferenceServices in its namespaces (as the gate read them from the
+Tenants), and a model is named by its InferenceService, so two tenants may each have a model
+called `chat`: the table is keyed by (tenant, model), and a tenant's key never resolves
+another tenant's model.
+A model's targets are KServe's traffic status of its predictor (the revisions with a share), so
+the entry splits a canary exactly as KServe says; a model whose status has no share yet has no
+target, and its requests wait for one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Target:
+    """A revision serving a share of its model's requests."""
+
+    namespace: str
+    revision: str
+    percent: int
+
+
+@dataclass(frozen=True)
+class ModelRoute:
+    """A tenant's model and the revisions that serve it."""
+
+    tenant: str
+    model: str
+    namespace: str
+    targets: tuple[Target, ...] = ()
+
+    def pick(self, draw: float) -> Target | None:
+        """The target whose share holds `draw` (in [0, 100)); None with no target."""
+        total = sum(t.percent for t in self.targets)
+        point = draw * total / 100
+        for target in self.targets:
+            if point < target.percent:
+                return target
+            point -= target.percent
+        return self.targets[-1] if self.targets else None
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Every tenant's models. Empty until the entry has read the cluster once."""
+
+    models: Mapping[tuple[str, str], ModelRoute] = field(default_factory=dict)
+
+    def resolve(self, tenant: str, model: str) -> ModelRoute | None:
+        """The tenant's model of that name, if the tenant has one."""
+        return self.models.get((tenant, model))
+
+    def of(self, tenant: str) -> list[ModelRoute]:
+        """The tenant's models, by name."""
+        return sorted((r for (t, _), r in self.models.items() if t == tenant), key=_name)
+
+
+def _name(route: ModelRoute) -> str:
+    return route.model
+
+
+def build_routes(
+    namespaces: Mapping[str, Iterable[str]], isvcs: Iterable[Mapping[str, Any]]
+) -> Routes:
+    """The table of each tenant's namespaces and the InferenceServices as listed from the API
+    server. A namespace two tenants claim serves neither (the quota controller reports it)."""
+    owner = _namespace_owners(namespaces)
+    models: dict[tuple[str, str], ModelRoute] = {}
+    for isvc in sorted(isvcs, key=_where):
+        meta = isvc.get("metadata") or {}
+        tenant = owner.get(str(meta.get("namespace", "")))
+        if tenant is None:
+            continue
+        route = ModelRoute(tenant=tenant, model=str(meta.get("name", "")),
+                           namespace=str(meta["namespace"]), targets=targets_of(isvc))  # fmt: skip
+        models.setdefault((tenant, route.model), route)  # first namespace of a tenant wins
+    return Routes(models)
+
+
+def _where(isvc: Mapping[str, Any]) -> tuple[str, str]:
+    meta = isvc.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+def _namespace_owners(namespaces: Mapping[str, Iterable[str]]) -> dict[str, str]:
+    claims: dict[str, set[str]] = {}
+    for tenant, owned in namespaces.items():
+        for namespace in owned:
+            claims.setdefault(namespace, set()).add(tenant)
+    return {ns: next(iter(names)) for ns, names in claims.items() if len(names) == 1}
+
+
+def targets_of(isvc: Mapping[str, Any]) -> tuple[Target, ...]:
+    """KServe's traffic status of the predictor, as targets with a share (merged by revision)."""
+    namespace = str((isvc.get("metadata") or {}).get("namespace", ""))
+    predictor = ((isvc.get("status") or {}).get("components") or {}).get("predictor") or {}
+    shares: dict[str, int] = {}
+    for entry in predictor.get("traffic") or []:
+        revision, percent = entry.get("revisionName"), entry.get("percent")
+        if isinstance(revision, str) and isinstance(percent, int) and percent > 0:
+            shares[revision] = shares.get(revision, 0) + percent
+    return tuple(Target(namespace, r, p) for r, p in sorted(shares.items()))

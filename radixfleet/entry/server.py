@@ -1,0 +1,162 @@
+"""The region entry's HTTP application in a cluster.
+
+A request names a model; its API key names the tenant (the gate, `gate.py`). The entry finds
+that tenant's model (`routes.py`), picks a revision by KServe's traffic split, and sends the
+request to the revision's router (`<revision>-router:8000`, smg, cache-aware). A router with no
+worker says so (or has no pod yet): the entry then sends the request
+the Knative way, to the revision's Service with the headers an ingress adds, where Knative's
+activator holds it and wakes the revision from zero, so no request is lost while the router
+finds the new pod. Answers stream through; the tenant's credentials are never sent upstream.
+
+Every answer says which revision served it and how (`x-radixfleet-revision`,
+`x-radixfleet-path: router|knative`), for the platform team's debugging and the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from radixfleet.emulator.protocol import ApiError
+from radixfleet.entry.gate import TENANT, EntryGate
+from radixfleet.entry.routes import ModelRoute, Routes, Target
+from radixfleet.fleet.entry import PROXIED_PATHS, EntryError, error_middleware, parse_body, relay
+
+log = logging.getLogger(__name__)
+
+ROUTER_PORT = 8000
+RETRY_AFTER_S = 5
+# smg's answers when it has no worker for the revision: 503 `no_available_workers` before it
+# ever had one, 404 `model_not_found` once its last worker has gone (seen on the test cluster).
+NO_WORKERS = {(503, "no_available_workers"), (404, "model_not_found")}
+
+
+@dataclass
+class Upstreams:
+    """Where a revision is reached: its router, and its Knative Service (the activator at zero)."""
+
+    cluster_domain: str = "cluster.local"
+    router_port: int = ROUTER_PORT
+
+    def router(self, target: Target) -> str:
+        return f"http://{target.revision}-router.{self._svc(target)}:{self.router_port}"
+
+    def knative(self, target: Target) -> str:
+        return f"http://{target.revision}.{self._svc(target)}"
+
+    def _svc(self, target: Target) -> str:
+        return f"{target.namespace}.svc.{self.cluster_domain}"
+
+
+@dataclass
+class ClusterEntry:
+    """The aiohttp application; `routes` is replaced whole by the sync loop (`kube.py`)."""
+
+    gate: EntryGate
+    session: aiohttp.ClientSession
+    upstreams: Upstreams = field(default_factory=Upstreams)
+    wake_timeout_s: float = 600.0
+    draw: Callable[[], float] = field(default_factory=lambda: random.Random().random)
+    routes: Routes | None = None  # None until the first sync: every request gets 503
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[error_middleware], client_max_size=64 * 1024**2)
+        app.add_routes([web.post(path, self.proxy) for path in PROXIED_PATHS])
+        app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health)])
+        self.gate.install(app)  # inside the error middleware: a refused request costs nothing
+        return app
+
+    async def proxy(self, request: web.Request) -> web.StreamResponse:
+        """Forward a generation request to the revision that serves the tenant's model."""
+        raw = await request.read()
+        body = parse_body(raw)
+        route = self._route(request[TENANT], body)
+        if request.path.startswith("/v1/") and body.get("model") != route.model:
+            raw = json.dumps({**body, "model": route.model}).encode()
+        target = route.pick(self.draw() * 100)
+        if target is None:
+            raise self._unavailable(f"The model '{route.model}' has no ready revision yet.")
+        return await self._forward(request, target, raw)
+
+    async def models(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI's model list: the caller's own models (401 without a known key)."""
+        tenant = self.gate.tenant_of(request)
+        if tenant is None:
+            raise ApiError(401, "Unknown or missing API key.")
+        routes = self.routes.of(tenant) if self.routes else []
+        data = [{"id": r.model, "object": "model", "owned_by": tenant} for r in routes]
+        return web.json_response({"object": "list", "data": data})
+
+    async def health(self, _request: web.Request) -> web.StreamResponse:
+        """200 once the entry has read the cluster (Route 53 and the load balancer ask this)."""
+        return web.Response(status=200 if self.routes is not None else 503)
+
+    def _route(self, tenant: str, body: dict[str, Any]) -> ModelRoute:
+        if self.routes is None:
+            raise self._unavailable("The entry is starting; retry shortly.")
+        name = body.get("model")
+        owned = self.routes.of(tenant)
+        if (name is None or name == "default") and len(owned) == 1:
+            return owned[0]
+        if not isinstance(name, str) or not name:
+            raise ApiError(400, "Field 'model' is required.")
+        route = self.routes.resolve(tenant, name)
+        if route is None:  # another tenant's model looks exactly like no model at all
+            raise ApiError(404, f"The model '{name}' does not exist.")
+        return route
+
+    async def _forward(
+        self, request: web.Request, target: Target, raw: bytes
+    ) -> web.StreamResponse:
+        served = {"x-radixfleet-revision": f"{target.namespace}/{target.revision}"}
+        url = self.upstreams.router(target) + request.path
+        try:
+            async with self.session.post(url, data=raw, headers=_JSON) as upstream:
+                if not await _no_workers(upstream):
+                    return await relay(request, upstream, {**served, "x-radixfleet-path": "router"})
+        except aiohttp.ClientConnectorError:
+            log.info("router of %s/%s not reachable", target.namespace, target.revision)
+        return await self._through_knative(request, target, raw, served)
+
+    async def _through_knative(
+        self, request: web.Request, target: Target, raw: bytes, served: dict[str, str]
+    ) -> web.StreamResponse:
+        headers = {**_JSON, "Knative-Serving-Revision": target.revision,
+                   "Knative-Serving-Namespace": target.namespace}  # fmt: skip
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.wake_timeout_s)
+        url = self.upstreams.knative(target) + request.path
+        try:
+            async with self.session.post(url, data=raw, headers=headers, timeout=timeout) as up:
+                return await relay(request, up, {**served, "x-radixfleet-path": "knative"})
+        except (aiohttp.ClientConnectorError, TimeoutError):
+            raise self._unavailable(f"Revision {target.revision} is not reachable.") from None
+
+    def _unavailable(self, message: str) -> EntryError:
+        return EntryError(503, message, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+_JSON = {"Content-Type": "application/json"}
+
+
+async def _no_workers(upstream: aiohttp.ClientResponse) -> bool:
+    """Whether smg answered that it has no worker for the revision (now)."""
+    if upstream.status not in {status for status, _ in NO_WORKERS}:
+        return False
+    return router_has_no_worker(upstream.status, await upstream.read())
+
+
+def router_has_no_worker(status: int, body: bytes) -> bool:
+    """Whether a router's answer says it has no worker to send to."""
+    try:
+        answer = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    error = answer.get("error") if isinstance(answer, dict) else None
+    return isinstance(error, dict) and (status, error.get("code")) in NO_WORKERS

@@ -1,0 +1,79 @@
+"""The entry's routing table: per-tenant model names, KServe's split, claimed namespaces."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from radixfleet.entry.routes import ModelRoute, Target, build_routes, targets_of
+
+
+def isvc(name: str, namespace: str, traffic: list[tuple[str, int]] | None) -> dict[str, Any]:
+    found: dict[str, Any] = {"metadata": {"name": name, "namespace": namespace}}
+    if traffic is not None:
+        entries = [{"revisionName": r, "percent": p} for r, p in traffic]
+        found["status"] = {"components": {"predictor": {"traffic": entries}}}
+    return found
+
+
+NAMESPACES = {"blue": ["team-blue"], "green": ["team-green", "team-green-2"]}
+
+
+def test_two_tenants_own_a_model_of_the_same_name_and_each_key_reaches_its_own() -> None:
+    routes = build_routes(NAMESPACES, [
+        isvc("chat", "team-blue", [("chat-predictor-00001", 100)]),
+        isvc("chat", "team-green", [("chat-predictor-00003", 100)]),
+    ])  # fmt: skip
+    blue, green = routes.resolve("blue", "chat"), routes.resolve("green", "chat")
+    assert blue is not None and green is not None
+    assert blue.targets == (Target("team-blue", "chat-predictor-00001", 100),)
+    assert green.targets == (Target("team-green", "chat-predictor-00003", 100),)
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "found", "expected"),
+    [
+        pytest.param(NAMESPACES, isvc("chat", "elsewhere", [("r", 100)]), {}, id="unclaimed"),
+        pytest.param({"blue": ["shared"], "green": ["shared"]},
+                     isvc("chat", "shared", [("r", 100)]), {}, id="claimed-twice"),
+        pytest.param(NAMESPACES, isvc("chat", "team-green-2", None),
+                     {("green", "chat"): ()}, id="no-status-no-target"),
+    ],
+)  # fmt: skip
+def test_who_owns_what(
+    namespaces: dict[str, list[str]], found: dict[str, Any], expected: dict[Any, Any]
+) -> None:
+    routes = build_routes(namespaces, [found])
+    assert {k: r.targets for k, r in routes.models.items()} == expected
+
+
+def test_a_tenant_sees_only_its_models() -> None:
+    routes = build_routes(NAMESPACES, [isvc("a", "team-blue", []), isvc("b", "team-green", [])])
+    assert [r.model for r in routes.of("blue")] == ["a"]
+    assert routes.resolve("blue", "b") is None
+
+
+def test_kserves_split_is_read_with_zero_shares_left_out() -> None:
+    found = isvc("chat", "ns", [("r1", 90), ("r2", 10), ("r3", 0), ("r1", 0)])
+    assert targets_of(found) == (Target("ns", "r1", 90), Target("ns", "r2", 10))
+
+
+@given(
+    shares=st.lists(st.integers(1, 100), min_size=1, max_size=4),
+    draws=st.lists(st.floats(0, 100, exclude_max=True), min_size=1, max_size=50),
+)
+def test_each_revision_gets_draws_in_proportion_to_its_share(
+    shares: list[int], draws: list[float]
+) -> None:
+    targets = tuple(Target("ns", f"r{i}", p) for i, p in enumerate(shares))
+    route = ModelRoute("t", "m", "ns", targets)
+    total = sum(shares)
+    for draw in draws:
+        picked = route.pick(draw)
+        assert picked is not None
+        low = sum(shares[: targets.index(picked)]) * 100 / total
+        assert low <= draw < low + picked.percent * 100 / total + 1e-9
+    assert ModelRoute("t", "m", "ns").pick(50.0) is None

@@ -1,0 +1,330 @@
+"""The region entry's server against a real smg gateway (the PyPI binary) in front of an
+emulated replica, and the quota's cluster gate on fakes of the Tenants and their Secrets.
+
+What runs for real here: smg (routing, its `no_available_workers` answer), the emulated replica,
+the entry and the token gate. What stands in: Knative's Service of a revision (its activator
+cannot run outside a cluster; tests/cluster/test_data_plane.py wakes a real one), as a small
+server that records the headers it gets and answers like a replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from policies.quota.entry import ClusterGate, per_replica
+from policies.quota.fakes import FakeSecrets, FakeTenants
+from radixfleet.config.catalog import TokenBudget
+from radixfleet.emulator.server import EmulatorConfig
+from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
+from radixfleet.emulator.tokenizer import EmulatorTokenizer
+from radixfleet.entry.routes import Routes, Target, build_routes
+from radixfleet.entry.server import ClusterEntry, Upstreams, router_has_no_worker
+from radixfleet.profile import ReplicaProfile
+
+pytestmark = pytest.mark.fleet
+SMG = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "smg"
+KEYS = {"blue": "sk-blue", "green": "sk-green"}
+REVISION = "chat-predictor-00001"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _smg(port: int, workers: list[str], log: Path) -> subprocess.Popen[bytes]:
+    command = [
+        str(SMG), "launch", "--host", "127.0.0.1", "--port", str(port),
+        "--policy", "cache_aware", "--prometheus-port", str(_free_port()),
+        "--log-level", "warn", *(["--worker-urls", *workers] if workers else []),
+    ]  # fmt: skip
+    with log.open("wb") as sink:
+        return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+
+
+def _workers(url: str) -> int:
+    try:
+        with urllib.request.urlopen(f"{url}/workers", timeout=2) as answer:
+            return sum(1 for w in json.loads(answer.read())["workers"] if w["is_healthy"])
+    except OSError:
+        return -1
+
+
+@dataclass
+class Gateways:
+    serving: str  # smg with the emulated replica as its worker
+    empty: str  # smg with no worker: a revision at zero
+    replica: RunningEmulator
+
+
+@pytest.fixture(scope="module")
+def gateways(
+    tokenizer: EmulatorTokenizer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateways]:
+    profile = ReplicaProfile().scaled(time_factor=0.01)
+    logs = tmp_path_factory.mktemp("smg")
+    config = EmulatorConfig(profile=profile, port=0, warm=True, served_model_name="chat")
+    with serve_in_thread(config, tokenizer=tokenizer) as replica:
+        ports = _free_port(), _free_port()
+        processes = [_smg(ports[0], [replica.url], logs / "serving.log"),
+                     _smg(ports[1], [], logs / "empty.log")]  # fmt: skip
+        try:
+            urls = [f"http://127.0.0.1:{p}" for p in ports]
+            deadline = time.monotonic() + 60
+            while (_workers(urls[0]), _workers(urls[1])) != (1, 0):
+                assert all(p.poll() is None for p in processes), "smg exited"
+                assert time.monotonic() < deadline, "smg did not come up"
+                time.sleep(0.2)
+            yield Gateways(urls[0], urls[1], replica)
+        finally:
+            for process in processes:
+                process.terminate()
+                process.wait(timeout=15)
+
+
+@dataclass
+class KnativeStandIn:
+    """A revision's Knative Service as the entry meets it: records the headers it gets."""
+
+    seen: list[dict[str, str]] = field(default_factory=list)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        self.seen.append(dict(request.headers))
+        body = await request.json()
+        usage = {"prompt_tokens": 3, "completion_tokens": 1}
+        choices = [{"index": 0, "message": {"content": "hi"}}]
+        answer = {"object": "chat.completion", "model": body["model"], "choices": choices}
+        return web.json_response({**answer, "usage": usage})
+
+
+@dataclass
+class LocalUpstreams(Upstreams):
+    """Routers and Knative Services by namespace, on localhost."""
+
+    routers: dict[str, str] = field(default_factory=dict)
+    knative_url: str = ""
+
+    def router(self, target: Target) -> str:
+        return self.routers[target.namespace]
+
+    def knative(self, target: Target) -> str:
+        return self.knative_url
+
+
+TENANTS = {"blue": 6_000_000, "green": 6_000_000, "red": 60}
+
+
+def _gate() -> ClusterGate:
+    tenants, secrets = FakeTenants(), FakeSecrets()
+    for name, tokens in TENANTS.items():
+        tenants.add({"metadata": {"name": name}, "spec": {
+            "namespaces": [f"team-{name}"], "tokenBudget": {"tokensPerMinute": tokens},
+            "apiKeys": [{"name": "keys", "namespace": f"team-{name}"}]}})  # fmt: skip
+        secrets.keys[(f"team-{name}", "keys", "api-key")] = f"sk-{name}"
+    return ClusterGate(tenants, secrets, replicas=2, region="test")
+
+
+def _isvc(name: str, namespace: str) -> dict[str, Any]:
+    traffic = [{"revisionName": REVISION, "percent": 100}]
+    return {"metadata": {"name": name, "namespace": namespace},
+            "status": {"components": {"predictor": {"traffic": traffic}}}}  # fmt: skip
+
+
+@asynccontextmanager
+async def _entry(gateways: Gateways) -> AsyncIterator[tuple[str, KnativeStandIn, ClusterEntry]]:
+    knative = KnativeStandIn()
+    stand_in = web.Application()
+    stand_in.add_routes([web.post("/v1/chat/completions", knative.chat)])
+    closed = f"http://127.0.0.1:{_free_port()}"  # a router with no pod yet
+    async with TestServer(stand_in) as knative_server, aiohttp.ClientSession() as session:
+        upstreams = LocalUpstreams(
+            routers={"team-blue": gateways.serving, "team-green": gateways.empty,
+                     "team-red": closed},
+            knative_url=str(knative_server.make_url("")).rstrip("/"),
+        )  # fmt: skip
+        gate = _gate()
+        entry = ClusterEntry(gate=gate, session=session, upstreams=upstreams)
+        isvcs = [_isvc("chat", f"team-{t}") for t in TENANTS] + [_isvc("blue-only", "team-blue")]
+        entry.routes = build_routes(gate.sync(), isvcs)
+        async with TestServer(entry.app()) as server:
+            yield str(server.make_url("")).rstrip("/"), knative, entry
+
+
+async def _post(url: str, key: str | None, body: dict[str, Any]) -> tuple[int, dict[str, str], str]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as answer,
+    ):
+        return answer.status, dict(answer.headers), await answer.text()
+
+
+def _chat(model: str | None = "chat", *, stream: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": "Say hello."}],
+                            "max_tokens": 4, "stream": stream}  # fmt: skip
+    if model is not None:
+        body["model"] = model
+    return body
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+def test_a_tenants_stream_goes_through_its_revisions_router(gateways: Gateways) -> None:
+    async def go() -> tuple[int, dict[str, str], str]:
+        async with _entry(gateways) as (url, knative, _):
+            found = await _post(url, KEYS["blue"], _chat(stream=True))
+            assert knative.seen == []
+            return found
+
+    status, headers, body = run(go())
+    assert status == 200, body
+    assert body.rstrip().endswith("data: [DONE]")
+    assert headers["x-radixfleet-revision"] == f"team-blue/{REVISION}"
+    assert headers["x-radixfleet-path"] == "router"
+
+
+@pytest.mark.parametrize(
+    "tenant", ["green", "red"], ids=["router-without-workers", "router-not-reachable"]
+)
+def test_a_revision_its_router_cannot_serve_is_reached_the_knative_way(
+    gateways: Gateways, tenant: str
+) -> None:
+    async def go() -> tuple[int, dict[str, str], list[dict[str, str]]]:
+        async with _entry(gateways) as (url, knative, _):
+            status, headers, _body = await _post(url, f"sk-{tenant}", _chat())
+            return status, headers, knative.seen
+
+    status, headers, seen = run(go())
+    assert status == 200
+    assert headers["x-radixfleet-path"] == "knative"
+    (sent,) = seen
+    assert sent["Knative-Serving-Revision"] == REVISION
+    assert sent["Knative-Serving-Namespace"] == f"team-{tenant}"
+    assert "Authorization" not in sent, "a tenant's key never goes upstream"
+
+
+@pytest.mark.parametrize(
+    ("key", "body", "status"),
+    [
+        pytest.param(None, _chat(), 401, id="no-key"),
+        pytest.param("sk-nobody", _chat(), 401, id="unknown-key"),
+        pytest.param("sk-green", _chat("blue-only"), 404, id="another-tenants-model"),
+        pytest.param("sk-blue", _chat(None), 400, id="model-left-out-with-two-models"),
+        pytest.param("sk-blue", _chat("nope"), 404, id="no-such-model"),
+    ],
+)
+def test_refusals_are_sglangs_errors(
+    gateways: Gateways, key: str | None, body: dict[str, Any], status: int
+) -> None:
+    async def go() -> tuple[int, dict[str, str], str]:
+        async with _entry(gateways) as (url, _, _entry_app):
+            return await _post(url, key, body)
+
+    got, _, text = run(go())
+    assert got == status, text
+    assert json.loads(text)["error"]["code"] == status
+
+
+def test_a_model_left_out_means_the_tenants_only_model(gateways: Gateways) -> None:
+    async def go() -> tuple[int, dict[str, str], str]:
+        async with _entry(gateways) as (url, _, _entry_app):
+            return await _post(url, "sk-green", _chat(None))
+
+    status, headers, _ = run(go())
+    assert status == 200
+    assert headers["x-radixfleet-revision"] == f"team-green/{REVISION}"
+
+
+def test_a_tenant_over_its_share_of_the_budget_gets_429_and_others_are_served(
+    gateways: Gateways,
+) -> None:
+    async def go() -> tuple[list[int], int]:
+        async with _entry(gateways) as (url, _, _entry_app):
+            red = [(await _post(url, "sk-red", _chat()))[0] for _ in range(3)]
+            blue = (await _post(url, "sk-blue", _chat()))[0]
+            return red, blue
+
+    red, blue = run(go())
+    assert 429 in red and blue == 200
+
+
+def test_before_the_first_sync_every_request_waits_with_retry_after(gateways: Gateways) -> None:
+    async def go() -> tuple[int, dict[str, str], str]:
+        async with _entry(gateways) as (url, _, entry):
+            entry.routes = None
+            return await _post(url, "sk-blue", _chat())
+
+    status, headers, _ = run(go())
+    assert status == 503 and headers["Retry-After"] == "5"
+
+
+def test_the_model_list_is_the_callers_own(gateways: Gateways) -> None:
+    async def go() -> tuple[Any, int]:
+        async with _entry(gateways) as (url, _, _entry_app), aiohttp.ClientSession() as s:
+            async with s.get(f"{url}/v1/models", headers={"Authorization": "Bearer sk-blue"}) as a:
+                listed = await a.json()
+            async with s.get(f"{url}/v1/models") as anonymous:
+                return listed, anonymous.status
+
+    listed, anonymous = run(go())
+    assert [m["id"] for m in listed["data"]] == ["blue-only", "chat"]
+    assert anonymous == 401
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3, 7])
+def test_each_entry_replica_holds_its_share_of_a_budget_rounded_up(replicas: int) -> None:
+    budget = TokenBudget(tokens_per_minute=1000, per_model={"chat": 100})
+    share = per_replica(budget, replicas)
+    assert share is not None
+    assert share.tokens_per_minute * replicas >= 1000 > (share.tokens_per_minute - 1) * replicas
+    assert share.per_model["chat"] * replicas >= 100
+    assert per_replica(None, replicas) is None
+
+
+SMG_NEVER_HAD_A_WORKER = (
+    b'{"error":{"type":"Service Unavailable","code":"no_available_workers",'
+    b'"message":"No available workers (all circuits open or unhealthy)"}}'
+)
+SMG_LOST_ITS_WORKERS = (
+    b'{"error":{"type":"invalid_request_error","code":"model_not_found",'
+    b'"message":"No worker available for model \'chat\'","param":null}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        pytest.param(503, SMG_NEVER_HAD_A_WORKER, True, id="no-worker-yet"),
+        pytest.param(404, SMG_LOST_ITS_WORKERS, True, id="last-worker-gone"),
+        pytest.param(503, b'{"error": {"code": "overloaded"}}', False, id="another-503"),
+        pytest.param(404, b"not json", False, id="not-json"),
+        pytest.param(200, SMG_NEVER_HAD_A_WORKER, False, id="a-200"),
+    ],
+)
+def test_the_entry_reads_smgs_answers_for_no_worker(
+    status: int, body: bytes, expected: bool
+) -> None:
+    """The bodies are smg 1.13.0's, as seen here and on the test cluster."""
+    assert router_has_no_worker(status, body) is expected
+
+
+def test_routes_need_no_network() -> None:
+    assert Routes().resolve("blue", "chat") is None
