@@ -4,12 +4,23 @@ with the operator's Deployment and the labels the canary queries."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
+from policies.routers.manifests import deployment as router_deployment
+from policies.routers.spec import Router
 from radixfleet.cli import app
-from radixfleet.render import operator
-from radixfleet.render.monitoring import operator_metrics, render_monitoring, sglang_predictors
+from radixfleet.render import entry, operator
+from radixfleet.render.monitoring import (
+    entries,
+    operator_metrics,
+    render_monitoring,
+    routers,
+    sanitized,
+    sglang_predictors,
+)
 from tests.test_render_operator import kustomize
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,15 +37,46 @@ def test_committed_base_is_what_render_produces(tmp_path: Path) -> None:
     assert committed == fresh, "deploy/monitoring/ drifted: run `radixfleet render`"
 
 
-def test_the_base_builds_to_the_two_pod_monitors() -> None:
+def test_the_base_builds_to_the_four_pod_monitors() -> None:
     names = {doc["metadata"]["name"] for doc in kustomize(BASE) if doc["kind"] == "PodMonitor"}
-    assert names == {"radixfleet-sglang", "radixfleet-operator"}
+    assert names == {
+        "radixfleet-sglang", "radixfleet-operator", "radixfleet-routers", "radixfleet-entry",
+    }  # fmt: skip
 
 
-def test_the_operator_monitor_names_a_port_the_operator_declares() -> None:
-    (endpoint,) = operator_metrics()["spec"]["podMetricsEndpoints"]
-    (container,) = operator.deployment()["spec"]["template"]["spec"]["containers"]
+def _pod(deployment: dict[str, Any]) -> dict[str, Any]:
+    pod: dict[str, Any] = deployment["spec"]["template"]
+    return pod
+
+
+ROUTER = Router("team-a", "chat-predictor-00001", "chat", "a", "uid")
+MONITORED = [
+    pytest.param(operator_metrics(), _pod(operator.deployment()), id="operator"),
+    pytest.param(entries(), _pod(entry.deployment()), id="entry"),
+    pytest.param(routers(), _pod(router_deployment(ROUTER, image="smg")), id="router"),
+]
+
+
+@pytest.mark.parametrize(("monitor", "pod"), MONITORED)
+def test_each_monitor_selects_its_pods_and_names_a_port_they_declare(
+    monitor: dict[str, Any], pod: dict[str, Any]
+) -> None:
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    selected = monitor["spec"]["selector"]["matchLabels"]
+    assert selected.items() <= pod["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
     assert endpoint["port"] in {port["name"] for port in container["ports"]}
+
+
+def test_router_series_carry_the_revision_model_and_tenant() -> None:
+    (endpoint,) = routers()["spec"]["podMetricsEndpoints"]
+    written = {rule["targetLabel"] for rule in endpoint["relabelings"]}
+    assert written == {"revision", "model", "tenant"}
+    pod_labels = _pod(router_deployment(ROUTER, image="smg"))["metadata"]["labels"]
+    for rule in endpoint["relabelings"]:
+        (source,) = rule["sourceLabels"]
+        assert any(sanitized(label) == source.removeprefix("__meta_kubernetes_pod_label_")
+                   for label in pod_labels)  # fmt: skip
 
 
 def test_the_predictor_monitor_writes_the_labels_the_canary_queries() -> None:

@@ -1,5 +1,6 @@
-"""What Prometheus scrapes in a region: prometheus-operator PodMonitors for the SGLang predictors
-and the operator, rendered into the kustomize base `deploy/monitoring/`.
+"""What Prometheus scrapes in a region: prometheus-operator PodMonitors for the SGLang predictors,
+the operator, the revisions' routers and the region entry, rendered into the kustomize base
+`deploy/monitoring/`.
 
 infra installs kube-prometheus-stack, whose Prometheus picks up every PodMonitor in the cluster
 (`podMonitorSelectorNilUsesHelmValues: false`), and the test bed turns the same objects into a
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from radixfleet import labels
-from radixfleet.render import operator
+from radixfleet.render import entry, operator
 from radixfleet.render.yamlout import to_yaml, with_kustomization
 
 Manifest = dict[str, Any]
@@ -79,6 +80,31 @@ def operator_metrics() -> Manifest:
     return _pod_monitor("radixfleet-operator", selector, endpoint, any_namespace=False)
 
 
+def routers() -> Manifest:
+    """Every revision's smg router (policies/routers): its request, latency and worker series,
+    labelled with the revision, model and tenant it serves."""
+    endpoint = {
+        "port": "metrics",  # policies/routers/manifests.py names smg's exporter port so
+        "path": "/metrics",
+        "interval": INTERVAL,
+        "relabelings": [
+            _from_pod_label(labels.REVISION, "revision"),
+            _from_pod_label(labels.MODEL, "model"),
+            _from_pod_label(labels.TENANT, "tenant"),
+        ],
+    }
+    selector = {"matchLabels": {labels.COMPONENT: labels.ROUTER_COMPONENT,
+                                labels.MANAGED_BY: labels.MANAGER}}  # fmt: skip
+    return _pod_monitor("radixfleet-routers", selector, endpoint, any_namespace=True)
+
+
+def entries() -> Manifest:
+    """The region entry's replicas: tokens charged and requests throttled per tenant."""
+    endpoint = {"port": "metrics", "path": "/metrics", "interval": INTERVAL}
+    selector = {"matchLabels": dict(entry.SELECTOR)}
+    return _pod_monitor("radixfleet-entry", selector, endpoint, any_namespace=False)
+
+
 def _pod_monitor(
     name: str, selector: Manifest, endpoint: Manifest, *, any_namespace: bool
 ) -> Manifest:
@@ -100,7 +126,7 @@ def _pod_monitor(
 
 
 def pod_monitors() -> list[Manifest]:
-    return [sglang_predictors(), operator_metrics()]
+    return [sglang_predictors(), operator_metrics(), routers(), entries()]
 
 
 def render_monitoring() -> dict[str, str]:
