@@ -18,7 +18,6 @@ traffic status says (`Traffic`); everything that decides and reconciles is real.
 from __future__ import annotations
 
 import json
-import os
 import random
 import threading
 import time
@@ -26,7 +25,6 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +34,7 @@ from radixfleet.render.monitoring import pod_monitors
 from testbed import images, prometheus, session
 from testbed.cluster import Cluster
 from tests.cluster.conftest import REPO
+from tests.cluster.deploy import OPERATOR_SELECTOR, apply_overlay, overlay, remove_operator
 from tests.cluster.emulated import (
     emulated_isvc,
     get,
@@ -53,22 +52,7 @@ ISVC = "watched"
 REVISION = f"{ISVC}-predictor-00001"
 QUOTA = "radixfleet-gpus"
 TIMEOUT_S = 240.0
-LEADER_SELECTOR = f"app.kubernetes.io/name={operator.NAME}"
-
-
-def _overlay(folder: Path, image: images.ImageRecord) -> Path:
-    """A kustomize overlay of deploy/operator/ that sets the image by digest, as a platform
-    team's overlay does (the base names the placeholder `radixfleet:dev`)."""
-    base = os.path.relpath(REPO / "deploy" / "operator", folder)
-    repository = image.pinned.partition("@")[0]
-    kustomization = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": [base],
-        "images": [{"name": "radixfleet", "newName": repository, "digest": image.digest}],
-    }
-    (folder / "kustomization.yaml").write_text(json.dumps(kustomization))
-    return folder
+LEADER_SELECTOR = OPERATOR_SELECTOR
 
 
 @pytest.fixture(scope="module")
@@ -81,18 +65,14 @@ def deployed(kserve: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     )
     session.apply(kserve, monitoring)
     session.wait_rollout(kserve, namespace=prometheus.NAMESPACE, deployment=prometheus.NAME)
-    overlay = _overlay(tmp_path_factory.mktemp("operator-overlay"), image)
-    kserve.kubectl("apply", "--server-side", "--field-manager=radixfleet", "-k", str(overlay))
+    folder = overlay(tmp_path_factory.mktemp("operator-overlay"), "operator", image)
+    apply_overlay(kserve, folder)
     session.wait_for(lambda: _leader(kserve) is not None, timeout_s=TIMEOUT_S,
                      what="one operator replica Ready (leading)")  # fmt: skip
     try:
         yield kserve
     finally:
-        # Other modules run their own operators with the same peering object: leave none behind.
-        kserve.kubectl("delete", "deployment", operator.NAME, "-n", operator.NAMESPACE,
-                       "--wait=true", "--timeout=120s", check=False)  # fmt: skip
-        kserve.kubectl("delete", "pods", "-l", LEADER_SELECTOR, "-n", operator.NAMESPACE,
-                       "--wait=true", "--timeout=120s", check=False)  # fmt: skip
+        remove_operator(kserve)
         kserve.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
 
 

@@ -1,0 +1,64 @@
+"""radixfleet's own kustomize bases deployed as a platform team deploys them: an overlay that
+names the images by digest (the bases carry placeholders), applied server-side."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from radixfleet.render import operator
+from testbed import images
+from testbed.cluster import Cluster
+from tests.cluster.conftest import REPO
+
+OPERATOR_SELECTOR = f"app.kubernetes.io/name={operator.NAME}"
+
+
+def overlay(
+    folder: Path,
+    base: str,
+    image: images.ImageRecord,
+    *,
+    patches: Sequence[Mapping[str, Any]] = (),
+) -> Path:
+    """A kustomize overlay of `deploy/<base>/` that sets radixfleet's image by digest."""
+    folder.mkdir(parents=True, exist_ok=True)
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(REPO / "deploy" / base, folder)],
+        "images": [{"name": "radixfleet", "newName": image.pinned.partition("@")[0],
+                    "digest": image.digest}],
+        "patches": [dict(p) for p in patches],
+    }  # fmt: skip
+    (folder / "kustomization.yaml").write_text(json.dumps(kustomization))
+    return folder
+
+
+def router_image_patch(router: images.ImageRecord) -> dict[str, Any]:
+    """The overlay patch that gives the operator's routers controller the smg image."""
+    patch = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": operator.NAME, "namespace": operator.NAMESPACE},
+        "spec": {"template": {"spec": {"containers": [{
+            "name": "operator",
+            "env": [{"name": operator.ROUTER_IMAGE_ENV, "value": router.pinned}],
+        }]}}},
+    }  # fmt: skip
+    return {"patch": json.dumps(patch)}
+
+
+def apply_overlay(cluster: Cluster, folder: Path) -> None:
+    cluster.kubectl("apply", "--server-side", "--field-manager=radixfleet", "-k", str(folder))
+
+
+def remove_operator(cluster: Cluster) -> None:
+    """Other modules run their own operators with the same peering object: leave none behind."""
+    cluster.kubectl("delete", "deployment", operator.NAME, "-n", operator.NAMESPACE,
+                    "--wait=true", "--timeout=120s", check=False)  # fmt: skip
+    cluster.kubectl("delete", "pods", "-l", OPERATOR_SELECTOR, "-n", operator.NAMESPACE,
+                    "--wait=true", "--timeout=120s", check=False)  # fmt: skip

@@ -1,0 +1,292 @@
+"""The in-cluster data plane, deployed from radixfleet's bases as a platform team deploys it:
+the operator (`deploy/operator/`, whose routers controller gives every serving revision an smg
+router), the region entry (`deploy/entry/`, two replicas behind one Service), and two tenants
+that each own a serverless model called `chat` (emulated SGLang predictors from radixfleet's
+image, scaled to zero when idle).
+
+What is proven, through the entry's Service as a client reaches it: a streamed answer from the
+caller's own `chat` (the same name resolves per tenant), served through that revision's router,
+whose smg found the predictor pod by Kubernetes discovery on its queue-proxy port; 401 for a
+wrong or missing key; 429 for a tenant over its token budget while the other is served; and a
+model at zero woken by a request through the entry, answered, with none lost.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from policies.routers.manifests import access
+from radixfleet.render import entry as entry_base
+from radixfleet.render import operator
+from testbed import images, session
+from testbed.cluster import Cluster, ClusterError
+from tests.cluster.conftest import REPO
+from tests.cluster.deploy import (
+    OPERATOR_SELECTOR,
+    apply_overlay,
+    overlay,
+    remove_operator,
+    router_image_patch,
+)  # fmt: skip
+from tests.cluster.emulated import emulated_isvc, get, model_volume, ready
+
+MODEL = "chat"
+REVISION = f"{MODEL}-predictor-00001"
+ROUTER = f"{REVISION}-router"
+TIMEOUT_S = 300.0
+# The revision scales to zero about 6 s + Knative's 30 s grace period after its last request.
+FAST_SCALE_DOWN = {"autoscaling.knative.dev/window": "6s"}
+
+
+@dataclass(frozen=True)
+class Team:
+    name: str
+    key: str
+    tokens_per_minute: int
+    scale_down: dict[str, str]
+
+    @property
+    def namespace(self) -> str:
+        return f"dp-{self.name}"
+
+
+BLUE = Team("blue", "sk-blue-7f3a", 6_000_000, FAST_SCALE_DOWN)
+# 600 tokens a minute: each of the two entry replicas holds 300, a bucket of 25 tokens (5 s of
+# budget), about one short chat at a time.
+GREEN = Team("green", "sk-green-51c9", 600, {})
+TEAMS = (BLUE, GREEN)
+
+
+def _tenant(team: Team) -> dict[str, Any]:
+    return {
+        "apiVersion": "radixfleet.io/v1alpha1",
+        "kind": "Tenant",
+        "metadata": {"name": team.name},
+        "spec": {
+            "namespaces": [team.namespace],
+            "gpuBudget": {"H100": {"guaranteed": 2}},
+            "tokenBudget": {"tokensPerMinute": team.tokens_per_minute},
+            "apiKeys": [{"name": "api-keys", "namespace": team.namespace}],
+        },
+    }
+
+
+def _model(image: str, team: Team) -> dict[str, Any]:
+    return emulated_isvc(
+        image, name=MODEL, namespace=team.namespace, mode="Knative", min_replicas=0,
+        labels={"radixfleet.io/tenant": team.name},
+        annotations={"radixfleet.io/gpu-type": "H100", "radixfleet.io/gpus-per-replica": "1",
+                     **team.scale_down},
+    )  # fmt: skip
+
+
+def _onboard(cluster: Cluster, team: Team, image: str) -> None:
+    """What a platform team applies for a tenant: namespace, router access, key, Tenant, model."""
+    cluster.kubectl("create", "namespace", team.namespace)
+    cluster.kubectl("create", "secret", "generic", "api-keys", "-n", team.namespace,
+                    f"--from-literal=api-key={team.key}")  # fmt: skip
+    session.apply(cluster, [*access(team.namespace), _tenant(team)])
+    volume = model_volume(cluster, namespace=team.namespace, model=MODEL)
+    session.apply(cluster, [*volume, _model(image, team)])
+
+
+@pytest.fixture(scope="module")
+def plane(
+    kserve: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Cluster, str]]:
+    """The operator, the entry and two tenants' models, Ready; the entry's URL."""
+    image, smg = images.radixfleet(), images.smg()
+    session.load_images(kserve, [image, smg])
+    kserve.kubectl("apply", "--server-side", "--field-manager=radixfleet",
+                   "-k", str(REPO / "runtimes"))  # fmt: skip
+    root = tmp_path_factory.mktemp("overlays")
+    apply_overlay(kserve, overlay(root / "operator", "operator", image,
+                                  patches=[router_image_patch(smg)]))  # fmt: skip
+    apply_overlay(kserve, overlay(root / "entry", "entry", image))
+    try:
+        for team in TEAMS:
+            _onboard(kserve, team, image.pinned)
+        for team in TEAMS:
+            _wait_ready(kserve, team)
+        session.wait_rollout(kserve, namespace=operator.NAMESPACE, deployment=entry_base.NAME)
+        service = get(kserve, "service", entry_base.NAME, "-n", operator.NAMESPACE)
+        yield kserve, f"http://{service['spec']['clusterIP']}"
+    finally:
+        for team in TEAMS:
+            kserve.kubectl("delete", "tenant", team.name, "--wait=false", check=False)
+            kserve.kubectl("delete", "namespace", team.namespace, "--wait=false", check=False)
+        kserve.kubectl("delete", "-k", str(root / "entry"), "--wait=false", check=False)
+        remove_operator(kserve)
+
+
+def _wait_ready(cluster: Cluster, team: Team) -> None:
+    session.wait_for(lambda: ready(cluster, "isvc", MODEL, team.namespace), timeout_s=TIMEOUT_S,
+                     what=f"{team.namespace}/{MODEL} Ready")  # fmt: skip
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: str
+
+    def tokens(self) -> list[str]:
+        """The content pieces of a streamed chat answer (which must end with [DONE])."""
+        events = [e for e in self.body.splitlines() if e.startswith("data: ")]
+        assert events and events[-1] == "data: [DONE]", self.body[:500]
+        chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
+        return [c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]]
+
+
+def _chat(url: str, key: str | None, *, model: str = MODEL, timeout_s: float = 240) -> Answer:
+    body = {"model": model, "stream": True, "max_tokens": 8,
+            "messages": [{"role": "user", "content": "Say hello."}]}  # fmt: skip
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(f"{url}/v1/chat/completions",
+                                     data=json.dumps(body).encode(), headers=headers)  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return Answer(response.status, dict(response.headers), response.read().decode())
+    except urllib.error.HTTPError as error:
+        return Answer(error.code, dict(error.headers), error.read().decode())
+
+
+def _router_workers(cluster: Cluster, namespace: str) -> list[str]:
+    """The worker URLs the revision's router lists ([] before its pod is up)."""
+    found = cluster.kubectl("get", "service", ROUTER, "-n", namespace, "-o", "json", check=False)
+    if found.returncode != 0:
+        return []
+    ip = json.loads(found.stdout)["spec"]["clusterIP"]
+    try:
+        with urllib.request.urlopen(f"http://{ip}:8000/workers", timeout=5) as response:
+            workers = json.loads(response.read())["workers"]
+    except OSError:
+        return []
+    return [w["url"] for w in workers if w.get("is_healthy")]
+
+
+def _predictor_pods(
+    cluster: Cluster, namespace: str, *, terminating: bool = False
+) -> list[dict[str, Any]]:
+    found = get(cluster, "pods", "-n", namespace, "-l", f"serving.knative.dev/revision={REVISION}")
+    items: list[dict[str, Any]] = found["items"]
+    return [p for p in items if terminating or not p["metadata"].get("deletionTimestamp")]
+
+
+def _served_by_router(cluster: Cluster, url: str, team: Team) -> Answer:
+    """A chat once the router has found the revision's pod (the first may wake it)."""
+    _chat(url, team.key)
+    _wait_router(cluster, team.namespace)
+    session.wait_for(lambda: bool(_router_workers(cluster, team.namespace)), timeout_s=TIMEOUT_S,
+                     what=f"the router of {team.namespace}/{REVISION} lists a worker")  # fmt: skip
+    return _chat(url, team.key)
+
+
+def _wait_router(cluster: Cluster, namespace: str) -> None:
+    """Wait for the routers controller to create the revision's router, and for it to roll out
+    (failing with the operator's logs, where a missing router is explained)."""
+
+    def exists() -> bool:
+        found = cluster.kubectl("get", "deployment", ROUTER, "-n", namespace, check=False)
+        return found.returncode == 0
+
+    try:
+        session.wait_for(exists, timeout_s=TIMEOUT_S, what=f"router {namespace}/{ROUTER}")
+    except ClusterError as error:
+        logs = cluster.kubectl("logs", "-n", operator.NAMESPACE, "-l", OPERATOR_SELECTOR,
+                               "--tail=40", check=False)  # fmt: skip
+        raise ClusterError(f"{error}\n--- operator logs\n{logs.stdout}{logs.stderr}") from error
+    session.wait_rollout(cluster, namespace=namespace, deployment=ROUTER)
+
+
+def test_each_serving_revision_gets_a_router_owned_by_the_revision(
+    plane: tuple[Cluster, str],
+) -> None:
+    cluster, _ = plane
+    for team in TEAMS:
+        _wait_router(cluster, team.namespace)
+        router = get(cluster, "deployment", ROUTER, "-n", team.namespace)
+        revision = get(cluster, "revision", REVISION, "-n", team.namespace)
+        (owner,) = router["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"]) == ("Revision", REVISION)
+        assert owner["uid"] == revision["metadata"]["uid"]
+        pod_spec = router["spec"]["template"]["spec"]
+        assert pod_spec["serviceAccountName"] == "radixfleet-router"
+        assert pod_spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_the_router_discovers_the_predictor_pod_on_its_queue_proxy_port(
+    plane: tuple[Cluster, str],
+) -> None:
+    cluster, url = plane
+    _served_by_router(cluster, url, BLUE)
+    pod_ips = {p["status"].get("podIP") for p in _predictor_pods(cluster, BLUE.namespace)}
+    assert _router_workers(cluster, BLUE.namespace) == [f"http://{ip}:8012" for ip in pod_ips]
+
+
+def test_a_streamed_answer_comes_from_the_callers_own_model_through_its_router(
+    plane: tuple[Cluster, str],
+) -> None:
+    cluster, url = plane
+    for team in TEAMS:
+        answer = _served_by_router(cluster, url, team)
+        assert answer.status == 200, answer.body
+        assert sum(1 for t in answer.tokens() if t) >= 1
+        assert answer.headers["x-radixfleet-revision"] == f"{team.namespace}/{REVISION}"
+        assert answer.headers["x-radixfleet-path"] == "router"
+
+
+@pytest.mark.parametrize("key", [None, "sk-not-a-key"], ids=["no-key", "wrong-key"])
+def test_a_request_without_a_tenants_key_gets_401(
+    plane: tuple[Cluster, str], key: str | None
+) -> None:
+    _, url = plane
+    answer = _chat(url, key)
+    assert answer.status == 401
+    assert json.loads(answer.body)["error"]["code"] == 401
+
+
+def test_a_tenant_over_its_token_budget_gets_429_while_another_is_served(
+    plane: tuple[Cluster, str],
+) -> None:
+    _, url = plane
+    statuses = []
+    for _ in range(20):
+        statuses.append(_chat(url, GREEN.key).status)
+        if statuses[-1] == 429:
+            break
+    assert statuses[-1] == 429 and set(statuses) <= {200, 429}, statuses
+    assert _chat(url, BLUE.key).status == 200
+
+
+def test_a_model_at_zero_is_woken_by_a_request_through_the_entry(
+    plane: tuple[Cluster, str],
+) -> None:
+    cluster, url = plane
+
+    def at_zero() -> bool:
+        # A terminating pod still drains (and answers) for a while: wait until it is gone and
+        # the router has dropped it.
+        pods = _predictor_pods(cluster, BLUE.namespace, terminating=True)
+        return not pods and not _router_workers(cluster, BLUE.namespace)
+
+    what = f"{BLUE.namespace}/{REVISION} at zero, its router without workers"
+    session.wait_for(at_zero, timeout_s=TIMEOUT_S, what=what)
+    started = time.monotonic()
+    answer = _chat(url, BLUE.key)
+    woke_s = time.monotonic() - started
+    assert answer.status == 200, answer.body
+    assert sum(1 for t in answer.tokens() if t) >= 1, "the request held at zero was answered"
+    assert answer.headers["x-radixfleet-path"] == "knative"
+    assert [p["status"]["phase"] for p in _predictor_pods(cluster, BLUE.namespace)] == ["Running"]
+    print(f"woken from zero through the entry and answered in {woke_s:.1f} s")
