@@ -21,7 +21,7 @@ from radixfleet.config import Catalog, GpuPool, Region
 from radixfleet.config.catalog import KNOWN_RUNTIMES
 from radixfleet.config.gpus import gpu_label_value
 from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES
-from radixfleet.render import monitoring, operator
+from radixfleet.render import entry, monitoring, operator
 from radixfleet.render.fleet import served_tenants
 from runtimes.builder import build_runtime
 
@@ -29,6 +29,7 @@ Manifest = dict[str, Any]
 
 NODE_ROLE = f"{labels.GROUP}/node-role"
 CONTROLLERS = operator.NAME
+ENTRY = entry.NAME
 CONTROLLERS_NAMESPACE = operator.NAMESPACE
 MONITORING_NAMESPACE = "monitoring"
 DASHBOARD_FOLDER = "radixfleet"
@@ -230,13 +231,15 @@ INGRESS_SERVICE = "radixfleet-ingress"
 
 
 def ingress_spec() -> Manifest:
-    """The load balancer Service in front of Kourier; TLS ends at the load balancer, whose
-    annotations (certificate, security group) the cloud's region component supplies.
+    """The region's load balancer Service, in front of the region entry (which authenticates,
+    charges and routes every request; Kourier stays cluster-internal, where the entry wakes
+    revisions from zero). TLS ends at the load balancer, whose annotations (certificate,
+    security group) the cloud's region component supplies.
     """
     return {
         "type": "LoadBalancer",
-        "selector": KOURIER_SELECTOR,
-        "ports": [{"name": "https", "port": 443, "targetPort": KOURIER_HTTP_PORT}],
+        "selector": dict(entry.SELECTOR),
+        "ports": [{"name": "https", "port": 443, "targetPort": "http"}],
     }
 
 
@@ -263,13 +266,28 @@ def controller_cluster_rules() -> list[Manifest]:
     return [r.to_manifest() for r in operator.operator_rules()]
 
 
-def controller_deployment(*, image: str, replicas: int, region: str) -> Manifest:
+def controller_deployment(*, image: str, replicas: int, region: str, router_image: str) -> Manifest:
     """The operator's Deployment (`radixfleet operator run`), on the system nodes: non-root,
-    read-only, AWS access only via pod identity."""
+    read-only, AWS access only via pod identity; its routers controller runs `router_image`."""
     return operator.deployment(
         image=image, replicas=replicas, args=["--region", region], env={"AWS_REGION": region},
-        node_selector=SYSTEM_NODE_LABELS,
+        node_selector=SYSTEM_NODE_LABELS, router_image=router_image,
     )  # fmt: skip
+
+
+def entry_cluster_rules() -> list[Manifest]:
+    """The region entry's ClusterRole rules (radixfleet/render/entry.py, as deploy/entry/)."""
+    return [r.to_manifest() for r in entry.entry_rules()]
+
+
+def entry_deployment(*, image: str, replicas: int, region: str) -> Manifest:
+    """The region entry's Deployment, on the system nodes (as deploy/entry/)."""
+    return entry.deployment(image=image, replicas=replicas, region=region,
+                            node_selector=SYSTEM_NODE_LABELS)  # fmt: skip
+
+
+def entry_disruption_budget() -> Manifest:
+    return entry.disruption_budget()
 
 
 def pod_monitors() -> list[Manifest]:

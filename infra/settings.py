@@ -172,20 +172,29 @@ class DnsSettings(Settings):
     weights: dict[str, Annotated[int, Field(ge=0, le=255)]] = Field(default_factory=dict)
 
 
-class ControllerSettings(Settings):
-    """radixfleet's image (operator, entry and emulator in one) and the operator's replica count
-    (leader election picks one). The image is pulled by `digest`, the one a build printed: a tag
-    can be moved, a digest cannot; `tag` stays in the reference for people reading it."""
+class ImageSettings(Settings):
+    """An image pulled by `digest`, the one a build printed: a tag can be moved, a digest
+    cannot; `tag` stays in the reference for people reading it."""
 
     image: str
     tag: Pinned
     digest: Digest
-    replicas: Annotated[int, Field(ge=1, le=5)] = 2
 
     @property
     def reference(self) -> str:
         """`image:tag@digest`: Kubernetes pulls by the digest and shows the tag."""
         return f"{self.image}:{self.tag}@{self.digest}"
+
+
+class ControllerSettings(ImageSettings):
+    """radixfleet's image (operator, entry and emulator in one), the operator's replica count
+    (leader election picks one), the region entry's (each holds 1/replicas of every token
+    budget; two or more keep a region serving through a node drain) and the SGLang gateway
+    image the routers controller runs for every serving revision (`router`)."""
+
+    replicas: Annotated[int, Field(ge=1, le=5)] = 2
+    entry_replicas: Annotated[int, Field(ge=1, le=20)] = 2
+    router: ImageSettings
 
 
 class StackSettings(Settings):

@@ -351,7 +351,7 @@ def test_controllers_are_least_privilege_and_unprivileged(stack: RecordingMocks)
         assert pod["securityContext"]["runAsNonRoot"] is True
         (container,) = pod["containers"]
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
-        assert not any("AWS_ACCESS_KEY" in e["name"] for e in container["env"])
+        assert not any("AWS_ACCESS_KEY" in e["name"] for e in container.get("env", []))
         # Pulled by the digest of the stack config, never by a tag that can move.
         assert re.fullmatch(r"[^@]+:[^@]+@sha256:[0-9a-f]{64}", container["image"])
 
@@ -400,3 +400,42 @@ def test_health_checked_records_for_every_model_in_every_region_it_runs_in(
 def test_the_example_catalog_is_the_repository_catalog(fleet: Fleet) -> None:
     # One source of truth: the stack deploys the catalog `radixfleet render` renders.
     assert fleet.catalog == load_catalog(fleet.path("../inferenceservices/catalog.yaml"))
+
+
+def _deployments(stack: RecordingMocks, name: str) -> list[Declared]:
+    found = of_type(stack, "kubernetes:apps/v1:Deployment")
+    return [d for d in found if d.inputs["metadata"]["name"] == name]
+
+
+def test_each_region_serves_through_an_ha_entry_behind_its_load_balancer(
+    stack: RecordingMocks, fleet: Fleet
+) -> None:
+    regions = fleet.regions
+    entries = _deployments(stack, manifests.ENTRY)
+    assert len(entries) == len(regions)
+    replicas = fleet.settings.controllers.entry_replicas
+    for deployment in entries:
+        assert deployment.inputs["spec"]["replicas"] == replicas
+        (container,) = deployment.inputs["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == fleet.settings.controllers.reference
+        assert container["args"][:2] == ["--replicas", str(replicas)]  # its share of budgets
+    budgets = of_type(stack, "kubernetes:policy/v1:PodDisruptionBudget")
+    assert len([b for b in budgets if b.inputs["spec"]["minAvailable"] == 1]) == len(regions)
+    balancers = [s for s in of_type(stack, "kubernetes:core/v1:Service")
+                 if s.inputs.get("spec", {}).get("type") == "LoadBalancer"]  # fmt: skip
+    assert len(balancers) == len(regions)
+    for service in balancers:
+        assert service.inputs["metadata"]["namespace"] == manifests.CONTROLLERS_NAMESPACE
+        assert service.inputs["spec"]["selector"] == {"app.kubernetes.io/name": manifests.ENTRY}
+        annotations = service.inputs["metadata"]["annotations"]
+        assert "service.beta.kubernetes.io/aws-load-balancer-ssl-cert" in annotations
+
+
+def test_the_operator_runs_the_routers_on_the_configured_gateway_image(
+    stack: RecordingMocks, fleet: Fleet
+) -> None:
+    for deployment in _deployments(stack, manifests.CONTROLLERS):
+        (container,) = deployment.inputs["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["RADIXFLEET_ROUTER_IMAGE"] == fleet.settings.controllers.router.reference
+        assert "@sha256:" in env["RADIXFLEET_ROUTER_IMAGE"]

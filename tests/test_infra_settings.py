@@ -135,6 +135,18 @@ STACK_CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         lambda v: v["controllers"].update(digest="latest"),
         "radixfleet:controllers.digest: 'latest' is not an image digest like sha256:",
     ),
+    "router-image-left-out": (
+        lambda v: v["controllers"].pop("router"),
+        "radixfleet:controllers.router: Field required",
+    ),
+    "router-image-by-tag-alone": (
+        lambda v: v["controllers"]["router"].pop("digest"),
+        "radixfleet:controllers.router.digest: Field required",
+    ),
+    "entry-without-replicas": (
+        lambda v: v["controllers"].update(entryReplicas=0),
+        "radixfleet:controllers.entryReplicas: 0: Input should be greater than or equal to 1",
+    ),
     "reserved-pool-in-use": (
         lambda v: v.update(reservedPools=["ap-northeast-1/l40s-spot", "us-east-1/h100-spot"]),
         "radixfleet:reservedPools: us-east-1/h100-spot is not spare: llama-3-1-8b",

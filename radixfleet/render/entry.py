@@ -52,7 +52,13 @@ def role_binding() -> Manifest:
     }
 
 
-def deployment(*, image: str = IMAGE, replicas: int = REPLICAS, region: str = "local") -> Manifest:
+def deployment(
+    *,
+    image: str = IMAGE,
+    replicas: int = REPLICAS,
+    region: str = "local",
+    node_selector: dict[str, str] | None = None,
+) -> Manifest:
     """The entry's Deployment: spread over nodes, non-root, read-only, probed on /health."""
     args = ["--replicas", str(replicas), "--region", region, "--port", str(PORT)]
     spread = {
@@ -61,6 +67,7 @@ def deployment(*, image: str = IMAGE, replicas: int = REPLICAS, region: str = "l
         "whenUnsatisfiable": "ScheduleAnyway",
         "labelSelector": {"matchLabels": SELECTOR},
     }
+    placement = {"nodeSelector": dict(node_selector)} if node_selector else {}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -72,6 +79,7 @@ def deployment(*, image: str = IMAGE, replicas: int = REPLICAS, region: str = "l
                 "metadata": {"labels": dict(META_LABELS)},
                 "spec": {
                     "serviceAccountName": NAME,
+                    **placement,
                     "topologySpreadConstraints": [spread],
                     "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS_USER,
                                         "seccompProfile": {"type": "RuntimeDefault"}},

@@ -124,13 +124,13 @@ class AwsRegionalFleet(pulumi.ComponentResource):
         gpu_nodes = self._gpu_nodes(cluster, network, child)
         provider = k8s.Provider(f"{name}-k8s", kubeconfig=cluster.kubeconfig, opts=child)
         kube = pulumi.ResourceOptions(parent=self, providers=[provider])
-        addons = self._addons(cluster, network, cluster.ready, kube)
-        self._workloads(cluster, addons, gpu_nodes, kube)
+        addons = self._addons(cluster, cluster.ready, kube)
+        workloads = self._workloads(cluster, network, addons, gpu_nodes, kube)
         self.cluster_name = cluster.name
         self.kubeconfig = cluster.kubeconfig
-        self.ingress_hostname = addons.ingress_hostname
+        self.ingress_hostname = workloads.ingress_hostname
         self.register_outputs(
-            {"clusterName": cluster.name, "ingressHostname": addons.ingress_hostname}
+            {"clusterName": cluster.name, "ingressHostname": workloads.ingress_hostname}
         )
 
     def _network(self, child: pulumi.ResourceOptions) -> Network:
@@ -283,23 +283,25 @@ class AwsRegionalFleet(pulumi.ComponentResource):
         )
         return sg.id
 
-    def _addons(
-        self,
-        cluster: EksCluster,
-        network: Network,
-        after: list[pulumi.Resource],
-        kube: pulumi.ResourceOptions,
-    ) -> AddOns:
-        settings = self._args.fleet.settings
-        region = self._args.region.name
+    def _lb_annotations(self, network: Network) -> dict[str, pulumi.Input[str]]:
+        """The region load balancer's: TLS with the region's certificate, our security group."""
         prefix = "service.beta.kubernetes.io/aws-load-balancer"
-        annotations: dict[str, pulumi.Input[str]] = {
+        return {
             f"{prefix}-security-groups": self._lb_security_group(network),
             f"{prefix}-ssl-cert": self._certificate(),
             f"{prefix}-ssl-ports": "443",
             f"{prefix}-backend-protocol": "http",
             f"{prefix}-connection-idle-timeout": str(LB_IDLE_TIMEOUT_S),
         }
+
+    def _addons(
+        self,
+        cluster: EksCluster,
+        after: list[pulumi.Resource],
+        kube: pulumi.ResourceOptions,
+    ) -> AddOns:
+        settings = self._args.fleet.settings
+        region = self._args.region.name
         return AddOns(
             f"{self._name}-addons",
             AddOnsArgs(
@@ -310,7 +312,6 @@ class AwsRegionalFleet(pulumi.ComponentResource):
                 autoscaler_values=m.cluster_autoscaler_values(
                     cluster=self._cluster_name, region=region, service_account=AUTOSCALER_ACCOUNT
                 ),
-                ingress_annotations=annotations,
                 after=after,
             ),
             kube,
@@ -319,10 +320,11 @@ class AwsRegionalFleet(pulumi.ComponentResource):
     def _workloads(
         self,
         cluster: EksCluster,
+        network: Network,
         addons: AddOns,
         gpu_nodes: list[pulumi.Resource],
         kube: pulumi.ResourceOptions,
-    ) -> None:
+    ) -> Workloads:
         fleet, region, store = self._args.fleet, self._args.region, self._args.model_store
         isvcs = m.region_inference_services(
             fleet.catalog, region, bucket_from=store.catalog_bucket, bucket_to=store.bucket
@@ -330,12 +332,15 @@ class AwsRegionalFleet(pulumi.ComponentResource):
         namespaces = m.region_namespaces(fleet.catalog, isvcs)
         self._identities(cluster, [ns["metadata"]["name"] for ns in namespaces])
         controllers = fleet.settings.controllers
-        Workloads(
+        return Workloads(
             f"{self._name}-workloads",
             WorkloadsArgs(
                 region=region.name,
                 controller_image=controllers.reference,
                 controller_replicas=controllers.replicas,
+                router_image=controllers.router.reference,
+                entry_replicas=controllers.entry_replicas,
+                ingress_annotations=self._lb_annotations(network),
                 crds=m.load_crds(fleet.path(fleet.settings.crds_dir)),
                 runtimes=m.runtimes(),
                 namespaces=namespaces,

@@ -37,7 +37,6 @@ class AddOnsArgs:
     domain: str
     storage_class: m.Manifest
     autoscaler_values: m.Manifest
-    ingress_annotations: Mapping[str, pulumi.Input[str]]
     # Resources that must exist before anything is installed (nodes, core add-ons).
     after: Sequence[pulumi.Resource] = ()
 
@@ -45,7 +44,6 @@ class AddOnsArgs:
 class AddOns(pulumi.ComponentResource):
     """Helm releases and the resources they need, in dependency order."""
 
-    ingress_hostname: pulumi.Output[str]
     kserve: pulumi.Resource
     monitoring: pulumi.Resource
 
@@ -69,8 +67,7 @@ class AddOns(pulumi.ComponentResource):
         )
         serving = self._knative()
         self.kserve = self._kserve(serving)
-        self.ingress_hostname = self._ingress(serving)
-        self.register_outputs({"ingressHostname": self.ingress_hostname})
+        self.register_outputs({})
 
     def _opts(self, after: Sequence[pulumi.Resource] = ()) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, depends_on=[*self._args.after, *after])
@@ -151,22 +148,3 @@ class AddOns(pulumi.ComponentResource):
         crds = self._release("kserve-crd", "kserve", {})
         values = m.kserve_values(domain=self._args.domain)
         return self._release("kserve-resources", "kserve", values, [cert_manager, crds, serving])
-
-    def _ingress(self, serving: pulumi.Resource) -> pulumi.Output[str]:
-        spec = m.ingress_spec()
-        service = k8s.core.v1.Service(
-            f"{self._name}-ingress",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=m.INGRESS_SERVICE,
-                namespace=m.KNATIVE_NAMESPACE,
-                annotations=dict(self._args.ingress_annotations),
-            ),
-            spec=as_input(spec),
-            opts=self._opts([serving]),
-        )
-        return service.status.apply(_hostname)
-
-
-def _hostname(status: Any) -> str:
-    ingress = status.load_balancer.ingress if status and status.load_balancer else None
-    return str(ingress[0].hostname) if ingress else ""

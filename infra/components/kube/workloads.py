@@ -1,13 +1,14 @@
-"""What radixfleet itself puts into a region's cluster: its CRDs and controllers, the SGLang
-runtimes, the tenant namespaces and InferenceServices of the region, and the dashboards and
-alerting rules.
+"""What radixfleet itself puts into a region's cluster: its CRDs and controllers, the region
+entry behind the region's load balancer, the SGLang runtimes, the tenant namespaces and
+InferenceServices of the region, and the dashboards and alerting rules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -22,6 +23,10 @@ class WorkloadsArgs:
     region: str
     controller_image: str
     controller_replicas: int
+    router_image: str
+    entry_replicas: int
+    # The load balancer's (certificate, security group), from the cloud's region component.
+    ingress_annotations: Mapping[str, pulumi.Input[str]]
     crds: Sequence[m.Manifest]
     runtimes: Sequence[m.Manifest]
     namespaces: Sequence[m.Manifest]
@@ -40,7 +45,9 @@ def _meta(name: str, namespace: str | None = None) -> k8s.meta.v1.ObjectMetaArgs
 
 
 class Workloads(pulumi.ComponentResource):
-    """radixfleet's own resources in one cluster."""
+    """radixfleet's own resources in one cluster; `ingress_hostname` is the load balancer's."""
+
+    ingress_hostname: pulumi.Output[str]
 
     def __init__(self, name: str, args: WorkloadsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("radixfleet:kube:Workloads", name, None, opts)
@@ -55,9 +62,10 @@ class Workloads(pulumi.ComponentResource):
             for ns in args.namespaces
         }
         controllers_namespace = self._controllers(crds)
+        self.ingress_hostname = self._entry(controllers_namespace)
         self._serving(list(namespaces.values()))
         self._dashboards(controllers_namespace)
-        self.register_outputs({})
+        self.register_outputs({"ingressHostname": self.ingress_hostname})
 
     def _opts(self, after: Sequence[pulumi.Resource] = ()) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, depends_on=list(after))
@@ -83,11 +91,12 @@ class Workloads(pulumi.ComponentResource):
         account = k8s.core.v1.ServiceAccount(
             name, metadata=_meta(m.CONTROLLERS, m.CONTROLLERS_NAMESPACE), opts=after
         )
-        self._bind(name, m.controller_cluster_rules(), after=[namespace])
+        self._bind(name, m.CONTROLLERS, m.controller_cluster_rules(), after=[namespace])
         peering = self._custom(m.peering(), crds)
         deployment = m.controller_deployment(
-            image=args.controller_image, replicas=args.controller_replicas, region=args.region
-        )
+            image=args.controller_image, replicas=args.controller_replicas, region=args.region,
+            router_image=args.router_image,
+        )  # fmt: skip
         k8s.apps.v1.Deployment(
             name,
             metadata=as_input(deployment["metadata"]),
@@ -96,21 +105,56 @@ class Workloads(pulumi.ComponentResource):
         )
         return namespace
 
+    def _entry(self, namespace: k8s.core.v1.Namespace) -> pulumi.Output[str]:
+        """The region entry (as deploy/entry/): its account and ClusterRole, an HA Deployment
+        with a PodDisruptionBudget, and the region's load balancer in front of it."""
+        args, name = self._args, f"{self._name}-entry"
+        after = self._opts([namespace])
+        account = k8s.core.v1.ServiceAccount(
+            name, metadata=_meta(m.ENTRY, m.CONTROLLERS_NAMESPACE), opts=after
+        )
+        self._bind(name, m.ENTRY, m.entry_cluster_rules(), after=[namespace])
+        deployment = m.entry_deployment(
+            image=args.controller_image, replicas=args.entry_replicas, region=args.region
+        )
+        k8s.apps.v1.Deployment(
+            name, metadata=as_input(deployment["metadata"]), spec=as_input(deployment["spec"]),
+            opts=self._opts([account]),
+        )  # fmt: skip
+        budget = m.entry_disruption_budget()
+        k8s.policy.v1.PodDisruptionBudget(name, metadata=as_input(budget["metadata"]),
+                                          spec=as_input(budget["spec"]), opts=after)  # fmt: skip
+        service = k8s.core.v1.Service(
+            f"{self._name}-ingress",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=m.INGRESS_SERVICE, namespace=m.CONTROLLERS_NAMESPACE,
+                annotations=dict(args.ingress_annotations),
+            ),
+            spec=as_input(m.ingress_spec()),
+            opts=after,
+        )  # fmt: skip
+        return service.status.apply(_hostname)
+
     def _bind(
-        self, name: str, rules: list[m.Manifest], *, after: Sequence[pulumi.Resource]
+        self,
+        name: str,
+        account: str,
+        rules: list[m.Manifest],
+        *,
+        after: Sequence[pulumi.Resource],
     ) -> None:
-        """A ClusterRole with `rules`, bound to the operator's service account."""
+        """A ClusterRole with `rules`, bound to `account` in radixfleet's namespace."""
         subject = k8s.rbac.v1.SubjectArgs(
-            kind="ServiceAccount", name=m.CONTROLLERS, namespace=m.CONTROLLERS_NAMESPACE
+            kind="ServiceAccount", name=account, namespace=m.CONTROLLERS_NAMESPACE
         )
         role = k8s.rbac.v1.ClusterRole(
-            name, metadata=_meta(m.CONTROLLERS), rules=as_input(rules), opts=self._opts(after)
+            name, metadata=_meta(account), rules=as_input(rules), opts=self._opts(after)
         )
         k8s.rbac.v1.ClusterRoleBinding(
             name,
-            metadata=_meta(m.CONTROLLERS),
+            metadata=_meta(account),
             role_ref=k8s.rbac.v1.RoleRefArgs(
-                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=m.CONTROLLERS
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=account
             ),
             subjects=[subject],
             opts=self._opts([role]),
@@ -158,3 +202,8 @@ class Workloads(pulumi.ComponentResource):
         # operator's namespace.
         for monitor in m.pod_monitors():
             self._custom(monitor, [*after, controllers_namespace])
+
+
+def _hostname(status: Any) -> str:
+    ingress = status.load_balancer.ingress if status and status.load_balancer else None
+    return str(ingress[0].hostname) if ingress else ""
