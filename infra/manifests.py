@@ -35,8 +35,6 @@ MONITORING_NAMESPACE = "monitoring"
 DASHBOARD_FOLDER = "radixfleet"
 KNATIVE_NAMESPACE = "knative-serving"
 # Kourier's gateway pods, which the operator deploys beside Knative Serving.
-KOURIER_SELECTOR = {"app": "3scale-kourier-gateway"}
-KOURIER_HTTP_PORT = 8080
 # Encrypted gp3, the default storage class of every cluster.
 STORAGE_CLASS = "gp3-encrypted"
 
