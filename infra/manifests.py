@@ -34,7 +34,6 @@ CONTROLLERS_NAMESPACE = operator.NAMESPACE
 MONITORING_NAMESPACE = "monitoring"
 DASHBOARD_FOLDER = "radixfleet"
 KNATIVE_NAMESPACE = "knative-serving"
-# Kourier's gateway pods, which the operator deploys beside Knative Serving.
 # Encrypted gp3, the default storage class of every cluster.
 STORAGE_CLASS = "gp3-encrypted"
 
