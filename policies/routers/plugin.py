@@ -31,4 +31,7 @@ def _rules() -> Sequence[PolicyRule]:
     return RULES
 
 
-PLUGIN = ControllerPlugin(name=NAME, plural=None, build=_build, register=_register, rules=_rules)
+PLUGIN = ControllerPlugin(
+    name=NAME, plural=None, build=_build, register=_register, rules=_rules,
+    cli="policies.routers.cli:routers_app",
+)  # fmt: skip

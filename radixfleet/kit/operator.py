@@ -125,9 +125,11 @@ def run_alone(
     namespaces: Sequence[str] = (),
     standalone: bool = False,
     ports: Ports = Ports(),
+    router_image: str | None = None,
 ) -> None:
     """One controller on its own (`radixfleet canary run` and the like), through `run`."""
-    options = OperatorOptions(region=region, prometheus_url=prometheus_url)
+    options = OperatorOptions(region=region, prometheus_url=prometheus_url,
+                              router_image=router_image)  # fmt: skip
     run([plugin], options=options, namespaces=namespaces, standalone=standalone, ports=ports)
 
 

@@ -25,9 +25,9 @@ from radixfleet.kit.registry import plugins
 from radixfleet.render.operator import operator_rules
 from testbed import images, session
 from testbed.cluster import Cluster
+from testbed.emulated import emulated_isvc, get, model_volume
 from tests.cluster import controllers
 from tests.cluster.conftest import REPO
-from tests.cluster.emulated import emulated_isvc, get, model_volume
 
 NAMESPACE = "rbac-check"
 ACCOUNTS = "radixfleet-rbac"
@@ -72,6 +72,7 @@ def world(kserve: Cluster) -> Cluster:
         kserve.kubectl("create", "namespace", name)
     isvc = emulated_isvc(
         image.pinned, name=ISVC, namespace=NAMESPACE, mode="Knative", min_replicas=0,
+        labels={"radixfleet.io/tenant": "rbac-team"},  # a tenant's model gets a router
         # As the catalog renders a tenant's model: the quota's admission policy (installed by
         # test_admission.py) refuses any write of a GPU InferenceService without them.
         annotations={
@@ -171,6 +172,9 @@ ARGS = {
     "autoscale": ["autoscale", "run", "--standalone"],
     "quota": ["quota", "run", "--standalone", "--region", "rbac-test"],
     "failover": ["failover", "run", "--standalone"],
+    # It applies the model's router (whose pod cannot start here: no such image; the RBAC of
+    # applying it is what is tested).
+    "routers": ["routers", "run", "--standalone", "--router-image", "rbac-test/smg:none"],
 }
 
 
@@ -187,6 +191,9 @@ def test_each_controller_under_its_own_rendered_role_is_never_forbidden(
     # The quota controller's work is visible: the tenant's GPU budget as a ResourceQuota.
     quota = get(world, "resourcequota", "radixfleet-gpus", "-n", NAMESPACE)
     assert quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "2"
+    # The routers controller's too: the model's revision has its router.
+    router = get(world, "deployment", f"{ISVC}-predictor-00001-router", "-n", NAMESPACE)
+    assert router["metadata"]["ownerReferences"][0]["kind"] == "Revision"
 
 
 def test_the_operator_under_the_union_with_peering_is_never_forbidden(
