@@ -243,6 +243,19 @@ def ingress_spec() -> Manifest:
 # --- the radixfleet controllers -------------------------------------------------------------
 
 
+# Fields of what this program declares that a controller owns once it exists: `pulumi up`
+# ignores their later changes (the way the failover owns the record weights), so it never
+# resets a rollout in progress. The canary steps `canaryTrafficPercent` from the rendered 0.
+OWNED_BY_CONTROLLERS: dict[str, list[str]] = {
+    "InferenceService": ["spec.predictor.canaryTrafficPercent"],
+}
+
+
+def owned_by_controllers(manifest: Manifest) -> list[str]:
+    """The fields of `manifest` that `pulumi up` leaves to radixfleet's controllers."""
+    return list(OWNED_BY_CONTROLLERS.get(str(manifest.get("kind")), []))
+
+
 def load_crds(directory: Path) -> list[Manifest]:
     """The radixfleet CustomResourceDefinitions shipped in `directory` (none is fine)."""
     if not directory.is_dir():

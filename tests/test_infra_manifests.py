@@ -105,3 +105,11 @@ def test_controller_rules_cover_every_radixfleet_crd_and_nothing_more() -> None:
 
 def test_infra_and_the_kustomize_base_grant_the_same_rules() -> None:
     assert m.controller_cluster_rules() == operator.role()["rules"]
+
+
+def test_pulumi_leaves_the_canary_percent_to_the_canary_controller() -> None:
+    """What `pulumi up` must not reset: the field the canary steps during a rollout (the mocks
+    do not see resource options, so the rule is tested where workloads.py takes it from)."""
+    isvc = {"kind": "InferenceService", "spec": {"predictor": {"canaryTrafficPercent": 0}}}
+    assert m.owned_by_controllers(isvc) == ["spec.predictor.canaryTrafficPercent"]
+    assert m.owned_by_controllers({"kind": "ClusterServingRuntime"}) == []

@@ -177,7 +177,10 @@ class Workloads(pulumi.ComponentResource):
             metadata=as_input(meta),
             # A peering object has no spec: kopf writes only its status.
             **({"spec": manifest["spec"]} if "spec" in manifest else {}),
-            opts=self._opts(after),
+            opts=pulumi.ResourceOptions.merge(
+                self._opts(after),
+                pulumi.ResourceOptions(ignore_changes=m.owned_by_controllers(manifest)),
+            ),
         )
 
     def _dashboards(self, controllers_namespace: k8s.core.v1.Namespace) -> None:
