@@ -2,7 +2,7 @@
 UV ?= uv
 export UV_PYTHON ?= 3.11
 
-.PHONY: setup provision demo test lint typecheck render check-rendered unit cluster cluster-down
+.PHONY: setup provision demo demo-cluster test lint typecheck render check-rendered unit cluster cluster-down
 
 setup:  ## install uv's environment (the project, its dev tools) from uv.lock
 	@command -v $(UV) >/dev/null || python3 -m pip install --quiet uv
@@ -13,6 +13,9 @@ provision:  ## what the real-server tests need: Debian packages, the Go builds, 
 
 demo: setup  ## the embedded default: run radixfleet on this machine and write a report to out/
 	$(UV) run radixfleet demo --out out/demo
+
+demo-cluster: setup provision  ## the same demo on a one-node Kubernetes built here: operator, entry, routers, predictors as pods
+	$(UV) run radixfleet demo --cluster --out out/demo-cluster
 
 render: setup  ## re-render runtimes/ and inferenceservices/ from the catalog
 	$(UV) run radixfleet render

@@ -1,5 +1,6 @@
 """radixfleet's own kustomize bases deployed as a platform team deploys them: an overlay that
-names the images by digest (the bases carry placeholders), applied server-side."""
+names the images by digest (the bases carry placeholders), applied server-side. Used by the
+cluster tests and by `radixfleet demo --cluster`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 from radixfleet.render import operator
 from testbed import images
 from testbed.cluster import Cluster
-from tests.cluster.conftest import REPO
+from testbed.images import REPO
 
 OPERATOR_SELECTOR = f"app.kubernetes.io/name={operator.NAME}"
 

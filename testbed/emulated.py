@@ -1,4 +1,5 @@
-"""InferenceServices of the emulated SGLang image for the cluster tests, and a streamed chat call.
+"""InferenceServices of the emulated SGLang image for the cluster tests and the cluster demo, and
+a streamed chat call.
 
 The predictor uses the rendered `sglang` runtime as rendered; only the image is radixfleet's (a
 model's container fields merge over its runtime's), and the weights are an empty folder on the

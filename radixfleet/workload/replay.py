@@ -110,8 +110,10 @@ class Replayer:
         console: Console | None = None,
         lead_s: float = 0.1,
         retries: int = 0,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.entries = dict(entries)
+        self.headers = dict(headers or {})  # on every request: an entry's API key
         self.retries = retries
         self.timeout_s = timeout_s
         self.console = console
@@ -162,7 +164,7 @@ class Replayer:
         result.started = clock()
         url = self.entries[item.region] + COMPLETIONS_PATH
         try:
-            async with session.post(url, json=request_body(item)) as response:
+            async with session.post(url, json=request_body(item), headers=self.headers) as response:
                 result.status = response.status
                 await _read(response, _Stream(result), clock=clock)
         except (aiohttp.ClientError, TimeoutError, _StreamError, ValueError) as err:

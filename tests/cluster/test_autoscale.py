@@ -29,9 +29,9 @@ from policies.autoscale.state import Verb, status_of
 from radixfleet.adapters.prometheus_fake import FakePrometheus
 from testbed import images, session
 from testbed.cluster import Cluster
+from testbed.emulated import emulated_isvc, get, model_volume, ready
 from tests.autoscale.test_controller import ISVC, REV, answers, gauges
 from tests.cluster.conftest import REPO
-from tests.cluster.emulated import emulated_isvc, get, model_volume, ready
 
 NAMESPACE = "autoscale-check"
 READY_TIMEOUT_S = 300.0

@@ -32,9 +32,7 @@ from radixfleet.adapters.prometheus_fake import FakePrometheus
 from radixfleet.kit.kube import KubeEvents
 from testbed import images, session
 from testbed.cluster import Cluster
-from tests.canary.test_controller import CANARY, GOOD, STABLE, answers
-from tests.cluster.conftest import REPO
-from tests.cluster.emulated import (
+from testbed.emulated import (
     emulated_isvc,
     get,
     model_volume,
@@ -42,6 +40,8 @@ from tests.cluster.emulated import (
     revision_serving,
     traffic_split,
 )
+from tests.canary.test_controller import CANARY, GOOD, STABLE, answers
+from tests.cluster.conftest import REPO
 from tests.cluster.events import stored
 
 NAME = "llama"  # the revisions are then the ones the fake's answers name: llama-predictor-0000N

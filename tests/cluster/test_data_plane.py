@@ -28,15 +28,15 @@ from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
 from testbed import images, session
 from testbed.cluster import Cluster, ClusterError
-from tests.cluster.conftest import REPO
-from tests.cluster.deploy import (
+from testbed.deploy import (
     OPERATOR_SELECTOR,
     apply_overlay,
     overlay,
     remove_operator,
     router_image_patch,
 )  # fmt: skip
-from tests.cluster.emulated import emulated_isvc, get, model_volume, ready
+from testbed.emulated import emulated_isvc, get, model_volume, ready
+from tests.cluster.conftest import REPO
 
 MODEL = "chat"
 REVISION = f"{MODEL}-predictor-00001"

@@ -19,8 +19,8 @@ import pytest
 
 from testbed import images, session
 from testbed.cluster import Cluster
+from testbed.emulated import emulated_isvc, get, model_volume, ready, stream_chat
 from tests.cluster.conftest import REPO
-from tests.cluster.emulated import emulated_isvc, get, model_volume, ready, stream_chat
 
 NAMESPACE = "knative-check"
 ISVC = "serverless"

@@ -15,9 +15,9 @@ import yaml
 
 from testbed import images, session
 from testbed.cluster import Cluster
+from testbed.emulated import MODE, emulated_isvc, get, model_volume, ready, stream_chat
 from tests.cluster import controllers
 from tests.cluster.conftest import REPO
-from tests.cluster.emulated import MODE, emulated_isvc, get, model_volume, ready, stream_chat
 
 NAMESPACE = "kserve-check"
 ISVC = "emulated"

@@ -20,9 +20,9 @@ import pytest
 
 from radixfleet.platform import KNATIVE_FEATURES
 from testbed.cluster import Cluster
+from testbed.emulated import MODE, get
 from tests.audit_cases import AuditCase, load_cases
 from tests.cluster.conftest import REPO
-from tests.cluster.emulated import MODE, get
 
 CASES = load_cases()
 KSERVE_CASES = [case for case in CASES if case.refused_by == "kserve-webhook"]

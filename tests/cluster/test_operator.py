@@ -33,9 +33,8 @@ from radixfleet.render import operator
 from radixfleet.render.monitoring import pod_monitors
 from testbed import images, prometheus, session
 from testbed.cluster import Cluster
-from tests.cluster.conftest import REPO
-from tests.cluster.deploy import OPERATOR_SELECTOR, apply_overlay, overlay, remove_operator
-from tests.cluster.emulated import (
+from testbed.deploy import OPERATOR_SELECTOR, apply_overlay, overlay, remove_operator
+from testbed.emulated import (
     emulated_isvc,
     get,
     model_volume,
@@ -45,6 +44,7 @@ from tests.cluster.emulated import (
     stream_chat,
     traffic_split,
 )
+from tests.cluster.conftest import REPO
 
 NAMESPACE = "operator-check"
 TENANT = "operator-team"

@@ -1,0 +1,44 @@
+"""`radixfleet demo --cluster` on the session's test cluster: the demo's replay through the
+region entry of a deployed radixfleet (operator, entry, smg routers, emulated predictors as
+pods), with a model woken from zero and a canary judged by the in-cluster operator."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from radixfleet.fleet.demo import DemoOptions
+from testbed.cluster import Cluster
+from testbed.demo import CANARY, WAKES, run_cluster_demo
+
+
+def test_the_demo_replays_through_a_deployed_radixfleet(
+    kserve: Cluster, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    out = tmp_path / "demo"
+    tokenizer_cache = tmp_path_factory.getbasetemp() / "tokenizer-cache"
+    options = DemoOptions(out=out, prometheus=False, manifests=False, cache_dir=tokenizer_cache)
+    summary = run_cluster_demo(options, console=Console(file=io.StringIO()), cluster=kserve)
+    assert summary["overall"]["requests"] > 100
+    assert summary["overall"]["failed"] == 0, summary["notes"]
+    assert json.loads((out / "summary.json").read_text()) == summary
+    assert (out / "report.html").stat().st_size > 10_000
+    roles = {p["role"] for p in summary["cluster"]["pods"]}
+    assert {"operator (leader)", "operator", "entry"} <= roles
+    assert any(r.startswith(f"router of {WAKES}-predictor") for r in roles), roles
+    assert any(r.startswith(f"predictor of {CANARY}-predictor") for r in roles), roles
+    (woke,) = summary["wake_from_zero"]
+    assert woke["model"] == WAKES and woke["seconds"] > 0
+    canary = summary["cluster"]["canary"]
+    assert canary["phase"] in ("Progressing", "Promoted"), (
+        canary
+    )  # a good version: never rolled back
+    print(
+        f"\ncluster demo: {summary['overall']['requests']} requests, {WAKES} woke in "
+        f"{woke['seconds']:.1f} s, canary {canary['phase']} "
+        f"after {canary['seconds_since_applied']:.0f} s; steps {summary['demo']['steps_s']}"
+    )
