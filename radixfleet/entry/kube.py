@@ -2,14 +2,16 @@
 
 Polling keeps the entry simple and its replicas independent: each lists the InferenceServices
 (KServe's traffic status) and asks the gate to re-read the tenants. A failed read keeps the last
-table (requests keep flowing on what was known) and is retried at the next interval.
+table (requests keep flowing on what was known) and is retried at the next interval. Each pass
+is one list of InferenceServices, one of Tenants and one read per API-key Secret; a fleet with
+many tenants would want watches instead (not built yet).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client
 
@@ -25,6 +27,10 @@ KSERVE = Resource("serving.kserve.io", "v1beta1", "inferenceservices")
 RULES: tuple[PolicyRule, ...] = (KSERVE.rule("list"),)
 
 
+class InferenceServices(Protocol):
+    def everywhere(self) -> list[dict[str, Any]]: ...
+
+
 class KubeInferenceServices:
     def __init__(self, api_client: Any) -> None:
         self.api = client.CustomObjectsApi(api_client)
@@ -38,9 +44,7 @@ class KubeInferenceServices:
         return list(found.get("items", [])) if isinstance(found, dict) else []
 
 
-async def keep_in_sync(
-    entry: ClusterEntry, isvcs: KubeInferenceServices, *, interval_s: float
-) -> None:
+async def keep_in_sync(entry: ClusterEntry, isvcs: InferenceServices, *, interval_s: float) -> None:
     """Refresh the entry's routes, keys and budgets every `interval_s`, until cancelled."""
     while True:
         try:
@@ -48,4 +52,6 @@ async def keep_in_sync(
             entry.routes = build_routes(namespaces, await asyncio.to_thread(isvcs.everywhere))
         except KubeError as error:
             log.warning("cluster read failed (%s); serving on the last table", error)
+        except Exception:  # no answer at all (the client's connection errors): the same
+            log.exception("cluster read failed; serving on the last table")
         await asyncio.sleep(interval_s)

@@ -1,0 +1,69 @@
+"""The entry's sync loop: it builds the routes from what the gate and the API server say, and
+keeps going (on the last table) when a read fails, whatever the failure."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from radixfleet.entry.kube import keep_in_sync
+from radixfleet.entry.server import ClusterEntry
+from radixfleet.kit.errors import KubeError
+
+ISVC = {"metadata": {"name": "chat", "namespace": "team-a"},
+        "status": {"components": {"predictor": {"traffic": [
+            {"revisionName": "chat-predictor-00001", "percent": 100}]}}}}  # fmt: skip
+
+
+class FlakyGate:
+    """Fails its first reads with `errors`, then names one tenant's namespace."""
+
+    def __init__(self, errors: Sequence[BaseException]) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def install(self, app: web.Application) -> None: ...
+
+    def tenant_of(self, request: web.Request) -> str | None:
+        return None
+
+    def registry(self) -> CollectorRegistry:
+        return CollectorRegistry()
+
+    def sync(self) -> Mapping[str, Sequence[str]]:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return {"a": ["team-a"]}
+
+
+class Listed:
+    def everywhere(self) -> list[dict[str, Any]]:
+        return [ISVC]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [pytest.param(KubeError("list tenants: HTTP 503", status=503), id="api-error"),
+     pytest.param(ConnectionRefusedError("no API server"), id="no-answer")],
+)  # fmt: skip
+def test_a_failed_read_is_retried_and_the_routes_come(error: BaseException) -> None:
+    gate = FlakyGate([error, error])
+
+    async def go() -> ClusterEntry:
+        entry = ClusterEntry(gate=gate, session=None)  # type: ignore[arg-type]
+        task = asyncio.create_task(keep_in_sync(entry, Listed(), interval_s=0.01))
+        while entry.routes is None:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        return entry
+
+    entry = asyncio.run(asyncio.wait_for(go(), timeout=30))
+    route = entry.routes.resolve("a", "chat") if entry.routes else None
+    assert route is not None and route.targets[0].revision == "chat-predictor-00001"
+    assert gate.calls >= 3
