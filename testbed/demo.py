@@ -45,7 +45,13 @@ from radixfleet.workload.replay import Replayer
 from radixfleet.workload.stats import breakdown
 from testbed import images, prometheus, session
 from testbed.cluster import Cluster
-from testbed.deploy import apply_overlay, overlay, remove_operator, router_image_patch
+from testbed.deploy import (
+    apply_overlay,
+    overlay,
+    remove_operator,
+    router_image_patch,
+    wait_accounted,
+)
 from testbed.emulated import emulated_isvc, get, model_volume, predictor_status, ready
 from testbed.images import REPO
 
@@ -189,6 +195,7 @@ def _tenant(cluster: Cluster, key: str, image: str) -> None:
     policy = {"apiVersion": "radixfleet.io/v1alpha1", "kind": "CanaryPolicy",
               "metadata": {"name": "default", "namespace": NAMESPACE}, "spec": POLICY}  # fmt: skip
     session.apply(cluster, [*access(NAMESPACE), tenant, policy])
+    wait_accounted(cluster, NAMESPACE)
     volumes = [v for m in (WAKES, CANARY) for v in model_volume(cluster, namespace=NAMESPACE,
                                                                model=m)]  # fmt: skip
     session.apply(cluster, [*_unique(volumes), _model(image, WAKES, version="1"),

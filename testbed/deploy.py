@@ -63,3 +63,17 @@ def remove_operator(cluster: Cluster) -> None:
                     "--wait=true", "--timeout=120s", check=False)  # fmt: skip
     cluster.kubectl("delete", "pods", "-l", OPERATOR_SELECTOR, "-n", operator.NAMESPACE,
                     "--wait=true", "--timeout=120s", check=False)  # fmt: skip
+
+
+def wait_accounted(cluster: Cluster, namespace: str, *, timeout_s: float = 240.0) -> None:
+    """Wait until the quota controller has accounted the namespace's tenant (its ResourceQuota
+    exists): until then the quota's admission policy, when installed, refuses the tenant's GPU
+    InferenceServices with "retry shortly"."""
+    from testbed import session
+
+    def accounted() -> bool:
+        found = cluster.kubectl("get", "resourcequota", "radixfleet-gpus", "-n", namespace,
+                                check=False)  # fmt: skip
+        return found.returncode == 0
+
+    session.wait_for(accounted, timeout_s=timeout_s, what=f"tenant of {namespace} accounted")

@@ -34,6 +34,7 @@ from testbed.deploy import (
     overlay,
     remove_operator,
     router_image_patch,
+    wait_accounted,
 )  # fmt: skip
 from testbed.emulated import emulated_isvc, get, model_volume, ready
 from tests.cluster.conftest import REPO
@@ -94,6 +95,7 @@ def _onboard(cluster: Cluster, team: Team, image: str) -> None:
     cluster.kubectl("create", "secret", "generic", "api-keys", "-n", team.namespace,
                     f"--from-literal=api-key={team.key}")  # fmt: skip
     session.apply(cluster, [*access(team.namespace), _tenant(team)])
+    wait_accounted(cluster, team.namespace)
     volume = model_volume(cluster, namespace=team.namespace, model=MODEL)
     session.apply(cluster, [*volume, _model(image, team)])
 
