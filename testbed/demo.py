@@ -8,9 +8,10 @@ deployed from radixfleet's own kustomize bases as a platform team deploys them:
 - the region entry (`deploy/entry/`, two replicas) in front of an smg router per revision;
 - Prometheus, configured from `deploy/monitoring/`'s PodMonitors (the canary's judge);
 - one tenant, `search`, whose two models are emulated SGLang predictors from radixfleet's
-  image: `llama-3-1-8b` scales to zero and is woken by the replay's first request for it;
-  `llama-3-1-70b` gets a new version when the replay starts, stepped and judged by the
-  operator while the replay's traffic flows through the entry.
+  image: `llama-3-1-70b` (a sixth of the workload) scales to zero and is woken by the replay's
+  first request for it; `llama-3-1-8b` (the rest) gets a new version when the replay starts,
+  stepped and judged by the operator while the replay's traffic flows through the entry (the
+  busier model, so that a minute of replay gives the canary enough requests to judge).
 
 The cluster is one region, so every request of the workload goes to its entry. The summary is
 the local demo's (`summary.json`, `report.html`, the table) plus `cluster`: what ran where, the
@@ -58,9 +59,11 @@ from testbed.images import REPO
 REGION = "cluster"
 TENANT = "search"
 NAMESPACE = "team-search"
-WAKES = "llama-3-1-8b"  # at zero when the replay starts
-CANARY = "llama-3-1-70b"  # rolled out to a second version during the replay
-POLICY = {"steps": [20, 50], "intervalSeconds": 10, "minRequests": 10}
+WAKES = "llama-3-1-70b"  # at zero when the replay starts
+CANARY = "llama-3-1-8b"  # rolled out to a second version during the replay
+# One judged step at half the traffic: about 1.5 requests a second reach the canary, so each
+# 10 s interval has the requests it needs.
+POLICY = {"steps": [50], "intervalSeconds": 10, "minRequests": 5}
 READY_S = 300.0
 # After the replay, how long the canary may take to finish (its traffic has stopped by then).
 CANARY_GRACE_S = 30.0
@@ -263,8 +266,10 @@ def _pods_of(cluster: Cluster, model: str) -> list[dict[str, Any]]:
 
 
 def _placement(cluster: Cluster) -> list[dict[str, str]]:
-    """Every radixfleet pod (operator, entry, routers, predictors): its role, node and phase."""
-    pods = get(cluster, "pods", "-A")["items"]
+    """The demo's pods (operator, entry, routers, predictors): role, node and phase."""
+    pods = [
+        p for ns in (operator.NAMESPACE, NAMESPACE) for p in get(cluster, "pods", "-n", ns)["items"]
+    ]
     found = []
     for pod in pods:
         role = _role(pod)

@@ -193,18 +193,25 @@ def _img(fig: Figure) -> str:
 
 def _intro(summary: dict[str, Any]) -> str:
     demo = summary["demo"]
-    regions = ", ".join(_region_text(r) for r in demo["fleet"]["regions"])
+    requests = f"{summary['overall']['requests']} requests replayed over {demo['duration_s']:.0f} s"
+    if demo.get("where") == "cluster":  # testbed/demo.py: `radixfleet demo --cluster`
+        where = ("through the region entry of a one-node Kubernetes: the operator, the entry, "
+                 "an smg router per revision and emulated SGLang predictors as pods.")  # fmt: skip
+        woke = "its first request was answered {:.1f} s after it arrived (Knative woke it)"
+    else:
+        regions = ", ".join(_region_text(r) for r in demo["fleet"]["regions"])
+        where = (f"against a local fleet of {regions}: emulated SGLang replicas behind the real "
+                 "sglang-router (cache_aware) per model, a request entry per region that wakes "
+                 "models from zero.")  # fmt: skip
+        woke = ("its first replica was ready and registered with the router {:.1f} s after the "
+                "first request arrived")  # fmt: skip
     return (
         "<h1>radixfleet demo</h1>"
-        f"<p>{summary['overall']['requests']} requests replayed over {demo['duration_s']:.0f} s "
-        f"at {demo['rate']:g} req/s against a local fleet of {html.escape(regions)}: "
-        "emulated SGLang replicas behind the real sglang-router (cache_aware) per model, "
-        "a request entry per region that wakes models from zero.</p>"
+        f"<p>{requests} at {demo['rate']:g} req/s {html.escape(where)}</p>"
         f"<p class='scale'>{html.escape(demo['time_scale_note'])}</p>"
         + "".join(
             f"<p>{html.escape(w['region'])}/{html.escape(w['model'])} woke from zero replicas: "
-            f"its first replica was ready and registered with the router {w['seconds']:.1f} s "
-            "after the first request arrived; the requests meanwhile were held, not lost.</p>"
+            f"{woke.format(w['seconds'])}; the requests meanwhile were held, not lost.</p>"
             for w in summary["wake_from_zero"]
         )
     )
