@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import dataclasses
 import secrets
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,6 +129,7 @@ def _running(cluster: Cluster | None, run: ClusterRun, console: Console) -> Iter
     run_dir = Path("/var/tmp") / f"radixfleet-demo-{int(time.time())}"
     with run.step("cluster_start", console):
         started = session.start(run_dir)
+    failed = True
     try:
         with run.step("kserve_install", console):
             for crd in sorted((REPO / "radixfleet" / "crds").glob("*.yaml")):
@@ -138,9 +140,14 @@ def _running(cluster: Cluster | None, run: ClusterRun, console: Console) -> Iter
                                    knative_features=dict(KNATIVE_FEATURES))  # fmt: skip
         with session.kingresses_marked_ready(started):
             yield started
+        failed = False
     finally:
         with run.step("cluster_stop", console):
             session.stop(started)
+        if failed:
+            console.print(f"the cluster's logs are kept in {started.layout.logs}")
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _deploy(cluster: Cluster, out: Path, run: ClusterRun, console: Console) -> tuple[str, str]:

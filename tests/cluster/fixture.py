@@ -121,7 +121,12 @@ def _sweep_stale() -> None:
         try:
             owner = int((run_dir / "owner.pid").read_text())
         except (OSError, ValueError):
-            continue
+            # Killed while the cluster started, before owner.pid was written: the folder is
+            # named after the session's process.
+            suffix = run_dir.name.removeprefix("radixfleet-cluster-")
+            if not suffix.isdigit():
+                continue
+            owner = int(suffix)
         layout = cluster.load_layout(run_dir)
         if layout is not None and not _alive(owner):
             cluster.down(layout)
