@@ -32,7 +32,7 @@ from typing import Any
 
 from rich.console import Console
 
-from policies.routers.manifests import access
+from inferenceservices.builder import build_router_access
 from radixfleet import __version__
 from radixfleet.emulator.tokenizer import load_tokenizer
 from radixfleet.fleet.demo import DemoOptions, time_scale_note
@@ -204,7 +204,7 @@ def _tenant(cluster: Cluster, key: str, image: str) -> None:
     }  # fmt: skip
     policy = {"apiVersion": "radixfleet.io/v1alpha1", "kind": "CanaryPolicy",
               "metadata": {"name": "default", "namespace": NAMESPACE}, "spec": POLICY}  # fmt: skip
-    session.apply(cluster, [*access(NAMESPACE), tenant, policy])
+    session.apply(cluster, [*build_router_access(NAMESPACE), tenant, policy])
     wait_accounted(cluster, NAMESPACE)
     volumes = [v for m in (WAKES, CANARY) for v in model_volume(cluster, namespace=NAMESPACE,
                                                                model=m)]  # fmt: skip
