@@ -152,8 +152,8 @@ def _running(cluster: Cluster | None, run: ClusterRun, console: Console) -> Iter
 
 def _deploy(cluster: Cluster, out: Path, run: ClusterRun, console: Console) -> tuple[str, str]:
     """Everything up and Ready, the waking model at zero; the entry's URL and the tenant's key."""
-    image, smg, server = images.radixfleet(), images.smg(), prometheus.image()
-    with run.step("images_load", console):
+    with run.step("images", console):  # built here when their inputs changed, then loaded
+        image, smg, server = images.radixfleet(), images.smg(), prometheus.image()
         session.load_images(cluster, [image, smg, server])
     key = f"sk-demo-{secrets.token_hex(12)}"
     with run.step("platform_deploy", console):
