@@ -24,7 +24,7 @@ from policies.quota.observe import observe
 from policies.quota.ports import InferenceServices, ResourceQuotas, Secrets, Tenants
 from policies.quota.spec import API_VERSION, PLURAL, QUOTA_NAME
 from radixfleet import labels
-from radixfleet.kit.kube import Resource
+from radixfleet.kit.kube import INFERENCE_SERVICES, Resource
 from radixfleet.kit.loop import Loop, register_loop
 from radixfleet.kit.plugin import OperatorOptions
 
@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 RESYNC_SECONDS = 30.0
 NAME = "quota"
 TENANTS = Resource(labels.GROUP, API_VERSION, PLURAL, namespaced=False)
-KSERVE = Resource("serving.kserve.io", "v1beta1", "inferenceservices")
 
 
 @dataclass
@@ -75,7 +74,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> Loop:
     loop = Loop(NAME, lambda now: _passes(controller.reconcile(now=now)),
                 resync_seconds=RESYNC_SECONDS)  # fmt: skip
     quotas = Resource("", "v1", "resourcequotas")
-    register_loop(registry, loop, watch=[TENANTS, KSERVE, quotas],
+    register_loop(registry, loop, watch=[TENANTS, INFERENCE_SERVICES, quotas],
                   watch_labels={"resourcequotas": {labels.MANAGED_BY: labels.MANAGER}})  # fmt: skip
     return loop
 
@@ -87,13 +86,8 @@ def _passes(plan: Plan) -> list[str]:
 
 def kube_controller(options: OperatorOptions | None = None) -> Controller:
     """A Controller on the in-cluster (or kubeconfig) credentials."""
-    from policies.quota.kube import (
-        KubeInferenceServices,
-        KubeResourceQuotas,
-        KubeSecrets,
-        KubeTenants,
-    )
-    from radixfleet.kit.kube import api_client
+    from policies.quota.kube import KubeResourceQuotas, KubeSecrets, KubeTenants
+    from radixfleet.kit.kube import KubeInferenceServices, api_client
 
     options = options or OperatorOptions()
     api = api_client()

@@ -15,18 +15,23 @@ from kubernetes import client
 
 from policies.quota.spec import API_VERSION, GPU_QUOTA_RESOURCE, PLURAL, QUOTA_NAME, SecretKeyRef
 from radixfleet import labels
-from radixfleet.kit.kube import KubeStatus, Resource, absent_as_none, kube_call
+from radixfleet.kit.kube import (
+    INFERENCE_SERVICES,
+    KubeStatus,
+    Resource,
+    absent_as_none,
+    kube_call,
+)
 from radixfleet.kit.rbac import READ, PolicyRule, rule
 
 FIELD_MANAGER = "radixfleet-quota"
-KSERVE = Resource("serving.kserve.io", "v1beta1", "inferenceservices")
 TENANTS = Resource(labels.GROUP, API_VERSION, PLURAL, namespaced=False)
 
 RULES: tuple[PolicyRule, ...] = (
     # kopf's event handlers watch all three; the adapters list them and write what is ours.
     TENANTS.rule(*READ),
     *KubeStatus.rules(TENANTS),
-    KSERVE.rule("list", "watch"),
+    INFERENCE_SERVICES.rule("list", "watch"),
     rule("", "resourcequotas", *READ, "create", "patch"),
     # API keys: one Secret at a time, by the name a Tenant gives (never listed).
     rule("", "secrets", "get"),
@@ -53,21 +58,6 @@ class KubeTenants:
 
     def write_status(self, name: str, status: dict[str, Any]) -> None:
         self.status.replace(None, name, status)
-
-
-class KubeInferenceServices:
-    def __init__(self, api_client: Any) -> None:
-        self.api = client.CustomObjectsApi(api_client)
-
-    def everywhere(self) -> list[dict[str, Any]]:
-        return _items(
-            kube_call(
-                "list inferenceservices",
-                lambda: self.api.list_cluster_custom_object(
-                    KSERVE.group, KSERVE.version, KSERVE.plural
-                ),
-            )
-        )
 
 
 class KubeResourceQuotas:

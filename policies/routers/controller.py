@@ -18,13 +18,12 @@ import kopf
 
 from policies.routers.decide import Existing, Key, Plan, decide, wanted
 from policies.routers.spec import NAME, Router
-from radixfleet.kit.kube import Resource
+from radixfleet.kit.kube import INFERENCE_SERVICES
 from radixfleet.kit.loop import Loop, register_loop
 from radixfleet.kit.plugin import OperatorOptions
 
 log = logging.getLogger(__name__)
 
-KSERVE = Resource("serving.kserve.io", "v1beta1", "inferenceservices")
 RESYNC_SECONDS = 30.0
 
 
@@ -81,14 +80,14 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> Loop:
     """Add the routers' handlers to `registry`; nothing is registered on import."""
     loop = Loop(NAME, lambda now: controller.reconcile(now=now).verbs,
                 resync_seconds=RESYNC_SECONDS)  # fmt: skip
-    register_loop(registry, loop, watch=[KSERVE])
+    register_loop(registry, loop, watch=[INFERENCE_SERVICES])
     return loop
 
 
 def kube_controller(options: OperatorOptions | None = None) -> Controller:
     """A Controller on the in-cluster (or kubeconfig) credentials."""
-    from policies.routers.kube import KubeInferenceServices, KubeRevisions, KubeRouters
-    from radixfleet.kit.kube import api_client
+    from policies.routers.kube import KubeRevisions, KubeRouters
+    from radixfleet.kit.kube import KubeInferenceServices, api_client
 
     options = options or OperatorOptions()
     api = api_client()

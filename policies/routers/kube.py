@@ -15,11 +15,10 @@ from policies.routers.decide import Existing, Key
 from policies.routers.manifests import IMAGE_ANNOTATION, deployment, service
 from policies.routers.spec import COMPONENT, ROLE, Router
 from radixfleet import labels
-from radixfleet.kit.kube import Resource, absent_as_none, kube_call
+from radixfleet.kit.kube import INFERENCE_SERVICES, Resource, kube_call
 from radixfleet.kit.rbac import READ, PolicyRule, rule
 
 FIELD_MANAGER = "radixfleet-routers"
-KSERVE = Resource("serving.kserve.io", "v1beta1", "inferenceservices")
 REVISIONS = Resource("serving.knative.dev", "v1", "revisions")
 # The revisions KServe made (a router's owner must be one of them).
 KSERVE_REVISIONS = "serving.kserve.io/inferenceservice"
@@ -28,34 +27,12 @@ APPLY = "application/apply-patch+yaml"  # JSON is YAML: the body goes as it is
 
 RULES: tuple[PolicyRule, ...] = (
     # kopf's event handler watches InferenceServices; the controller lists and re-reads them.
-    KSERVE.rule(*READ),
+    INFERENCE_SERVICES.rule(*READ),
     REVISIONS.rule("list"),  # their UIDs, for the owner references
     # A server-side apply is a patch, and needs `create` too when the object is new.
     rule("apps", "deployments", "list", "create", "patch"),
     rule("", "services", "create", "patch"),
 )
-
-
-class KubeInferenceServices:
-    def __init__(self, api_client: Any) -> None:
-        self.api = client.CustomObjectsApi(api_client)
-
-    def everywhere(self) -> list[dict[str, Any]]:
-        group, version, plural = KSERVE.group, KSERVE.version, KSERVE.plural
-        found = kube_call(
-            "list inferenceservices",
-            lambda: self.api.list_cluster_custom_object(group, version, plural),
-        )
-        return list(found.get("items", [])) if isinstance(found, dict) else []
-
-    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        found = absent_as_none(
-            f"get inferenceservice {namespace}/{name}",
-            lambda: self.api.get_namespaced_custom_object(
-                KSERVE.group, KSERVE.version, namespace, KSERVE.plural, name
-            ),
-        )
-        return found if isinstance(found, dict) else None
 
 
 class KubeRevisions:

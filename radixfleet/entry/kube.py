@@ -13,35 +13,19 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
-from kubernetes import client
-
 from radixfleet.entry.routes import build_routes
 from radixfleet.entry.server import ClusterEntry
 from radixfleet.kit.errors import KubeError
-from radixfleet.kit.kube import Resource, kube_call
+from radixfleet.kit.kube import INFERENCE_SERVICES
 from radixfleet.kit.rbac import PolicyRule
 
 log = logging.getLogger(__name__)
 
-KSERVE = Resource("serving.kserve.io", "v1beta1", "inferenceservices")
-RULES: tuple[PolicyRule, ...] = (KSERVE.rule("list"),)
+RULES: tuple[PolicyRule, ...] = (INFERENCE_SERVICES.rule("list"),)
 
 
 class InferenceServices(Protocol):
     def everywhere(self) -> list[dict[str, Any]]: ...
-
-
-class KubeInferenceServices:
-    def __init__(self, api_client: Any) -> None:
-        self.api = client.CustomObjectsApi(api_client)
-
-    def everywhere(self) -> list[dict[str, Any]]:
-        group, version, plural = KSERVE.group, KSERVE.version, KSERVE.plural
-        found = kube_call(
-            "list inferenceservices",
-            lambda: self.api.list_cluster_custom_object(group, version, plural),
-        )
-        return list(found.get("items", [])) if isinstance(found, dict) else []
 
 
 async def keep_in_sync(entry: ClusterEntry, isvcs: InferenceServices, *, interval_s: float) -> None:

@@ -14,9 +14,9 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import start_http_server
 
-from radixfleet.entry.kube import KubeInferenceServices, keep_in_sync
+from radixfleet.entry.kube import keep_in_sync
 from radixfleet.entry.server import ClusterEntry, Upstreams
-from radixfleet.kit.kube import api_client
+from radixfleet.kit.kube import KubeInferenceServices, api_client
 from radixfleet.kit.registry import entry_gate, load_entry_gate
 
 log = logging.getLogger(__name__)

@@ -218,3 +218,33 @@ class KubeEvents:
             )
         except KubeError as error:
             log.warning("%s not posted: %s", reason, error)
+
+
+#: KServe's InferenceServices, as every controller and the region entry read them.
+INFERENCE_SERVICES = Resource("serving.kserve.io", "v1beta1", "inferenceservices")
+
+
+class KubeInferenceServices:
+    """Every InferenceService in the cluster, and one re-read: list (and get) on
+    `INFERENCE_SERVICES`, declared in the RULES of each module that uses this."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api = client.CustomObjectsApi(api_client)
+
+    def everywhere(self) -> list[dict[str, Any]]:
+        r = INFERENCE_SERVICES
+        found = kube_call(
+            "list inferenceservices",
+            lambda: self.api.list_cluster_custom_object(r.group, r.version, r.plural),
+        )
+        return list(found.get("items", [])) if isinstance(found, dict) else []
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        r = INFERENCE_SERVICES
+        found = absent_as_none(
+            f"get inferenceservice {namespace}/{name}",
+            lambda: self.api.get_namespaced_custom_object(
+                r.group, r.version, namespace, r.plural, name
+            ),
+        )
+        return found if isinstance(found, dict) else None

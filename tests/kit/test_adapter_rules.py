@@ -66,13 +66,9 @@ def autoscale(api: Any, rec: Recorder) -> None:
 
 
 def quota(api: Any, rec: Recorder) -> None:
-    from policies.quota.kube import (
-        KubeInferenceServices,
-        KubeResourceQuotas,
-        KubeSecrets,
-        KubeTenants,
-    )
+    from policies.quota.kube import KubeResourceQuotas, KubeSecrets, KubeTenants
     from policies.quota.spec import SecretKeyRef
+    from radixfleet.kit.kube import KubeInferenceServices
 
     tenants = KubeTenants(api)
     tenants.list()
@@ -105,8 +101,9 @@ def failover(api: Any, rec: Recorder) -> None:
 
 
 def routers(api: Any, rec: Recorder) -> None:
-    from policies.routers.kube import KubeInferenceServices, KubeRevisions, KubeRouters
+    from policies.routers.kube import KubeRevisions, KubeRouters
     from policies.routers.spec import Router
+    from radixfleet.kit.kube import KubeInferenceServices
 
     isvcs = KubeInferenceServices(api)
     isvcs.everywhere()

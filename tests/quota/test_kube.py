@@ -18,15 +18,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from policies.quota.controller import Controller
-from policies.quota.kube import (
-    KubeInferenceServices,
-    KubeResourceQuotas,
-    KubeSecrets,
-    KubeTenants,
-)
+from policies.quota.kube import KubeResourceQuotas, KubeSecrets, KubeTenants
 from policies.quota.observe import api_keys
 from policies.quota.spec import SecretKeyRef
 from policies.quota.state import ConditionType, TenantStatus
+from radixfleet.kit.kube import KubeInferenceServices
 from tests.quota.test_controller import tenant
 
 OURS = ("radixfleet.io", "v1alpha1", "tenants")
