@@ -38,7 +38,9 @@ async def serve(options: EntryOptions) -> None:
     api = api_client()
     gate = load_entry_gate(entry_gate())(api, options.replicas, options.region)
     start_http_server(options.metrics_port, registry=gate.registry())
-    async with aiohttp.ClientSession() as session:
+    # No overall deadline: a long answer streams as long as it takes; a stalled one is cut.
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=600)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
         upstreams = Upstreams(cluster_domain=options.cluster_domain)
         entry = ClusterEntry(gate=gate, session=session, upstreams=upstreams)
         sync = asyncio.create_task(
