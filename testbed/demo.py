@@ -7,7 +7,7 @@ deployed from radixfleet's own kustomize bases as a platform team deploys them:
 - the operator (`deploy/operator/`, two replicas, one leading) with its routers controller;
 - the region entry (`deploy/entry/`, two replicas) in front of an smg router per revision;
 - Prometheus, configured from `deploy/monitoring/`'s PodMonitors (the canary's judge);
-- one tenant, `search`, whose two models are emulated SGLang predictors from radixfleet's
+- one tenant, `demo`, whose two models are emulated SGLang predictors from radixfleet's
   image: `llama-3-1-70b` (a sixth of the workload) scales to zero and is woken by the replay's
   first request for it; `llama-3-1-8b` (the rest) gets a new version when the replay starts,
   stepped and judged by the operator while the replay's traffic flows through the entry (the
@@ -58,8 +58,9 @@ from testbed.emulated import emulated_isvc, get, model_volume, predictor_status,
 from testbed.images import REPO
 
 REGION = "cluster"
-TENANT = "search"
-NAMESPACE = "team-search"
+# A tenant and namespace of the demo's own: the catalog's (team-search) are the cluster tests'.
+TENANT = "demo"
+NAMESPACE = "radixfleet-demo"
 WAKES = "llama-3-1-70b"  # at zero when the replay starts
 CANARY = "llama-3-1-8b"  # rolled out to a second version during the replay
 # One judged step at half the traffic: about 1.5 requests a second reach the canary, so each
@@ -305,7 +306,9 @@ def _role(pod: dict[str, Any]) -> str:
 def _undeploy(cluster: Cluster) -> None:
     """Leave a shared cluster as found (the tests reuse theirs): cluster-wide objects first."""
     cluster.kubectl("delete", "tenant", TENANT, "--wait=false", check=False)
-    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+    # Waited for: a namespace still terminating would refuse a next run's objects.
+    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=180s",
+                    check=False)  # fmt: skip
     cluster.kubectl("delete", "deployment", entry_base.NAME, "-n", operator.NAMESPACE,
                     "--wait=false", check=False)  # fmt: skip
     remove_operator(cluster)
