@@ -250,6 +250,9 @@ def demo(
     failed = summary["overall"]["failed"]
     if failed:
         err.print(f"[red]error[/red] {failed} requests failed", highlight=False)
+        for request in summary.get("failed_requests", [])[:5]:
+            err.print(f"  {request['region']}/{request['model']}: {request['error']}",
+                      highlight=False, markup=False)  # fmt: skip
         raise typer.Exit(EXIT_PROBLEMS)
 
 

@@ -35,7 +35,7 @@ from rich.console import Console
 from inferenceservices.builder import build_router_access
 from radixfleet import __version__
 from radixfleet.emulator.tokenizer import load_tokenizer
-from radixfleet.fleet.demo import DemoOptions, time_scale_note
+from radixfleet.fleet.demo import DemoOptions, failed_requests, time_scale_note
 from radixfleet.fleet.report import Wake, print_table, write_report, write_summary
 from radixfleet.fleet.spec import demo_spec
 from radixfleet.fleet.workloads import demo_workload
@@ -343,6 +343,7 @@ def _summary(options: DemoOptions, models: Any, run: ClusterRun, started: float)
         "wake_from_zero": [
             {"region": w.region, "model": w.model, "seconds": round(w.seconds, 2)} for w in wakes
         ],
+        "failed_requests": failed_requests(run.results),
         "cluster": {"pods": run.pods, "canary": {"model": CANARY, **run.canary}},
         "notes": _notes(run, wakes),
     }

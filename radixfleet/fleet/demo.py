@@ -228,8 +228,16 @@ def _summary(
         "workload": {"requests": len(workload.items), "models": workload.description},
         **breakdown(run.results),
         "wake_from_zero": _wake_records(run.events),
+        "failed_requests": failed_requests(run.results),
         "notes": [*run.notes, *_manifest_notes(check, options), *_method_notes()],
     }
+
+
+def failed_requests(results: Sequence[RequestResult], *, limit: int = 20) -> list[dict[str, Any]]:
+    """The first failed requests and why (status, error), for the summary and the CLI."""
+    failed = [r for r in results if not r.ok][:limit]
+    return [{"region": r.region, "model": r.model, "at_s": round(r.scheduled, 2),
+             "status": r.status, "error": r.error} for r in failed]  # fmt: skip
 
 
 def time_scale_note(spec: FleetSpec, options: DemoOptions) -> str:
