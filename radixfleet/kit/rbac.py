@@ -97,3 +97,14 @@ def cluster_role(
         "metadata": {"name": name, "labels": dict(labels)},
         "rules": [r.to_manifest() for r in union(rules)],
     }
+
+
+def cluster_role_binding(name: str, *, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The ClusterRoleBinding of ClusterRole `name` to the ServiceAccount `name` in `namespace`."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name, "labels": dict(labels)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+    }

@@ -14,7 +14,7 @@ from typing import Any
 
 from radixfleet import labels
 from radixfleet.entry import kube
-from radixfleet.kit.rbac import PolicyRule, cluster_role, union
+from radixfleet.kit.rbac import PolicyRule, cluster_role, cluster_role_binding, union
 from radixfleet.kit.registry import entry_gate
 from radixfleet.render.operator import IMAGE, NAMESPACE, RUN_AS_USER
 from radixfleet.render.yamlout import Notes, to_yaml, with_kustomization
@@ -43,13 +43,7 @@ def _meta(name: str, namespace: str | None = NAMESPACE) -> Manifest:
 
 
 def role_binding() -> Manifest:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": _meta(NAME, None),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
-        "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}],
-    }
+    return cluster_role_binding(NAME, namespace=NAMESPACE, labels=META_LABELS)
 
 
 def deployment(

@@ -19,7 +19,7 @@ from radixfleet import labels
 from radixfleet.kit.leader import IDENTITY_ENV, PEERING_NAME
 from radixfleet.kit.operator import LIVENESS_PORT, METRICS_PORT, READINESS_PORT
 from radixfleet.kit.plugin import ControllerPlugin
-from radixfleet.kit.rbac import KOPF_RULES, PolicyRule, cluster_role, union
+from radixfleet.kit.rbac import KOPF_RULES, PolicyRule, cluster_role, cluster_role_binding, union
 from radixfleet.kit.registry import plugins
 from radixfleet.render.yamlout import Notes, to_yaml, with_kustomization
 
@@ -59,13 +59,7 @@ def role() -> Manifest:
 
 
 def role_binding() -> Manifest:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": _meta(NAME, None),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
-        "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}],
-    }
+    return cluster_role_binding(NAME, namespace=NAMESPACE, labels=META_LABELS)
 
 
 def peering() -> Manifest:
