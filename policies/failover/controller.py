@@ -46,6 +46,7 @@ from policies.failover.spec import API_VERSION, MIN_INTERVAL_SECONDS, PLURAL, Fa
 from policies.failover.state import FailoverStatus, HealthCheck, Observed
 from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
 from radixfleet.adapters.route53 import AwsRoute53, WeightedRecords
+from radixfleet.entry.signals import TOKEN_ENV
 from radixfleet.kit import kopfglue
 from radixfleet.kit.errors import KubeError
 from radixfleet.kit.events import Events
@@ -203,13 +204,15 @@ def run_tick(
     )
 
 
-def prometheus_per_region(template: str) -> PrometheusFor:
-    """Each region's Prometheus: its `prometheusUrl`, else `template` with `{region}`."""
+def prometheus_per_region(template: str, *, token: str = "") -> PrometheusFor:
+    """Each region's Prometheus: its `prometheusUrl`, else `template` with `{region}`. With the
+    fleet `token`, each is read through its region's entry (`radixfleet/entry/signals.py`)."""
     cache: dict[str, Prometheus] = {}
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def for_region(region: Any) -> Prometheus:
         url = region.prometheus_url or template.format(region=region.name)
-        return cache.setdefault(url, HttpPrometheus(url, timeout_seconds=3.0))
+        return cache.setdefault(url, HttpPrometheus(url, timeout_seconds=3.0, headers=headers))
 
     return for_region
 
@@ -223,14 +226,16 @@ def kube_controller(options: OperatorOptions) -> Controller:
     from radixfleet.kit.kube import KubeEvents, api_client
 
     api = api_client()
-    regional = {
+    # Its own region through its own credentials; the others through the contexts given.
+    regional = {options.region: api} | {
         r: config.new_client_from_config(context=c)  # type: ignore[no-untyped-call]
         for r, c in options.failover_contexts.items()
     }
     template = os.environ.get(PROMETHEUS_URL_ENV, DEFAULT_PROMETHEUS_URL)
+    token = os.environ.get(TOKEN_ENV, "")
     return Controller(
         route53=AwsRoute53(route53_client()),
-        prometheus_for=prometheus_per_region(template),
+        prometheus_for=prometheus_per_region(template, token=token),
         policies=KubeFailoverPolicies(api),
         events=KubeEvents(api, clock=lambda: datetime.now(UTC), component=FIELD_MANAGER),
         floors=KubeFloors(regional, namespace=options.failover_namespace),

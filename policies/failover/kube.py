@@ -11,6 +11,7 @@ each region's cluster).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -22,6 +23,8 @@ from radixfleet.kit.errors import KubeError
 from radixfleet.kit.kube import KubeEvents, KubeStatus, Resource, kube_call
 from radixfleet.kit.rbac import KOPF_TIMER, PolicyRule, rule
 from radixfleet.labels import GROUP, MANAGED_BY, MANAGER
+
+log = logging.getLogger(__name__)
 
 FLOORS_CONFIGMAP = "radixfleet-failover-floors"
 FIELD_MANAGER = "radixfleet-failover"
@@ -56,14 +59,24 @@ class KubeFloors:
         self.namespace = namespace
 
     def raise_floor(self, region: str, model: str, replicas: int) -> None:
+        if not self._reachable(region):
+            return
         current = self._floors(region)
         if int(current.get(model, "0")) >= replicas:
             return
         self._patch(region, {model: str(replicas)}, create=not current and not self._exists(region))
 
     def release_floor(self, region: str, model: str) -> None:
-        if model in self._floors(region):
+        if self._reachable(region) and model in self._floors(region):
             self._patch(region, {model: None}, create=False)
+
+    def _reachable(self, region: str) -> bool:
+        # Without credentials for a region's cluster the failover still moves traffic; it only
+        # cannot pre-scale there. Said once a call, not raised: a KeyError would stop the tick.
+        if region in self.apis:
+            return True
+        log.warning("no credentials for %s's cluster (--failover-context): floor left", region)
+        return False
 
     def _floors(self, region: str) -> dict[str, str]:
         try:

@@ -144,7 +144,9 @@ class HttpPrometheus:
     def is_online(self) -> bool:
         try:
             response = self.session.get(
-                self.url.rstrip("/") + READY_PATH, timeout=self.timeout_seconds
+                self.url.rstrip("/") + READY_PATH,
+                headers=dict(self.headers),
+                timeout=self.timeout_seconds,
             )
         except requests.RequestException:
             return False

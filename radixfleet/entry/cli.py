@@ -28,6 +28,14 @@ def run(
     cluster_domain: Annotated[str, typer.Option(help="The cluster's DNS domain.")] = (
         "cluster.local"
     ),
+    prometheus_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="RADIXFLEET_PROMETHEUS_URL",
+            help="The region's Prometheus, relayed to the fleet's failover under /fleet/v1/"
+            "prometheus for holders of the fleet token ($RADIXFLEET_FLEET_TOKEN).",
+        ),
+    ] = None,
 ) -> None:
     """Serve tenants' requests: authenticate, charge, route to each revision's router."""
     import asyncio
@@ -35,5 +43,6 @@ def run(
     from radixfleet.entry.main import EntryOptions, serve
 
     options = EntryOptions(port=port, replicas=replicas, region=region, metrics_port=metrics_port,
-                           sync_seconds=sync_seconds, cluster_domain=cluster_domain)  # fmt: skip
+                           sync_seconds=sync_seconds, cluster_domain=cluster_domain,
+                           prometheus_url=prometheus_url)  # fmt: skip
     asyncio.run(serve(options))

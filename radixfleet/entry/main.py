@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -16,6 +18,7 @@ from prometheus_client import start_http_server
 
 from radixfleet.entry.kube import keep_in_sync
 from radixfleet.entry.server import ClusterEntry, Upstreams
+from radixfleet.entry.signals import TOKEN_ENV, SignalsRelay
 from radixfleet.kit.kube import KubeInferenceServices, api_client
 from radixfleet.kit.registry import entry_gate, load_entry_gate
 
@@ -30,6 +33,18 @@ class EntryOptions:
     metrics_port: int = 9464
     sync_seconds: float = 2.0
     cluster_domain: str = "cluster.local"
+    prometheus_url: str | None = None
+
+
+def signals_relay(
+    options: EntryOptions, session: aiohttp.ClientSession, environ: Mapping[str, str]
+) -> SignalsRelay | None:
+    """The failover's read of this region's Prometheus: only with both a URL and a token."""
+    token = environ.get(TOKEN_ENV, "")
+    if options.prometheus_url is None or not token:
+        log.info("no fleet signals: needs --prometheus-url and $%s", TOKEN_ENV)
+        return None
+    return SignalsRelay(token=token, session=session, prometheus_url=options.prometheus_url)
 
 
 async def serve(options: EntryOptions) -> None:
@@ -42,7 +57,8 @@ async def serve(options: EntryOptions) -> None:
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=600)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         upstreams = Upstreams(cluster_domain=options.cluster_domain)
-        entry = ClusterEntry(gate=gate, session=session, upstreams=upstreams)
+        entry = ClusterEntry(gate=gate, session=session, upstreams=upstreams,
+                             signals=signals_relay(options, session, os.environ))  # fmt: skip
         sync = asyncio.create_task(
             keep_in_sync(entry, KubeInferenceServices(api), interval_s=options.sync_seconds)
         )

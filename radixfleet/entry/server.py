@@ -27,6 +27,7 @@ from aiohttp import web
 from radixfleet.emulator.protocol import ApiError
 from radixfleet.entry.gate import TENANT, EntryGate
 from radixfleet.entry.routes import ModelRoute, Routes, Target
+from radixfleet.entry.signals import SignalsRelay
 from radixfleet.fleet.entry import PROXIED_PATHS, EntryError, error_middleware, parse_body, relay
 
 log = logging.getLogger(__name__)
@@ -65,12 +66,15 @@ class ClusterEntry:
     wake_timeout_s: float = 600.0
     draw: Callable[[], float] = field(default_factory=lambda: random.Random().random)
     routes: Routes | None = None  # None until the first sync: every request gets 503
+    signals: SignalsRelay | None = None  # the fleet's failover reads this region's Prometheus
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[error_middleware], client_max_size=64 * 1024**2)
         app.add_routes([web.post(path, self.proxy) for path in PROXIED_PATHS])
         app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health)])
         self.gate.install(app)  # inside the error middleware: a refused request costs nothing
+        if self.signals is not None:
+            self.signals.install(app)
         return app
 
     async def proxy(self, request: web.Request) -> web.StreamResponse:

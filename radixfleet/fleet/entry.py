@@ -30,6 +30,7 @@ import aiohttp
 from aiohttp import web
 
 from radixfleet.emulator.protocol import ApiError
+from radixfleet.entry.signals import SignalsRelay
 from radixfleet.fleet.scaler import Scaler
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ class RegionEntry:
         wake_timeout_s: float,
         retry_after_s: int,
         gate: Gate | None = None,
+        signals: SignalsRelay | None = None,
         split_seed: int | None = None,
     ) -> None:
         self.region = region
@@ -90,6 +92,7 @@ class RegionEntry:
         self.in_flight_by_router: Counter[str] = Counter()  # tells when a revision is drained
         self.woken: list[tuple[str, float]] = []  # (model, seconds a request was held)
         self.gate = gate
+        self.signals = signals  # the fleet's failover reads the region's Prometheus through it
         self.app = self._build_app()
 
     def _build_app(self) -> web.Application:
@@ -98,6 +101,8 @@ class RegionEntry:
         app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health)])
         if self.gate is not None:  # inside the error middleware: a throttled request never wakes
             self.gate.install(app)
+        if self.signals is not None:
+            self.signals.install(app)
         return app
 
     # -- routes ------------------------------------------------------------------------------

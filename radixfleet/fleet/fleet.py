@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import shutil
 import tempfile
 import threading
@@ -34,6 +35,8 @@ import yaml
 from aiohttp import web
 
 from radixfleet.emulator.tokenizer import ensure_tokenizer_dir
+from radixfleet.entry.signals import PREFIX as SIGNALS_PREFIX
+from radixfleet.entry.signals import SignalsRelay
 from radixfleet.fleet.entry import Canary, Gate, RegionEntry
 from radixfleet.fleet.procs import Supervisor, free_port, stop_async
 from radixfleet.fleet.prometheus import (
@@ -41,6 +44,7 @@ from radixfleet.fleet.prometheus import (
     Target,
     scrape_config,
     start_prometheus,
+    wait_scraped,
     write_targets,
 )
 from radixfleet.fleet.replicas import EmulatorLauncher, ReplicaSet, ScaleEvent
@@ -123,6 +127,9 @@ class LocalFleet:
         self.supervisor = Supervisor(marker=self.fleet_id)
         self.regions: dict[str, RegionRuntime] = {r.name: RegionRuntime(r) for r in spec.regions}
         self.prometheus: PrometheusServer | None = None
+        self.region_prometheus: dict[str, PrometheusServer] = {}
+        # What the failover shows each region's entry to read that region's Prometheus.
+        self.fleet_token = secrets.token_urlsafe(32)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fleet", daemon=True)
         self._session: aiohttp.ClientSession | None = None
@@ -256,6 +263,7 @@ class LocalFleet:
             wake_timeout_s=self.spec.wake_timeout_s,
             retry_after_s=self.spec.retry_after_s,
             gate=self.gates.get(region.spec.name),
+            signals=SignalsRelay(token=self.fleet_token, session=self._session),
         )
         region.runner = web.AppRunner(region.entry.app, access_log=None, shutdown_timeout=1.0)
         await region.runner.setup()
@@ -552,14 +560,18 @@ class LocalFleet:
         """The file_sd file listing the routers' metrics ports."""
         return self.workdir / "scrape" / "routers.json"
 
-    def write_prometheus_config(self, *, rule_files: list[Path] | None = None) -> Path:
-        """Write prometheus.yml scraping this fleet (every second) and return its path."""
+    def write_prometheus_config(
+        self, *, rule_files: list[Path] | None = None, region: str | None = None
+    ) -> Path:
+        """Write prometheus.yml scraping this fleet (every second), or only `region` of it, and
+        return its path."""
         config = scrape_config(
             replica_targets=self.replica_targets_file,
             router_targets=self.router_targets_file,
             rule_files=rule_files,
+            region=region,
         )
-        path = self.workdir / "scrape" / "prometheus.yml"
+        path = self.workdir / "scrape" / f"prometheus{'-' + region if region else ''}.yml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
@@ -572,6 +584,31 @@ class LocalFleet:
             supervisor=self.supervisor, config=config, data_dir=data, host=self.host
         )
         return None if self.prometheus is None else self.prometheus.url
+
+    def start_region_prometheus(self, region: str) -> str | None:
+        """Start a Prometheus of `region`'s own targets and relay it through that region's
+        entry (`signals_url`), as each region of a deployed fleet has its own; its URL, or
+        None when Prometheus is not installed."""
+        runtime = self.regions[region]
+        config = self.write_prometheus_config(region=region)
+        data = self.workdir / f"prometheus-{region}" / "data"
+        server = start_prometheus(
+            supervisor=self.supervisor, config=config, data_dir=data, host=self.host
+        )
+        if server is None:
+            return None
+        own_routers = [r for name, _, r in self._routers_by_model() if name == region]
+        ready = [i for rs in runtime.sets.values() for i in rs.replicas()
+                 if i.state is ReplicaState.READY]  # fmt: skip
+        wait_scraped(server, targets=len(own_routers) + len(ready))
+        self.region_prometheus[region] = server
+        if runtime.entry is not None and runtime.entry.signals is not None:
+            runtime.entry.signals.prometheus_url = server.url
+        return server.url
+
+    def signals_url(self, region: str) -> str:
+        """Where the failover reads `region`'s Prometheus: its entry, with `fleet_token`."""
+        return self.entry_url(region) + SIGNALS_PREFIX
 
     def _write_replica_targets(self) -> None:
         targets = [

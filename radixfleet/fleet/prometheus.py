@@ -11,6 +11,7 @@ selector.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 import urllib.error
@@ -61,14 +62,20 @@ def scrape_config(
     router_targets: Path,
     rule_files: list[Path] | None = None,
     interval: str = "1s",
+    region: str | None = None,
 ) -> dict[str, Any]:
-    """prometheus.yml for the fleet: both target files, scraped every `interval`."""
+    """prometheus.yml for the fleet: both target files, scraped every `interval`; with `region`,
+    only that region's targets, as a region's own Prometheus sees them in a deployed fleet."""
 
     def job(name: str, path: Path) -> dict[str, Any]:
-        return {
+        found = {
             "job_name": name,
             "file_sd_configs": [{"files": [str(path)], "refresh_interval": "2s"}],
         }
+        if region is None:
+            return found
+        keep = {"source_labels": ["region"], "regex": re.escape(region), "action": "keep"}
+        return {**found, "relabel_configs": [keep]}
 
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
@@ -109,6 +116,25 @@ def start_prometheus(
     server = PrometheusServer(url=f"http://{host}:{port}", child=child)
     _wait_ready(server)
     return server
+
+
+def wait_scraped(server: PrometheusServer, *, targets: int, timeout_s: float = 60.0) -> None:
+    """Return once `targets` targets have been scraped and are up. A counter first scraped
+    after it moved shows no `increase()`: callers that count requests wait for this first."""
+    deadline = time.monotonic() + timeout_s
+    while _up_targets(server) < targets:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"prometheus did not scrape {targets} targets in {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+def _up_targets(server: PrometheusServer) -> int:
+    try:
+        with urllib.request.urlopen(f"{server.url}/api/v1/targets", timeout=2) as answer:
+            found = json.load(answer)["data"]["activeTargets"]
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, KeyError):
+        return 0
+    return sum(1 for target in found if target.get("health") == "up")
 
 
 def _wait_ready(server: PrometheusServer) -> None:
