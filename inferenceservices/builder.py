@@ -8,11 +8,13 @@ model (GPUs per replica, SLOs, regions) travels as `radixfleet.io/*` labels and 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from canary.spec import API_VERSION, KIND, POLICY_ANNOTATION, CanaryPolicySpec
 from inferenceservices.scaling import concurrency_target
 from policies.autoscale import spec as autoscale
+from policies.failover import spec as failover
 from policies.quota import spec as quota
 from policies.routers.manifests import access as router_access
 from radixfleet import labels
@@ -195,6 +197,16 @@ def build_inference_service(model: Model, tenant: Tenant) -> tuple[dict[str, Any
     return isvc, notes
 
 
+def served_tenants(catalog: Catalog, model: Model) -> list[Tenant]:
+    """Tenants that get their own InferenceService of `model`.
+
+    A LoRA model is one shared base serving every tenant's adapters, so it runs once, in the
+    namespace of its first tenant; any other model runs once per tenant, on that tenant's GPUs.
+    """
+    names = model.tenants[:1] if model.lora_adapters else model.tenants
+    return [catalog.tenant(n) for n in names]
+
+
 def build_namespaces(catalog: Catalog) -> list[dict[str, Any]]:
     """Namespaces of every tenant that runs a model, labeled with their tenant."""
     used = {t for m in catalog.models for t in m.tenants}
@@ -278,3 +290,40 @@ def build_autoscale_policy(model: Model, tenant: Tenant) -> dict[str, Any]:
             "slo": spec.slo.model_dump(by_alias=True, mode="json"),
         },
     }
+
+
+def build_failover_policy(
+    catalog: Catalog,
+    model: Model,
+    *,
+    namespace: str,
+    hosted_zone_id: str,
+    record_name: str,
+    signals_urls: Mapping[str, str],
+    weights: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """The FailoverPolicy of `model`'s global name across the regions in `signals_urls` (each
+    region's Prometheus as its entry relays it, radixfleet/entry/signals.py), judged on the
+    catalog's TTFT SLO over every tenant's InferenceService of the model. Needs two regions.
+    """
+    regions = [
+        {"name": name, "prometheusUrl": url, "weight": (weights or {}).get(name, 100)}
+        for name, url in signals_urls.items()
+    ]
+    spec = failover.FailoverPolicySpec.model_validate(
+        {
+            "hostedZoneId": hosted_zone_id,
+            "recordName": record_name,
+            "models": [model.name],
+            "namespaces": [namespace_of(t) for t in served_tenants(catalog, model)],
+            "regions": regions,
+            "signals": {"ttftSloSeconds": model.slo.ttft_p95_ms / 1000},
+        }
+    )
+    return {
+        "apiVersion": f"{labels.GROUP}/{failover.API_VERSION}",
+        "kind": failover.KIND,
+        "metadata": {"name": model.name, "namespace": namespace,
+                     "labels": {labels.MANAGED_BY: labels.MANAGER}},
+        "spec": spec.model_dump(by_alias=True, mode="json", exclude_defaults=True),
+    }  # fmt: skip

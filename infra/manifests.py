@@ -9,20 +9,30 @@ the manifests select, least privilege) without running Pulumi.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from inferenceservices.builder import build_inference_service, build_namespaces, namespace_of
+from inferenceservices.builder import (
+    build_autoscale_policy,
+    build_canary_policy,
+    build_failover_policy,
+    build_inference_service,
+    build_namespaces,
+    build_router_access,
+    build_tenant,
+    namespace_of,
+    served_tenants,
+)
 from radixfleet import labels
 from radixfleet.config import Catalog, GpuPool, Region
-from radixfleet.config.catalog import KNOWN_RUNTIMES
+from radixfleet.config.catalog import KNOWN_RUNTIMES, Model, Tenant
 from radixfleet.config.gpus import gpu_label_value
+from radixfleet.entry.signals import PREFIX as SIGNALS_PREFIX
 from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES
 from radixfleet.render import entry, monitoring, operator
-from radixfleet.render.fleet import served_tenants
 from runtimes.builder import build_runtime
 
 Manifest = dict[str, Any]
@@ -36,6 +46,10 @@ DASHBOARD_FOLDER = "radixfleet"
 KNATIVE_NAMESPACE = "knative-serving"
 # Encrypted gp3, the default storage class of every cluster.
 STORAGE_CLASS = "gp3-encrypted"
+# `fleet.<region>.<domain>`: where the failover reads a region's signals (its entry).
+SIGNALS_HOST = "fleet"
+FLEET_TOKEN_SECRET = operator.FLEET_TOKEN_SECRET
+FLEET_TOKEN_KEY = operator.FLEET_TOKEN_KEY
 
 
 def gpu_node_labels(pool: GpuPool) -> dict[str, str]:
@@ -276,11 +290,15 @@ def controller_cluster_rules() -> list[Manifest]:
     return [r.to_manifest() for r in operator.operator_rules()]
 
 
-def controller_deployment(*, image: str, replicas: int, region: str, router_image: str) -> Manifest:
+def controller_deployment(
+    *, image: str, replicas: int, region: str, router_image: str, with_failover: bool = False
+) -> Manifest:
     """The operator's Deployment (`radixfleet operator run`), on the system nodes: non-root,
-    read-only, AWS access only via pod identity; its routers controller runs `router_image`."""
+    read-only, AWS access only via pod identity; its routers controller runs `router_image`;
+    in one region of the fleet it also runs the failover."""
+    args = ["--region", region, *(["--with-failover"] if with_failover else [])]
     return operator.deployment(
-        image=image, replicas=replicas, args=["--region", region], env={"AWS_REGION": region},
+        image=image, replicas=replicas, args=args, env={"AWS_REGION": region},
         node_selector=SYSTEM_NODE_LABELS, router_image=router_image,
     )  # fmt: skip
 
@@ -319,18 +337,64 @@ def runtimes() -> list[Manifest]:
     return [build_runtime(name)[0] for name in KNOWN_RUNTIMES]
 
 
+def _region_models(catalog: Catalog, region: Region) -> Iterator[tuple[Model, Tenant]]:
+    """(model, tenant) of every InferenceService that runs in `region`."""
+    for model in catalog.models:
+        if region.name in model.regions:
+            yield from ((model, tenant) for tenant in served_tenants(catalog, model))
+
+
 def region_inference_services(
     catalog: Catalog, region: Region, *, bucket_from: str, bucket_to: str
 ) -> list[Manifest]:
     """The InferenceServices of the models that run in `region`, reading the region's bucket."""
-    isvcs = []
+    return [
+        rewrite_bucket(build_inference_service(model, tenant)[0], bucket_from, bucket_to)
+        for model, tenant in _region_models(catalog, region)
+    ]
+
+
+def region_policies(catalog: Catalog, region: Region) -> list[Manifest]:
+    """The controllers' objects beside the region's InferenceServices, as `radixfleet render`
+    writes them into inferenceservices/: every Tenant (the quota's budgets, the entry's keys),
+    and the CanaryPolicies and AutoscalePolicies of the region's models."""
+    pairs = list(_region_models(catalog, region))
+    canaries = sorted({(namespace_of(t), m.canary_policy) for m, t in pairs if m.canary_policy})
+    return [
+        *(build_tenant(t) for t in catalog.tenants),
+        *(build_canary_policy(policy, namespace) for namespace, policy in canaries),
+        *(build_autoscale_policy(m, t) for m, t in pairs if m.nodes == 1),
+    ]
+
+
+def region_router_access(catalog: Catalog, region: Region) -> list[Manifest]:
+    """The routers' ServiceAccount, Role and RoleBinding in each of the region's namespaces."""
+    namespaces = sorted({namespace_of(t) for _, t in _region_models(catalog, region)})
+    return [obj for namespace in namespaces for obj in build_router_access(namespace)]
+
+
+def signals_name(region: str, domain: str) -> str:
+    """The region's own name for the fleet's failover: its entry, behind its load balancer."""
+    return f"{SIGNALS_HOST}.{region}.{domain}"
+
+
+def failover_policies(
+    catalog: Catalog, regions: Sequence[str], *, zone_id: str, domain: str,
+    weights: Mapping[str, int],
+) -> list[Manifest]:  # fmt: skip
+    """A FailoverPolicy per model served in two or more of `regions`, for the operator that
+    runs the failover: it reads each region's Prometheus through that region's entry."""
+    policies = []
     for model in catalog.models:
-        if region.name not in model.regions:
-            continue
-        for tenant in served_tenants(catalog, model):
-            isvc, _ = build_inference_service(model, tenant)
-            isvcs.append(rewrite_bucket(isvc, bucket_from, bucket_to))
-    return isvcs
+        served = [r for r in regions if r in model.regions]
+        if len(served) < 2:
+            continue  # one region has nowhere to fail over to
+        urls = {r: f"https://{signals_name(r, domain)}{SIGNALS_PREFIX}" for r in served}
+        policies.append(build_failover_policy(
+            catalog, model, namespace=CONTROLLERS_NAMESPACE, hosted_zone_id=zone_id,
+            record_name=f"{model.name}.{domain}", signals_urls=urls, weights=weights,
+        ))  # fmt: skip
+    return policies
 
 
 def region_namespaces(catalog: Catalog, isvcs: list[Manifest]) -> list[Manifest]:

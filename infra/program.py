@@ -12,6 +12,7 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
+import pulumi_random as random
 
 from infra.components.aws.dns import ModelDns, ModelDnsArgs
 from infra.components.aws.model_store import ModelStore, ModelStoreArgs
@@ -72,10 +73,17 @@ def build(fleet: Fleet) -> dict[str, RegionalFleet]:
             providers=providers,
         ),
     )
+    # One token for the fleet: every region's entry checks it, the failover's operator shows it.
+    token = random.RandomPassword("fleet-token", length=48, special=False)
     fleets = {
         region.name: regional_fleet(
             f"region-{region.name}",
-            RegionalFleetArgs(fleet=fleet, region=region, model_store=store.refs[region.name]),
+            RegionalFleetArgs(
+                fleet=fleet,
+                region=region,
+                model_store=store.refs[region.name],
+                fleet_token=token.result,
+            ),
             pulumi.ResourceOptions(providers=[providers[region.name]]),
         )
         for region in fleet.regions

@@ -190,11 +190,14 @@ class ControllerSettings(ImageSettings):
     """radixfleet's image (operator, entry and emulator in one), the operator's replica count
     (leader election picks one), the region entry's (each holds 1/replicas of every token
     budget; two or more keep a region serving through a node drain) and the SGLang gateway
-    image the routers controller runs for every serving revision (`router`)."""
+    image the routers controller runs for every serving revision (`router`). The failover
+    writes global Route 53 records, so it runs in one region's operator only:
+    `failoverRegion` (default: the model store's primary region)."""
 
     replicas: Annotated[int, Field(ge=1, le=5)] = 2
     entry_replicas: Annotated[int, Field(ge=1, le=20)] = 2
     router: ImageSettings
+    failover_region: str | None = None
 
 
 class StackSettings(Settings):
@@ -236,6 +239,11 @@ class Fleet:
     @property
     def primary_region(self) -> str:
         return self.settings.model_store.primary_region or self.regions[0].name
+
+    @property
+    def failover_region(self) -> str:
+        """The region whose operator runs the failover (once per fleet)."""
+        return self.settings.controllers.failover_region or self.primary_region
 
 
 def parse_fleet(raw: Mapping[str, Any], *, source: str, base_dir: Path) -> Fleet:
@@ -407,6 +415,9 @@ def _check_model_store(settings: StackSettings, deployed: list[Region]) -> Itera
 
 def _check_dns(settings: StackSettings, deployed: list[Region]) -> Iterator[Finding]:
     yield from _unknown_regions("dns.weights", settings.dns.weights, deployed)
+    home = settings.controllers.failover_region
+    if home is not None and home not in {r.name for r in deployed}:
+        yield "controllers.failoverRegion", f"{home!r} is not a deployed region"
     if not settings.dns.health_check_path.startswith("/"):
         yield "dns.healthCheckPath", "must start with '/'"
 

@@ -15,6 +15,12 @@ from types import MappingProxyType
 # checks core objects against this version's schemas, and the example stack pins it.
 KUBERNETES_VERSION = "1.35"
 
+# The region's Prometheus as the controllers and the entry reach it: the Prometheus Operator's
+# governing Service (kube-prometheus-stack, which infra installs, runs it in `monitoring`).
+# `RADIXFLEET_PROMETHEUS_URL` overrides it for every one of them.
+PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
+PROMETHEUS_URL_ENV = "RADIXFLEET_PROMETHEUS_URL"
+
 # KServe's mode for an InferenceService with no serving.kserve.io/deploymentMode annotation
 # (the kserve-resources chart's kserve.controller.deploymentMode): Knative, so models scale to
 # zero unless they say otherwise.

@@ -27,9 +27,11 @@ import secrets
 import shutil
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import requests
 from rich.console import Console
 
 from inferenceservices.builder import build_router_access
@@ -71,6 +73,8 @@ READY_S = 300.0
 CANARY_GRACE_S = 30.0
 # Knative's shortest window: a model scales to zero about 40 s after its last request.
 FAST_SCALE_DOWN = {"autoscaling.knative.dev/window": "6s"}
+# What a fleet's failover would show this region's entry (infra generates the real one).
+FLEET_TOKEN = secrets.token_urlsafe(32)
 
 
 @dataclasses.dataclass
@@ -81,6 +85,7 @@ class ClusterRun:
     steps_s: dict[str, float] = dataclasses.field(default_factory=dict)
     canary: dict[str, Any] = dataclasses.field(default_factory=dict)
     pods: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    failover_view: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @contextlib.contextmanager
     def step(self, name: str, console: Console) -> Iterator[None]:
@@ -109,6 +114,7 @@ def run_cluster_demo(
             url, key = _deploy(running, options.out, run, console)
             run.results = _replay_with_rollout(running, url, key, items, run, console)
             run.pods = _placement(running)
+            run.failover_view = failover_view(url, FLEET_TOKEN)
         finally:
             _undeploy(running)
     summary = _summary(options, workload.description, run, started)
@@ -190,8 +196,37 @@ def _platform(
                     "-k", str(REPO / "runtimes"))  # fmt: skip
     apply_overlay(cluster, overlay(folder / "operator", "operator", image,
                                    patches=[router_image_patch(smg)]))  # fmt: skip
+    # Before the entry starts: it relays this region's Prometheus to holders of the token.
+    session.apply(cluster, [fleet_token_secret(FLEET_TOKEN)])
     apply_overlay(cluster, overlay(folder / "entry", "entry", image))
     session.wait_rollout(cluster, namespace=prometheus.NAMESPACE, deployment=prometheus.NAME)
+
+
+def fleet_token_secret(token: str) -> dict[str, Any]:
+    """The Secret `infra/` declares in every region (the base's entry reads it if it exists)."""
+    meta = {"name": operator.FLEET_TOKEN_SECRET, "namespace": operator.NAMESPACE}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta,
+            "stringData": {operator.FLEET_TOKEN_KEY: token}}  # fmt: skip
+
+
+def failover_view(url: str, token: str) -> dict[str, Any]:
+    """This region as the fleet's failover sees it: its Prometheus read through the entry with
+    the fleet token (radixfleet/entry/signals.py), and what the entry says without it."""
+    from policies.failover.observe import region_signals
+    from policies.failover.queries import QueryConfig, region_queries
+    from radixfleet.adapters.prometheus import NO_RETRY, HttpPrometheus
+    from radixfleet.entry.signals import PREFIX, QUERY_PATH
+
+    config = QueryConfig()
+    queries = region_queries(namespaces=[NAMESPACE], models=[WAKES, CANARY],
+                             window_seconds=300, slo_seconds=2.0, config=config)  # fmt: skip
+    auth = {"Authorization": f"Bearer {token}"}
+    client = HttpPrometheus(url + PREFIX, retry=NO_RETRY, headers=auth)
+    signals = region_signals(client, queries, at=datetime.now(UTC), config=config)
+    refused = requests.get(url + QUERY_PATH, params={"query": "up"}, timeout=10)
+    view = {k: round(v, 3) if isinstance(v, float) else v
+            for k, v in dataclasses.asdict(signals).items()}  # fmt: skip
+    return {**view, "without_token_status": refused.status_code}
 
 
 def _tenant(cluster: Cluster, key: str, image: str) -> None:
@@ -311,6 +346,8 @@ def _undeploy(cluster: Cluster) -> None:
                     check=False)  # fmt: skip
     cluster.kubectl("delete", "deployment", entry_base.NAME, "-n", operator.NAMESPACE,
                     "--wait=false", check=False)  # fmt: skip
+    cluster.kubectl("delete", "secret", operator.FLEET_TOKEN_SECRET, "-n", operator.NAMESPACE,
+                    "--wait=false", check=False)  # fmt: skip
     remove_operator(cluster)
 
 
@@ -344,7 +381,11 @@ def _summary(options: DemoOptions, models: Any, run: ClusterRun, started: float)
             {"region": w.region, "model": w.model, "seconds": round(w.seconds, 2)} for w in wakes
         ],
         "failed_requests": failed_requests(run.results),
-        "cluster": {"pods": run.pods, "canary": {"model": CANARY, **run.canary}},
+        "cluster": {
+            "pods": run.pods,
+            "canary": {"model": CANARY, **run.canary},
+            "failover_view": run.failover_view,
+        },
         "notes": _notes(run, wakes),
     }
 
@@ -357,6 +398,14 @@ def _notes(run: ClusterRun, wakes: list[Wake]) -> list[str]:
         f"Canary: {CANARY} version 2 applied as the replay started; the in-cluster operator, "
         f"judging from the cluster's Prometheus, left it {run.canary.get('phase')}.",
     ]
+    view = run.failover_view
+    if view:
+        notes.append(
+            "Failover's view of this region, read through its entry with the fleet token: "
+            f"availability {view.get('availability')}, {view.get('requests')} requests in 5 "
+            f"min, ready replicas {view.get('ready_replicas')}; without the token the entry "
+            f"answered {view.get('without_token_status')}."
+        )
     if wakes:
         waited = f"{wakes[0].seconds:.1f} s"
         notes.append(f"{WAKES} was at zero when the replay started; its first request was "

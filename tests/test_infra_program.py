@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
+from canary.spec import POLICY_ANNOTATION
 from infra import manifests
 from infra.components.aws.nodes import EKS_TAINT_EFFECTS
 from infra.settings import PINNED, REQUIRED_CHARTS, REQUIRED_EKS_ADDONS, Fleet
 from infra.testing import Declared, RecordingMocks, example_config, radixfleet_values, run_program
+from policies.failover.spec import FailoverPolicySpec
 from radixfleet import labels
 from radixfleet.config import GpuPool, load_catalog
 from radixfleet.config.gpus import INSTANCE_TYPES
@@ -439,3 +441,74 @@ def test_the_operator_runs_the_routers_on_the_configured_gateway_image(
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["RADIXFLEET_ROUTER_IMAGE"] == fleet.settings.controllers.router.reference
         assert "@sha256:" in env["RADIXFLEET_ROUTER_IMAGE"]
+
+
+def test_one_region_runs_the_failover_on_each_regions_signals(
+    stack: RecordingMocks, fleet: Fleet
+) -> None:
+    home = fleet.failover_region
+    for deployment in _deployments(stack, manifests.CONTROLLERS):
+        (container,) = deployment.inputs["spec"]["template"]["spec"]["containers"]
+        region = container["args"][container["args"].index("--region") + 1]
+        assert ("--with-failover" in container["args"]) == (region == home)
+    policies = of_type(stack, "kubernetes:radixfleet.io/v1alpha1:FailoverPolicy")
+    assert policies and in_region(policies, home) == policies
+    deployed = [r.name for r in fleet.regions]
+    expected = {m.name: [r for r in deployed if r in m.regions] for m in fleet.catalog.models}
+    assert {p.inputs["metadata"]["name"] for p in policies} == {
+        name for name, regions in expected.items() if len(regions) >= 2
+    }
+    for policy in policies:
+        spec = FailoverPolicySpec.model_validate(policy.inputs["spec"])  # the controller's type
+        assert spec.record_name == f"{policy.inputs['metadata']['name']}.models.example.com"
+        assert [r.name for r in spec.regions] == expected[policy.inputs["metadata"]["name"]]
+        for region in spec.regions:  # through the region's entry, never a private address
+            assert region.prometheus_url == (
+                f"https://fleet.{region.name}.models.example.com/fleet/v1/prometheus"
+            )
+        assert spec.namespaces and all(ns.startswith("team-") for ns in spec.namespaces)
+
+
+def test_every_region_has_the_fleet_token_and_a_signals_name(
+    stack: RecordingMocks, fleet: Fleet
+) -> None:
+    secrets = [s for s in of_type(stack, "kubernetes:core/v1:Secret")
+               if s.inputs["metadata"]["name"] == manifests.FLEET_TOKEN_SECRET]  # fmt: skip
+    assert len(secrets) == len(fleet.regions)
+    passwords = of_type(stack, "random:index/randomPassword:RandomPassword")
+    assert [p.name for p in passwords].count("fleet-token") == 1  # one token for the fleet
+    for name in (manifests.ENTRY, manifests.CONTROLLERS):
+        for deployment in _deployments(stack, name):
+            (container,) = deployment.inputs["spec"]["template"]["spec"]["containers"]
+            refs = [e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e
+                    and "secretKeyRef" in e["valueFrom"]]  # fmt: skip
+            assert {r["name"] for r in refs} == {manifests.FLEET_TOKEN_SECRET}
+    records = {r.inputs["name"] for r in of_type(stack, "aws:route53/record:Record")}
+    assert {f"fleet.{r.name}.models.example.com" for r in fleet.regions} <= records
+
+
+def test_each_region_gets_the_tenants_and_policies_its_models_need(
+    stack: RecordingMocks, fleet: Fleet
+) -> None:
+    tenants = of_type(stack, "kubernetes:radixfleet.io/v1alpha1:Tenant")
+    canaries = of_type(stack, "kubernetes:radixfleet.io/v1alpha1:CanaryPolicy")
+    autoscale = of_type(stack, "kubernetes:radixfleet.io/v1alpha1:AutoscalePolicy")
+    isvcs = of_type(stack, "kubernetes:serving.kserve.io/v1beta1:InferenceService")
+    accounts = [a for a in of_type(stack, "kubernetes:core/v1:ServiceAccount")
+                if a.inputs["metadata"]["name"] == "radixfleet-router"]  # fmt: skip
+    for region in fleet.regions:
+        names = {t.inputs["metadata"]["name"] for t in in_region(tenants, region.name)}
+        assert names == {t.name for t in fleet.catalog.tenants}
+        served = in_region(isvcs, region.name)
+        namespaces = {i.inputs["metadata"]["namespace"] for i in served}
+        wanted = {(i.inputs["metadata"]["namespace"],
+                   i.inputs["metadata"]["annotations"].get(POLICY_ANNOTATION))
+                  for i in served} - {(ns, None) for ns in namespaces}  # fmt: skip
+        assert {(c.inputs["metadata"]["namespace"], c.inputs["metadata"]["name"])
+                for c in in_region(canaries, region.name)} == wanted  # fmt: skip
+        scaled = {(a.inputs["metadata"]["namespace"], a.inputs["spec"]["inferenceService"])
+                  for a in in_region(autoscale, region.name)}  # fmt: skip
+        assert scaled <= {(i.inputs["metadata"]["namespace"], i.inputs["metadata"]["name"])
+                          for i in served} and scaled  # fmt: skip
+        own = {a.inputs["metadata"]["namespace"] for a in in_region(accounts, region.name)}
+        assert own == namespaces

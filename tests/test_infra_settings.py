@@ -52,6 +52,7 @@ def test_the_example_stack_parses_into_three_regions() -> None:
     fleet = parse(values())
     assert [r.name for r in fleet.regions] == ["us-east-1", "eu-west-1", "ap-northeast-1"]
     assert fleet.primary_region == "us-east-1"
+    assert fleet.failover_region == "us-east-1"  # the primary region's, unless set
 
 
 STACK_CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
@@ -110,6 +111,10 @@ STACK_CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "weight-for-unknown-region": (
         lambda v: v["dns"]["weights"].update({"us-west-2": 10}),
         "radixfleet:dns.weights.us-west-2: 'us-west-2' is not a deployed region",
+    ),
+    "failover-region-not-deployed": (
+        lambda v: v["controllers"].update(failoverRegion="us-west-2"),
+        "radixfleet:controllers.failoverRegion: 'us-west-2' is not a deployed region",
     ),
     "primary-not-deployed": (
         lambda v: v["modelStore"].update(primaryRegion="us-west-2"),

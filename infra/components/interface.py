@@ -33,6 +33,9 @@ class RegionalFleetArgs:
     fleet: Fleet
     region: Region
     model_store: ModelStoreRef
+    # The fleet token (one for the fleet, a Pulumi secret): the failover shows it to each
+    # region's entry to read that region's Prometheus.
+    fleet_token: pulumi.Input[str]
 
 
 class RegionalFleet(Protocol):

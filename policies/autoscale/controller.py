@@ -43,11 +43,10 @@ from radixfleet.kit.events import Events
 from radixfleet.kit.kube import Resource
 from radixfleet.kit.plugin import OperatorOptions
 from radixfleet.labels import GROUP
+from radixfleet.platform import PROMETHEUS_URL, PROMETHEUS_URL_ENV
 
 log = logging.getLogger(__name__)
 
-PROMETHEUS_URL_ENV = "RADIXFLEET_PROMETHEUS_URL"
-DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
 NAME = "autoscale"
 RESOURCE = Resource(GROUP, API_VERSION, PLURAL)
 
@@ -219,7 +218,7 @@ def kube_controller(options: OperatorOptions | None = None) -> Controller:
 
     options = options or OperatorOptions()
     api = api_client()
-    url = options.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV, DEFAULT_PROMETHEUS_URL)
+    url = options.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV, PROMETHEUS_URL)
     return Controller(
         isvcs=KubeInferenceServices(api),
         revisions=KubeRevisions(api),

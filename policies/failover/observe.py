@@ -77,8 +77,9 @@ def observe(
     records = read_records(route53, spec)
     checks = health_checks(route53, records)
     queries = region_queries(
-        namespace=namespace, models=spec.models, window_seconds=spec.signals.window_seconds,
-        slo_seconds=spec.signals.ttft_slo_seconds, config=config,
+        namespaces=spec.namespaces_or(namespace), models=spec.models,
+        window_seconds=spec.signals.window_seconds, slo_seconds=spec.signals.ttft_slo_seconds,
+        config=config,
     )  # fmt: skip
     proms = {r.name: prometheus_for(r) for r in spec.regions}
     signals = {}

@@ -44,13 +44,15 @@ class RegionQueries:
 
 
 def region_queries(
-    *, namespace: str, models: Sequence[str], window_seconds: int, slo_seconds: float,
-    config: QueryConfig,
+    *, namespaces: Sequence[str], models: Sequence[str], window_seconds: int,
+    slo_seconds: float, config: QueryConfig,
 ) -> RegionQueries:  # fmt: skip
-    """The queries of one interval; `slo_seconds` picks the TTFT bucket counted as good."""
-    models_re = "|".join(models)
-    targets = f'{config.namespace_label}="{namespace}",{config.model_label}=~"{models_re}"'
-    series = f'{config.namespace_label}="{namespace}",{m.MODEL_NAME}=~"{models_re}"'
+    """The queries of one interval over the models' InferenceServices in `namespaces`;
+    `slo_seconds` picks the TTFT bucket counted as good."""
+    models_re, namespaces_re = "|".join(models), "|".join(namespaces)
+    where = f'{config.namespace_label}=~"{namespaces_re}"'
+    targets = f'{where},{config.model_label}=~"{models_re}"'
+    series = f'{where},{m.MODEL_NAME}=~"{models_re}"'
     win = f"[{window_seconds}s]"
     requests = f"sum(increase({m.SGLANG_REQUESTS}{{{series}}}{win}))"
     aborted = f"(sum(increase({m.SGLANG_ABORTED}{{{series}}}{win})) or vector(0))"

@@ -111,6 +111,11 @@ class FailoverPolicySpec(Spec):
     record_name: Annotated[str, Field(min_length=1)]
     record_type: Literal["A", "AAAA", "CNAME"] = "CNAME"
     models: list[Annotated[str, Field(pattern=NAME_PATTERN)]] = Field(min_length=1)
+    # Where those models' InferenceServices run: one per tenant that serves the model under
+    # this name. Empty: the policy's own namespace.
+    namespaces: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]] = Field(
+        default_factory=list, max_length=32
+    )
     regions: list[Region] = Field(min_length=2)
     interval_seconds: Annotated[int, Field(ge=MIN_INTERVAL_SECONDS)] = 10
     signals: Signals = Field(default_factory=Signals)
@@ -133,7 +138,13 @@ class FailoverPolicySpec(Spec):
             raise ValueError("at least one region needs a weight above 0")
         if len(set(self.models)) != len(self.models):
             raise ValueError(f"models repeat: {self.models}")
+        if len(set(self.namespaces)) != len(self.namespaces):
+            raise ValueError(f"namespaces repeat: {self.namespaces}")
         return self
+
+    def namespaces_or(self, own: str) -> list[str]:
+        """The namespaces of the models' InferenceServices; `own` (the policy's) by default."""
+        return list(self.namespaces) or [own]
 
     def region(self, name: str) -> Region:
         """The region called `name`."""

@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from radixfleet.platform import PROMETHEUS_URL
+
 entry_app = typer.Typer(
     name="entry",
     help="The region entry: tenants' API keys and token budgets in front of the models.",
@@ -29,13 +31,13 @@ def run(
         "cluster.local"
     ),
     prometheus_url: Annotated[
-        str | None,
+        str,
         typer.Option(
             envvar="RADIXFLEET_PROMETHEUS_URL",
             help="The region's Prometheus, relayed to the fleet's failover under /fleet/v1/"
-            "prometheus for holders of the fleet token ($RADIXFLEET_FLEET_TOKEN).",
+            "prometheus when $RADIXFLEET_FLEET_TOKEN is set.",
         ),
-    ] = None,
+    ] = PROMETHEUS_URL,
 ) -> None:
     """Serve tenants' requests: authenticate, charge, route to each revision's router."""
     import asyncio

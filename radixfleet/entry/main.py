@@ -21,6 +21,7 @@ from radixfleet.entry.server import ClusterEntry, Upstreams
 from radixfleet.entry.signals import TOKEN_ENV, SignalsRelay
 from radixfleet.kit.kube import KubeInferenceServices, api_client
 from radixfleet.kit.registry import entry_gate, load_entry_gate
+from radixfleet.platform import PROMETHEUS_URL
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +34,16 @@ class EntryOptions:
     metrics_port: int = 9464
     sync_seconds: float = 2.0
     cluster_domain: str = "cluster.local"
-    prometheus_url: str | None = None
+    prometheus_url: str = PROMETHEUS_URL
 
 
 def signals_relay(
     options: EntryOptions, session: aiohttp.ClientSession, environ: Mapping[str, str]
 ) -> SignalsRelay | None:
-    """The failover's read of this region's Prometheus: only with both a URL and a token."""
+    """The failover's read of this region's Prometheus; off without the fleet token."""
     token = environ.get(TOKEN_ENV, "")
-    if options.prometheus_url is None or not token:
-        log.info("no fleet signals: needs --prometheus-url and $%s", TOKEN_ENV)
+    if not token:
+        log.info("fleet signals off: $%s is not set", TOKEN_ENV)
         return None
     return SignalsRelay(token=token, session=session, prometheus_url=options.prometheus_url)
 

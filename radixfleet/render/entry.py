@@ -16,7 +16,7 @@ from radixfleet import labels
 from radixfleet.entry import kube
 from radixfleet.kit.rbac import PolicyRule, cluster_role, cluster_role_binding, union
 from radixfleet.kit.registry import entry_gate
-from radixfleet.render.operator import IMAGE, NAMESPACE, RUN_AS_USER
+from radixfleet.render.operator import IMAGE, NAMESPACE, RUN_AS_USER, fleet_token_env
 from radixfleet.render.yamlout import Notes, to_yaml, with_kustomization
 
 Manifest = dict[str, Any]
@@ -92,6 +92,7 @@ def _container(image: str, args: list[str]) -> Manifest:
         "image": image,
         "command": ["radixfleet", "entry", "run"],
         "args": args,
+        "env": [fleet_token_env()],
         "ports": [{"name": "http", "containerPort": PORT},
                   {"name": "metrics", "containerPort": METRICS_PORT}],
         "readinessProbe": probe,

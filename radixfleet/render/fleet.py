@@ -21,8 +21,9 @@ from inferenceservices.builder import (
     build_router_access,
     build_tenant,
     namespace_of,
+    served_tenants,
 )
-from radixfleet.config.catalog import KNOWN_RUNTIMES, Catalog, Model, Tenant
+from radixfleet.config.catalog import KNOWN_RUNTIMES, Catalog
 from radixfleet.render.yamlout import to_yaml
 from runtimes.builder import build_runtime
 
@@ -35,16 +36,6 @@ class RenderedTree:
 
     runtimes: dict[str, str]
     inferenceservices: dict[str, str]
-
-
-def served_tenants(catalog: Catalog, model: Model) -> list[Tenant]:
-    """Tenants that get their own InferenceService of `model`.
-
-    A LoRA model is one shared base serving every tenant's adapters, so it runs once, in the
-    namespace of its first tenant; any other model runs once per tenant, on that tenant's GPUs.
-    """
-    names = model.tenants[:1] if model.lora_adapters else model.tenants
-    return [catalog.tenant(n) for n in names]
 
 
 def render_tree(catalog: Catalog) -> RenderedTree:

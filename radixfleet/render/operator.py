@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from radixfleet import labels
+from radixfleet.entry.signals import TOKEN_ENV
 from radixfleet.kit.leader import IDENTITY_ENV, PEERING_NAME
 from radixfleet.kit.operator import LIVENESS_PORT, METRICS_PORT, READINESS_PORT
 from radixfleet.kit.plugin import ControllerPlugin
@@ -32,6 +33,11 @@ IMAGE = "radixfleet:dev"  # a placeholder: an overlay's kustomize `images:` entr
 # too: an overlay patches RADIXFLEET_ROUTER_IMAGE with the pushed image's digest.
 ROUTER_IMAGE = "radixfleet-smg:1.13.0"
 ROUTER_IMAGE_ENV = "RADIXFLEET_ROUTER_IMAGE"
+# The fleet token: the failover (in one region's operator) shows it to every region's entry to
+# read that region's Prometheus (radixfleet/entry/signals.py). Optional: without the Secret,
+# the entry does not relay and the failover sees no region's signals.
+FLEET_TOKEN_SECRET = "radixfleet-fleet-token"
+FLEET_TOKEN_KEY = "token"
 REPLICAS = 2
 COMMAND = ["radixfleet", "operator", "run"]
 RUN_AS_USER = 65532
@@ -112,10 +118,17 @@ def deployment(
     }
 
 
+def fleet_token_env() -> Manifest:
+    """The container variable that carries the fleet token, from its Secret if there is one."""
+    ref = {"name": FLEET_TOKEN_SECRET, "key": FLEET_TOKEN_KEY, "optional": True}
+    return {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": ref}}
+
+
 def _container(*, image: str, args: Sequence[str], env: Mapping[str, str]) -> Manifest:
     variables: list[Manifest] = [
         # kopf's peering identity is the pod's name, so /readyz can find itself among peers.
         {"name": IDENTITY_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        fleet_token_env(),
         *({"name": k, "value": v} for k, v in sorted(env.items())),
     ]
     return {

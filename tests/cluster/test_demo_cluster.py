@@ -37,6 +37,11 @@ def test_the_demo_replays_through_a_deployed_radixfleet(
     assert canary["phase"] in ("Progressing", "Promoted"), (
         canary
     )  # a good version: never rolled back
+    # The fleet's failover reads this region through its entry, with the fleet token only.
+    view = summary["cluster"]["failover_view"]
+    assert view["reachable"] and view["without_token_status"] == 401, view
+    assert view["requests"] and view["requests"] > 50, view
+    assert (view["ready_replicas"] or {}).get(CANARY, 0) >= 1, view
     print(
         f"\ncluster demo: {summary['overall']['requests']} requests, {WAKES} woke in "
         f"{woke['seconds']:.1f} s, canary {canary['phase']} "

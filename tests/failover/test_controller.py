@@ -47,7 +47,7 @@ class Unreachable(FakePrometheus):
 def answers(*, up: float, ready: int, errors: float = 0.0) -> dict[str, Any]:
     spec = FailoverPolicySpec.model_validate(SPEC)
     q = region_queries(
-        namespace="fleet", models=spec.models, window_seconds=spec.signals.window_seconds,
+        namespaces=["fleet"], models=spec.models, window_seconds=spec.signals.window_seconds,
         slo_seconds=spec.signals.ttft_slo_seconds, config=QueryConfig(),
     )  # fmt: skip
     return {

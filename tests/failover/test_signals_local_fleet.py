@@ -36,6 +36,7 @@ REPLICAS = {"us": 2, "eu": 1}
 SLOW = "eu"
 REQUESTS_PER_REGION = 12
 INTERVAL_S = 5
+POLICY_NAMESPACE = "radixfleet-system"
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +61,11 @@ def _policy(fleet: LocalFleet) -> dict[str, Any]:
     regions = [{"name": r, "prometheusUrl": fleet.signals_url(r)} for r in REPLICAS]
     return {
         "apiVersion": "radixfleet.io/v1alpha1", "kind": "FailoverPolicy",
-        "metadata": {"name": "m", "namespace": "default"},
+        # As infra declares it: in the operator's namespace, reading the tenants' namespaces.
+        "metadata": {"name": "m", "namespace": POLICY_NAMESPACE},
         "spec": {
             "hostedZoneId": "Z1", "recordName": "m.example.com", "models": ["m"],
+            "namespaces": ["default"],
             "regions": regions, "intervalSeconds": INTERVAL_S, "unhealthyAfter": 2,
             "signals": {"ttftSloSeconds": 1.0, "minRequests": 5, "windowSeconds": 60},
             "prescale": {"enabled": False},  # a slow region goes out on its second bad interval
@@ -92,7 +95,7 @@ def _traffic(fleet: LocalFleet) -> None:
 
 
 def _observed_requests(controller: Controller, spec: FailoverPolicySpec, region: str) -> float:
-    signals = controller.observe(spec, "default", datetime.now(UTC)).signals[region]
+    signals = controller.observe(spec, POLICY_NAMESPACE, datetime.now(UTC)).signals[region]
     return signals.requests or 0.0
 
 
@@ -108,7 +111,7 @@ def test_a_slow_region_seen_through_its_entry_loses_its_traffic(fleet: LocalFlee
         assert time.monotonic() < deadline, "the requests never showed in the regions' metrics"
         time.sleep(1.0)
 
-    observed = controller.observe(spec, "default", datetime.now(UTC))
+    observed = controller.observe(spec, POLICY_NAMESPACE, datetime.now(UTC))
     for region, replicas in REPLICAS.items():  # each region's own Prometheus, not a shared one
         signals = observed.signals[region]
         assert signals.reachable and signals.availability == 1.0
@@ -134,6 +137,6 @@ def test_without_the_fleet_token_every_region_is_blind_and_nothing_moves(
     decision = controller.reconcile(policy, now=datetime.now(UTC))
     assert decision is not None
     spec = FailoverPolicySpec.model_validate(policy["spec"])
-    observed = controller.observe(spec, "default", datetime.now(UTC))
+    observed = controller.observe(spec, POLICY_NAMESPACE, datetime.now(UTC))
     assert not any(s.reachable for s in observed.signals.values())
     assert route53.writes == []

@@ -3,6 +3,8 @@
 `<model>.<domain>` has one weighted record per region, each pointing at the region's own name
 `<model>.<region>.<domain>` (the region's load balancer) and guarded by a health check of that
 name. The failover controller shifts the weights later; Pulumi sets them once and leaves them.
+Each region also gets `fleet.<region>.<domain>` on its load balancer: where the failover reads
+that region's serving signals from its entry (radixfleet/entry/signals.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from infra.manifests import signals_name
 from infra.settings import DnsSettings
 
 # The failover controller decides within seconds; a resolver keeps the old weights for a TTL
@@ -53,6 +56,12 @@ class ModelDns(pulumi.ComponentResource):
         for model, regions in args.endpoints.items():
             for region in regions:
                 self._endpoint(model, region)
+        for region, hostname in args.ingress_hostnames.items():
+            aws.route53.Record(
+                f"{self._name}-signals-{region}", zone_id=args.settings.zone_id,
+                name=signals_name(region, domain), type="CNAME", ttl=TTL_S, records=[hostname],
+                opts=pulumi.ResourceOptions(parent=self),
+            )  # fmt: skip
         self.names = {model: global_name(model, domain) for model in args.endpoints}
         self.register_outputs({"names": self.names})
 

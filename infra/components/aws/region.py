@@ -317,6 +317,16 @@ class AwsRegionalFleet(pulumi.ComponentResource):
             kube,
         )
 
+    def _failover_policies(self) -> list[m.Manifest]:
+        """The fleet's FailoverPolicies, in the one region whose operator runs the failover."""
+        fleet, dns = self._args.fleet, self._args.fleet.settings.dns
+        if self._args.region.name != fleet.failover_region:
+            return []
+        return m.failover_policies(
+            fleet.catalog, [r.name for r in fleet.regions], zone_id=dns.zone_id,
+            domain=dns.domain, weights=dns.weights,
+        )  # fmt: skip
+
     def _workloads(
         self,
         cluster: EksCluster,
@@ -345,6 +355,10 @@ class AwsRegionalFleet(pulumi.ComponentResource):
                 runtimes=m.runtimes(),
                 namespaces=namespaces,
                 inference_services=isvcs,
+                policies=[*m.region_policies(fleet.catalog, region), *self._failover_policies()],
+                router_access=m.region_router_access(fleet.catalog, region),
+                with_failover=region.name == fleet.failover_region,
+                fleet_token=self._args.fleet_token,
                 dashboards_dir=fleet.path(fleet.settings.dashboards_dir),
                 kserve=addons.kserve,
                 monitoring=addons.monitoring,

@@ -31,6 +31,13 @@ class WorkloadsArgs:
     runtimes: Sequence[m.Manifest]
     namespaces: Sequence[m.Manifest]
     inference_services: Sequence[m.Manifest]
+    # Tenants, Canary-, Autoscale- and (in the failover's region) FailoverPolicies.
+    policies: Sequence[m.Manifest]
+    # The routers' ServiceAccount, Role and RoleBinding per tenant namespace.
+    router_access: Sequence[m.Manifest]
+    # This region's operator runs the fleet's failover (one region per fleet).
+    with_failover: bool
+    fleet_token: pulumi.Input[str]
     dashboards_dir: Path
     # KServe must be up (CRDs, webhooks) before runtimes and InferenceServices.
     kserve: pulumi.Resource
@@ -62,8 +69,10 @@ class Workloads(pulumi.ComponentResource):
             for ns in args.namespaces
         }
         controllers_namespace = self._controllers(crds)
+        self._fleet_token(controllers_namespace)
         self.ingress_hostname = self._entry(controllers_namespace)
         self._serving(list(namespaces.values()))
+        self._policies(crds, list(namespaces.values()), controllers_namespace)
         self._dashboards(controllers_namespace)
         self.register_outputs({"ingressHostname": self.ingress_hostname})
 
@@ -95,7 +104,7 @@ class Workloads(pulumi.ComponentResource):
         peering = self._custom(m.peering(), crds)
         deployment = m.controller_deployment(
             image=args.controller_image, replicas=args.controller_replicas, region=args.region,
-            router_image=args.router_image,
+            router_image=args.router_image, with_failover=args.with_failover,
         )  # fmt: skip
         k8s.apps.v1.Deployment(
             name,
@@ -134,6 +143,40 @@ class Workloads(pulumi.ComponentResource):
             opts=after,
         )  # fmt: skip
         return service.status.apply(_hostname)
+
+    def _fleet_token(self, namespace: k8s.core.v1.Namespace) -> None:
+        """The fleet token, for the entry (to check) and the failover's operator (to show)."""
+        k8s.core.v1.Secret(
+            f"{self._name}-fleet-token",
+            metadata=_meta(m.FLEET_TOKEN_SECRET, m.CONTROLLERS_NAMESPACE),
+            string_data={m.FLEET_TOKEN_KEY: self._args.fleet_token},
+            opts=self._opts([namespace]),
+        )
+
+    def _policies(
+        self,
+        crds: list[k8s.apiextensions.v1.CustomResourceDefinition],
+        namespaces: list[k8s.core.v1.Namespace],
+        controllers_namespace: k8s.core.v1.Namespace,
+    ) -> None:
+        """The controllers' objects, and the routers' access in each tenant namespace."""
+        after = [*crds, *namespaces, controllers_namespace]
+        for policy in self._args.policies:
+            self._custom(policy, after)
+        for obj in self._args.router_access:
+            self._core(obj, namespaces)
+
+    def _core(self, obj: m.Manifest, after: Sequence[pulumi.Resource]) -> None:
+        """A ServiceAccount, Role or RoleBinding from its manifest."""
+        name = f"{self._name}-{obj['kind'].lower()}-{obj['metadata']['namespace']}"
+        meta, opts = as_input(obj["metadata"]), self._opts(after)
+        if obj["kind"] == "ServiceAccount":
+            k8s.core.v1.ServiceAccount(name, metadata=meta, opts=opts)
+        elif obj["kind"] == "Role":
+            k8s.rbac.v1.Role(name, metadata=meta, rules=as_input(obj["rules"]), opts=opts)
+        else:
+            k8s.rbac.v1.RoleBinding(name, metadata=meta, role_ref=as_input(obj["roleRef"]),
+                                    subjects=as_input(obj["subjects"]), opts=opts)  # fmt: skip
 
     def _bind(
         self,
