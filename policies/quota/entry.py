@@ -24,6 +24,7 @@ from policies.quota.metrics import TokenMetrics
 from policies.quota.observe import api_keys, tenant_object
 from policies.quota.ports import Secrets, Tenants
 from radixfleet.config.catalog import TokenBudget
+from radixfleet.entry.gate import ModelOf
 from radixfleet.kit.rbac import PolicyRule, rule
 
 RULES: tuple[PolicyRule, ...] = (
@@ -52,8 +53,8 @@ class ClusterGate:
         self.metrics = TokenMetrics(region=region)
         self.gate = TokenGate(TokenLedger(budgets={}), keys={}, metrics=self.metrics)
 
-    def install(self, app: web.Application) -> None:
-        self.gate.install(app)
+    def install(self, app: web.Application, *, model_of: ModelOf | None = None) -> None:
+        self.gate.install(app, model_of=model_of)
 
     def tenant_of(self, request: web.Request) -> str | None:
         return self.gate.keys.get(bearer(request))

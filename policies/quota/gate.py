@@ -23,9 +23,9 @@ from aiohttp import web
 
 from policies.quota.ledger import Throttled, Ticket, TokenLedger
 from policies.quota.metrics import TokenMetrics
-from policies.quota.usage import StreamMeter, Usage, estimate_tokens, prompt_text, usage_of
+from policies.quota.usage import StreamMeter, Usage, estimate_tokens, prompt_tokens, usage_of
 from radixfleet.config.catalog import TokenBudget
-from radixfleet.entry.gate import TENANT
+from radixfleet.entry.gate import TENANT, ModelOf
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,13 @@ class TokenGate:
     clock: Callable[[], float] = time.monotonic
     count_prompt: Callable[[str], int] = estimate_tokens
     paths: frozenset[str] = METERED_PATHS
+    model_of: ModelOf | None = None
 
-    def install(self, app: web.Application) -> None:
-        """Add the gate to an application that is not running yet."""
+    def install(self, app: web.Application, *, model_of: ModelOf | None = None) -> None:
+        """Add the gate to an application that is not running yet. `model_of(tenant, body)`
+        is the model the entry will serve the request from (a tenant's only model when the body
+        names none), so its per-model budget is charged even then."""
+        self.model_of = model_of
         app.middlewares.append(self.middleware)
         app.on_response_prepare.append(self._on_prepare)
         if self.metrics is not None:
@@ -95,8 +99,8 @@ class TokenGate:
             return web.json_response(error_body(401, "Unknown or missing API key."), status=401)
         request[TENANT] = tenant  # the entry resolves the model among this tenant's only
         body = await _json(request)  # aiohttp keeps the bytes: the handler reads them again
-        model = str(body.get("model") or "")
-        prompt = self.count_prompt(prompt_text(body))
+        model = self._model(tenant, body)
+        prompt = prompt_tokens(body, self.count_prompt)
         admitted = self.ledger.admit(tenant, model, prompt, now=self.clock())
         if isinstance(admitted, Throttled):
             return self._throttled(admitted)
@@ -110,6 +114,15 @@ class TokenGate:
             raise
         self._finish(metered, response)
         return response
+
+    def _model(self, tenant: str, body: dict[str, Any]) -> str:
+        named = str(body.get("model") or "")
+        if self.model_of is None:
+            return named
+        try:
+            return self.model_of(tenant, body)
+        except Exception:
+            return named
 
     def _throttled(self, throttled: Throttled) -> web.StreamResponse:
         if self.metrics is not None:

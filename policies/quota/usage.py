@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,29 @@ def prompt_text(body: Mapping[str, Any]) -> str:
         if isinstance(value, list):
             return "\n".join(v for v in value if isinstance(v, str))
     return ""
+
+
+def prompt_tokens(body: Mapping[str, Any], count_text: Callable[[str], int]) -> int:
+    """The tokens a request asks the model to read: its text as `count_text` counts it, plus
+    any prompt given as token ids (OpenAI's `prompt`, SGLang's `input_ids`), one per id."""
+    return count_text(prompt_text(body)) + sum(len(ids) for ids in token_id_lists(body))
+
+
+def token_id_lists(body: Mapping[str, Any]) -> list[list[int]]:
+    """Every prompt given as token ids: a list of ints, or a batch of them."""
+    found: list[list[int]] = []
+    for name in ("prompt", "input_ids"):
+        value = body.get(name)
+        if isinstance(value, list) and _ids(value):
+            found.append(value)
+        elif isinstance(value, list):
+            found.extend(v for v in value if _ids(v))
+    return found
+
+
+def _ids(value: Any) -> bool:
+    return (isinstance(value, list) and bool(value)
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in value))  # fmt: skip
 
 
 def _content(content: Any) -> str:

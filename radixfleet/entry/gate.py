@@ -9,17 +9,21 @@ tenant's namespaces, where its models live.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 TENANT = web.RequestKey("radixfleet.entry.tenant", str)
+# The model a tenant's request will be served from, as the entry resolves it (the tenant's only
+# model when the body names none); the gate charges that model's budget. Raises for a request
+# the entry will refuse.
+ModelOf = Callable[[str, dict[str, Any]], str]
 
 
 class EntryGate(Protocol):
-    def install(self, app: web.Application) -> None: ...
+    def install(self, app: web.Application, *, model_of: ModelOf | None = None) -> None: ...
 
     def tenant_of(self, request: web.Request) -> str | None: ...
 

@@ -72,7 +72,9 @@ class ClusterEntry:
         app = web.Application(middlewares=[error_middleware], client_max_size=64 * 1024**2)
         app.add_routes([web.post(path, self.proxy) for path in PROXIED_PATHS])
         app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health)])
-        self.gate.install(app)  # inside the error middleware: a refused request costs nothing
+        # Inside the error middleware: a refused request costs nothing. The gate charges the
+        # model this entry will resolve, so leaving `model` out never skips its budget.
+        self.gate.install(app, model_of=lambda tenant, body: self._route(tenant, body).model)
         if self.signals is not None:
             self.signals.install(app)
         return app

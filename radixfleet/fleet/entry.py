@@ -30,6 +30,7 @@ import aiohttp
 from aiohttp import web
 
 from radixfleet.emulator.protocol import ApiError
+from radixfleet.entry.gate import ModelOf
 from radixfleet.entry.signals import SignalsRelay
 from radixfleet.fleet.scaler import Scaler
 
@@ -60,7 +61,7 @@ class Canary:
 class Gate(Protocol):
     """Something in front of the routes, e.g. the token budgets of policies/quota/gate.py."""
 
-    def install(self, app: web.Application) -> None: ...
+    def install(self, app: web.Application, *, model_of: ModelOf | None = None) -> None: ...
 
 
 class RegionEntry:
@@ -100,7 +101,7 @@ class RegionEntry:
         app.add_routes([web.post(path, self.proxy) for path in PROXIED_PATHS])
         app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health)])
         if self.gate is not None:  # inside the error middleware: a throttled request never wakes
-            self.gate.install(app)
+            self.gate.install(app, model_of=lambda _tenant, body: self._model_for(body))
         if self.signals is not None:
             self.signals.install(app)
         return app
@@ -179,9 +180,8 @@ class RegionEntry:
         return EntryError(503, message, headers={"Retry-After": str(self.retry_after_s)})
 
     async def _forward(self, request: web.Request, url: str, raw: bytes) -> web.StreamResponse:
+        # Only the body goes upstream: a tenant's key stays at the entry that checked it.
         headers = {"Content-Type": "application/json"}
-        if "Authorization" in request.headers:
-            headers["Authorization"] = request.headers["Authorization"]
         try:
             async with self.session.post(url, data=raw, headers=headers) as upstream:
                 return await relay(request, upstream)

@@ -73,7 +73,10 @@ async def router_standin(request: web.Request) -> web.StreamResponse:
     """Answers like sglang-router: whole JSON, or SSE when asked to stream."""
     body = await request.json()
     if not body.get("stream"):
-        return web.json_response({"model": body["model"], "choices": [{"text": " hi"}]})
+        seen = request.headers.get("Authorization")  # what reached the router, if anything
+        return web.json_response(
+            {"model": body["model"], "choices": [{"text": " hi"}], "authorization": seen}
+        )
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     for word in (" one", " two"):
@@ -161,6 +164,17 @@ def test_the_only_model_of_a_region_is_the_default() -> None:
     async def scenario(session: aiohttp.ClientSession, url: str, entry: RegionEntry) -> None:
         status, _, _ = await post(session, url, {"prompt": "x"})
         assert status == 200
+
+    run({"m": FakeScaler("m", ready=1)}, scenario)
+
+
+def test_a_callers_key_never_reaches_the_router() -> None:
+    async def scenario(session: aiohttp.ClientSession, url: str, entry: RegionEntry) -> None:
+        headers = {"Authorization": "Bearer sk-tenant-secret"}
+        async with session.post(f"{url}/v1/completions", json={"model": "m"},
+                                headers=headers) as answer:  # fmt: skip
+            assert answer.status == 200
+            assert (await answer.json())["authorization"] is None
 
     run({"m": FakeScaler("m", ready=1)}, scenario)
 

@@ -8,6 +8,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import generate_latest
@@ -35,6 +36,8 @@ async def replica(request: web.Request) -> web.StreamResponse:
     if body.get("fail"):
         raise web.HTTPServiceUnavailable()
     tokens = int(body.get("max_tokens", 3))
+    if body.get("no_usage"):
+        return web.json_response({"choices": [{"text": "x" * tokens}]})
     if not body.get("stream"):
         usage = {"prompt_tokens": 10, "completion_tokens": tokens}
         return web.json_response({"choices": [{"text": "x" * tokens}], "usage": usage})
@@ -144,3 +147,47 @@ def test_whole_answers_settle_from_their_body_and_failures_refund_the_prompt() -
 
     gate = run(test, per_minute=60_000)
     assert gate.ledger.balance("a", now=0.0) == 10_000 - 15  # the failed request cost nothing
+
+
+def _gate(budget: TokenBudget, *, model_of: Any = None) -> tuple[TokenGate, web.Application]:
+    gate = TokenGate(ledger=TokenLedger({"a": budget}, burst_seconds=10.0), keys=KEYS,
+                     clock=Clock())  # fmt: skip
+    app = web.Application()
+    for path in ("/v1/chat/completions", "/v1/completions", "/generate"):
+        app.router.add_post(path, replica)
+    gate.install(app, model_of=model_of)
+    return gate, app
+
+
+async def _send(app: web.Application, path: str, body: dict[str, Any]) -> None:
+    # `no_usage`: the stand-in reports no usage, so the admission estimate is what stays charged.
+    async with TestClient(TestServer(app)) as client:
+        answer = await client.post(path, json={**body, "no_usage": True}, headers=AUTH_A)
+        assert answer.status == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "tokens"),
+    [
+        pytest.param("/v1/completions", {"model": "m", "prompt": [7] * 150}, 150, id="openai-ids"),
+        pytest.param("/v1/completions", {"model": "m", "prompt": [[7] * 80] * 2}, 160, id="batch"),
+        pytest.param("/generate", {"input_ids": [7] * 150}, 150, id="sglang-input-ids"),
+        pytest.param("/v1/completions", {"model": "m", "prompt": "x" * 40}, 10, id="text"),
+    ],
+)
+def test_a_prompt_given_as_token_ids_is_charged_one_token_per_id(
+    path: str, body: dict[str, Any], tokens: int
+) -> None:
+    gate, app = _gate(TokenBudget(tokens_per_minute=60_000))  # a 10,000-token burst
+    asyncio.run(_send(app, path, body))
+    assert gate.ledger.balance("a", now=0.0) == 10_000 - tokens
+
+
+@pytest.mark.parametrize("resolved", [True, False], ids=["entry-resolves", "body-only"])
+def test_leaving_the_model_out_is_charged_to_the_model_the_entry_serves(resolved: bool) -> None:
+    budget = TokenBudget(tokens_per_minute=60_000, per_model={"m": 60_000})
+    model_of = (lambda _tenant, body: body.get("model") or "m") if resolved else None
+    gate, app = _gate(budget, model_of=model_of)
+    asyncio.run(_send(app, "/v1/completions", {"prompt": "x" * 40}))  # no "model"
+    charged = 10_000 - (gate.ledger.balance("a", "m", now=0.0) or 0)
+    assert charged == (10 if resolved else 0)
