@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -211,6 +212,14 @@ ERROR_CASES = [
     ("bad-max-tokens", "/v1/completions", b'{"prompt": "x", "max_tokens": -1}', 400),
     ("wrong-type", "/v1/completions", b'{"prompt": "x", "max_tokens": "many"}', 400),
     ("bad-message", "/v1/chat/completions", b'{"messages": [{"content": "x"}]}', 400),
+    ("model-not-a-string", "/v1/completions", b'{"model": {}, "prompt": "x"}', 400),
+    (
+        "temperature-not-a-number",
+        "/v1/chat/completions",
+        b'{"messages": [{"role": "user", "content": "x"}], "temperature": "x"}',
+        400,
+    ),
+    ("top-k-not-an-integer", "/generate", b'{"text": "x", "sampling_params": {"top_k": 1.5}}', 400),
     ("unknown-model", "/v1/completions", b'{"model": "gpt-9", "prompt": "x"}', 404),
     ("unknown-route", "/v2/everything", b"{}", 404),
 ]
@@ -313,9 +322,37 @@ def test_hang_fault_fails_health_at_timeout(tokenizer: EmulatorTokenizer) -> Non
         assert http(f"{running.url}/health")[0] == 200
 
 
-def test_invalid_faults_are_400(replica: RunningEmulator) -> None:
-    status, body = post_json(f"{replica.url}/_radixfleet/faults", {"slowdown": -1})
+@pytest.mark.parametrize(
+    "faults",
+    [{"slowdown": -1}, {"slowdown": 1e308}, {"slowdown": 0}, {"error_rate": 1.5}],
+    ids=["negative", "absurd", "zero", "error-rate-over-1"],
+)
+def test_invalid_faults_are_400_and_change_nothing(
+    replica: RunningEmulator, faults: dict[str, float]
+) -> None:
+    status, body = post_json(f"{replica.url}/_radixfleet/faults", faults)
     assert status == 400 and body["error"]["type"] == "BadRequestError"
+    _, raw = http(replica.url + "/_radixfleet/faults")
+    assert json.loads(raw)["slowdown"] == 1.0
+
+
+def test_health_answers_while_a_huge_prompt_is_tokenized(replica: RunningEmulator) -> None:
+    # An 8 MB prompt takes seconds to tokenize (then 400: past the context). Measured against
+    # it, not against a clock: /health answers before that request does.
+    order: list[str] = []
+    huge = {"prompt": "lorem ipsum " * 700_000, "max_tokens": 1}
+
+    def ask_huge() -> None:
+        status, _ = post_json(f"{replica.url}/v1/completions", huge)
+        order.append(f"huge {status}")
+
+    worker = threading.Thread(target=ask_huge)
+    worker.start()
+    time.sleep(0.5)  # the body is in and being tokenized
+    status, _ = http(replica.url + "/health")
+    order.append(f"health {status}")
+    worker.join(timeout=120)
+    assert order == ["health 200", "huge 400"]
 
 
 def test_crash_drops_connections_then_restarts_cold(tokenizer: EmulatorTokenizer) -> None:

@@ -8,6 +8,7 @@ adds some of its own).
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -83,6 +84,26 @@ def _field(body: dict[str, Any], name: str, kinds: type | tuple[type, ...], defa
     return value
 
 
+# Sampling fields SGLang's request models type as numbers; the emulator does not sample, but a
+# request SGLang would refuse must be refused here too.
+NUMERIC_SAMPLING = ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty",
+                    "repetition_penalty")  # fmt: skip
+
+
+def _check_sampling(params: dict[str, Any]) -> None:
+    for name in NUMERIC_SAMPLING:
+        value = params.get(name)
+        if value is not None and not _finite_number(value):
+            raise ApiError(400, f"Field '{name}' must be a number, got {value!r}.")
+    top_k = params.get("top_k")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)):
+        raise ApiError(400, f"Field 'top_k' must be an integer, got {top_k!r}.")
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _max_tokens(value: Any, *, name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ApiError(400, f"{name} must be a non-negative integer, got {value!r}.")
@@ -111,13 +132,14 @@ def _is_token(item: Any) -> bool:
 
 def parse_generate(body: dict[str, Any], tokenizer: EmulatorTokenizer) -> Job:
     """SGLang's native /generate: `text` or `input_ids`, and `sampling_params`."""
+    params = _field(body, "sampling_params", dict, {})
+    _check_sampling(params)
     if body.get("text") is not None:
         prompt_ids = _prompt_ids(body["text"], tokenizer, name="text")
     elif body.get("input_ids") is not None:
         prompt_ids = _prompt_ids(body["input_ids"], tokenizer, name="input_ids")
     else:
         raise ApiError(400, "Either text or input_ids should be provided.")
-    params = _field(body, "sampling_params", dict, {})
     requested = params.get("max_new_tokens")
     max_new = _max_tokens(
         GENERATE_MAX_NEW_TOKENS if requested is None else requested, name="max_new_tokens"
@@ -133,6 +155,7 @@ def parse_generate(body: dict[str, Any], tokenizer: EmulatorTokenizer) -> Job:
 
 def parse_completion(body: dict[str, Any], tokenizer: EmulatorTokenizer, *, model: str) -> Job:
     """OpenAI /v1/completions."""
+    _check_sampling(body)
     if body.get("prompt") is None:
         raise ApiError(400, "Field 'prompt' is required.")
     prompt_ids = _prompt_ids(body["prompt"], tokenizer, name="prompt")
@@ -147,6 +170,7 @@ def parse_chat(
     body: dict[str, Any], tokenizer: EmulatorTokenizer, *, model: str, context_length: int
 ) -> Job:
     """OpenAI /v1/chat/completions; without max_tokens the answer may use the whole context."""
+    _check_sampling(body)
     messages = _field(body, "messages", list, None)
     if not messages:
         raise ApiError(400, "Field 'messages' is required and must be a non-empty list.")

@@ -166,21 +166,27 @@ class Emulator:
 
     # -- generation --------------------------------------------------------------------------
 
+    # Parsing tokenizes the prompt, which takes seconds for a long one: it runs on a worker
+    # thread, so /health and the requests in flight are answered meanwhile.
+
     async def generate(self, request: web.Request) -> web.StreamResponse:
         """SGLang's native /generate."""
-        job = protocol.parse_generate(await _json(request), self.tokenizer)
+        body = await _json(request)
+        job = await asyncio.to_thread(protocol.parse_generate, body, self.tokenizer)
         return await self._run(request, job)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         """OpenAI /v1/completions."""
         body = await _json(request)
-        job = protocol.parse_completion(body, self.tokenizer, model=self._model(body))
+        model = self._model(body)
+        job = await asyncio.to_thread(protocol.parse_completion, body, self.tokenizer, model=model)
         return await self._run(request, job)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         """OpenAI /v1/chat/completions."""
         body = await _json(request)
-        job = protocol.parse_chat(
+        job = await asyncio.to_thread(
+            protocol.parse_chat,
             body,
             self.tokenizer,
             model=self._model(body),
@@ -190,6 +196,8 @@ class Emulator:
 
     def _model(self, body: dict[str, Any]) -> str:
         name = body.get("model")
+        if name is not None and not isinstance(name, str):
+            raise ApiError(400, f"Field 'model' has the wrong type: {type(name).__name__}.")
         accepted = {self.config.model_name, self.config.profile.model_path, "default"}
         if name is None or name in accepted or name == str(self.tokenizer.path):
             return self.config.model_name

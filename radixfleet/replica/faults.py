@@ -7,7 +7,12 @@ time; an error rate fails that share of new requests with a 500.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+# Beyond this a slowed replica is a hung one: say so with `hung` (a step of 1e308 times its
+# length never ends, while /health would keep answering).
+MAX_SLOWDOWN = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,8 +24,11 @@ class Faults:
     error_rate: float = 0.0
 
     def __post_init__(self) -> None:
-        if not self.slowdown > 0:
-            raise ValueError(f"slowdown must be positive, got {self.slowdown}")
+        if not (self.slowdown > 0 and math.isfinite(self.slowdown)):
+            raise ValueError(f"slowdown must be positive and finite, got {self.slowdown}")
+        if self.slowdown > MAX_SLOWDOWN:
+            raise ValueError(f"slowdown must be at most {MAX_SLOWDOWN:g} (use hung), got "
+                             f"{self.slowdown}")  # fmt: skip
         if not 0.0 <= self.error_rate <= 1.0:
             raise ValueError(f"error_rate must be within [0, 1], got {self.error_rate}")
 
