@@ -383,6 +383,10 @@ def _check_network(settings: StackSettings, deployed: list[Region]) -> Iterator[
     yield from _unknown_regions("network.vpcCidrs", cidrs, deployed)
 
 
+# The most addresses a public API endpoint may be open to, all CIDRs together: a /8.
+MAX_PUBLIC_API_ADDRESSES = 2**24
+
+
 def _check_endpoint(settings: StackSettings) -> Iterator[Finding]:
     cluster = settings.cluster
     if cluster.private_endpoint:
@@ -392,14 +396,20 @@ def _check_endpoint(settings: StackSettings) -> Iterator[Finding]:
             "cluster.publicAccessCidrs",
             "a public API endpoint needs the CIDRs allowed to reach it (or privateEndpoint: true)",
         )
+    networks = []
     for i, cidr in enumerate(cluster.public_access_cidrs):
         try:
-            network = ipaddress.IPv4Network(cidr)
+            networks.append(ipaddress.IPv4Network(cidr))
         except ValueError as exc:
             yield f"cluster.publicAccessCidrs[{i}]", str(exc)
-            continue
-        if network.prefixlen == 0:
-            yield f"cluster.publicAccessCidrs[{i}]", "the whole internet may not reach the API"
+    # Judged together: 0.0.0.0/1 and 128.0.0.0/1 are the whole internet as much as 0.0.0.0/0.
+    opened = sum(n.num_addresses for n in ipaddress.collapse_addresses(networks))
+    if opened > MAX_PUBLIC_API_ADDRESSES:
+        whole = " (the whole internet)" if opened == 2**32 else ""
+        yield "cluster.publicAccessCidrs", (
+            f"together they open the API to {opened:,} addresses{whole}, more than a /8: "
+            "list the ranges you run pulumi and kubectl from"
+        )
 
 
 def _check_model_store(settings: StackSettings, deployed: list[Region]) -> Iterator[Finding]:

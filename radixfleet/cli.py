@@ -64,6 +64,12 @@ def render(
     if out is not None and out.exists() and not out.is_dir():
         err.print(f"[red]error[/red] --out {out}: not a folder", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_CONFIG)
+    if out is None and catalog.resolve().parent.name != "inferenceservices":
+        # Without --out, render writes the repository's folders beside the catalog's; for a
+        # catalog anywhere else that would be whatever folders happen to sit around it.
+        err.print(f"[red]error[/red] --catalog {catalog}: outside an inferenceservices/ folder, "
+                  "render needs --out DIR", highlight=False, soft_wrap=True)  # fmt: skip
+        raise typer.Exit(EXIT_BAD_CONFIG)
     runtimes_dir, isvc_dir = _output_dirs(catalog, out)
     blocked = _not_a_folder(_rendered_folders(runtimes_dir, isvc_dir))
     if blocked is not None:  # found before anything is written, not after half of it

@@ -90,7 +90,17 @@ STACK_CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     ),
     "public-endpoint-open-to-all": (
         lambda v: v["cluster"].update(publicAccessCidrs=["0.0.0.0/0"]),
-        "radixfleet:cluster.publicAccessCidrs[0]: the whole internet may not reach the API",
+        "radixfleet:cluster.publicAccessCidrs: together they open the API to 4,294,967,296 "
+        "addresses (the whole internet)",
+    ),
+    "public-endpoint-open-to-all-in-two-halves": (
+        lambda v: v["cluster"].update(publicAccessCidrs=["0.0.0.0/1", "128.0.0.0/1"]),
+        "radixfleet:cluster.publicAccessCidrs: together they open the API to 4,294,967,296 "
+        "addresses (the whole internet)",
+    ),
+    "public-endpoint-open-to-a-slash-7": (
+        lambda v: v["cluster"].update(publicAccessCidrs=["10.0.0.0/8", "11.0.0.0/8"]),
+        "radixfleet:cluster.publicAccessCidrs: together they open the API to 33,554,432",
     ),
     "overlapping-cidrs": (
         lambda v: v["network"]["vpcCidrs"].update({"eu-west-1": "10.10.0.0/17"}),
