@@ -406,9 +406,12 @@ def _check_endpoint(settings: StackSettings) -> Iterator[Finding]:
     opened = sum(n.num_addresses for n in ipaddress.collapse_addresses(networks))
     if opened > MAX_PUBLIC_API_ADDRESSES:
         whole = " (the whole internet)" if opened == 2**32 else ""
-        yield "cluster.publicAccessCidrs", (
-            f"together they open the API to {opened:,} addresses{whole}, more than a /8: "
-            "list the ranges you run pulumi and kubectl from"
+        yield (
+            "cluster.publicAccessCidrs",
+            (
+                f"together they open the API to {opened:,} addresses{whole}, more than a /8: "
+                "list the ranges you run pulumi and kubectl from"
+            ),
         )
 
 
