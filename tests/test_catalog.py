@@ -241,6 +241,16 @@ def test_cli_render_of_bad_catalog_exits_2_and_writes_nothing(tmp_path: Path) ->
     assert not out.exists()
 
 
+def test_an_endless_catalog_is_refused_after_a_bound_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["render", "--catalog", "/dev/zero", "--out", str(out)])
+    assert result.exit_code == 2
+    assert "/dev/zero: larger than 32 MiB: not a file radixfleet reads" in result.output
+    assert not out.exists()
+
+
 def test_render_of_a_catalog_outside_the_repository_needs_out(tmp_path: Path) -> None:
     # Without --out, render writes runtimes/, dashboards/ and deploy/ beside the catalog's
     # folder: for a catalog anywhere but an inferenceservices/ folder, those are not ours.

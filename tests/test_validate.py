@@ -304,6 +304,12 @@ def test_hostile_manifests_are_problems_not_tracebacks(
         assert f"{tmp_path}/{line}" in lines, result.output
 
 
+def test_an_endless_manifest_is_one_problem_after_a_bound() -> None:
+    result = CliRunner().invoke(app, ["validate", "/dev/zero"])
+    assert result.exit_code == 1, result.output
+    assert "/dev/zero: -: cannot read: larger than 32 MiB" in result.output
+
+
 def test_render_into_a_file_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     target = tmp_path / "out"
     target.write_text("mine")

@@ -12,16 +12,30 @@ from radixfleet.config.catalog import Catalog
 from radixfleet.config.crosscheck import check_catalog
 from radixfleet.config.errors import ConfigError, Problem, format_location, not_utf8
 
+# Far above any real catalog (10,000 models are about 5 MB), far below what hurts: a catalog
+# path that is a device or a runaway file is refused after this much, not read to the end.
+MAX_CATALOG_BYTES = 32 * 1024**2
+
 
 def load_catalog(path: Path) -> Catalog:
     """Load and fully validate a catalog file; raise `ConfigError` listing every problem."""
+    return parse_catalog(read_bounded(path, limit=MAX_CATALOG_BYTES), source=str(path))
+
+
+def read_bounded(path: Path, *, limit: int) -> str:
+    """A UTF-8 text file of at most `limit` bytes, or `ConfigError` saying why not."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:
+            raw = file.read(limit + 1)
     except OSError as exc:
         raise ConfigError([Problem(str(path), "", f"cannot read: {exc.strerror}")]) from exc
+    if len(raw) > limit:
+        message = f"larger than {limit // 1024**2} MiB: not a file radixfleet reads"
+        raise ConfigError([Problem(str(path), "", message)])
+    try:
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError([Problem(str(path), "", not_utf8(exc))]) from exc
-    return parse_catalog(text, source=str(path))
 
 
 def parse_catalog(text: str, *, source: str) -> Catalog:

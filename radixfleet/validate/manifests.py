@@ -14,6 +14,8 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
+from radixfleet.config.errors import ConfigError
+from radixfleet.config.load import MAX_CATALOG_BYTES, read_bounded
 from radixfleet.platform import KNATIVE_FEATURES, KUBERNETES_VERSION
 from radixfleet.validate.admission import check_set
 from radixfleet.validate.crd_schema import CrdKey, crd_schemas
@@ -63,16 +65,12 @@ def validate_paths(
         return [Finding(exc.file, "-", "", str(exc))]
     for file in files:
         try:
-            loaded = [
-                d for d in yaml.safe_load_all(file.read_text(encoding="utf-8")) if d is not None
-            ]
-        except UnicodeDecodeError as exc:
-            message = (
-                f"cannot read: not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})"
-            )
-            findings.append(Finding(str(file), "-", "", message))
+            text = read_bounded(file, limit=MAX_CATALOG_BYTES)
+            loaded = [d for d in yaml.safe_load_all(text) if d is not None]
+        except ConfigError as exc:  # unreadable, too large, or not UTF-8
+            findings.append(Finding(str(file), "-", "", _unreadable(exc)))
             continue
-        except (OSError, yaml.YAMLError) as exc:
+        except yaml.YAMLError as exc:
             findings.append(Finding(str(file), "-", "", f"cannot read: {exc}"))
             continue
         docs.extend(Doc(str(file), _ref(d, i), d) for i, d in enumerate(loaded))
@@ -127,13 +125,20 @@ def _manifest_files(paths: Iterable[Path], *, seen: frozenset[Path]) -> Iterator
 
 def _resources(kustomization: Path) -> list[str]:
     try:
-        loaded = yaml.safe_load(kustomization.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        loaded = yaml.safe_load(read_bounded(kustomization, limit=MAX_CATALOG_BYTES)) or {}
+    except ConfigError as exc:
+        raise ManifestTreeError(kustomization, _unreadable(exc)) from exc
+    except yaml.YAMLError as exc:
         raise ManifestTreeError(kustomization, f"cannot read: {exc}") from exc
     resources = loaded.get("resources", []) if isinstance(loaded, dict) else None
     if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
         raise ManifestTreeError(kustomization, "resources must be a list of paths")
     return resources
+
+
+def _unreadable(error: ConfigError) -> str:
+    message = error.problems[0].message
+    return message if message.startswith("cannot read") else f"cannot read: {message}"
 
 
 def _ref(doc: Any, index: int) -> str:
