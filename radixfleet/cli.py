@@ -14,13 +14,14 @@ import typer
 from rich.console import Console
 
 from radixfleet.config import Catalog, ConfigError, load_catalog
-from radixfleet.dashboards import render_dashboards
+from radixfleet.dashboards import dashboard_files
 from radixfleet.emulator.cli import emulate
 from radixfleet.entry.cli import entry_app
 from radixfleet.kit.cli import operator_app
 from radixfleet.kit.registry import controller_apps
 from radixfleet.platform import KNATIVE_FEATURES
-from radixfleet.render.fleet import RenderedTree, render_tree, sync_files, write_tree
+from radixfleet.render.files import write_folders
+from radixfleet.render.fleet import RenderedTree, render_tree
 from radixfleet.twin.cli import bench, twin_app
 from radixfleet.validate import validate_paths
 
@@ -113,35 +114,25 @@ def _not_a_folder(folders: list[Path]) -> Path | None:
 def _write_rendered(
     fleet: Catalog, tree: RenderedTree, *, runtimes_dir: Path, isvc_dir: Path
 ) -> None:
-    """Every rendered folder: runtimes, InferenceServices, dashboards, the kustomize bases."""
-    written = write_tree(tree, runtimes_dir=runtimes_dir, inferenceservices_dir=isvc_dir)
-    console.print(f"rendered {len(written)} files into {runtimes_dir} and {isvc_dir}")
-    # Grafana dashboards and Prometheus rules (radixfleet/dashboards), beside runtimes/: DIR/
-    # dashboards with --out, else the repo's dashboards/. The SLO rules read the catalog.
-    dashboards_dir = runtimes_dir.parent / "dashboards"  # as in _rendered_folders
-    boards = render_dashboards(dashboards_dir, catalog=fleet)
-    console.print(f"rendered {len(boards)} files into {dashboards_dir}")
-    # The operator's kustomize base (its RBAC derived from the controller registry).
-    operator_dir = runtimes_dir.parent / "deploy" / "operator"
-    from radixfleet.render.operator import MARKER as OPERATOR_MARKER
+    """Every rendered folder, all or nothing: runtimes, InferenceServices, dashboards (beside
+    runtimes/: DIR/dashboards with --out, else the repo's), and the kustomize bases of the
+    operator (its RBAC from the controller registry), of what Prometheus scrapes, and of the
+    region entry (its RBAC from what it and its gate read)."""
+    from radixfleet.render.entry import render_entry
+    from radixfleet.render.monitoring import render_monitoring
     from radixfleet.render.operator import render_operator
 
-    written = sync_files(render_operator(), operator_dir, marker=OPERATOR_MARKER)
-    console.print(f"rendered {len(written)} files into {operator_dir}")
-    # What Prometheus scrapes: PodMonitors for prometheus-operator (infra's Prometheus stack).
-    from radixfleet.render.monitoring import MARKER as MONITORING_MARKER
-    from radixfleet.render.monitoring import render_monitoring
-
-    monitoring_dir = runtimes_dir.parent / "deploy" / "monitoring"
-    written = sync_files(render_monitoring(), monitoring_dir, marker=MONITORING_MARKER)
-    console.print(f"rendered {len(written)} files into {monitoring_dir}")
-    # The region entry's kustomize base (its RBAC derived from what it and its gate read).
-    from radixfleet.render.entry import MARKER as ENTRY_MARKER
-    from radixfleet.render.entry import render_entry
-
-    entry_dir = runtimes_dir.parent / "deploy" / "entry"
-    written = sync_files(render_entry(), entry_dir, marker=ENTRY_MARKER)
-    console.print(f"rendered {len(written)} files into {entry_dir}")
+    deploy = runtimes_dir.parent / "deploy"  # as in _rendered_folders
+    written = write_folders({
+        runtimes_dir: tree.runtimes,
+        isvc_dir: tree.inferenceservices,
+        runtimes_dir.parent / "dashboards": dashboard_files(fleet),
+        deploy / "operator": render_operator(),
+        deploy / "monitoring": render_monitoring(),
+        deploy / "entry": render_entry(),
+    })  # fmt: skip
+    for folder, paths in written.items():
+        console.print(f"rendered {len(paths)} files into {folder}")
 
 
 def _output_dirs(catalog: Path, out: Path | None) -> tuple[Path, Path]:

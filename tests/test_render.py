@@ -17,7 +17,8 @@ from inferenceservices.scaling import concurrency_target, itl_bound, kv_bound
 from radixfleet.cli import app
 from radixfleet.config import Model, load_catalog
 from radixfleet.profile import resolve_profile
-from radixfleet.render.fleet import render_tree, write_tree
+from radixfleet.render.files import LISTING, listed
+from radixfleet.render.fleet import MARKER, render_tree, write_tree
 from radixfleet.validate import validate_paths
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,6 +45,7 @@ def test_committed_manifests_are_what_render_produces(rendered: Path) -> None:
             if p.name != "catalog.yaml"
         }
         assert committed == fresh, f"{folder}/ drifted from the catalog: run `radixfleet render`"
+        assert listed(REPO / folder) == listed(rendered / folder) == sorted(map(str, fresh))
 
 
 def test_rendered_manifests_validate_with_zero_problems(rendered: Path) -> None:
@@ -279,3 +281,46 @@ def test_every_autoscaled_inference_service_has_its_policy(rendered: Path) -> No
         assert spec["maxReplicas"] == model.max_replicas
         assert spec["slo"] == {"ttftP95Ms": model.slo.ttft_p95_ms, "itlP95Ms": model.slo.itl_p95_ms}
     assert set(policies) == expected
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_users_file_that_looks_generated_is_never_removed(tmp_path: Path) -> None:
+    # Render used to remove any YAML that began with its marker; now only what it listed.
+    out = tmp_path / "out"
+    assert CliRunner().invoke(app, ["render", "--out", str(out)]).exit_code == 0
+    lookalike = out / "inferenceservices" / "team-search" / "mine.yaml"
+    lookalike.write_text(f"# {MARKER}\nkind: Note\n")
+    assert CliRunner().invoke(app, ["render", "--out", str(out)]).exit_code == 0
+    assert lookalike.exists()
+    listed_files = listed(out / "inferenceservices")
+    assert (
+        "team-search/llama-3-1-8b.yaml" in listed_files
+        and "team-search/mine.yaml" not in listed_files
+    )
+
+
+def test_a_render_that_cannot_finish_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert CliRunner().invoke(app, ["render", "--out", str(out)]).exit_code == 0
+    (out / "runtimes" / "sglang.yaml").write_text("edited\n")  # render would restore it
+    blocked = out / "inferenceservices" / "team-search"
+    shutil.rmtree(blocked)
+    blocked.write_text("a file where render puts a folder\n")
+    before = _snapshot(tmp_path)
+    result = CliRunner().invoke(app, ["render", "--out", str(out)])
+    assert result.exit_code == 2 and "cannot write" in result.output
+    assert _snapshot(tmp_path) == before  # runtimes/ untouched too, no staged leftovers
+
+
+def test_a_listing_that_reaches_outside_its_folder_is_not_followed(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert CliRunner().invoke(app, ["render", "--out", str(out)]).exit_code == 0
+    victim = tmp_path / "victim.yaml"
+    victim.write_text("keep me\n")
+    listing = out / "runtimes" / LISTING
+    listing.write_text(listing.read_text() + "../../victim.yaml\n/etc/hostname\n")
+    assert CliRunner().invoke(app, ["render", "--out", str(out)]).exit_code == 0
+    assert victim.read_text() == "keep me\n"

@@ -24,3 +24,10 @@ def render_dashboards(out_dir: Path, *, catalog: Catalog) -> list[Path]:
     from radixfleet.dashboards.render import render_dashboards as render
 
     return render(out_dir, catalog=catalog)
+
+
+def dashboard_files(catalog: Catalog) -> dict[str, str]:
+    """The dashboards, the rules and their kustomization, by relative path, not written."""
+    from radixfleet.dashboards.render import dashboard_files as files
+
+    return files(catalog)

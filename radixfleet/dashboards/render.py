@@ -48,7 +48,12 @@ def all_dashboards() -> dict[str, dict[str, Any]]:
 
 
 def render_dashboards(out_dir: Path, *, catalog: Catalog) -> list[Path]:
-    """Write every generated file into `out_dir`; return their paths.
+    """Write every generated file into `out_dir`; return their paths."""
+    return [_write(out_dir / rel, text) for rel, text in dashboard_files(catalog).items()]
+
+
+def dashboard_files(catalog: Catalog) -> dict[str, str]:
+    """Every generated file by relative path: the dashboards, the rules, their kustomization.
 
     The catalog supplies the models' SLO targets that the SLO rules compare against.
     """
@@ -64,7 +69,7 @@ def render_dashboards(out_dir: Path, *, catalog: Catalog) -> list[Path]:
         header=HEADER + "\nThe plain form of " + PROMETHEUS_RULE_FILE + ", for promtool.",
     )
     files["kustomization.yaml"] = to_yaml(_kustomization(), header=HEADER)
-    return [_write(out_dir / rel, text) for rel, text in files.items()]
+    return files
 
 
 def _kustomization() -> dict[str, Any]:

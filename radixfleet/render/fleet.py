@@ -1,14 +1,13 @@
 """Render the catalog into the committed manifest folders `runtimes/` and `inferenceservices/`.
 
 Rendering is all-or-nothing: every file is built in memory first, so a bad catalog writes
-nothing. Files this renderer wrote earlier but no longer produces are removed; other files in
-the folders (the catalog, Python sources) are never touched.
+nothing, and written through `files.py` (staged, then renamed into place). Files this renderer
+listed as generated earlier but no longer produces are removed; other files in the folders (the
+catalog, Python sources) are never touched.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from inferenceservices.builder import (
     served_tenants,
 )
 from radixfleet.config.catalog import KNOWN_RUNTIMES, Catalog
+from radixfleet.render.files import write_folders
 from radixfleet.render.yamlout import to_yaml
 from runtimes.builder import build_runtime
 
@@ -94,34 +94,9 @@ def _kustomization(files: dict[str, str]) -> str:
 def write_tree(
     tree: RenderedTree, *, runtimes_dir: Path, inferenceservices_dir: Path
 ) -> list[Path]:
-    """Write the rendered files, remove stale generated ones; return the paths written."""
-    written = sync_files(tree.runtimes, runtimes_dir)
-    written += sync_files(tree.inferenceservices, inferenceservices_dir)
-    return written
-
-
-def sync_files(files: dict[str, str], root: Path, *, marker: str = MARKER) -> list[Path]:
-    """Write `files` under `root`; remove generated files (with `marker`) no longer produced."""
-    for stale in _generated_files(root, marker):
-        if stale.relative_to(root).as_posix() not in files:
-            stale.unlink()
-    written = []
-    for rel, text in sorted(files.items()):
-        path = root / rel
-        _atomic_write(path, text)
-        written.append(path)
-    return written
-
-
-def _generated_files(root: Path, marker: str) -> list[Path]:
-    if not root.is_dir():
-        return []
-    return [p for p in root.rglob("*.yaml") if marker in p.read_text(encoding="utf-8")[:300]]
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    Path(tmp).replace(path)
+    """Write the rendered files (all or nothing), remove the ones render generated before and
+    no longer does (radixfleet/render/files.py); return the paths written."""
+    written = write_folders(
+        {runtimes_dir: tree.runtimes, inferenceservices_dir: tree.inferenceservices}
+    )
+    return [path for paths in written.values() for path in paths]
