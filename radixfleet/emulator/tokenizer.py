@@ -118,8 +118,13 @@ class EmulatorTokenizer:
     answer_ids: tuple[int, ...]
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text`; special tokens in the text are recognised."""
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        """Token ids of `text`; special tokens in the text are recognised.
+
+        Through `encode_batch`, which lets go of the GIL while Rust tokenizes (`encode` holds
+        it): the emulator tokenizes on a worker thread and its event loop must keep running.
+        """
+        (encoding,) = self.tokenizer.encode_batch([text], add_special_tokens=False)
+        return list(encoding.ids)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of `ids`, special tokens dropped."""
