@@ -11,6 +11,7 @@ read-only folder or a file where a folder goes leaves the tree as it was.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -57,7 +58,8 @@ def _stage_all(folders: Folders) -> list[tuple[Path, Path]]:
         for temporary, _ in staged:
             temporary.unlink(missing_ok=True)
         for made in reversed(created):  # folders made for this render only, now empty again
-            made.rmdir()
+            with contextlib.suppress(OSError):  # never hide the error that stopped the render
+                made.rmdir()
         raise
     return staged
 
