@@ -19,6 +19,11 @@ class ProfileError(ValueError):
     """A profile file that cannot be read or does not validate; the message names file and field."""
 
 
+# The longest context a replica profile may have (2M tokens, past every model served today);
+# the emulator never builds an answer longer than this.
+MAX_CONTEXT_TOKENS = 2**21
+
+
 class ReplicaProfile(BaseModel):
     """Performance constants of one SGLang replica (one model on one GPU group).
 
@@ -41,7 +46,7 @@ class ReplicaProfile(BaseModel):
     kv_capacity_tokens: int = Field(default=420_000, gt=0, description="max_total_num_tokens")
     max_running_requests: int = Field(default=2048, gt=0)
     chunked_prefill_size: int = Field(default=8192, gt=0)
-    context_length: int = Field(default=131_072, gt=0)
+    context_length: int = Field(default=131_072, gt=0, le=MAX_CONTEXT_TOKENS)
     page_size: int = Field(default=1, gt=0)
     max_queued_requests: int | None = Field(default=None, gt=0, description="None: unbounded")
 

@@ -220,6 +220,20 @@ ERROR_CASES = [
         400,
     ),
     ("top-k-not-an-integer", "/generate", b'{"text": "x", "sampling_params": {"top_k": 1.5}}', 400),
+    # 10**9 answer tokens were built before the context check: 25 s, then MemoryError.
+    (
+        "ignore-eos-far-past-context",
+        "/generate",
+        b'{"text": "x", "sampling_params": {"max_new_tokens": 1000000000, "ignore_eos": true}}',
+        400,
+    ),
+    (
+        "chat-ignore-eos-far-past-context",
+        "/v1/chat/completions",
+        b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 1000000000,'
+        b' "ignore_eos": true}',
+        400,
+    ),
     ("unknown-model", "/v1/completions", b'{"model": "gpt-9", "prompt": "x"}', 404),
     ("unknown-route", "/v2/everything", b"{}", 404),
 ]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
+from radixfleet.profile import MAX_CONTEXT_TOKENS
 
 #: Defaults of SGLang's request types.
 GENERATE_MAX_NEW_TOKENS = 128
@@ -197,11 +198,17 @@ def _message(item: Any) -> tuple[str, str]:
     raise ApiError(400, "Message 'content' must be a string or a list of text parts.")
 
 
+# No profile's context is longer: a request that asks for more is refused by the replica's
+# context check before its answer is used, so building more (10**9 ids took 25 s and ended in
+# MemoryError) is never needed.
+ANSWER_CAP = MAX_CONTEXT_TOKENS
+
+
 def _decide_answer(job: Job, tokenizer: EmulatorTokenizer, *, ignore_eos: bool) -> None:
     """Pick the answer: deterministic in the prompt, ending on EOS unless told otherwise."""
     seed = hash((len(job.prompt_ids), tuple(job.prompt_ids[-32:]))) & 0xFFFFFFFF
     natural = NATURAL_MIN + seed % NATURAL_SPAN
-    length = job.max_new_tokens if ignore_eos else min(job.max_new_tokens, natural)
+    length = min(job.max_new_tokens if ignore_eos else natural, job.max_new_tokens, ANSWER_CAP)
     job.stopped = length < job.max_new_tokens
     job.answer_ids = tokenizer.answer(seed=seed, length=length)
 
