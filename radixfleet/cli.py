@@ -214,7 +214,7 @@ def demo(
 ) -> None:
     """Run a two-region local fleet, replay a trace through it, and write a report to OUT.
 
-    Emulated SGLang replicas behind the real sglang-router in us-east-1 and eu-west-1 (where
+    Emulated SGLang replicas behind the real SGLang gateway (smg) in us-east-1 and eu-west-1 (where
     llama-3-1-8b starts at zero replicas and wakes on its first request); writes
     OUT/summary.json, OUT/report.html, OUT/dashboards.html (with Prometheus) and OUT/rendered/.
     With --cluster, the same replay goes through the region entry of a one-node Kubernetes

@@ -1,5 +1,5 @@
-"""sglang-router 0.3.2 (the PyPI binary) in front of emulated replicas: it registers them,
-loads their tokenizer from /model_info's model_path, keeps them healthy, and routes OpenAI
+"""The SGLang gateway smg 1.13.0 (the PyPI binary) in front of emulated replicas: it registers
+them, loads their tokenizer from /model_info's model_path, keeps them healthy, and routes OpenAI
 and native requests, keeping a shared prefix on one replica (cache_aware)."""
 
 from __future__ import annotations
@@ -41,14 +41,14 @@ def get_json(url: str) -> Any:
 def wait_ready(url: str, *, workers: int, router: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        assert router.poll() is None, "sglang-router exited"
+        assert router.poll() is None, "smg exited"
         try:
             if get_json(f"{url}/readiness").get("healthy_workers") == workers:
                 return
         except OSError:
             pass
         time.sleep(0.2)
-    raise AssertionError("sglang-router did not become ready")
+    raise AssertionError("smg did not become ready")
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def fleet(
             for _ in range(2)
         ]
         command = [
-            sys.executable, "-m", "sglang_router.launch_router",
+            sys.executable, "-m", "smg", "launch",
             "--host", "127.0.0.1", "--port", str(port),
             "--worker-urls", *(replica.url for replica in replicas),
             "--policy", "cache_aware",
@@ -100,7 +100,8 @@ def test_router_registers_emulators_with_their_metadata(
     for worker in workers:
         assert worker["is_healthy"] is True
         assert worker["model_id"] == MODEL
-        assert worker["metadata"]["model_path"] == str(replicas[0].emulator.tokenizer.path)
+        assert worker["labels"]["model_path"] == str(replicas[0].emulator.tokenizer.path)
+        assert worker["models"][0]["tokenizer_path"] == str(replicas[0].emulator.tokenizer.path)
 
 
 def test_chat_through_router_with_openai_client(fleet: tuple[str, list[RunningEmulator]]) -> None:

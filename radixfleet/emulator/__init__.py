@@ -4,7 +4,7 @@ Run one with `radixfleet emulate --port P [--profile FILE|NAME] [--model NAME]`,
 with :func:`radixfleet.emulator.testing.serve_in_thread`. Modules: `server` (aiohttp routes),
 `driver` (plays the model in real time), `protocol` (request and response bodies, errors),
 `metrics` (`sglang:*` families), `info` (/model_info, /server_info), `tokenizer` (the
-deterministic tokenizer written for sglang-router), `cli` (the command).
+deterministic tokenizer written for the SGLang gateway), `cli` (the command).
 """
 
 from radixfleet.emulator.server import Emulator, EmulatorConfig

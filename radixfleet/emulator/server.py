@@ -325,7 +325,7 @@ class Emulator:
         return web.json_response(models_list(self.config))
 
     async def model_info(self, _request: web.Request) -> web.StreamResponse:
-        """/model_info: model_path is the local tokenizer directory, for sglang-router."""
+        """/model_info: model_path is the local tokenizer directory, for the gateway."""
         return web.json_response(model_info(self.config, tokenizer_dir=self.tokenizer.path))
 
     async def server_info(self, _request: web.Request) -> web.StreamResponse:
@@ -337,7 +337,7 @@ class Emulator:
         return web.json_response(body)
 
     async def get_load(self, _request: web.Request) -> web.StreamResponse:
-        """/get_load: per data-parallel rank, the load sglang-router's policies read."""
+        """/get_load: per data-parallel rank, the load the gateway's policies read."""
         stats = self.model.stats(self.driver.now())
         load = {
             "dp_rank": 0,

@@ -6,7 +6,7 @@ byte-level with a whitespace-splitting pre-tokenizer, text that shares a prefix 
 boundary shares the token prefix, which is what prefix caching and cache-aware routing key on.
 
 The directory it is saved to also holds a `tokenizer_config.json` with a Llama-3-style chat
-template, so sglang-router (given the directory as the worker's `model_path`) tokenizes exactly
+template, so smg (given the directory as the worker's `model_path`) tokenizes exactly
 as the emulator does. The directory is keyed by a digest of everything the training depends on,
 so every emulator on a machine shares one build.
 """

@@ -1,4 +1,4 @@
-"""The local fleet: regions on loopback with emulated SGLang replicas behind real sglang-routers.
+"""The local fleet: regions on loopback, emulated SGLang replicas behind real SGLang gateways.
 
 - `spec`: the typed fleet spec (regions, models, replica counts, clocks) and `demo_spec()`;
 - `fleet`: `LocalFleet`, which starts and stops everything and is what tests, the demo and the
@@ -6,7 +6,7 @@
 - `scaler`: the `Scaler` port of one model in one region (what the autoscaler acts through);
 - `replicas`: `ReplicaSet`, the `Scaler` backed by emulator processes registered with a router;
 - `entry`: a region's request entry, routing by model and waking models from zero;
-- `router`: sglang-router as a child process and its worker API;
+- `router`: the SGLang gateway (smg) as a child process and its worker API;
 - `procs`: child processes that never outlive the fleet;
 - `prometheus`: the scrape config the fleet writes, and Debian's Prometheus when installed;
 - `demo` and `report`: `radixfleet demo` and its summary.json and report.html.

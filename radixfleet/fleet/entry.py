@@ -1,7 +1,7 @@
 """A region's request entry: routes OpenAI-style requests by model, and wakes models from zero.
 
 The entry stands where Knative's activator stands in a cluster, in front of each model's
-sglang-router: it reads the request's `model`, and when that model has no ready replica it asks
+smg gateway: it reads the request's `model`, and when that model has no ready replica it asks
 the model's `Scaler` for one and holds the request until the replica is healthy and registered
 with the router (scale-to-zero loses no request). A request held longer than the wake timeout
 gets 503 with `Retry-After` and SGLang's error body. Answers stream through unchanged.

@@ -201,8 +201,8 @@ def _intro(summary: dict[str, Any]) -> str:
     else:
         regions = ", ".join(_region_text(r) for r in demo["fleet"]["regions"])
         where = (f"against a local fleet of {regions}: emulated SGLang replicas behind the real "
-                 "sglang-router (cache_aware) per model, a request entry per region that wakes "
-                 "models from zero.")  # fmt: skip
+                 "SGLang gateway (smg, cache_aware) per model, a request entry per region that "
+                 "wakes models from zero.")  # fmt: skip
         woke = ("its first replica was ready and registered with the router {:.1f} s after the "
                 "first request arrived")  # fmt: skip
     return (

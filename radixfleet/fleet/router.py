@@ -1,10 +1,12 @@
-"""sglang-router (PyPI `sglang-router` 0.3.2) as a child process, and its worker API.
+"""The SGLang gateway (PyPI `smg` 1.13.0) as a child process, and its worker API.
 
 One router per model per region, started with no workers: replicas join and leave at runtime
-through the router's own HTTP API (`POST /workers {"url"}` answers 202 with a worker id and
+through the gateway's own HTTP API (`POST /workers {"url"}` answers 202 with a worker id and
 registers in the background; `GET /workers` lists them with their health; `DELETE
-/workers/{id}` removes one). The router loads the tokenizer from `--tokenizer-path`, the
-emulator's local tokenizer directory, so it never reaches for Hugging Face.
+/workers/{id}` drains one and removes it). The gateway loads the tokenizer from
+`--tokenizer-path`, the emulator's local tokenizer directory, so it never reaches for Hugging
+Face. On loopback its control plane is open, as the local fleet's other processes are; the
+in-cluster router (policies/routers) is reachable only inside its namespace.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ def router_command(
     tokenizer_dir: str,
     health_interval_s: int,
 ) -> list[str]:
-    """The command line of one sglang-router."""
+    """The command line of one smg gateway."""
     return [
-        sys.executable, "-m", "sglang_router.launch_router",
+        sys.executable, "-m", "smg", "launch",
         "--host", host, "--port", str(port),
         "--policy", policy,
         "--tokenizer-path", tokenizer_dir,
@@ -64,9 +66,9 @@ class Router:
         deadline = asyncio.get_running_loop().time() + timeout_s
         while not await _answers(session, f"{self.url}/liveness"):
             if not self.child.alive():
-                raise RouterError(f"sglang-router exited: {self.child.log_tail()}")
+                raise RouterError(f"smg exited: {self.child.log_tail()}")
             if asyncio.get_running_loop().time() > deadline:
-                raise RouterError(f"sglang-router not live after {timeout_s:.0f} s")
+                raise RouterError(f"smg not live after {timeout_s:.0f} s")
             await asyncio.sleep(0.1)
 
     async def add_worker(self, session: aiohttp.ClientSession, worker_url: str) -> str:

@@ -23,7 +23,7 @@ def revision_name(model: str, generation: int) -> str:
 
 
 class ModelSpec(BaseModel):
-    """One model served in a region: replicas behind one sglang-router."""
+    """One model served in a region: replicas behind one smg gateway."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

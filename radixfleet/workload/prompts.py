@@ -2,7 +2,7 @@
 
 A block's text depends only on its id (and the workload's salt), so requests that share ids
 share the text and, token for token, the prompt prefix: what RadixAttention caches and what
-sglang-router's cache-aware tree matches. The words are the emulator tokenizer's whole-word
+the gateway's cache-aware tree matches. The words are the emulator tokenizer's whole-word
 tokens (one space-led word, one token, stable under a decode/encode round trip), so a block of
 `n` tokens is exactly `n` words and the replica sees the trace's token counts.
 

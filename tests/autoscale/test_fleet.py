@@ -1,7 +1,7 @@
 """The autoscaler on the local fleet: a burst wakes a model from zero, the autoscaler scales it
 up on SGLang's gauges, and back to zero after the idle window, with no request lost.
 
-Emulated replicas behind the real sglang-router, a region entry that holds requests while the
+Emulated replicas behind the real smg gateway, a region entry that holds requests while the
 model is at zero (the activator's part), and `FleetAutoscaler` ticking every second on the
 fleet's loop. The replicas' KV cache is small so that one replica saturates under the burst.
 """

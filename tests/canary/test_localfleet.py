@@ -1,6 +1,6 @@
 """The canary controller on the local fleet, judged by a real Prometheus scraping the replicas.
 
-One region serves model "llama" from one emulated replica behind sglang-router; each test rolls
+One region serves model "llama" from one emulated replica behind smg; each test rolls
 out a new revision beside it (its own router and replica, cold-started) and lets the real
 `Controller` (observe through `HttpPrometheus` and `canary/queries.py`, pure `decide`, act on
 the fleet standing in for KServe) step the entry's split. Steps, interval and minRequests are

@@ -1,6 +1,6 @@
 """Failover on the local fleet: a region's replicas all stop, its traffic moves, nothing is lost.
 
-Three regions of emulated SGLang replicas behind real sglang-routers, one weighted Route 53
+Three regions of emulated SGLang replicas behind real smg gateways, one weighted Route 53
 record per region in moto's server (TTL 5 s), and the failover controller (`Controller` with
 the local fleet's observer and floors) ticking on the wall clock. Clients resolve the name as a
 DNS client would: a weighted pick among the records, cached for the TTL (each client its own

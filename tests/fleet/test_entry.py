@@ -70,7 +70,7 @@ class FakeScaler:
 
 
 async def router_standin(request: web.Request) -> web.StreamResponse:
-    """Answers like sglang-router: whole JSON, or SSE when asked to stream."""
+    """Answers like smg: whole JSON, or SSE when asked to stream."""
     body = await request.json()
     if not body.get("stream"):
         seen = request.headers.get("Authorization")  # what reached the router, if anything

@@ -1,4 +1,4 @@
-"""The local fleet end to end: emulator processes behind the real sglang-router 0.3.2.
+"""The local fleet end to end: emulator processes behind the real SGLang gateway, smg 1.13.0.
 
 One fleet for the module, two regions side by side: "cache-aware" (router policy cache_aware)
 and "round-robin" (round_robin), each with two replicas of model "m" whose KV cache holds about

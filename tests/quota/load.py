@@ -4,7 +4,7 @@ emulated SGLang replica, each at its own rate, and every request's TTFT and outc
 The replica is the project's emulator, slowed down (`time_factor`) and given a small batch so
 that it saturates under a load a two-core machine can generate; in front of it runs the local
 fleet's own region entry (`radixfleet.fleet.entry`), with or without the gate installed, routing
-straight to the replica (one replica needs no sglang-router). Arrivals are open-loop on a
+straight to the replica (one replica needs no gateway). Arrivals are open-loop on a
 fixed seeded schedule, the same in both arms.
 """
 
