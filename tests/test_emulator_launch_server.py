@@ -52,6 +52,25 @@ def test_the_flags_the_emulator_models_take_effect() -> None:
 
 
 @pytest.mark.parametrize(
+    ("extra", "grpc_port"),
+    [
+        ([], None),
+        (["--smg-grpc-mode"], 18080),
+        (["--grpc-mode"], 18080),
+        (["--smg-grpc-mode", "--grpc-port", "9000"], 9000),
+        (["--grpc-port", "9000"], None),  # SGLang's native gRPC, not the gateway's protocol
+    ],
+    ids=["http-only", "smg-grpc-mode", "deprecated-grpc-mode", "explicit-port", "native-grpc"],
+)
+def test_smg_grpc_mode_serves_the_gateways_protocol_on_sglangs_port(
+    extra: list[str], grpc_port: int | None
+) -> None:
+    config = config_from(["--model-path", "m", "--port", "8080", *extra], {})
+    assert config.grpc_port == grpc_port
+    assert config.port == 8080
+
+
+@pytest.mark.parametrize(
     ("args", "environ", "message"),
     [
         (["--no-such-flag"], {}, "unknown sglang flag --no-such-flag"),

@@ -50,6 +50,10 @@ def emulate(
         Path | None, typer.Option(help="Where the tokenizer is built (default: user cache).")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the injected error draws.")] = 0,
+    grpc_port: Annotated[
+        int | None,
+        typer.Option(help="Also serve SGLang's gRPC protocol (smg-grpc-proto) on this port."),
+    ] = None,
 ) -> None:
     """Run one emulated SGLang replica (sglang 0.5.23's HTTP interface) until interrupted."""
     try:
@@ -72,6 +76,7 @@ def emulate(
         schedule_policy=schedule_policy,
         cache_dir=cache_dir,
         seed=seed,
+        grpc_port=grpc_port,
     )
     serve(config)
 
@@ -83,7 +88,9 @@ def serve(config: EmulatorConfig) -> None:
     cold = emulator.model.ready_at - emulator.driver.now()
     print(
         f"emulated sglang replica {config.model_name!r} ({config.profile.name}) on "
-        f"http://{config.host}:{config.port}, healthy in {cold:.1f} s",
+        f"http://{config.host}:{config.port}"
+        + (f" and grpc://{config.host}:{config.grpc_port}" if config.grpc_port is not None else "")
+        + f", healthy in {cold:.1f} s",
         flush=True,
     )
     web.run_app(

@@ -13,6 +13,11 @@ What SGLang learns from the GPU and the weights comes from the environment inste
 ``RADIXFLEET_EMULATOR_PROFILE`` (a built-in profile, default ``h100-llama-3.1-8b``),
 ``RADIXFLEET_EMULATOR_TIME_SCALE`` (default 1.0) and ``RADIXFLEET_EMULATOR_WARM`` (``1``: no
 cold start).
+
+``--smg-grpc-mode`` (or the deprecated ``--grpc-mode``) serves SGLang's gRPC protocol for the
+gateway on ``--grpc-port`` (default ``--port`` + 10000, as SGLang's). SGLang then serves no HTTP
+but a metrics sidecar; the emulator keeps its whole HTTP interface on ``--port``, so its
+probes, metrics and fault hooks stay where they were.
 """
 
 from __future__ import annotations
@@ -47,17 +52,25 @@ def config_from(args: Sequence[str], environ: Mapping[str, str]) -> EmulatorConf
         raise LaunchError(str(error)) from error
     if scale != 1.0:
         profile = profile.scaled(time_factor=scale)
+    port = int(_one(flags, "port") or 30000)
     return EmulatorConfig(
         profile=profile,
         served_model_name=_one(flags, "served_model_name"),
         api_key=_one(flags, "api_key"),
         host=_one(flags, "host") or "127.0.0.1",
-        port=int(_one(flags, "port") or 30000),
+        port=port,
         enable_metrics="enable_metrics" in flags,
         warm=environ.get("RADIXFLEET_EMULATOR_WARM", "") == "1",
         schedule_policy=SchedulePolicy(_one(flags, "schedule_policy") or "fcfs"),
         cache_dir=None,
+        grpc_port=_grpc_port(flags, port=port),
     )
+
+
+def _grpc_port(flags: Mapping[str, list[str]], *, port: int) -> int | None:
+    if "smg_grpc_mode" not in flags and "grpc_mode" not in flags:
+        return None
+    return int(_one(flags, "grpc_port") or port + 10000)
 
 
 def _one(flags: Mapping[str, list[str]], dest: str) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from radixfleet import __version__
 from radixfleet.emulator import protocol
 from radixfleet.emulator.driver import Driver, Ticket
+from radixfleet.emulator.grpc_server import start_grpc
 from radixfleet.emulator.info import model_info, models_list, server_info
 from radixfleet.emulator.metrics import build_registry
 from radixfleet.emulator.protocol import ApiError, Job, Outcome
@@ -65,6 +66,7 @@ class EmulatorConfig:
     health_timeout: float = 20.0
     cache_dir: Path | None = None
     seed: int = 0
+    grpc_port: int | None = None  # serve SGLang's gRPC protocol there too (0: any free port)
 
     @property
     def model_name(self) -> str:
@@ -97,6 +99,7 @@ class Emulator:
             metrics.registry, metrics.histograms, metrics.responses,
         )  # fmt: skip
         self.health_checks = 0  # answered /health and /health_generate probes, for tests
+        self.grpc_port: int | None = None  # where gRPC listens, once started
         self.app = self._build_app()
 
     # -- app ---------------------------------------------------------------------------------
@@ -126,7 +129,18 @@ class Emulator:
             routes.append(web.get("/metrics", self.metrics))
         app.add_routes(routes)
         app.on_shutdown.append(self._on_shutdown)
+        if self.config.grpc_port is not None:
+            app.cleanup_ctx.append(self._grpc)
         return app
+
+    async def _grpc(self, _app: web.Application) -> AsyncIterator[None]:
+        """SGLang's gRPC protocol beside HTTP, for as long as the app runs."""
+        assert self.config.grpc_port is not None
+        server, self.grpc_port = await start_grpc(
+            self, host=self.config.host, port=self.config.grpc_port
+        )
+        yield
+        await server.stop(grace=1.0)
 
     async def _on_shutdown(self, _app: web.Application) -> None:
         self.driver.close()
@@ -203,7 +217,7 @@ class Emulator:
             return self.config.model_name
         raise ApiError(404, f"The model '{name}' does not exist.")
 
-    def _submit(self, job: Job) -> Ticket:
+    def submit(self, job: Job) -> Ticket:
         answer = job.answer_ids + ([self.tokenizer.eos_token_id] if job.stopped else [])
         block = self.config.block_tokens
         spec = RequestSpec(
@@ -222,21 +236,21 @@ class Emulator:
             raise ApiError(err.reason.status, err.message) from None
 
     async def _run(self, request: web.Request, job: Job) -> web.StreamResponse:
-        ticket = self._submit(job)
+        ticket = self.submit(job)
         try:
             if job.stream:
                 return await self._stream(request, job, ticket)
-            await self._wait_done(ticket)
+            await self.wait_done(ticket)
             return self._answer(request, job, ticket)
         finally:
             self.driver.release(ticket)
 
-    async def _wait_done(self, ticket: Ticket) -> None:
+    async def wait_done(self, ticket: Ticket) -> None:
         while not ticket.request.done:
             await ticket.changed.wait()
             ticket.changed.clear()
 
-    def _outcome(self, ticket: Ticket) -> Outcome:
+    def outcome(self, ticket: Ticket) -> Outcome:
         request = ticket.request
         finished = request.phase is Phase.FINISHED
         tokens = self.driver.generated(ticket)
@@ -251,7 +265,7 @@ class Emulator:
         if ticket.request.phase is not Phase.FINISHED:
             return _drop(request)  # aborted by a crash: the client sees the connection go
         self.histograms.observe(ticket.request)
-        outcome = self._final_outcome(job, ticket)
+        outcome = self.final_outcome(job, ticket)
         if job.kind == "generate":
             body = protocol.format_generate(job, outcome, self.tokenizer, upto=len(job.answer_ids))
         else:
@@ -260,8 +274,8 @@ class Emulator:
             body = format_body(job, outcome, text)
         return web.json_response(body)
 
-    def _final_outcome(self, job: Job, ticket: Ticket) -> Outcome:
-        outcome = self._outcome(ticket)
+    def final_outcome(self, job: Job, ticket: Ticket) -> Outcome:
+        outcome = self.outcome(ticket)
         # The model runs at least one step even for max_new_tokens=0; report what was asked.
         return Outcome(
             completion_tokens=len(job.answer_ids),
@@ -299,7 +313,7 @@ class Emulator:
         self, response: web.StreamResponse, job: Job, ticket: Ticket, *, sent: int, upto: int
     ) -> None:
         if job.kind == "generate":
-            outcome = self._outcome(ticket)
+            outcome = self.outcome(ticket)
             upto = len(job.answer_ids) if outcome.finished else upto
             await _send(response, protocol.format_generate(job, outcome, self.tokenizer, upto=upto))
             return
@@ -309,7 +323,7 @@ class Emulator:
 
     async def _send_tail(self, response: web.StreamResponse, job: Job, ticket: Ticket) -> None:
         self.histograms.observe(ticket.request)
-        outcome = self._final_outcome(job, ticket)
+        outcome = self.final_outcome(job, ticket)
         if job.kind != "generate":
             reason = protocol.finish_reason(job, outcome)
             await _send(response, protocol.stream_chunk(job, delta="", reason=reason))

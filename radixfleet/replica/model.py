@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from radixfleet.profile import ReplicaProfile
 from radixfleet.replica.faults import HEALTHY, Faults
-from radixfleet.replica.radix import Node, RadixCache
+from radixfleet.replica.radix import CacheListener, Node, RadixCache
 from radixfleet.replica.request import (
     Event,
     EventKind,
@@ -103,6 +103,7 @@ class ReplicaModel:
         self._hung_since: float | None = None
         self._crashed = False
         self._restart_at: float | None = None
+        self._listener: CacheListener | None = None
         self._boot(now=now, warm=warm)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -113,6 +114,8 @@ class ReplicaModel:
         self.cache = RadixCache(
             capacity_tokens=self.profile.kv_capacity_tokens, block_tokens=self.block_tokens
         )
+        if self._listener is not None:
+            self.listen(self._listener)  # a restarted process starts with an empty cache
         self.counters = Counters()
         self._hits = RecentWindow()
         self._waiting: deque[Request] = deque()
@@ -126,6 +129,13 @@ class ReplicaModel:
         self._cursor = now
         self._pending: list[Event] = []
         self._requests: dict[str, Request] = {}
+
+    def listen(self, listener: CacheListener) -> None:
+        """Tell `listener` of every cache change from now on, across restarts; a (re)start
+        begins with a `cleared`, as SGLang's cache reset at start-up publishes."""
+        self._listener = listener
+        self.cache.listener = listener
+        listener.cleared()
 
     def health(self, now: float) -> Health:
         """STARTING until the cold start is over, then READY unless hung or crashed."""

@@ -12,17 +12,38 @@ outside the tree (a partial last block, decode tokens) are *private*. The counts
     available = capacity - used - evictable
 
 Matching and inserting cost O(blocks) plus O(nodes on the path); eviction O(log n) per node.
+
+A `CacheListener` hears what SGLang publishes as KV events: blocks stored (a new leaf under its
+parent), blocks removed (an evicted node) and the whole cache cleared (a flush); it is also told
+of splits, which change no block but change which node holds it. The twin has no listener.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from typing import Protocol
 
 
 class CacheFullError(RuntimeError):
     """Not enough free plus evictable tokens for an allocation (the scheduler reserves ahead)."""
+
+
+class CacheListener(Protocol):
+    """Hears the changes SGLang reports as KV events, in the order they happen."""
+
+    def stored(self, node: Node) -> None:
+        """`node` was cached as a new run under `node.parent` (the root for a first block)."""
+
+    def split(self, head: Node, tail: Node) -> None:
+        """A run was cut in two: `head` took its first blocks, `tail` keeps the rest."""
+
+    def removed(self, node: Node) -> None:
+        """`node` was evicted (its `parent` still says where it hung)."""
+
+    def cleared(self) -> None:
+        """Every cached block was dropped."""
 
 
 class Node:
@@ -75,6 +96,7 @@ class RadixCache:
         self._heap: list[tuple[float, int, Node]] = []
         self._serial = itertools.count()
         self._nodes = 0
+        self.listener: CacheListener | None = None
 
     # -- the accounting SGLang reports -------------------------------------------------------
 
@@ -102,6 +124,14 @@ class RadixCache:
     def node_count(self) -> int:
         """Tree nodes, root excluded."""
         return self._nodes
+
+    def runs(self) -> Iterator[Node]:
+        """Every cached node, parents before children (a snapshot of what `stored` reported)."""
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
 
     # -- lookups and locks -------------------------------------------------------------------
 
@@ -182,6 +212,8 @@ class RadixCache:
             node.children[blocks[index]] = leaf
             self._tree_tokens += tokens
             self._nodes += 1
+            if self.listener is not None:
+                self.listener.stored(leaf)
             if not lock:
                 self._push(leaf)  # evictable now; a locked leaf is queued when it is unlocked
             node = leaf
@@ -211,6 +243,8 @@ class RadixCache:
         self._tree_tokens = 0
         self._nodes = 0
         self._heap.clear()
+        if self.listener is not None:
+            self.listener.cleared()
         return True
 
     def _split(self, node: Node, at: int) -> Node:
@@ -224,6 +258,8 @@ class RadixCache:
         node.parent = head
         head.children[node.key[0]] = node
         self._nodes += 1
+        if self.listener is not None:
+            self.listener.split(head, node)
         return head
 
     def _make_room(self, *, node: Node, tokens: int) -> None:
@@ -245,6 +281,8 @@ class RadixCache:
         tokens = len(node.key) * self.block_tokens
         self._tree_tokens -= tokens
         self._nodes -= 1
+        if self.listener is not None:
+            self.listener.removed(node)
         if parent is not self.root and parent.ref == 0 and not parent.children:
             self._push(parent)
         return tokens

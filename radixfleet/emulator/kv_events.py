@@ -1,0 +1,218 @@
+"""KV-cache events as SGLang publishes them, streamed to the gateway over `SubscribeKvEvents`.
+
+The replica's radix cache tells a `KvEventLog` (its `CacheListener`) what it stores, evicts and
+flushes. The log turns that into smg-grpc-proto's `KvCacheEvent`s the way sglang 0.5.23's radix
+cache does: one `stored` event per page with its token ids, the page's hash chained from the
+page before it (SHA-256 over the previous hash and each token as 4 little-endian bytes, the first
+8 bytes read as a signed int64; a run under the root starts a new chain), one `removed` event per
+evicted page, and `cleared` when the cache is flushed. A split in the tree changes no page and
+says nothing. Events of one scheduler step go out as one `KvEventBatch`, numbered 1, 2, 3, ...
+
+smg builds its event-driven prefix index from these events: it hashes each page's `token_ids`
+itself and uses `block_hash` only to find a page's parent and to remove it, so the hashes need to
+be consistent, not secret. A subscriber that asks to resume from a sequence number still in the
+history gets the batches after it; one that starts at 0, or whose cursor is too old, gets the
+cache as it is now (a snapshot: a `cleared`, then every cached page, parents first) and then the
+live batches, with no gap and no duplicate. A subscriber that falls `QUEUE_BATCHES` behind is cut
+off, and smg resubscribes with its cursor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Hashable, Iterable
+from dataclasses import dataclass, field
+
+from smg_grpc_proto.generated import common_pb2 as pb
+
+from radixfleet.replica import ReplicaModel
+from radixfleet.replica.radix import Node
+
+#: Batches kept for subscribers that resume with a cursor (smg's own relay keeps 10,000).
+HISTORY_BATCHES = 10_000
+#: Batches one subscriber may have queued before it is cut off as too slow.
+QUEUE_BATCHES = 4096
+#: Pages per snapshot batch: a whole default cache (26k pages) in a few messages of < 4 MiB.
+SNAPSHOT_PAGES = 8192
+
+
+class SubscriberTooSlowError(RuntimeError):
+    """A subscriber's queue overflowed; it should resubscribe from its cursor."""
+
+
+def page_hash(tokens: Iterable[int], *, prior: bytes | None) -> bytes:
+    """SGLang's page hash: SHA-256 over the previous page's digest and the page's tokens."""
+    hasher = hashlib.sha256()
+    if prior is not None:
+        hasher.update(prior)
+    for token in tokens:
+        hasher.update(token.to_bytes(4, "little", signed=False))
+    return hasher.digest()
+
+
+def as_int64(digest: bytes) -> int:
+    """The digest's first 8 bytes as the signed int64 an event carries."""
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+@dataclass(eq=False)  # each subscriber is itself, however alike their queues
+class _Subscriber:
+    queue: asyncio.Queue[pb.KvEventBatch | None] = field(
+        default_factory=lambda: asyncio.Queue(QUEUE_BATCHES)
+    )
+
+
+class KvEventLog:
+    """The replica's KV events: hears the radix cache, numbers batches, serves subscribers."""
+
+    def __init__(self, model: ReplicaModel) -> None:
+        self.model = model
+        self.sequence = 0  # the last batch sent
+        self.history: deque[pb.KvEventBatch] = deque(maxlen=HISTORY_BATCHES)
+        self._pending: list[pb.KvCacheEvent] = []
+        self._digests: dict[Node, list[bytes]] = {}  # per cached node, its pages' digests
+        self._subscribers: set[_Subscriber] = set()
+        self._flush_scheduled = False
+        self._event_ids = 0
+        model.listen(self)  # the first event is the start-up `cleared`
+
+    # -- CacheListener -----------------------------------------------------------------------
+
+    def stored(self, node: Node) -> None:
+        """One `stored` event per page of a new run, chained from its parent's last page."""
+        prior = self._last_digest(node.parent)
+        digests = []
+        for page in node.key:
+            digest = page_hash(_tokens(page), prior=prior)
+            self._queue(pb.KvCacheEvent(stored=_stored(page, digest, prior)))
+            digests.append(digest)
+            prior = digest
+        self._digests[node] = digests
+
+    def split(self, head: Node, tail: Node) -> None:
+        """The head takes the first pages' digests; no event (no page changed)."""
+        digests = self._digests.pop(tail)
+        cut = len(head.key)
+        self._digests[head], self._digests[tail] = digests[:cut], digests[cut:]
+
+    def removed(self, node: Node) -> None:
+        """One `removed` event for the pages of an evicted run."""
+        digests = self._digests.pop(node)
+        removed = pb.KvBlocksRemoved(
+            block_hashes=[as_int64(d) for d in digests], tier=pb.KV_CACHE_TIER_DEVICE, medium="GPU"
+        )
+        self._queue(pb.KvCacheEvent(removed=removed))
+
+    def cleared(self) -> None:
+        """The cache was flushed: every page is gone."""
+        self._digests.clear()
+        self._queue(pb.KvCacheEvent(cleared=pb.KvCacheCleared()))
+
+    def _last_digest(self, node: Node | None) -> bytes | None:
+        if node is None or node is self.model.cache.root:
+            return None
+        return self._digests[node][-1]
+
+    def _queue(self, event: pb.KvCacheEvent) -> None:
+        self._event_ids += 1
+        event.event_id = self._event_ids
+        self._pending.append(event)
+        if not self._flush_scheduled:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return  # outside the server's loop (start-up): sent with the next batch
+            self._flush_scheduled = True
+            # Every change made in this turn of the loop (one scheduler step) is one batch.
+            loop.call_soon(self.flush)
+
+    # -- batches -----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Send the events of this step as one batch to every subscriber."""
+        self._flush_scheduled = False
+        if not self._pending:
+            return
+        self.sequence += 1
+        batch = pb.KvEventBatch(
+            sequence_number=self.sequence, timestamp=time.time(), events=self._pending
+        )
+        self._pending = []
+        self.history.append(batch)
+        for subscriber in list(self._subscribers):
+            if subscriber.queue.full():
+                self._cut_off(subscriber)
+            else:
+                subscriber.queue.put_nowait(batch)
+
+    def _cut_off(self, subscriber: _Subscriber) -> None:
+        self._subscribers.discard(subscriber)
+        subscriber.queue = asyncio.Queue(1)
+        subscriber.queue.put_nowait(None)  # its stream ends; smg resubscribes from its cursor
+
+    async def subscribe(self, start_sequence: int) -> AsyncIterator[pb.KvEventBatch]:
+        """The batches after `start_sequence` (or a snapshot first), then live ones."""
+        self.flush()  # what happened before the subscription belongs to the history
+        subscriber = _Subscriber()
+        self._subscribers.add(subscriber)
+        try:
+            for batch in self._catch_up(start_sequence):
+                yield batch
+            while (live := await subscriber.queue.get()) is not None:
+                yield live
+        finally:
+            self._subscribers.discard(subscriber)
+
+    def _catch_up(self, start_sequence: int) -> list[pb.KvEventBatch]:
+        if start_sequence == self.sequence and start_sequence > 0:
+            return []
+        oldest = self.history[0].sequence_number if self.history else self.sequence + 1
+        if 0 < start_sequence < self.sequence and start_sequence >= oldest - 1:
+            return [b for b in self.history if b.sequence_number > start_sequence]
+        return self.snapshot()
+
+    def snapshot(self) -> list[pb.KvEventBatch]:
+        """The cache as it is now: a `cleared`, then every page, parents first, in
+        `KvSnapshotChunk` batches numbered up to the current sequence (none for a fresh log)."""
+        events = [pb.KvCacheEvent(cleared=pb.KvCacheCleared())]
+        for node in self.model.cache.runs():
+            prior = self._last_digest(node.parent)
+            for page, digest in zip(node.key, self._digests[node], strict=True):
+                events.append(pb.KvCacheEvent(stored=_stored(page, digest, prior)))
+                prior = digest
+        if self.sequence == 0:
+            return []  # nothing was ever published: the subscriber starts with the first batch
+        # The chunks reuse the sequence numbers up to now, so there can be no more of them.
+        size = max(SNAPSHOT_PAGES, -(-len(events) // self.sequence))
+        chunks = [events[i : i + size] for i in range(0, len(events), size)]
+        first = self.sequence - len(chunks) + 1
+        pages = len(events) - 1
+        return [
+            pb.KvEventBatch(
+                sequence_number=first + index, timestamp=time.time(), events=chunk,
+                snapshot=pb.KvSnapshotChunk(index=index, count=len(chunks), blocks=pages),
+            )
+            for index, chunk in enumerate(chunks)
+        ]  # fmt: skip
+
+
+def _stored(page: Hashable, digest: bytes, prior: bytes | None) -> pb.KvBlocksStored:
+    tokens = _tokens(page)
+    stored = pb.KvBlocksStored(
+        blocks=[pb.KvBlock(block_hash=as_int64(digest), token_ids=tokens, block_size=len(tokens))],
+        tier=pb.KV_CACHE_TIER_DEVICE,
+        medium="GPU",
+        locality=pb.KV_CACHE_LOCALITY_LOCAL,
+    )
+    if prior is not None:
+        stored.parent_block_hash = as_int64(prior)
+    return stored
+
+
+def _tokens(page: Hashable) -> list[int]:
+    if not isinstance(page, tuple):
+        raise TypeError(f"an emulator page is a tuple of token ids, not {type(page).__name__}")
+    return list(page)

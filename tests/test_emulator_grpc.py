@@ -1,0 +1,273 @@
+"""The emulator's gRPC interface (smg-grpc-proto's SglangScheduler), alone and behind smg 1.13.0.
+
+Behind the real gateway: smg registers `grpc://` replicas, tokenizes for them, streams their
+answers and subscribes to their KV events; its cache-aware policy then routes by the event-driven
+index (`event_hit`), so a shared prefix stays on the replica that really holds it. Alone, with
+grpcio's own client: bad input is INVALID_ARGUMENT, a crashed replica UNAVAILABLE, a starting
+one unhealthy, and the tokenizer arrives as a zip whose SHA-256 the last chunk states.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import grpc
+import openai
+import pytest
+from smg_grpc_proto.generated import common_pb2 as common
+from smg_grpc_proto.generated import sglang_scheduler_pb2 as pb
+from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc as pb_grpc
+
+from radixfleet.emulator.server import EmulatorConfig
+from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
+from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
+from radixfleet.profile import ReplicaProfile
+
+pytestmark = pytest.mark.fleet
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def get_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return str(response.read().decode())
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> EmulatorTokenizer:
+    return load_tokenizer(tmp_path_factory.getbasetemp() / "tokenizer-cache")
+
+
+def grpc_replica(tokenizer: EmulatorTokenizer, *, warm: bool = True) -> Any:
+    profile = ReplicaProfile().scaled(time_factor=0.01)
+    config = EmulatorConfig(profile=profile, port=0, warm=warm, grpc_port=0)
+    return serve_in_thread(config, tokenizer=tokenizer)
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    tokenizer: EmulatorTokenizer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str, list[RunningEmulator]]]:
+    """smg in front of two gRPC replicas: (its URL, its metrics URL, the replicas)."""
+    port, metrics = free_port(), free_port()
+    with ExitStack() as stack:
+        replicas = [stack.enter_context(grpc_replica(tokenizer)) for _ in range(2)]
+        urls = [f"grpc://127.0.0.1:{r.emulator.grpc_port}" for r in replicas]
+        command = [
+            sys.executable, "-m", "smg", "launch",
+            "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *urls,
+            "--policy", "cache_aware",
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics),
+            # The warm-up slice sends some misses (and one hit in eight) to a replica that holds
+            # little, so a young fleet fills evenly; off here, routing follows the index alone.
+            "--worker-warmup-secs", "0", "--worker-warmup-divert-every", "0",
+            "--log-level", "warn",
+        ]  # fmt: skip
+        log = tmp_path_factory.mktemp("smg") / "smg.log"
+        with log.open("wb") as sink:
+            router = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            _wait_ready(url, workers=2, router=router, log=log)
+            yield url, f"http://127.0.0.1:{metrics}/metrics", replicas
+        finally:
+            router.terminate()
+            try:
+                router.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                router.kill()
+                router.wait()
+
+
+def _wait_ready(url: str, *, workers: int, router: subprocess.Popen[bytes], log: Any) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert router.poll() is None, f"smg exited: {log.read_text()[-2000:]}"
+        try:
+            if json.loads(get_text(f"{url}/readiness")).get("healthy_workers") == workers:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"smg did not register the gRPC replicas: {log.read_text()[-2000:]}")
+
+
+def branch_counts(metrics_url: str) -> dict[str, float]:
+    """smg's cache-aware decisions so far, by branch (event_hit, event_miss, tree_match, ...)."""
+    found = re.findall(
+        r'smg_cache_aware_policy_branch_total\{branch="([a-z_]+)"\} ([0-9.e+]+)',
+        get_text(metrics_url),
+    )
+    return {branch: float(value) for branch, value in found}
+
+
+def test_whole_and_streamed_answers_agree_through_the_gateway(
+    gateway: tuple[str, str, list[RunningEmulator]],
+) -> None:
+    url, _, _ = gateway
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+    messages: Any = [{"role": "user", "content": "Hello over gRPC"}]
+    whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=7)
+    assert whole.usage is not None and whole.usage.completion_tokens == 7
+    assert whole.choices[0].finish_reason == "length"
+    chunks = list(
+        client.chat.completions.create(model=MODEL, messages=messages, max_tokens=7, stream=True)
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    assert text == whole.choices[0].message.content and text
+
+
+def test_a_natural_end_is_reported_as_a_stop(
+    gateway: tuple[str, str, list[RunningEmulator]],
+) -> None:
+    url, _, _ = gateway
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+    answer = client.completions.create(model=MODEL, prompt="A short answer, please", max_tokens=500)
+    assert answer.choices[0].finish_reason == "stop"
+    assert answer.usage is not None and 0 < answer.usage.completion_tokens < 500
+
+
+def test_a_shared_prefix_is_routed_by_the_replicas_own_kv_events(
+    gateway: tuple[str, str, list[RunningEmulator]],
+) -> None:
+    url, metrics_url, replicas = gateway
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+    before_counts = branch_counts(metrics_url)
+    before = [r.emulator.model.stats(r.emulator.driver.now()).counters for r in replicas]
+    system = "You answer questions about the radixfleet platform, kindly and briefly. " * 30
+    for question in range(8):
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[
+                {"role": "system", "content": system},
+                {"role": "user", "content": f"Question number {question}?"},
+            ],
+            max_tokens=2,
+        )
+        time.sleep(0.05)  # the events of one answer reach smg before the next request
+    after = [r.emulator.model.stats(r.emulator.driver.now()).counters for r in replicas]
+    pairs = list(zip(after, before, strict=True))
+    served = sorted(a.num_requests_total - b.num_requests_total for a, b in pairs)
+    cached = sum(a.cached_tokens_total - b.cached_tokens_total for a, b in pairs)
+    hits = branch_counts(metrics_url).get("event_hit", 0) - before_counts.get("event_hit", 0)
+    assert served == [0, 8]
+    assert cached > 7 * 400  # seven of the eight hit the long system prompt
+    assert hits >= 6, f"smg routed by its event index only {hits} times"
+
+
+# -- the protocol without the gateway ----------------------------------------------------------
+
+
+@pytest.fixture
+def stub(tokenizer: EmulatorTokenizer) -> Iterator[tuple[Any, RunningEmulator]]:
+    with grpc_replica(tokenizer) as replica:
+        channel = grpc.insecure_channel(f"127.0.0.1:{replica.emulator.grpc_port}")
+        try:
+            yield pb_grpc.SglangSchedulerStub(channel), replica  # type: ignore[no-untyped-call]
+        finally:
+            channel.close()
+
+
+def generate(stub: Any, ids: list[int], *, stream: bool = False, max_new: int = 4) -> list[Any]:
+    request = pb.GenerateRequest(
+        request_id=f"r-{time.monotonic_ns()}",
+        tokenized=pb.TokenizedInput(input_ids=ids),
+        sampling_params=pb.SamplingParams(max_new_tokens=max_new, temperature=1.0),
+        stream=stream,
+    )
+    return list(stub.Generate(request, timeout=10))
+
+
+def test_generate_streams_chunks_that_add_up_to_the_complete_answer(
+    stub: tuple[Any, RunningEmulator],
+) -> None:
+    client, _ = stub
+    responses = generate(client, [5, 6, 7, 8] * 10, stream=True, max_new=12)
+    chunks = [r.chunk for r in responses if r.WhichOneof("response") == "chunk"]
+    complete = responses[-1].complete
+    assert responses[-1].WhichOneof("response") == "complete"
+    assert [t for c in chunks for t in c.token_ids] == list(complete.output_ids)
+    assert complete.completion_tokens == 12 and complete.prompt_tokens == 40
+    assert complete.finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    ("ids", "max_new"),
+    [([], 4), ([1, 2, 3], -1)],
+    ids=["no-input-ids", "negative-max-new-tokens"],
+)
+def test_bad_input_is_invalid_argument(
+    stub: tuple[Any, RunningEmulator], ids: list[int], max_new: int
+) -> None:
+    client, _ = stub
+    request = pb.GenerateRequest(
+        request_id="bad",
+        tokenized=pb.TokenizedInput(input_ids=ids),
+        sampling_params=pb.SamplingParams(max_new_tokens=max(max_new, 0)),
+    )
+    if max_new < 0:  # proto's unsigned field cannot say -1: ask for more than the context
+        request.sampling_params.max_new_tokens = 2**31
+    with pytest.raises(grpc.RpcError) as caught:
+        list(client.Generate(request, timeout=10))
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "Traceback" not in (caught.value.details() or "")
+
+
+def test_a_crashed_replica_is_unavailable_and_a_starting_one_unhealthy(
+    stub: tuple[Any, RunningEmulator], tokenizer: EmulatorTokenizer
+) -> None:
+    client, replica = stub
+    assert client.HealthCheck(pb.HealthCheckRequest(), timeout=5).healthy is True
+    replica.call(lambda: replica.emulator.model.crash(now=replica.emulator.driver.now()))
+    time.sleep(0.2)
+    with pytest.raises(grpc.RpcError) as caught:
+        generate(client, [1, 2, 3, 4])
+    assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+    with grpc_replica(tokenizer, warm=False) as cold:  # 0.01 x a real cold start: still starting
+        channel = grpc.insecure_channel(f"127.0.0.1:{cold.emulator.grpc_port}")
+        starting = pb_grpc.SglangSchedulerStub(channel)  # type: ignore[no-untyped-call]
+        answer = starting.HealthCheck(pb.HealthCheckRequest(), timeout=5)
+        channel.close()
+    assert answer.healthy is False and answer.message == "starting"
+
+
+def test_the_tokenizer_arrives_as_a_zip_with_its_digest(stub: tuple[Any, RunningEmulator]) -> None:
+    client, replica = stub
+    chunks = list(client.GetTokenizer(common.GetTokenizerRequest(), timeout=10))
+    data = b"".join(c.data for c in chunks)
+    assert chunks[-1].sha256 == hashlib.sha256(data).hexdigest()
+    assert all(c.sha256 == "" for c in chunks[:-1])
+    names = set(zipfile.ZipFile(io.BytesIO(data)).namelist())
+    assert "tokenizer.json" in names
+    expected = {p.name for p in replica.emulator.tokenizer.path.iterdir() if p.is_file()}
+    assert names == expected
+
+
+def test_model_and_loads_describe_the_replica(stub: tuple[Any, RunningEmulator]) -> None:
+    client, replica = stub
+    info = client.GetModelInfo(pb.GetModelInfoRequest(), timeout=5)
+    assert info.served_model_name == replica.emulator.config.model_name
+    assert list(info.eos_token_ids) == [replica.emulator.tokenizer.eos_token_id]
+    generate(client, list(range(10, 90)), max_new=2)
+    loads = client.GetLoads(pb.GetLoadsRequest(include=["core"]), timeout=5)
+    assert loads.dp_rank_count == 1 and loads.loads[0].max_total_num_tokens > 0
+    server = client.GetServerInfo(pb.GetServerInfoRequest(), timeout=5)
+    assert server.server_type == "grpc" and server.sglang_version == "0.5.23"
+    assert server.server_args["served_model_name"] == replica.emulator.config.model_name
