@@ -7,7 +7,8 @@ behind cache-aware routing and Knative's autoscaler. At 30 s a new revision is c
 rolled out; three kinds of canary:
 
 - `slow`: every step of the canary's replicas takes twice as long;
-- `errors`: the canary's replicas answer 5% of requests with a 500 (smg retries them);
+- `errors`: the canary's replicas answer 5% of requests with a 500 (the twin's router retries
+  them on another pick, as sglang-router 0.3.2 did; smg 1.13 does not);
 - `good`: the canary is the stable revision again; only the traffic's noise differs;
 - `near`: the canary's steps take 10% longer, inside the checks' 1.25x minimum effect: a model
   that should be promoted, where a p95 on a few dozen requests crosses the bound by chance.

@@ -149,7 +149,12 @@ def main() -> None:
     plan = [("good", s, s % 2 == 1) for s in range(args.good)]
     plan += [(kind, 1000 + s, False) for kind in ("slow", "errors") for s in range(args.bad)]
     spec = FleetSpec(
-        regions=[RegionSpec(name=REGION, models=[ModelSpec(name=MODEL, namespace=NS)])],
+        # HTTP workers: the canary counts the replicas' HTTP responses (see the local-fleet test)
+        regions=[
+            RegionSpec(
+                name=REGION, models=[ModelSpec(name=MODEL, namespace=NS)], router_workers="http"
+            )
+        ],
         cold_start_s=0.5,
     )
     load_before = describe_machine()["load_average_1m"]

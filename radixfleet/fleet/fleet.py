@@ -218,6 +218,7 @@ class LocalFleet:
             policy=region.spec.router_policy,
             tokenizer_dir=self._tokenizer_dir,
             health_interval_s=self.spec.router_health_interval_s,
+            transport=region.spec.router_workers,
         )
         name = f"router-{region.spec.name}-{revision}"
         child = self.supervisor.spawn(name, argv, log_path=self.workdir / "logs" / f"{name}.log")
@@ -226,6 +227,7 @@ class LocalFleet:
             prometheus_port=metrics_port,
             child=child,
             revision=revision,
+            transport=region.spec.router_workers,
         )
 
     def _start_sets(self, region: RegionRuntime) -> None:

@@ -56,7 +56,8 @@ class Replica:
     """One emulated replica process."""
 
     id: str
-    url: str
+    url: str  # its HTTP interface: health, drain, metrics
+    worker_url: str  # where its router sends requests (grpc:// or http://)
     child: Child
     state: ReplicaState = ReplicaState.STARTING
     started_at: float = field(default_factory=time.time)
@@ -77,8 +78,17 @@ class EmulatorLauncher:
     host: str = "127.0.0.1"
     cache_dir: Path | None = None
 
-    def launch(self, *, name: str, port: int, model: ModelSpec, warm: bool, seed: int) -> Child:
-        """Start one replica of `model` on `port`."""
+    def launch(
+        self,
+        *,
+        name: str,
+        port: int,
+        model: ModelSpec,
+        warm: bool,
+        seed: int,
+        grpc_port: int | None = None,
+    ) -> Child:
+        """Start one replica of `model` on `port` (and SGLang's gRPC protocol on `grpc_port`)."""
         argv = [
             sys.executable, "-m", "radixfleet.emulator",
             "--host", self.host, "--port", str(port),
@@ -90,6 +100,8 @@ class EmulatorLauncher:
         ]  # fmt: skip
         if self.cache_dir is not None:
             argv += ["--cache-dir", str(self.cache_dir)]
+        if grpc_port is not None:
+            argv += ["--grpc-port", str(grpc_port)]
         return self.supervisor.spawn(name, argv, log_path=self.workdir / "logs" / f"{name}.log")
 
     def profile_file(self, model: ModelSpec) -> Path:
@@ -215,12 +227,15 @@ class ReplicaSet:
     def _start_one(self) -> None:
         self._serial += 1
         name = f"{self.region}-{self.revision}-{self._serial}"
-        port = free_port(self.launcher.host)
+        host = self.launcher.host
+        port = free_port(host)
+        grpc_port = free_port(host) if self.router.transport == "grpc" else None
         warm = self.warm_start and self._serial <= self.spec.replicas
         child = self.launcher.launch(
-            name=name, port=port, model=self.spec, warm=warm, seed=self._serial
+            name=name, port=port, model=self.spec, warm=warm, seed=self._serial, grpc_port=grpc_port
         )
-        replica = Replica(id=name, url=f"http://{self.launcher.host}:{port}", child=child)
+        worker_url = self.router.worker_url(host=host, http_port=port, grpc_port=grpc_port)
+        replica = Replica(id=name, url=f"http://{host}:{port}", worker_url=worker_url, child=child)
         self._replicas[name] = replica
         self._spawn(self._bring_up(replica))
 
@@ -230,11 +245,11 @@ class ReplicaSet:
             await self._wait_healthy(replica, timeout_s=timeout)
             # A new revision's router starts alongside its first replicas; usually long live.
             await self.router.wait_live(self.session, timeout_s=timeout)
-            replica.worker_id = await self.router.add_worker(self.session, replica.url)
+            replica.worker_id = await self.router.add_worker(self.session, replica.worker_url)
             if replica.state is not ReplicaState.STARTING:  # scaled down while registering
                 await self._deregister(replica)
                 return
-            await self.router.wait_registered(self.session, replica.url, timeout_s=timeout)
+            await self.router.wait_registered(self.session, replica.worker_url, timeout_s=timeout)
         except (ReplicaStartError, RouterError, aiohttp.ClientError, TimeoutError) as err:
             if replica.state is ReplicaState.STARTING:  # not a scale-down racing the start
                 await self._fail(replica, str(err))

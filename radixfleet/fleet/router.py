@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 
 from radixfleet.fleet.procs import Child
+from radixfleet.fleet.spec import WorkerTransport
 
 
 class RouterError(RuntimeError):
@@ -37,10 +38,15 @@ def router_command(
     policy: str,
     tokenizer_dir: str,
     health_interval_s: int,
+    transport: WorkerTransport = "http",
 ) -> list[str]:
     """The command line of one smg gateway."""
+    # smg picks its router (HTTP or gRPC) from the workers it starts with; ours starts with none
+    # and adds them later, so a gRPC router runs in its multi-router mode, which routes to a
+    # worker of either kind (in the single-router mode gRPC workers register but are never used).
+    modes = ["--enable-igw"] if transport == "grpc" else []
     return [
-        sys.executable, "-m", "smg", "launch",
+        sys.executable, "-m", "smg", "launch", *modes,
         "--host", host, "--port", str(port),
         "--policy", policy,
         "--tokenizer-path", tokenizer_dir,
@@ -60,6 +66,15 @@ class Router:
     prometheus_port: int
     child: Child
     revision: str  # the model revision whose replicas it routes to
+    transport: WorkerTransport = "http"  # how it reaches its replicas
+
+    def worker_url(self, *, host: str, http_port: int, grpc_port: int | None) -> str:
+        """The address this router registers a replica under."""
+        if self.transport == "grpc":
+            if grpc_port is None:
+                raise RouterError("a gRPC router needs the replica's gRPC port")
+            return f"grpc://{host}:{grpc_port}"
+        return f"http://{host}:{http_port}"
 
     async def wait_live(self, session: aiohttp.ClientSession, *, timeout_s: float) -> None:
         """Return once `/liveness` answers 200; raise RouterError on exit or timeout."""

@@ -14,7 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from radixfleet.profile import DEFAULT_PROFILE_NAME
 
-RouterPolicy = Literal["cache_aware", "round_robin", "random", "power_of_two"]
+RouterPolicy = Literal["cache_aware", "round_robin", "random", "power_of_two", "least_load"]
+# How a router reaches its replicas: gRPC (SGLang's scheduler protocol; smg tokenizes and routes
+# cache-aware on the index it builds from the replicas' KV events) or HTTP (smg's approximate
+# tree, built from the text it sent where).
+WorkerTransport = Literal["grpc", "http"]
 
 
 def revision_name(model: str, generation: int) -> str:
@@ -51,6 +55,7 @@ class RegionSpec(BaseModel):
     name: str = Field(min_length=1)
     models: list[ModelSpec] = Field(min_length=1)
     router_policy: RouterPolicy = "cache_aware"
+    router_workers: WorkerTransport = "grpc"
 
     @model_validator(mode="after")
     def _unique_models(self) -> RegionSpec:

@@ -12,7 +12,8 @@ a window's p95 rests on a few dozen uneven requests, served by replicas that sha
 cores with everything else (their latencies jitter with it).
 
 Losing no request: clients retry a 5xx answered before any token once (`Replayer(retries=1)`),
-as OpenAI's SDK does (twice by default). A request counts as lost when it still fails.
+as OpenAI's SDK does (twice by default). A request counts as lost when it still fails; the only
+ones allowed to are the 5%-error canary's, on its own injected error.
 """
 
 from __future__ import annotations
@@ -55,7 +56,11 @@ POLICY = {
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalFleet, str]]:
     model = ModelSpec(name=MODEL, namespace=NS, replicas=1)
-    spec = FleetSpec(regions=[RegionSpec(name=REGION, models=[model])], cold_start_s=0.5)
+    # The canary judges the replicas' own HTTP responses (sglang:http_responses_total), which
+    # the in-cluster data plane produces (routers reach predictors over HTTP, through Knative's
+    # queue-proxy); a gRPC replica's requests never pass SGLang's HTTP middleware.
+    region = RegionSpec(name=REGION, models=[model], router_workers="http")
+    spec = FleetSpec(regions=[region], cold_start_s=0.5)
     local = LocalFleet(spec, cache_dir=tmp_path_factory.getbasetemp() / "tokenizer-cache")
     with local:
         url = local.start_prometheus()
@@ -99,7 +104,11 @@ def test_a_canary_returning_5_percent_errors_is_rolled_back(
     run = roll_out(local, prometheus, seed=3, errors=0.05)
     assert run.status.phase is Phase.ROLLED_BACK, run.history()
     assert "errorRate" in {check.metric for check in run.status.checks if not check.passed}
-    assert run.lost == []
+    # smg does not retry a worker's 500 (sglang-router did), so a request that draws the
+    # canary's injected error on both tries fails (0.05 x 0.05 per request on the canary).
+    # Those are the bad canary's doing; the rollout's own moves must lose nothing else.
+    assert all("(injected)" in lost for lost in run.lost), run.lost
+    assert len(run.lost) <= max(3, len(run.results) // 100), run.lost
     exported = run.rollouts.controller.metrics
     assert exported is not None
     value = exported.registry.get_sample_value
