@@ -63,6 +63,7 @@ class _Run:
     replay_started: float = 0.0
     fleet_id: str = ""  # the marker in every child's environment (RADIXFLEET_FLEET_ID)
     steps_s: dict[str, float] = field(default_factory=dict)  # wall time of each step
+    routing: dict[str, dict[str, float]] = field(default_factory=dict)  # smg's decisions
     notes: list[str] = field(default_factory=list)
 
     def timed(self, step: str, since: float) -> float:
@@ -113,6 +114,7 @@ def _run_fleet(
         prometheus = _start_prometheus(fleet, options, run.notes)
         run.timed("prometheus_start", begun)
         _replay(fleet, workload, run, console=console)
+        run.routing = fleet.routing_decisions()
         if prometheus is not None:
             begun = time.monotonic()
             _dashboards(options.out, prometheus, run, console=console)
@@ -228,6 +230,7 @@ def _summary(
         "workload": {"requests": len(workload.items), "models": workload.description},
         **breakdown(run.results),
         "wake_from_zero": _wake_records(run.events),
+        "routing_decisions": run.routing,
         "failed_requests": failed_requests(run.results),
         "notes": [*run.notes, *_manifest_notes(check, options), *_method_notes()],
     }
@@ -279,6 +282,10 @@ def _method_notes() -> list[str]:
         "TTFT: from sending the request to its first streamed token; ITL: the gap before each "
         "later chunk divided by the tokens in it. Percentiles over successful requests.",
         "Prefix cache hit rate: cached prompt tokens over prompt tokens, as the replicas "
-        "reported them in each answer's usage (prompt_tokens_details.cached_tokens).",
+        "reported them in each answer's usage (prompt_tokens_details.cached_tokens); ideal: "
+        "what an unlimited cache per region would have hit on the same requests.",
+        "Routing: the SGLang gateway smg (cache_aware) per model; the replicas speak SGLang's "
+        "gRPC protocol to it and stream their KV-cache events, so it routes on what each "
+        "replica really holds.",
         "Throughput: successful requests and output tokens over each group's own window.",
     ]

@@ -540,6 +540,20 @@ class LocalFleet:
         assert runtime.entry is not None
         runtime.entry.accepting = True
 
+    def routing_decisions(self) -> dict[str, dict[str, float]]:
+        """Per `region/model`, the stable router's cache-aware decisions so far, by branch."""
+        assert self._session is not None
+        session = self._session
+
+        async def read() -> dict[str, dict[str, float]]:
+            return {
+                f"{region.spec.name}/{model}": await router.decisions(session)
+                for region in self.regions.values()
+                for model, router in region.routers.items()
+            }
+
+        return self.run(read(), timeout_s=30)
+
     def events(self) -> list[tuple[str, str, ScaleEvent]]:
         """Every replica event so far, as (region, model, event), in time order."""
         out = [

@@ -47,7 +47,7 @@ def write_summary(out: Path, summary: dict[str, Any]) -> Path:
 
 
 HEADERS = ("region/model", "reqs", "fail", "TTFT ms\np50/95/99", "ITL ms\np50/95/99", "out\ntok/s",
-           "req/s", "prefix\nhit")  # fmt: skip
+           "req/s", "prefix hit\n/ ideal")  # fmt: skip
 CONSOLE_SKIPS = ("req/s",)  # 80 columns hold all but this; the page and summary.json have it
 
 
@@ -65,13 +65,13 @@ def print_table(console: Console, summary: dict[str, Any]) -> None:
         table.add_column(header, justify="left" if header == HEADERS[0] else "right", no_wrap=True)
     rows = {**summary["per_region_model"], "all": summary["overall"]}
     for name, group in rows.items():
-        cells = [c for c, k in zip((name, *_cells(group)), keep, strict=True) if k]
+        row = (name, *_cells(group, ideal=_row_ideal(summary, name)))
+        cells = [c for c, k in zip(row, keep, strict=True) if k]
         table.add_row(*cells, end_section=name == list(rows)[-2])
     console.print(table)
 
 
-def _cells(group: dict[str, Any]) -> list[str]:
-    hit = group["prefix_cache_hit_rate"]
+def _cells(group: dict[str, Any], *, ideal: float | None) -> list[str]:
     return [
         str(group["requests"]),
         str(group["failed"]),
@@ -79,8 +79,19 @@ def _cells(group: dict[str, Any]) -> list[str]:
         _ms(group["itl_s"]),
         f"{group['throughput']['output_tokens_per_s']:.0f}",
         f"{group['throughput']['requests_per_s']:.2f}",
-        "-" if hit is None else f"{hit:.1%}",
+        _hit_cell(group["prefix_cache_hit_rate"], ideal),
     ]
+
+
+def _hit_cell(hit: float | None, ideal: float | None) -> str:
+    """Measured hit rate beside the ideal one (an unlimited cache): `27.8/30.1%`."""
+    measured = "-" if hit is None else f"{hit * 100:.1f}"
+    return f"{measured}%" if ideal is None else f"{measured}/{ideal * 100:.1f}%"
+
+
+def _row_ideal(summary: dict[str, Any], name: str) -> float | None:
+    """The ideal hit rate of a region/model row; none for the overall row (a mix of them)."""
+    return None if name == "all" else _ideal(summary, name)
 
 
 def _ms(quantiles: dict[str, float | None]) -> str:
@@ -232,7 +243,12 @@ def _region_text(region: dict[str, Any]) -> str:
 def _table_html(summary: dict[str, Any]) -> str:
     rows = {**summary["per_region_model"], "all": summary["overall"]}
     cells = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in (name, *_cells(g))) + "</tr>"
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(c)}</td>"
+            for c in (name, *_cells(g, ideal=_row_ideal(summary, name)))
+        )
+        + "</tr>"
         for name, g in rows.items()
     )
     header = "".join(f"<th>{html.escape(h).replace(chr(10), '<br>')}</th>" for h in HEADERS)

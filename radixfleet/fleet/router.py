@@ -12,6 +12,7 @@ in-cluster router (policies/routers) is reachable only inside its namespace.
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,10 @@ import aiohttp
 
 from radixfleet.fleet.procs import Child
 from radixfleet.fleet.spec import WorkerTransport
+
+DECISION_SERIES = re.compile(
+    r'^smg_cache_aware_policy_branch_total\{branch="([a-z_]+)"\} ([0-9.e+]+)$', re.MULTILINE
+)
 
 
 class RouterError(RuntimeError):
@@ -108,6 +113,15 @@ class Router:
             body = await _json(answer)
         workers = body.get("workers", [])
         return [w for w in workers if isinstance(w, dict)]
+
+    async def decisions(self, session: aiohttp.ClientSession) -> dict[str, float]:
+        """smg's cache-aware decisions so far, by branch: `event_hit` and `event_miss` (the KV
+        event index), `tree_match` (its approximate tree), `expected_wait_fallback` (no cache
+        affinity: the least expected wait), ..."""
+        url = f"{self.url.rsplit(':', 1)[0]}:{self.prometheus_port}/metrics"
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as answer:
+            text = await answer.text()
+        return {branch: float(value) for branch, value in DECISION_SERIES.findall(text)}
 
     async def wait_registered(
         self, session: aiohttp.ClientSession, worker_url: str, *, timeout_s: float

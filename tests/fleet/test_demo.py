@@ -41,6 +41,9 @@ def test_demo_writes_summary_and_report(
     assert set(summary["per_region"]) == {"us-east-1", "eu-west-1"}
     assert set(summary["per_model"]) == {"llama-3-1-8b", "llama-3-1-70b"}
     assert summary["per_model"]["llama-3-1-8b"]["prefix_cache_hit_rate"] > 0
+    # smg routed the 8B's requests on the index it builds from the replicas' KV events.
+    decisions = summary["routing_decisions"]["us-east-1/llama-3-1-8b"]
+    assert decisions.get("event_hit", 0) + decisions.get("event_miss", 0) > 0, decisions
     assert [(w["region"], w["model"]) for w in summary["wake_from_zero"]] == [
         ("eu-west-1", "llama-3-1-8b")
     ]
