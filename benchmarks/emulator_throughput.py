@@ -1,9 +1,10 @@
 """How many short requests per second one emulated SGLang replica sustains on one CPU core.
 
 Starts `python -m radixfleet.emulator` as a subprocess pinned to one core and drives it from
-this process, pinned to another core, with a closed loop of concurrent aiohttp clients posting
-short /v1/completions requests (a ~20-token prompt, 16 output tokens). Two scenarios, side by
-side in one run:
+this process, pinned to another core, with a closed loop of concurrent clients sending short
+requests (a ~20-token prompt, 16 output tokens): over HTTP, aiohttp posting /v1/completions; over
+gRPC (SGLang's scheduler protocol, as smg speaks it), grpcio's asyncio client calling `Generate`
+with the prompt's token ids. Two scenarios, each over both, side by side in one run:
 
 - `h100`: the replica's real step times (CALIBRATION.md's H100 + Llama-3.1-8B), so throughput
   is whatever the model and the one core allow together;
@@ -33,11 +34,15 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
+from smg_grpc_proto.generated import sglang_scheduler_pb2 as pb
+from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc as pb_grpc
 
 from radixfleet.machine import describe_machine
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 SCENARIOS = {"h100": 1.0, "cpu-bound": 0.001}
+TRANSPORTS = ("http", "grpc")
 GOAL_RPS = 300.0
 PROMPT = "Summarise the state of the fleet in region {index} in one short sentence, please."
 
@@ -48,11 +53,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_emulator(*, port: int, time_scale: float, core: int | None) -> subprocess.Popen[bytes]:
+def start_emulator(
+    *, port: int, grpc_port: int | None, time_scale: float, core: int | None
+) -> subprocess.Popen[bytes]:
     command = [
         sys.executable, "-m", "radixfleet.emulator",
         "--port", str(port), "--warm", "--time-scale", str(time_scale),
     ]  # fmt: skip
+    if grpc_port is not None:
+        command += ["--grpc-port", str(grpc_port)]
     pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
     process = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin
@@ -83,25 +92,62 @@ async def client(
         index += 1
 
 
-async def drive(url: str, *, duration: float, concurrency: int, warmup: float) -> dict[str, Any]:
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        scratch: dict[str, Any] = {"latencies": [], "errors": []}
-        await asyncio.gather(
-            *(
-                client(session, url, stop_at=time.monotonic() + warmup, worker=w, out=scratch)
-                for w in range(concurrency)
-            )
+async def grpc_client(stub: Any, *, stop_at: float, worker: int, out: dict[str, Any]) -> None:
+    index = 0
+    params = pb.SamplingParams(max_new_tokens=16, temperature=1.0)
+    while time.monotonic() < stop_at:
+        # ~20 token ids, different per request, as a tokenizing gateway would send.
+        ids = [(worker * 7919 + index * 31 + k) % 6000 + 100 for k in range(20)]
+        request = pb.GenerateRequest(
+            request_id=f"{worker}-{index}",
+            tokenized=pb.TokenizedInput(input_ids=ids),
+            sampling_params=params,
         )
-        out: dict[str, Any] = {"latencies": [], "errors": []}
-        started = time.monotonic()
-        await asyncio.gather(
-            *(
-                client(session, url, stop_at=started + duration, worker=w, out=out)
-                for w in range(concurrency)
-            )
-        )
-        elapsed = time.monotonic() - started
+        sent = time.monotonic()
+        try:
+            async for _ in stub.Generate(request):
+                pass
+            out["latencies"].append(time.monotonic() - sent)
+        except grpc.aio.AioRpcError:
+            out["errors"].append(time.monotonic() - sent)
+        index += 1
+
+
+async def drive(
+    target: str, transport: str, *, duration: float, concurrency: int, warmup: float
+) -> dict[str, Any]:
+    if transport == "grpc":
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = pb_grpc.SglangSchedulerStub(channel)  # type: ignore[no-untyped-call]
+            out, elapsed = await _closed_loop(
+                lambda stop_at, w, out: grpc_client(stub, stop_at=stop_at, worker=w, out=out),
+                duration=duration, concurrency=concurrency, warmup=warmup,
+            )  # fmt: skip
+    else:
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            out, elapsed = await _closed_loop(
+                lambda stop_at, w, out: client(
+                    session, target, stop_at=stop_at, worker=w, out=out
+                ),
+                duration=duration, concurrency=concurrency, warmup=warmup,
+            )  # fmt: skip
+    return _tally(out, elapsed)
+
+
+async def _closed_loop(
+    one: Any, *, duration: float, concurrency: int, warmup: float
+) -> tuple[dict[str, Any], float]:
+    scratch: dict[str, Any] = {"latencies": [], "errors": []}
+    warm_until = time.monotonic() + warmup
+    await asyncio.gather(*(one(warm_until, w, scratch) for w in range(concurrency)))
+    out: dict[str, Any] = {"latencies": [], "errors": []}
+    started = time.monotonic()
+    await asyncio.gather(*(one(started + duration, w, out) for w in range(concurrency)))
+    return out, time.monotonic() - started
+
+
+def _tally(out: dict[str, Any], elapsed: float) -> dict[str, Any]:
     latencies = sorted(out["latencies"])
     return {
         "requests": len(latencies),
@@ -121,21 +167,27 @@ def emulator_cpu_seconds(pid: int) -> float:
 
 
 def run_scenario(
-    name: str, *, duration: float, concurrency: int, warmup: float, cores: tuple[int, int] | None
+    name: str,
+    transport: str,
+    *,
+    duration: float,
+    concurrency: int,
+    warmup: float,
+    cores: tuple[int, int] | None,
 ) -> dict[str, Any]:
     port = free_port()
+    grpc_port = free_port() if transport == "grpc" else None
     process = start_emulator(
-        port=port, time_scale=SCENARIOS[name], core=None if cores is None else cores[0]
+        port=port,
+        grpc_port=grpc_port,
+        time_scale=SCENARIOS[name],
+        core=None if cores is None else cores[0],
     )
+    target = f"127.0.0.1:{grpc_port}" if grpc_port is not None else f"http://127.0.0.1:{port}"
     try:
         cpu_before = emulator_cpu_seconds(process.pid)
         result = asyncio.run(
-            drive(
-                f"http://127.0.0.1:{port}",
-                duration=duration,
-                concurrency=concurrency,
-                warmup=warmup,
-            )
+            drive(target, transport, duration=duration, concurrency=concurrency, warmup=warmup)
         )
         cpu = emulator_cpu_seconds(process.pid) - cpu_before
     finally:
@@ -164,14 +216,16 @@ def main() -> None:
     if cores is not None:
         os.sched_setaffinity(0, {cores[1]})  # the load generator keeps off the emulator's core
     results = {
-        name: run_scenario(
+        f"{name}/{transport}": run_scenario(
             name,
+            transport,
             duration=args.duration,
             concurrency=args.concurrency,
             warmup=args.warmup,
             cores=cores,
         )
         for name in SCENARIOS
+        for transport in TRANSPORTS
     }
     report = {
         "benchmark": "emulator_throughput",
@@ -187,7 +241,7 @@ def main() -> None:
             "duration_s": args.duration,
             "warmup_s": args.warmup,
             "concurrency": args.concurrency,
-            "endpoint": "/v1/completions",
+            "endpoint": {"http": "/v1/completions", "grpc": "SglangScheduler/Generate"},
             "max_tokens": 16,
             "prompt": PROMPT,
             "emulator_pinned_core": None if cores is None else cores[0],
