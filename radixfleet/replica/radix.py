@@ -158,6 +158,21 @@ class RadixCache:
             node, index = child, index + matched
         return node
 
+    def cached_prefix(self, blocks: Sequence[Hashable]) -> int:
+        """How many leading `blocks` the cache holds now, changing nothing (no split, no touch):
+        what a gateway following this replica's KV events knows of it."""
+        node, index = self.root, 0
+        while index < len(blocks):
+            child = node.children.get(blocks[index])
+            if child is None:
+                return index
+            matched = matching_blocks(child.key, blocks, index, len(blocks))
+            index += matched
+            if matched < len(child.key):
+                return index
+            node = child
+        return index
+
     def lock(self, node: Node) -> None:
         """Mark the path to `node` as in use by one more request (no longer evictable)."""
         block = self.block_tokens

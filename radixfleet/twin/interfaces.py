@@ -17,7 +17,7 @@ status would.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -28,7 +28,8 @@ from radixfleet.revisions import Measured
 
 
 class WorkerView(Protocol):
-    """A replica as the router sees it: an id and the requests it has in flight."""
+    """A replica as the router sees it: an id, the requests it has in flight, and what its
+    cache holds (a gateway that follows the replica's KV events knows it exactly)."""
 
     @property
     def id(self) -> int:
@@ -40,9 +41,13 @@ class WorkerView(Protocol):
         """Requests the router sent to this replica that have not finished (its own count)."""
         ...
 
+    def cached_prefix(self, blocks: Sequence[Hashable]) -> int:
+        """How many leading `blocks` of a prompt the replica's cache holds now."""
+        ...
+
 
 class RoutingPolicy(Protocol):
-    """Picks a replica for each request, as sglang-router's policies do."""
+    """Picks a replica for each request, as the gateway's policies do."""
 
     def select(self, spec: RequestSpec, workers: Sequence[WorkerView], now: float) -> int:
         """The index in `workers` (never empty) of the replica to send `spec` to."""

@@ -11,6 +11,7 @@ and the event queue; the service asks it to schedule and to log.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from radixfleet.profile import ReplicaProfile
@@ -67,6 +68,10 @@ class Replica:
         self.model: ReplicaModel | None = None
         self.load = 0  # the router's in-flight count
         self.planned: float | None = None  # the model's next event time, as queued
+
+    def cached_prefix(self, blocks: Sequence[Hashable]) -> int:
+        """Leading `blocks` its cache holds (what its KV events have told the gateway)."""
+        return 0 if self.model is None else self.model.cache.cached_prefix(blocks)
 
 
 class Revision:

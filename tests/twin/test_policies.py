@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from radixfleet.twin.interfaces import (
     ServiceObservation,
 )
 from radixfleet.twin.load import parse_scenario
-from radixfleet.twin.routing import ApproxTree, CacheAware, LeastLoad, RoundRobin
+from radixfleet.twin.routing import ApproxTree, CacheAware, LeastLoad, RoundRobin, SmgCacheAware
 from radixfleet.twin.scenario import RouterSettings
 from radixfleet.twin.traffic import Route53
 from tests.twin.conftest import SMALL
@@ -28,6 +29,15 @@ from tests.twin.conftest import SMALL
 class Worker:
     id: int
     load: int = 0
+    cached: tuple[int, ...] = ()  # the one prompt its cache holds, as its KV events said
+
+    def cached_prefix(self, blocks: Sequence[Hashable]) -> int:
+        count = 0
+        for mine, theirs in zip(self.cached, blocks, strict=False):
+            if mine != theirs:
+                break
+            count += 1
+        return count
 
 
 def spec(blocks: tuple[int, ...], tokens_per_block: int = 16) -> RequestSpec:
@@ -38,6 +48,45 @@ def spec(blocks: tuple[int, ...], tokens_per_block: int = 16) -> RequestSpec:
 
 
 # -- routing -------------------------------------------------------------------------------------
+
+
+def smg(index: str = "event", **settings: float) -> SmgCacheAware:
+    return SmgCacheAware(RouterSettings(**settings), block_tokens=16, seed=0, index=index)
+
+
+def test_smg_event_index_follows_what_each_replica_holds_not_what_was_sent() -> None:
+    prompt = tuple(range(10))
+    workers = [Worker(0, 1, cached=prompt[:2]), Worker(1, 1, cached=prompt[:8]), Worker(2, 0)]
+    assert smg().select(spec(prompt), workers, 0.0) == 1
+    # That replica evicted the prompt: the index knows (the tree would still send it there).
+    workers[1].cached = ()
+    assert smg().select(spec(prompt), workers, 1.0) == 2  # 2 of 10 blocks: a miss at 0.3
+    assert smg(cache_threshold=0.1).select(spec(prompt), workers, 1.0) == 0
+
+
+def test_smg_miss_goes_to_the_fewest_in_flight() -> None:
+    workers = [Worker(0, load=3), Worker(1, load=1), Worker(2, load=2)]
+    assert smg().select(spec((7, 8, 9)), workers, 0.0) == 1
+
+
+@pytest.mark.parametrize(
+    ("holder_load", "chosen"),
+    [(10, 0), (100, 2)],
+    ids=["holder-busy-but-under-the-gate", "holder-past-both-thresholds-spills"],
+)
+def test_smg_spill_gate_needs_both_thresholds(holder_load: int, chosen: int) -> None:
+    prompt = tuple(range(10))
+    workers = [Worker(0, load=holder_load, cached=prompt), Worker(1, load=5), Worker(2, load=1)]
+    assert smg().select(spec(prompt), workers, 0.0) == chosen
+
+
+def test_smg_tree_index_follows_what_it_sent() -> None:
+    router = smg("tree")
+    workers = [Worker(0), Worker(1, load=5)]
+    prompt = tuple(range(10))
+    first = router.select(spec(prompt), workers, 0.0)
+    workers[first].load = 9  # busier, but under the spill gate
+    assert router.select(spec(prompt), workers, 1.0) == first
 
 
 def test_round_robin_cycles() -> None:
