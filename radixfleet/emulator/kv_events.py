@@ -31,8 +31,10 @@ from smg_grpc_proto.generated import common_pb2 as pb
 from radixfleet.replica import ReplicaModel
 from radixfleet.replica.radix import Node
 
-#: Batches kept for subscribers that resume with a cursor (smg's own relay keeps 10,000).
-HISTORY_BATCHES = 10_000
+#: Batches kept for subscribers that resume with a cursor. smg's own relay keeps 10,000; a
+#: replica here keeps fewer (a long prompt's batch holds hundreds of pages), and a subscriber
+#: whose cursor is older gets a snapshot instead, which is as exact.
+HISTORY_BATCHES = 1024
 #: Batches one subscriber may have queued before it is cut off as too slow.
 QUEUE_BATCHES = 4096
 #: Pages per snapshot batch: a whole default cache (26k pages) in a few messages of < 4 MiB.
