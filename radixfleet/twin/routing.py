@@ -309,7 +309,7 @@ class SmgCacheAware:
        `balance_abs_threshold`); if every holder trips it, every worker that does not.
     2. Otherwise (a miss) every worker is a candidate.
     3. The candidate with the least expected wait wins, read here as the fewest requests in
-       flight, ties broken by a fixed per-worker order drawn from the seed.
+       flight, ties broken at random (seeded).
 
     Not modelled: smg's warm-up slice (a young or emptied worker gets one miss in four and one
     hit in eight for its first minute; `--worker-warmup-secs 0` turns it off) and its expected
@@ -326,14 +326,14 @@ class SmgCacheAware:
         self.block_tokens = block_tokens
         self.index = index
         self.tree = ApproxTree(chars_per_block=block_tokens * settings.chars_per_token)
-        self._rank_rng = random.Random(seed)
-        self._rank: dict[int, float] = {}
+        self._known: set[int] = set()
+        self._draws = random.Random(seed)
 
     def select(self, spec: RequestSpec, workers: Sequence[WorkerView], now: float) -> int:
         """The worker for `spec` by the rules in the class docstring."""
         for worker in workers:
-            if worker.id not in self._rank:
-                self._rank[worker.id] = self._rank_rng.random()
+            if worker.id not in self._known:
+                self._known.add(worker.id)
                 self.tree.add_tenant(worker.id, now)
         depth, holders = self._holders(spec.prompt_blocks, workers)
         rate = depth * self.block_tokens / spec.prompt_tokens if spec.prompt_tokens else 0.0
@@ -341,16 +341,19 @@ class SmgCacheAware:
         if rate > self.settings.cache_threshold and holders:
             candidates = self._unspilled(holders, workers) or self._unspilled(candidates, workers)
             candidates = candidates or list(range(len(workers)))
-        chosen = min(candidates, key=lambda i: (workers[i].load, self._rank[workers[i].id]))
+        # Equal expected waits (idle workers, as often) are broken at random: a fixed order
+        # would send every miss to one worker and overfill its cache.
+        draws = {i: self._draws.random() for i in candidates}
+        chosen = min(candidates, key=lambda i: (workers[i].load, draws[i]))
         if self.index == "tree":
             self.tree.insert(spec.prompt_blocks, workers[chosen].id, now)
         return chosen
 
     def forget(self, worker_id: int) -> None:
         """Drop a removed worker."""
-        if worker_id in self._rank:
+        if worker_id in self._known:
             self.tree.remove_tenant(worker_id)
-            del self._rank[worker_id]
+            self._known.discard(worker_id)
 
     def _holders(
         self, blocks: Sequence[Hashable], workers: Sequence[WorkerView]

@@ -1,0 +1,116 @@
+"""The twin's model of smg agrees with the real smg on the same requests.
+
+One shared-prefix workload (24 tenants' 4,096-token prompts, 6 questions each, in random order,
+8 req/s) goes through two fleets of four H100 replicas whose KV cache (32,000 tokens each) holds
+a third of the working set: the local fleet, where the real smg 1.13.0 routes cache-aware on the
+emulated replicas' KV events, and the twin, where `SmgCacheAware(index="event")` routes in
+virtual time over the same replica model. The twin replays the very same requests (written as a
+Mooncake-format trace: same arrival times, same 512-token block ids), so the two prefix hit
+rates must agree within 5% (the issue's bar). The bar can be missed: with its ties broken in a
+fixed order (every miss to one replica) the twin's model gave 0.745 against smg's 0.814, and a
+twin that ignored the replicas' caches (round robin) gives 0.20, which the last assertion checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+
+from radixfleet.emulator.tokenizer import load_tokenizer
+from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
+from radixfleet.twin.load import parse_scenario
+from radixfleet.twin.run import run_scenario
+from radixfleet.workload.prompts import PromptSynth
+from radixfleet.workload.records import WorkItem
+from radixfleet.workload.replay import Replayer
+from radixfleet.workload.stats import summarise
+from radixfleet.workload.synthetic import SharedPrefixSpec, shared_prefix_workload
+from radixfleet.workload.traces import TraceRequest
+
+pytestmark = [pytest.mark.fleet, pytest.mark.slow]
+KV_TOKENS = 32_000
+REPLICAS = 4
+WORKLOAD = SharedPrefixSpec(
+    groups=24,
+    requests_per_group=6,
+    prefix_tokens=4096,
+    question_tokens=64,
+    output_tokens=8,
+    rate=8.0,
+    seed=1,
+    block_tokens=512,  # Mooncake's, so the twin reads the same block ids
+)
+
+
+def fleet_hit_rate(requests: list[TraceRequest], cache_dir: Path) -> float:
+    synth = PromptSynth(load_tokenizer(cache_dir))
+    model = ModelSpec(
+        name="m", replicas=REPLICAS, max_replicas=REPLICAS,
+        profile_overrides={"kv_capacity_tokens": float(KV_TOKENS)},
+    )  # fmt: skip
+    spec = FleetSpec(regions=[RegionSpec(name="r", models=[model], router_workers="grpc")])
+    items = [
+        WorkItem(r.at, "r", "m", synth.prompt(r, index=i), r.output_tokens)
+        for i, r in enumerate(requests)
+    ]
+    with LocalFleet(spec, cache_dir=cache_dir) as fleet:
+        results = asyncio.run(Replayer(entries=fleet.entry_urls()).run(items))
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok][:3]
+    rate = summarise(results).prefix_cache_hit_rate
+    assert rate is not None
+    return rate
+
+
+def twin_hit_rates(requests: list[TraceRequest], tmp: Path, *, seed: int) -> dict[str, float]:
+    trace = tmp / "trace.jsonl"
+    trace.write_text("".join(
+        json.dumps({"timestamp": r.at * 1000, "input_length": r.input_tokens,
+                    "output_length": r.output_tokens, "hash_ids": list(r.hash_ids)}) + "\n"
+        for r in requests
+    ))  # fmt: skip
+    profile = tmp / "replica.yaml"
+    profile.write_text(
+        yaml.safe_dump({"base": "h100-llama-3.1-8b", "kv_capacity_tokens": KV_TOKENS})
+    )
+    last, count = requests[-1].at, len(requests)
+    span = last * count / (count - 1)  # the twin's own span of a trace: its rate is kept
+    scenario = {
+        "name": "smg-agreement", "seed": seed, "duration_s": span,
+        "regions": [{"name": "r", "gpu_pools": [{"name": "h100", "gpus": REPLICAS,
+                                                   "warm_gpus": REPLICAS}]}],
+        "models": [{"name": "m", "pool": "h100", "profile": str(profile), "block_tokens": 16,
+                    "min_replicas": REPLICAS, "initial_replicas": REPLICAS,
+                    "max_replicas": REPLICAS}],
+        "tenants": [{"name": "t", "model": "m"}],
+        "workload": {"sources": [{"kind": "mooncake", "tenant": "t", "path": str(trace),
+                                  "rate_rps": count / span}]},
+        "policies": [
+            {"name": "smg", "routing": "smg_cache_aware", "autoscale": "fixed",
+             "traffic": "static"},
+            {"name": "round-robin", "routing": "round_robin", "autoscale": "fixed",
+             "traffic": "static", "baseline": True},
+        ],
+    }  # fmt: skip
+    parsed = parse_scenario(yaml.safe_dump(scenario), source="agreement")
+    outcome = run_scenario(parsed, oracles=False)
+    assert outcome.results["workload"]["requests"] == count  # the same requests, once each
+    metrics = outcome.results["metrics"]
+    return {name: float(metrics[name]["prefix_hit_rate"]) for name in ("smg", "round-robin")}
+
+
+def test_the_twins_smg_matches_the_real_one_within_five_percent(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    requests = shared_prefix_workload(WORKLOAD)
+    real = fleet_hit_rate(requests, tmp_path_factory.getbasetemp() / "tokenizer-cache")
+    # Which idle replica takes a miss is a coin toss in both; the twin's median over five
+    # seeds is what it predicts (its seeds spread 0.78-0.81 here, the oracle is 0.81).
+    runs = [twin_hit_rates(requests, tmp_path, seed=seed) for seed in range(5)]
+    twin = statistics.median(run["smg"] for run in runs)
+    assert abs(twin - real) <= 0.05 * real, (runs, real)
+    assert abs(runs[0]["round-robin"] - real) > 0.05 * real, (runs, real)
