@@ -18,8 +18,11 @@ would hit on the same token ids (16-token pages), which no routing can beat. The
 (every prefix once) is reported against the fleet's KV budget, so a policy short of the oracle
 is either routing badly or out of memory.
 
-Writes `routing_hit_rate.json` (per rate and arm: hit rate, its share of the oracle, TTFT
-p50/p95/p99, throughput, smg's decisions; the settings, seed and machine) and
+The twin replays the very same requests on its model of each arm (`round_robin`,
+`smg_cache_aware_http`, `smg_cache_aware`; the median of three seeds), side by side.
+
+Writes `routing_hit_rate.json` (per rate and arm: hit rate, its share of the oracle, the twin's
+hit rate, TTFT p50/p95/p99, throughput, smg's decisions; the settings, seed and machine) and
 `routing_hit_rate.png`. For reference, SGLang's v0.4 blog measured 75% vs 20% cache hits on 8
 A100s (DP8) with a shared-prefix workload.
 
@@ -31,7 +34,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
+import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +47,7 @@ from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
 from radixfleet.fleet.spec import RouterPolicy, WorkerTransport
 from radixfleet.machine import describe_machine
+from radixfleet.twin.replay import fixed_fleet_hit_rates
 from radixfleet.workload.prompts import PromptSynth
 from radixfleet.workload.records import WorkItem
 from radixfleet.workload.replay import Replayer
@@ -55,6 +62,13 @@ ARMS: dict[str, tuple[RouterPolicy, WorkerTransport]] = {
     "approximate": ("cache_aware", "http"),
     "event": ("cache_aware", "grpc"),
 }
+# The twin's model of each arm (radixfleet/twin/routing.py), run on the very same requests.
+TWIN_ROUTING = {
+    "round_robin": "round_robin",
+    "approximate": "smg_cache_aware_http",
+    "event": "smg_cache_aware",
+}
+TWIN_SEEDS = 3  # which idle replica takes a miss is a coin toss: the median of a few
 COLORS = {"round_robin": "#e45756", "approximate": "#f58518", "event": "#4c78a8"}
 
 
@@ -108,6 +122,20 @@ def run_rate(
     return out
 
 
+def twin_rate(args: argparse.Namespace, rate: float, requests: list[Any]) -> dict[str, float]:
+    """The twin's hit rate per arm on the same requests at `rate` (median over seeds)."""
+    scaled = [replace(r, at=r.at * args.rates[0] / rate) for r in requests]
+    runs = []
+    for seed in range(TWIN_SEEDS):
+        with tempfile.TemporaryDirectory() as work:
+            run = fixed_fleet_hit_rates(
+                scaled, routing=TWIN_ROUTING, replicas=args.replicas,
+                kv_tokens=args.kv_tokens, workdir=Path(work), seed=seed,
+            )  # fmt: skip
+            runs.append(run)
+    return {arm: round(statistics.median(run[arm] for run in runs), 4) for arm in ARMS}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     workload = SharedPrefixSpec(
         groups=args.groups,
@@ -117,7 +145,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         output_tokens=8,
         rate=args.rates[0],
         seed=args.seed,
-        block_tokens=256,
+        block_tokens=512,  # Mooncake's, so the twin replays the same block ids
     )
     requests = shared_prefix_workload(workload)
     tokenizer = load_tokenizer()
@@ -125,6 +153,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     prompts = [synth.prompt(r, index=i) for i, r in enumerate(requests)]
     oracle = oracle_hit_rate(prompts, tokenizer)
     per_rate = {str(rate): run_rate(args, rate, prompts, requests) for rate in args.rates}
+    twin = {str(rate): twin_rate(args, rate, requests) for rate in args.rates}
     return {
         "benchmark": "routing_hit_rate",
         "oracle_hit_rate": round(oracle, 4),
@@ -136,6 +165,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             rate: {arm: _share(r[arm]["prefix_cache_hit_rate"], oracle) for arm in ARMS}
             for rate, r in per_rate.items()
         },
+        "twin_hit_rate": twin,
         "results": per_rate,
         "settings": {
             "rates": args.rates,
@@ -168,6 +198,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
         xs = [i + (offset - 1) * width for i in range(len(rates))]
         hits.bar(xs, [(result["hit_rate"][r][arm] or 0) * 100 for r in rates], width,
                  label=arm, color=COLORS[arm])  # fmt: skip
+        twin = [result["twin_hit_rate"][r][arm] * 100 for r in rates]
+        hits.scatter(xs, twin, marker="x", color="#222", zorder=3,
+                     label="twin" if offset == 0 else None)  # fmt: skip
         p95 = [result["results"][r][arm]["ttft_s"]["p95"] or 0 for r in rates]
         ttft.plot(rates, [v * 1000 for v in p95], marker="o", label=arm, color=COLORS[arm])
     hits.axhline(result["oracle_hit_rate"] * 100, color="#222", ls="--", label="oracle")
@@ -207,7 +240,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "routing_hit_rate.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(result, args.out / "routing_hit_rate.png")
-    print(json.dumps({k: result[k] for k in ("oracle_hit_rate", "hit_rate", "share_of_oracle")}))
+    keys = ("oracle_hit_rate", "hit_rate", "twin_hit_rate", "share_of_oracle")
+    print(json.dumps({k: result[k] for k in keys}))
 
 
 if __name__ == "__main__":

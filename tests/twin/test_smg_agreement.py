@@ -14,17 +14,14 @@ twin that ignored the replicas' caches (round robin) gives 0.20, which the last 
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 from pathlib import Path
 
 import pytest
-import yaml
 
 from radixfleet.emulator.tokenizer import load_tokenizer
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
-from radixfleet.twin.load import parse_scenario
-from radixfleet.twin.run import run_scenario
+from radixfleet.twin.replay import fixed_fleet_hit_rates
 from radixfleet.workload.prompts import PromptSynth
 from radixfleet.workload.records import WorkItem
 from radixfleet.workload.replay import Replayer
@@ -67,40 +64,10 @@ def fleet_hit_rate(requests: list[TraceRequest], cache_dir: Path) -> float:
 
 
 def twin_hit_rates(requests: list[TraceRequest], tmp: Path, *, seed: int) -> dict[str, float]:
-    trace = tmp / "trace.jsonl"
-    trace.write_text("".join(
-        json.dumps({"timestamp": r.at * 1000, "input_length": r.input_tokens,
-                    "output_length": r.output_tokens, "hash_ids": list(r.hash_ids)}) + "\n"
-        for r in requests
-    ))  # fmt: skip
-    profile = tmp / "replica.yaml"
-    profile.write_text(
-        yaml.safe_dump({"base": "h100-llama-3.1-8b", "kv_capacity_tokens": KV_TOKENS})
+    routing = {"smg": "smg_cache_aware", "round-robin": "round_robin"}
+    return fixed_fleet_hit_rates(
+        requests, routing=routing, replicas=REPLICAS, kv_tokens=KV_TOKENS, workdir=tmp, seed=seed
     )
-    last, count = requests[-1].at, len(requests)
-    span = last * count / (count - 1)  # the twin's own span of a trace: its rate is kept
-    scenario = {
-        "name": "smg-agreement", "seed": seed, "duration_s": span,
-        "regions": [{"name": "r", "gpu_pools": [{"name": "h100", "gpus": REPLICAS,
-                                                   "warm_gpus": REPLICAS}]}],
-        "models": [{"name": "m", "pool": "h100", "profile": str(profile), "block_tokens": 16,
-                    "min_replicas": REPLICAS, "initial_replicas": REPLICAS,
-                    "max_replicas": REPLICAS}],
-        "tenants": [{"name": "t", "model": "m"}],
-        "workload": {"sources": [{"kind": "mooncake", "tenant": "t", "path": str(trace),
-                                  "rate_rps": count / span}]},
-        "policies": [
-            {"name": "smg", "routing": "smg_cache_aware", "autoscale": "fixed",
-             "traffic": "static"},
-            {"name": "round-robin", "routing": "round_robin", "autoscale": "fixed",
-             "traffic": "static", "baseline": True},
-        ],
-    }  # fmt: skip
-    parsed = parse_scenario(yaml.safe_dump(scenario), source="agreement")
-    outcome = run_scenario(parsed, oracles=False)
-    assert outcome.results["workload"]["requests"] == count  # the same requests, once each
-    metrics = outcome.results["metrics"]
-    return {name: float(metrics[name]["prefix_hit_rate"]) for name in ("smg", "round-robin")}
 
 
 def test_the_twins_smg_matches_the_real_one_within_five_percent(
