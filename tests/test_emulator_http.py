@@ -190,6 +190,18 @@ def test_server_info_reports_args_and_state(replica: RunningEmulator) -> None:
     assert info["version"] == "0.5.23" and info["api_key"] is None
 
 
+def test_v1_loads_is_the_report_smg_polls(replica: RunningEmulator) -> None:
+    """smg polls /v1/loads for an HTTP worker's load (then /metrics); gRPC GetLoads says the
+    same in protobuf."""
+    status, raw = http(f"{replica.url}/v1/loads?include=core,disagg,queues,memory")
+    report = json.loads(raw)
+    assert status == 200 and report["dp_rank_count"] == 1 and report["version"] == "0.5.23"
+    (load,) = report["loads"]
+    assert load["max_total_num_tokens"] == FAST.kv_capacity_tokens
+    assert 0.0 <= load["token_usage"] <= 1.0
+    assert report["aggregate"]["total_reqs"] == load["num_total_reqs"]
+
+
 @pytest.mark.parametrize("path", ["/health", "/health_generate", "/ready"])
 def test_health_routes_answer_200_when_warm(replica: RunningEmulator, path: str) -> None:
     assert http(replica.url + path)[0] == 200

@@ -22,7 +22,6 @@ import json
 import logging
 import zipfile
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -33,7 +32,7 @@ from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc as pb_grpc
 
 from radixfleet import __version__
 from radixfleet.emulator import protocol
-from radixfleet.emulator.info import SGLANG_VERSION, server_info
+from radixfleet.emulator.info import SGLANG_VERSION, loads, server_info
 from radixfleet.emulator.kv_events import KvEventLog
 from radixfleet.emulator.protocol import ApiError, Job
 from radixfleet.replica import Health, Phase
@@ -190,33 +189,9 @@ class SchedulerServicer(pb_grpc.SglangSchedulerServicer):
     ) -> pb.GetLoadsResponse:
         """The one rank's load: queue, running set, KV usage, throughput, hit rate."""
         stats = self.emulator.model.stats(self.emulator.driver.now())
-        load = pb.SchedulerLoad(
-            dp_rank=0,
-            num_running_reqs=stats.num_running_reqs,
-            num_waiting_reqs=stats.num_queue_reqs,
-            num_total_reqs=stats.num_running_reqs + stats.num_queue_reqs,
-            num_used_tokens=stats.kv_used_tokens,
-            max_total_num_tokens=stats.max_total_num_tokens,
-            token_usage=stats.token_usage,
-            gen_throughput=stats.gen_throughput,
-            cache_hit_rate=stats.cache_hit_rate,
-            utilization=stats.token_usage,
-            max_running_requests=self.emulator.config.profile.max_running_requests,
-        )
-        aggregate = pb.AggregateMetrics(
-            total_running_reqs=load.num_running_reqs,
-            total_waiting_reqs=load.num_waiting_reqs,
-            total_reqs=load.num_total_reqs,
-            avg_token_usage=load.token_usage,
-            avg_throughput=load.gen_throughput,
-            avg_utilization=load.utilization,
-        )
-        return pb.GetLoadsResponse(
-            timestamp=datetime.now(UTC).isoformat(),
-            version=SGLANG_VERSION,
-            dp_rank_count=1,
-            loads=[load],
-            aggregate=aggregate,
+        limit = self.emulator.config.profile.max_running_requests
+        return json_format.ParseDict(
+            loads(stats, max_running_requests=limit), pb.GetLoadsResponse()
         )
 
     async def GetTokenizer(  # noqa: N802

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,4 +108,36 @@ def server_info(
         "radixfleet_version": version,
         "emulated": True,
         "profile": profile.name,
+    }
+
+
+def loads(stats: ReplicaStats, *, max_running_requests: int) -> dict[str, Any]:
+    """SGLang's load report (`GET /v1/loads`, and gRPC `GetLoads` field for field): the one
+    data-parallel rank's queue, running set, KV usage, throughput and hit rate."""
+    load = {
+        "dp_rank": 0,
+        "num_running_reqs": stats.num_running_reqs,
+        "num_waiting_reqs": stats.num_queue_reqs,
+        "num_total_reqs": stats.num_running_reqs + stats.num_queue_reqs,
+        "num_used_tokens": stats.kv_used_tokens,
+        "max_total_num_tokens": stats.max_total_num_tokens,
+        "token_usage": stats.token_usage,
+        "gen_throughput": stats.gen_throughput,
+        "cache_hit_rate": stats.cache_hit_rate,
+        "utilization": stats.token_usage,
+        "max_running_requests": max_running_requests,
+    }
+    return {
+        "timestamp": datetime.now(UTC).isoformat(),
+        "version": SGLANG_VERSION,
+        "dp_rank_count": 1,
+        "loads": [load],
+        "aggregate": {
+            "total_running_reqs": load["num_running_reqs"],
+            "total_waiting_reqs": load["num_waiting_reqs"],
+            "total_reqs": load["num_total_reqs"],
+            "avg_token_usage": load["token_usage"],
+            "avg_throughput": load["gen_throughput"],
+            "avg_utilization": load["utilization"],
+        },
     }

@@ -2,7 +2,8 @@
 
 Routes: /generate, /v1/completions, /v1/chat/completions (SSE streaming ending in [DONE]),
 /v1/models, /health, /health_generate, /ready, /model_info, /server_info, /flush_cache,
-/metrics; and, outside SGLang's interface, /_radixfleet/{faults,crash,restart} to inject faults.
+/get_load, /v1/loads, /metrics; and, outside SGLang's interface,
+/_radixfleet/{faults,crash,restart} to inject faults.
 Every error answers SGLang's JSON error body; a crashed replica drops connections unanswered.
 """
 
@@ -23,7 +24,7 @@ from radixfleet import __version__
 from radixfleet.emulator import protocol
 from radixfleet.emulator.driver import Driver, Ticket
 from radixfleet.emulator.grpc_server import start_grpc
-from radixfleet.emulator.info import model_info, models_list, server_info
+from radixfleet.emulator.info import loads, model_info, models_list, server_info
 from radixfleet.emulator.metrics import build_registry
 from radixfleet.emulator.protocol import ApiError, Job, Outcome
 from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
@@ -120,6 +121,7 @@ class Emulator:
             web.get("/get_server_info", self.server_info),
             web.route("*", "/flush_cache", self.flush_cache),
             web.get("/get_load", self.get_load),
+            web.get("/v1/loads", self.v1_loads),
             web.get("/_radixfleet/faults", self.get_faults),
             web.post("/_radixfleet/faults", self.set_faults),
             web.post("/_radixfleet/crash", self.crash),
@@ -360,6 +362,12 @@ class Emulator:
             "num_tokens": stats.kv_used_tokens,
         }
         return web.json_response([load])
+
+    async def v1_loads(self, _request: web.Request) -> web.StreamResponse:
+        """/v1/loads: the load report smg polls for HTTP workers (what gRPC GetLoads answers)."""
+        stats = self.model.stats(self.driver.now())
+        limit = self.config.profile.max_running_requests
+        return web.json_response(loads(stats, max_running_requests=limit))
 
     async def metrics(self, _request: web.Request) -> web.StreamResponse:
         """Prometheus text exposition of the sglang:* families."""

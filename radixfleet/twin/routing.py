@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 from collections.abc import Hashable, Sequence
 
@@ -305,8 +306,9 @@ class SmgCacheAware:
 
     1. The deepest prefix any worker holds; if it covers more than `cache_threshold` of the
        prompt, the holders of that depth are the candidates, less any that trip the spill gate
-       (load above `balance_rel_threshold` x the mean load *and* above the mean plus
-       `balance_abs_threshold`); if every holder trips it, every worker that does not.
+       (load above `balance_rel_threshold` x the mean load *and* above the mean plus a margin:
+       `balance_abs_threshold` capped at two standard deviations of the mean, at least 4, see
+       `spill_margin`); if every holder trips it, every worker that does not.
     2. Otherwise (a miss) every worker is a candidate.
     3. The candidate with the least expected wait wins, read here as the fewest requests in
        flight, ties broken at random (seeded).
@@ -369,8 +371,17 @@ class SmgCacheAware:
 
     def _unspilled(self, candidates: list[int], workers: Sequence[WorkerView]) -> list[int]:
         mean = sum(w.load for w in workers) / len(workers)
-        rel, abs_ = self.settings.balance_rel_threshold, self.settings.balance_abs_threshold
+        rel = self.settings.balance_rel_threshold
+        margin = spill_margin(self.settings.balance_abs_threshold, mean)
         return [
             i for i in candidates
-            if not (workers[i].load > mean * rel and workers[i].load > mean + abs_)
+            if not (workers[i].load > mean * rel and workers[i].load > mean + margin)
         ]  # fmt: skip
+
+
+def spill_margin(abs_threshold: int, mean_load: float) -> float:
+    """smg 1.13's absolute spill margin: `--balance-abs-threshold`, capped at the in-flight
+    count's natural swing at the pool's mean (two standard deviations of a Poisson count),
+    never under four unless the threshold itself is lower (its `--help`)."""
+    swing = max(4.0, 2.0 * math.sqrt(mean_load))
+    return min(float(abs_threshold), swing)
