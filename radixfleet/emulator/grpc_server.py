@@ -22,6 +22,7 @@ import json
 import logging
 import zipfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -258,7 +259,7 @@ def _struct(values: dict[str, Any]) -> struct_pb2.Struct:
     return json_format.ParseDict(json.loads(json.dumps(values, default=str)), struct_pb2.Struct())
 
 
-def _zip_directory(path: Any) -> bytes:
+def _zip_directory(path: Path) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for file in sorted(p for p in path.iterdir() if p.is_file()):
