@@ -3,10 +3,11 @@
 One router per model per region, started with no workers: replicas join and leave at runtime
 through the gateway's own HTTP API (`POST /workers {"url"}` answers 202 with a worker id and
 registers in the background; `GET /workers` lists them with their health; `DELETE
-/workers/{id}` drains one and removes it). The gateway loads the tokenizer from
-`--tokenizer-path`, the emulator's local tokenizer directory, so it never reaches for Hugging
-Face. On loopback its control plane is open, as the local fleet's other processes are; the
-in-cluster router (policies/routers) is reachable only inside its namespace.
+/workers/{id}` drains one and removes it). The gateway loads each worker's tokenizer from the
+path the worker's model info names, the emulator's local tokenizer directory (`--tokenizer-path`
+gives it the same one at start-up), so it never reaches for Hugging Face. On loopback its
+control plane is open, as the local fleet's other processes are; the in-cluster router
+(policies/routers) is reachable only inside its namespace.
 """
 
 from __future__ import annotations
