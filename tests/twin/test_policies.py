@@ -19,7 +19,14 @@ from radixfleet.twin.interfaces import (
     ServiceObservation,
 )
 from radixfleet.twin.load import parse_scenario
-from radixfleet.twin.routing import ApproxTree, CacheAware, LeastLoad, RoundRobin, SmgCacheAware
+from radixfleet.twin.routing import (
+    ApproxTree,
+    CacheAware,
+    LeastLoad,
+    RoundRobin,
+    SmgCacheAware,
+    spill_margin,
+)
 from radixfleet.twin.scenario import RouterSettings
 from radixfleet.twin.traffic import Route53
 from tests.twin.conftest import SMALL
@@ -71,13 +78,23 @@ def test_smg_miss_goes_to_the_fewest_in_flight() -> None:
 
 @pytest.mark.parametrize(
     ("holder_load", "chosen"),
-    [(10, 0), (100, 2)],
-    ids=["holder-busy-but-under-the-gate", "holder-past-both-thresholds-spills"],
+    # Loads (h, 5, 1): with h = 7 the mean is 4.33, so 7 > 1.5 x 4.33 but not > 4.33 + 4.16.
+    [(7, 0), (10, 2), (100, 2)],
+    ids=["past-the-ratio-not-the-margin", "past-both-spills", "far-past-both-spills"],
 )
 def test_smg_spill_gate_needs_both_thresholds(holder_load: int, chosen: int) -> None:
     prompt = tuple(range(10))
     workers = [Worker(0, load=holder_load, cached=prompt), Worker(1, load=5), Worker(2, load=1)]
     assert smg().select(spec(prompt), workers, 0.0) == chosen
+
+
+@pytest.mark.parametrize(
+    ("abs_threshold", "mean", "margin"),
+    [(64, 0.0, 4.0), (64, 25.0, 10.0), (64, 10_000.0, 64.0), (2, 25.0, 2.0)],
+    ids=["idle-floor-of-4", "two-sigma", "capped-by-the-threshold", "threshold-below-4"],
+)
+def test_smg_spill_margin(abs_threshold: int, mean: float, margin: float) -> None:
+    assert spill_margin(abs_threshold, mean) == margin
 
 
 def test_smg_tree_index_follows_what_it_sent() -> None:
