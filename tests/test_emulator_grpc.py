@@ -11,11 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
-import re
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 import zipfile
@@ -33,21 +28,11 @@ from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc as pb_grpc
 from radixfleet.emulator.server import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
+from radixfleet.fleet.router import parse_decisions
 from radixfleet.profile import ReplicaProfile
+from tests.smg import MODEL, running_smg, shared_prefix_round
 
 pytestmark = pytest.mark.fleet
-MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def get_text(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return str(response.read().decode())
 
 
 @pytest.fixture(scope="module")
@@ -66,56 +51,21 @@ def gateway(
     tokenizer: EmulatorTokenizer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, str, list[RunningEmulator]]]:
     """smg in front of two gRPC replicas: (its URL, its metrics URL, the replicas)."""
-    port, metrics = free_port(), free_port()
     with ExitStack() as stack:
         replicas = [stack.enter_context(grpc_replica(tokenizer)) for _ in range(2)]
         urls = [f"grpc://127.0.0.1:{r.emulator.grpc_port}" for r in replicas]
-        command = [
-            sys.executable, "-m", "smg", "launch",
-            "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *urls,
-            "--policy", "cache_aware",
-            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics),
-            # The warm-up slice sends some misses (and one hit in eight) to a replica that holds
-            # little, so a young fleet fills evenly; off here, routing follows the index alone.
-            "--worker-warmup-secs", "0", "--worker-warmup-divert-every", "0",
-            "--log-level", "warn",
-        ]  # fmt: skip
+        # The warm-up slice sends some misses (and one hit in eight) to a replica that holds
+        # little, so a young fleet fills evenly; off here, routing follows the index alone.
+        warmup_off = ["--worker-warmup-secs", "0", "--worker-warmup-divert-every", "0"]
         log = tmp_path_factory.mktemp("smg") / "smg.log"
-        with log.open("wb") as sink:
-            router = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            _wait_ready(url, workers=2, router=router, log=log)
-            yield url, f"http://127.0.0.1:{metrics}/metrics", replicas
-        finally:
-            router.terminate()
-            try:
-                router.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                router.kill()
-                router.wait()
-
-
-def _wait_ready(url: str, *, workers: int, router: subprocess.Popen[bytes], log: Any) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert router.poll() is None, f"smg exited: {log.read_text()[-2000:]}"
-        try:
-            if json.loads(get_text(f"{url}/readiness")).get("healthy_workers") == workers:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"smg did not register the gRPC replicas: {log.read_text()[-2000:]}")
+        gateway = stack.enter_context(running_smg(urls, log=log, extra=warmup_off))
+        yield gateway.url, gateway.metrics_url, replicas
 
 
 def branch_counts(metrics_url: str) -> dict[str, float]:
     """smg's cache-aware decisions so far, by branch (event_hit, event_miss, tree_match, ...)."""
-    found = re.findall(
-        r'smg_cache_aware_policy_branch_total\{branch="([a-z_]+)"\} ([0-9.e+]+)',
-        get_text(metrics_url),
-    )
-    return {branch: float(value) for branch, value in found}
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        return parse_decisions(response.read().decode())
 
 
 def test_whole_and_streamed_answers_agree_through_the_gateway(
@@ -148,25 +98,10 @@ def test_a_shared_prefix_is_routed_by_the_replicas_own_kv_events(
     gateway: tuple[str, str, list[RunningEmulator]],
 ) -> None:
     url, metrics_url, replicas = gateway
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
-    before_counts = branch_counts(metrics_url)
-    before = [r.emulator.model.stats(r.emulator.driver.now()).counters for r in replicas]
-    system = "You answer questions about the radixfleet platform, kindly and briefly. " * 30
-    for question in range(8):
-        client.chat.completions.create(
-            model=MODEL,
-            messages=[
-                {"role": "system", "content": system},
-                {"role": "user", "content": f"Question number {question}?"},
-            ],
-            max_tokens=2,
-        )
-        time.sleep(0.05)  # the events of one answer reach smg before the next request
-    after = [r.emulator.model.stats(r.emulator.driver.now()).counters for r in replicas]
-    pairs = list(zip(after, before, strict=True))
-    served = sorted(a.num_requests_total - b.num_requests_total for a, b in pairs)
-    cached = sum(a.cached_tokens_total - b.cached_tokens_total for a, b in pairs)
-    hits = branch_counts(metrics_url).get("event_hit", 0) - before_counts.get("event_hit", 0)
+    before = branch_counts(metrics_url).get("event_hit", 0)
+    # A pause after each answer: its events reach smg before the next request.
+    served, cached = shared_prefix_round(url, replicas, questions=8, pause_s=0.05)
+    hits = branch_counts(metrics_url).get("event_hit", 0) - before
     assert served == [0, 8]
     assert cached > 7 * 400  # seven of the eight hit the long system prompt
     assert hits >= 6, f"smg routed by its event index only {hits} times"

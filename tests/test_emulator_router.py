@@ -5,14 +5,10 @@ and native requests, keeping a shared prefix on one replica (cache_aware)."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
-from typing import Any
 
 import openai
 import pytest
@@ -21,34 +17,10 @@ from radixfleet.emulator.server import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import load_tokenizer
 from radixfleet.profile import ReplicaProfile
+from tests.smg import MODEL, get_json, running_smg, shared_prefix_round
 
 pytestmark = pytest.mark.fleet
-MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 HEALTH_INTERVAL_S = 1
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())
-
-
-def wait_ready(url: str, *, workers: int, router: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert router.poll() is None, "smg exited"
-        try:
-            if get_json(f"{url}/readiness").get("healthy_workers") == workers:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("smg did not become ready")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +29,6 @@ def fleet(
 ) -> Iterator[tuple[str, list[RunningEmulator]]]:
     tokenizer = load_tokenizer(tmp_path_factory.getbasetemp() / "tokenizer-cache")
     profile = ReplicaProfile().scaled(time_factor=0.01)
-    port = free_port()
     with ExitStack() as stack:
         replicas = [
             stack.enter_context(
@@ -67,28 +38,14 @@ def fleet(
             )
             for _ in range(2)
         ]
-        command = [
-            sys.executable, "-m", "smg", "launch",
-            "--host", "127.0.0.1", "--port", str(port),
-            "--worker-urls", *(replica.url for replica in replicas),
-            "--policy", "cache_aware",
-            "--health-check-interval-secs", str(HEALTH_INTERVAL_S),
-            "--log-level", "warn",
-        ]  # fmt: skip
-        log = tmp_path_factory.mktemp("router") / "router.log"
-        with log.open("wb") as sink:
-            router = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            wait_ready(url, workers=2, router=router)
-            yield url, replicas
-        finally:
-            router.terminate()
-            try:
-                router.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                router.kill()
-                router.wait()
+        gateway = stack.enter_context(
+            running_smg(
+                [replica.url for replica in replicas],
+                log=tmp_path_factory.mktemp("router") / "router.log",
+                extra=["--health-check-interval-secs", str(HEALTH_INTERVAL_S)],
+            )
+        )
+        yield gateway.url, replicas
 
 
 def test_router_registers_emulators_with_their_metadata(
@@ -136,25 +93,7 @@ def test_native_generate_through_router(fleet: tuple[str, list[RunningEmulator]]
 
 def test_shared_prefix_stays_on_one_replica(fleet: tuple[str, list[RunningEmulator]]) -> None:
     url, replicas = fleet
-    before = [r.emulator.model.stats(r.emulator.driver.now()).counters for r in replicas]
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
-    system = "You are a careful assistant for the radixfleet platform team. " * 30
-    for question in range(6):
-        client.chat.completions.create(
-            model=MODEL,
-            messages=[
-                {"role": "system", "content": system},
-                {"role": "user", "content": f"Question number {question}?"},
-            ],
-            max_tokens=2,
-        )
-    after = [r.emulator.model.stats(r.emulator.driver.now()).counters for r in replicas]
-    served = sorted(
-        a.num_requests_total - b.num_requests_total for a, b in zip(after, before, strict=True)
-    )
-    cached = sum(
-        a.cached_tokens_total - b.cached_tokens_total for a, b in zip(after, before, strict=True)
-    )
+    served, cached = shared_prefix_round(url, replicas, questions=6)
     assert served == [0, 6]
     assert cached > 5 * 400  # five of the six hit the long system prompt
 

@@ -28,6 +28,11 @@ DECISION_SERIES = re.compile(
 )
 
 
+def parse_decisions(metrics_text: str) -> dict[str, float]:
+    """smg's cache-aware decisions by branch, read from its Prometheus exposition."""
+    return {branch: float(value) for branch, value in DECISION_SERIES.findall(metrics_text)}
+
+
 class RouterError(RuntimeError):
     """The router refused or failed an operation; `status` is its HTTP status (0: no answer)."""
 
