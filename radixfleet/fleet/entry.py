@@ -6,6 +6,10 @@ the model's `Scaler` for one and holds the request until the replica is healthy 
 with the router (scale-to-zero loses no request). A request held longer than the wake timeout
 gets 503 with `Retry-After` and SGLang's error body. Answers stream through unchanged.
 
+A revision may have several router replicas (`RouterPool`). The entry sends each request to one
+of them: by a consistent (rendezvous) hash of the prompt's opening characters, so that requests
+sharing a system prompt meet the same replica's approximate tree, or at random.
+
 A model may have a canary revision beside its stable one, each behind its own router (a
 router's prefix tree is per revision, as each revision's pods are). The entry then splits the
 model's requests at random by the canary's percent, as Knative's route does for KServe's
@@ -17,6 +21,7 @@ model 404, an unknown path 404.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
@@ -33,11 +38,15 @@ from radixfleet.emulator.protocol import ApiError
 from radixfleet.entry.gate import ModelOf
 from radixfleet.entry.signals import SignalsRelay
 from radixfleet.fleet.scaler import Scaler
+from radixfleet.fleet.spec import RouterSpread
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
+# How much of a prompt picks its router replica: about 256 tokens, inside any system prompt
+# worth caching, and short enough that a conversation's turns keep their replica.
+AFFINITY_CHARS = 1024
 
 
 class EntryError(ApiError):
@@ -48,12 +57,50 @@ class EntryError(ApiError):
         self.headers = dict(headers)
 
 
+@dataclass(frozen=True)
+class RouterPool:
+    """One revision's router replicas as the entry reaches them, and how it spreads requests."""
+
+    urls: tuple[str, ...]
+    spread: RouterSpread = "prefix"
+
+    @property
+    def key(self) -> str:
+        """The pool's name (its first router's URL): the drain count is kept under it."""
+        return self.urls[0]
+
+    def pick(self, body: Mapping[str, Any], rng: random.Random) -> str:
+        """The router replica for a request with this body."""
+        if len(self.urls) == 1:
+            return self.urls[0]
+        if self.spread == "random":
+            return rng.choice(self.urls)
+        opening = affinity_text(body)
+        return max(self.urls, key=lambda url: _weight(url, opening))
+
+
+def as_pool(router: str | RouterPool) -> RouterPool:
+    """A router URL as a pool of one; a pool as it is."""
+    return router if isinstance(router, RouterPool) else RouterPool((router,))
+
+
+def affinity_text(body: Mapping[str, Any]) -> str:
+    """The prompt's opening characters, however the request gives its prompt."""
+    prompt = body.get("messages", body.get("prompt", body.get("text", body.get("input_ids"))))
+    return json.dumps(prompt, ensure_ascii=False, default=str)[:AFFINITY_CHARS]
+
+
+def _weight(url: str, opening: str) -> bytes:
+    # Rendezvous hashing: adding or removing a replica moves only the prompts it wins or held.
+    return hashlib.blake2b(f"{url}\n{opening}".encode(), digest_size=8).digest()
+
+
 @dataclass
 class Canary:
-    """A model's canary revision as the entry routes to it: router, replicas, traffic share."""
+    """A model's canary revision as the entry routes to it: routers, replicas, traffic share."""
 
     revision: str
-    router_url: str
+    router: str | RouterPool
     scaler: Scaler
     percent: int = 0  # of the model's requests, 0..100
 
@@ -72,7 +119,7 @@ class RegionEntry:
         *,
         region: str,
         scalers: Mapping[str, Scaler],
-        routers: Mapping[str, str],
+        routers: Mapping[str, str | RouterPool],
         session: aiohttp.ClientSession,
         wake_timeout_s: float,
         retry_after_s: int,
@@ -82,15 +129,16 @@ class RegionEntry:
     ) -> None:
         self.region = region
         self.scalers = dict(scalers)  # per model: the stable revision's
-        self.routers = dict(routers)
+        self.routers = {model: as_pool(router) for model, router in routers.items()}
         self.canaries: dict[str, Canary] = {}
         self._split = random.Random(split_seed)
+        self._spread = random.Random(split_seed)  # its own draws: the split stays reproducible
         self.session = session
         self.wake_timeout_s = wake_timeout_s
         self.retry_after_s = retry_after_s
         self.accepting = True  # False: the region is down (failover tests), every request 503s
         self.in_flight: Counter[str] = Counter()
-        self.in_flight_by_router: Counter[str] = Counter()  # tells when a revision is drained
+        self.in_flight_by_router: Counter[str] = Counter()  # by pool key: is a revision drained
         self.woken: list[tuple[str, float]] = []  # (model, seconds a request was held)
         self.gate = gate
         self.signals = signals  # the fleet's failover reads the region's Prometheus through it
@@ -116,20 +164,20 @@ class RegionEntry:
         if request.path.startswith("/v1/") and body.get("model") != model:
             # The router's OpenAI routes require the name the entry defaulted to.
             raw = json.dumps({**body, "model": model}).encode()
-        scaler, router = self._revision_for(model)
+        scaler, pool = self._revision_for(model)
         self.in_flight[model] += 1
-        self.in_flight_by_router[router] += 1
+        self.in_flight_by_router[pool.key] += 1
         try:
             await self._ensure_capacity(scaler)
-            return await self._forward(request, router + request.path, raw)
+            return await self._forward(request, pool.pick(body, self._spread) + request.path, raw)
         finally:
             self.in_flight[model] -= 1
-            self.in_flight_by_router[router] -= 1
+            self.in_flight_by_router[pool.key] -= 1
 
     def promote(self, model: str) -> Canary:
         """Send all of `model`'s traffic to its canary, which becomes the stable revision."""
         canary = self.canaries.pop(model)
-        self.scalers[model], self.routers[model] = canary.scaler, canary.router_url
+        self.scalers[model], self.routers[model] = canary.scaler, as_pool(canary.router)
         return canary
 
     async def models(self, _request: web.Request) -> web.StreamResponse:
@@ -146,10 +194,10 @@ class RegionEntry:
 
     # -- steps -------------------------------------------------------------------------------
 
-    def _revision_for(self, model: str) -> tuple[Scaler, str]:
+    def _revision_for(self, model: str) -> tuple[Scaler, RouterPool]:
         canary = self.canaries.get(model)
         if canary is not None and self._split.random() * 100 < canary.percent:
-            return canary.scaler, canary.router_url
+            return canary.scaler, as_pool(canary.router)
         return self.scalers[model], self.routers[model]
 
     def _model_for(self, body: dict[str, Any]) -> str:

@@ -37,7 +37,7 @@ from aiohttp import web
 from radixfleet.emulator.tokenizer import ensure_tokenizer_dir
 from radixfleet.entry.signals import PREFIX as SIGNALS_PREFIX
 from radixfleet.entry.signals import SignalsRelay
-from radixfleet.fleet.entry import Canary, Gate, RegionEntry
+from radixfleet.fleet.entry import Canary, Gate, RegionEntry, RouterPool
 from radixfleet.fleet.procs import Supervisor, free_port, stop_async
 from radixfleet.fleet.prometheus import (
     PrometheusServer,
@@ -48,7 +48,7 @@ from radixfleet.fleet.prometheus import (
     write_targets,
 )
 from radixfleet.fleet.replicas import EmulatorLauncher, ReplicaSet, ScaleEvent
-from radixfleet.fleet.router import Router, router_command
+from radixfleet.fleet.router import Router, RouterGroup, router_command
 from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.fleet.spec import FleetSpec, ModelSpec, RegionSpec, revision_name
 from radixfleet.profile import resolve_profile
@@ -67,7 +67,7 @@ class Revision:
     """One revision of a model in a region: its own router and replicas."""
 
     name: str
-    router: Router
+    router: RouterGroup
     replicas: ReplicaSet
 
 
@@ -94,7 +94,7 @@ class RegionRuntime:
     entry: RegionEntry | None = None
     entry_url: str = ""
     runner: web.AppRunner | None = None
-    routers: dict[str, Router] = field(default_factory=dict)  # per model: the stable revision's
+    routers: dict[str, RouterGroup] = field(default_factory=dict)  # per model: the stable's
     sets: dict[str, ReplicaSet] = field(default_factory=dict)  # per model: the stable revision's
     canaries: dict[str, Revision] = field(default_factory=dict)
     retiring: list[Revision] = field(default_factory=list)  # draining, then stopped
@@ -209,7 +209,13 @@ class LocalFleet:
         live = [r.wait_live(self._session, timeout_s=60) for r in self._all_routers()]
         await asyncio.gather(*live)
 
-    def _spawn_router(self, region: RegionRuntime, revision: str) -> Router:
+    def _spawn_router(self, region: RegionRuntime, revision: str) -> RouterGroup:
+        members = [
+            self._spawn_one_router(region, revision, index) for index in range(region.spec.routers)
+        ]
+        return RouterGroup(members)
+
+    def _spawn_one_router(self, region: RegionRuntime, revision: str, index: int) -> Router:
         port, metrics_port = free_port(self.host), free_port(self.host)
         argv = router_command(
             host=self.host,
@@ -220,7 +226,7 @@ class LocalFleet:
             health_interval_s=self.spec.router_health_interval_s,
             transport=region.spec.router_workers,
         )
-        name = f"router-{region.spec.name}-{revision}"
+        name = f"router-{region.spec.name}-{revision}" + (f"-{index}" if index else "")
         child = self.supervisor.spawn(name, argv, log_path=self.workdir / "logs" / f"{name}.log")
         return Router(
             url=f"http://{self.host}:{port}",
@@ -238,7 +244,7 @@ class LocalFleet:
             )
 
     def _replica_set(
-        self, region: RegionRuntime, model: ModelSpec, router: Router, *, warm_start: bool
+        self, region: RegionRuntime, model: ModelSpec, router: RouterGroup, *, warm_start: bool
     ) -> ReplicaSet:
         """A reconciling replica set of one revision (the router's), running from now on."""
         assert self._session is not None and self._launcher is not None
@@ -260,7 +266,7 @@ class LocalFleet:
         region.entry = RegionEntry(
             region=region.spec.name,
             scalers=region.sets,
-            routers={name: router.url for name, router in region.routers.items()},
+            routers={name: self._pool(region, group) for name, group in region.routers.items()},
             session=self._session,
             wake_timeout_s=self.spec.wake_timeout_s,
             retry_after_s=self.spec.retry_after_s,
@@ -453,7 +459,7 @@ class LocalFleet:
             self._retire(region, previous)
         region.canaries[model] = Revision(router.revision, router, replica_set)
         entry = self.entry(region_name)
-        entry.canaries[model] = Canary(router.revision, router.url, replica_set)
+        entry.canaries[model] = Canary(router.revision, self._pool(region, router), replica_set)
         self._write_router_targets()
         return router.revision, replica_set
 
@@ -513,7 +519,8 @@ class LocalFleet:
             revision.replicas.scale_to(0)
             await _settle(revision.replicas, 0, timeout_s=STOP_TIMEOUT_S)
             await revision.replicas.close()
-            await stop_async(self.supervisor, revision.router.child, grace_s=3.0)
+            await asyncio.gather(*(stop_async(self.supervisor, member.child, grace_s=3.0)
+                                   for member in revision.router.members))  # fmt: skip
             region.retiring.remove(revision)
             self._write_replica_targets()
             self._write_router_targets()
@@ -551,6 +558,16 @@ class LocalFleet:
                 for region in self.regions.values()
                 for model, router in region.routers.items()
             }
+
+        return self.run(read(), timeout_s=30)
+
+    def router_decisions(self, region: str, model: str) -> list[dict[str, float]]:
+        """The stable revision's cache-aware decisions so far, one dict per router replica."""
+        assert self._session is not None
+        session, group = self._session, self.regions[region].routers[model]
+
+        async def read() -> list[dict[str, float]]:
+            return [await member.decisions(session) for member in group.members]
 
         return self.run(read(), timeout_s=30)
 
@@ -643,17 +660,20 @@ class LocalFleet:
         write_targets(self.router_targets_file, targets)
 
     def _routers_by_model(self) -> Iterator[tuple[str, str, Router]]:
-        """(region, model, router) of every revision's router."""
+        """(region, model, router) of every revision's router replicas."""
         for region in self.regions.values():
-            for model, router in region.routers.items():
-                yield region.spec.name, model, router
+            for model, group in region.routers.items():
+                yield from ((region.spec.name, model, r) for r in group.members)
             for revision in region.side_revisions():
-                yield region.spec.name, revision.replicas.model, revision.router
+                model = revision.replicas.model
+                yield from ((region.spec.name, model, r) for r in revision.router.members)
 
     def _all_routers(self) -> Iterator[Router]:
-        for region in self.regions.values():
-            yield from region.routers.values()
-            yield from (revision.router for revision in region.side_revisions())
+        yield from (router for _, _, router in self._routers_by_model())
+
+    @staticmethod
+    def _pool(region: RegionRuntime, group: RouterGroup) -> RouterPool:
+        return RouterPool(group.urls, spread=region.spec.router_spread)
 
     def _all_sets(self) -> Iterator[ReplicaSet]:
         for region in self.regions.values():

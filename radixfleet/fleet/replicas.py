@@ -24,7 +24,7 @@ import aiohttp
 import yaml
 
 from radixfleet.fleet.procs import Child, Supervisor, free_port, stop_async
-from radixfleet.fleet.router import Router, RouterError
+from radixfleet.fleet.router import RouterError, RouterGroup
 from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.fleet.spec import FleetSpec, ModelSpec, revision_name
 from radixfleet.profile import resolve_profile
@@ -132,7 +132,7 @@ class ReplicaSet:
         *,
         region: str,
         spec: ModelSpec,
-        router: Router,
+        router: RouterGroup,
         launcher: EmulatorLauncher,
         session: aiohttp.ClientSession,
         on_change: Callable[[], None] = lambda: None,

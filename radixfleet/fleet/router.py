@@ -126,8 +126,7 @@ class Router:
         affinity: the least expected wait), ..."""
         url = f"{self.url.rsplit(':', 1)[0]}:{self.prometheus_port}/metrics"
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as answer:
-            text = await answer.text()
-        return {branch: float(value) for branch, value in DECISION_SERIES.findall(text)}
+            return parse_decisions(await answer.text())
 
     async def wait_registered(
         self, session: aiohttp.ClientSession, worker_url: str, *, timeout_s: float
@@ -141,6 +140,80 @@ class Router:
             if asyncio.get_running_loop().time() > deadline:
                 raise RouterError(f"{worker_url} not registered after {timeout_s:.0f} s")
             await asyncio.sleep(0.05)
+
+
+# A worker registered with every member of a group has one id per member, joined by this.
+WORKER_ID_SEPARATOR = ","
+
+
+@dataclass
+class RouterGroup:
+    """One revision's router replicas (one or more smg processes), each with every worker.
+
+    The entry spreads the revision's requests over `urls` (policies/routers/README.md says how);
+    the group registers, waits for and removes a replica on every member alike, so any member
+    can serve any request. Over gRPC each member subscribes to every worker's KV events and
+    holds the same exact index; over HTTP each member guesses on its own tree.
+    """
+
+    members: list[Router]
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            raise ValueError("a router group needs at least one router")
+
+    @property
+    def url(self) -> str:
+        """The group's name where one URL stands for it (the entry's drain count)."""
+        return self.members[0].url
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return tuple(member.url for member in self.members)
+
+    @property
+    def revision(self) -> str:
+        return self.members[0].revision
+
+    @property
+    def transport(self) -> WorkerTransport:
+        return self.members[0].transport
+
+    def worker_url(self, *, host: str, http_port: int, grpc_port: int | None) -> str:
+        """The address every member registers a replica under."""
+        return self.members[0].worker_url(host=host, http_port=http_port, grpc_port=grpc_port)
+
+    async def wait_live(self, session: aiohttp.ClientSession, *, timeout_s: float) -> None:
+        """Return once every member is live; raise RouterError as the first late one does."""
+        await asyncio.gather(*(m.wait_live(session, timeout_s=timeout_s) for m in self.members))
+
+    async def add_worker(self, session: aiohttp.ClientSession, worker_url: str) -> str:
+        """Register `worker_url` with every member; the ids they assigned, as one id."""
+        ids = await asyncio.gather(*(m.add_worker(session, worker_url) for m in self.members))
+        return WORKER_ID_SEPARATOR.join(ids)
+
+    async def remove_worker(self, session: aiohttp.ClientSession, worker_id: str) -> None:
+        """Drop a worker from every member (`worker_id` as `add_worker` returned it)."""
+        ids = worker_id.split(WORKER_ID_SEPARATOR)
+        await asyncio.gather(
+            *(m.remove_worker(session, i) for m, i in zip(self.members, ids, strict=False))
+        )
+
+    async def wait_registered(
+        self, session: aiohttp.ClientSession, worker_url: str, *, timeout_s: float
+    ) -> None:
+        """Return once every member lists `worker_url` as healthy."""
+        await asyncio.gather(
+            *(m.wait_registered(session, worker_url, timeout_s=timeout_s) for m in self.members)
+        )
+
+    async def decisions(self, session: aiohttp.ClientSession) -> dict[str, float]:
+        """smg's cache-aware decisions by branch, summed over the members."""
+        total: dict[str, float] = {}
+        for counts in await asyncio.gather(*(m.decisions(session) for m in self.members)):
+            for branch, count in counts.items():
+                total[branch] = total.get(branch, 0.0) + count
+        return total
 
 
 async def _answers(session: aiohttp.ClientSession, url: str) -> bool:

@@ -19,6 +19,10 @@ RouterPolicy = Literal["cache_aware", "round_robin", "random", "power_of_two", "
 # cache-aware on the index it builds from the replicas' KV events) or HTTP (smg's approximate
 # tree, built from the text it sent where).
 WorkerTransport = Literal["grpc", "http"]
+# How the entry spreads a revision's requests over its router replicas: by a consistent hash of
+# the prompt's opening (requests that share a system prompt meet the same replica's tree), or at
+# random (as a Kubernetes Service would).
+RouterSpread = Literal["prefix", "random"]
 
 
 def revision_name(model: str, generation: int) -> str:
@@ -56,6 +60,8 @@ class RegionSpec(BaseModel):
     models: list[ModelSpec] = Field(min_length=1)
     router_policy: RouterPolicy = "cache_aware"
     router_workers: WorkerTransport = "grpc"
+    routers: int = Field(default=1, ge=1, le=8, description="router replicas per revision")
+    router_spread: RouterSpread = "prefix"
 
     @model_validator(mode="after")
     def _unique_models(self) -> RegionSpec:

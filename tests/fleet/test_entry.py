@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from radixfleet.fleet.entry import Canary, RegionEntry
+from radixfleet.fleet.entry import Canary, RegionEntry, RouterPool
 from radixfleet.fleet.scaler import ReplicaInfo
 
 
@@ -249,5 +249,35 @@ def test_the_canary_gets_its_percent_of_requests_and_all_once_promoted() -> None
                 assert entry.promote("m") is split
                 assert set(await served(20)) == {"canary"}
                 assert entry.in_flight_by_router == {stable: 0, canary: 0}
+
+    asyncio.run(main())
+
+
+def test_a_revisions_requests_spread_over_its_router_replicas_by_prompt() -> None:
+    async def main() -> None:
+        async with (
+            serve(labelled("first")) as first,
+            serve(labelled("second")) as second,
+            aiohttp.ClientSession() as session,
+        ):
+            pool = RouterPool((first, second))
+            entry = RegionEntry(
+                region="test", scalers={"m": FakeScaler("m", ready=1)}, routers={"m": pool},
+                session=session, wake_timeout_s=5, retry_after_s=7,
+            )  # fmt: skip
+            async with serve(entry.app) as url:
+
+                async def served(prompt: str) -> str:
+                    _, text, _ = await post(session, url, {"model": "m", "prompt": prompt})
+                    return str(json.loads(text)["revision"])
+
+                def system(t: int) -> str:  # longer than the opening the entry hashes
+                    return f"You are the assistant of tenant {t}. " * 40
+
+                tenants = [[await served(system(t) + f"Question {q}") for q in range(3)]
+                           for t in range(12)]  # fmt: skip
+                assert all(len(set(answers)) == 1 for answers in tenants)  # one router each
+                assert {answers[0] for answers in tenants} == {"first", "second"}
+                assert entry.in_flight_by_router == {first: 0}  # counted under the pool's key
 
     asyncio.run(main())

@@ -1,8 +1,9 @@
 """The local fleet end to end: emulator processes behind the real SGLang gateway, smg 1.13.0.
 
-One fleet for the module, two regions side by side: "cache-aware" (router policy cache_aware)
-and "round-robin" (round_robin), each with two replicas of model "m" whose KV cache holds about
-half of the workload's prefixes; "cache-aware" also serves "cold", at zero replicas. Nothing
+One fleet for the module, three regions side by side: "cache-aware" (router policy cache_aware),
+"round-robin" (round_robin) and "two-routers" (cache_aware on two router replicas, requests
+spread at random), each with two replicas of model "m" whose KV cache holds about half of the
+workload's prefixes; "cache-aware" also serves "cold", at zero replicas. Nothing
 the fleet started may outlive it.
 """
 
@@ -42,6 +43,7 @@ def spec() -> FleetSpec:
         regions=[
             RegionSpec(name="cache-aware", router_policy="cache_aware", models=[warm, cold]),
             RegionSpec(name="round-robin", router_policy="round_robin", models=[warm]),
+            RegionSpec(name="two-routers", routers=2, router_spread="random", models=[warm]),
         ],
         cold_start_s=1.0,
     )
@@ -71,6 +73,28 @@ def test_cache_aware_routing_beats_round_robin_on_prefix_hits(
         assert summary.failed == 0
         hit_rates[region] = summary.prefix_cache_hit_rate or 0.0
     assert hit_rates["cache-aware"] > hit_rates["round-robin"] + HIT_RATE_MARGIN, hit_rates
+
+
+def test_router_replicas_each_route_on_the_same_exact_index(
+    fleet: LocalFleet, tokenizer: EmulatorTokenizer
+) -> None:
+    # Fresh prefixes (another salt), through one router and through two at random: over gRPC
+    # each router replica follows every replica's KV events, so spreading loses no hits.
+    synth = PromptSynth(tokenizer, salt=1)
+    requests = shared_prefix_workload(WORKLOAD)
+    hit_rates = {}
+    for region in ("cache-aware", "two-routers"):
+        items = [
+            WorkItem(r.at, region, "m", synth.prompt(r, index=i), r.output_tokens)
+            for i, r in enumerate(requests)
+        ]
+        summary = summarise(asyncio.run(Replayer(entries=fleet.entry_urls()).run(items)))
+        assert summary.failed == 0
+        hit_rates[region] = summary.prefix_cache_hit_rate or 0.0
+    assert hit_rates["two-routers"] > hit_rates["cache-aware"] - HIT_RATE_MARGIN, hit_rates
+    members = fleet.router_decisions("two-routers", "m")
+    assert len(members) == 2
+    assert all(d.get("event_hit", 0) > 0 for d in members), members  # both used, both exact
 
 
 def test_requests_to_a_model_at_zero_replicas_all_succeed(fleet: LocalFleet) -> None:
