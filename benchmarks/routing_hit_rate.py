@@ -2,31 +2,45 @@
 
 One local fleet per request rate (`radixfleet.fleet`), with a region per arm that differs only in
 how its smg 1.13.0 gateway routes, each with the same emulated SGLang replicas (real H100 step
-times) whose KV cache may hold less than the workload's prefixes, as a busy replica's does:
+times, or a stated fraction of them) whose KV cache may hold less than the workload's prefixes:
 
 - `round_robin`: the baseline, over HTTP;
 - `approximate`: `cache_aware` over HTTP, on the tree smg builds from the text it sent where;
 - `event`: `cache_aware` over SGLang's gRPC protocol, on the index smg builds from the replicas'
-  own KV-cache events (`--kv-index positional`, smg's defaults otherwise: its warm-up slice on).
+  own KV-cache events (`--kv-index positional`, smg's defaults otherwise: its warm-up slice on);
+- with `--router-replicas N`, the same policies on N router replicas per model, the entry
+  spreading requests over them at random (as a Kubernetes Service would) or by a consistent
+  hash of the prompt's opening (`radixfleet.fleet.entry.RouterPool`): `event_xN_random`,
+  `approximate_xN_random`, `approximate_xN_prefix`.
 
-The same seeded workload is replayed through each arm's region entry in turn: a shared-prefix
-workload (SGLang's benchmark shape by default: a few long system prompts, many short questions
-behind each, in random order, Poisson arrivals; `--groups 150 --prefix-tokens 6000 --replicas 8`
-gives llm-d's multi-tenant shape). The hit rate is cached prompt tokens over prompt tokens, as
-the replicas reported them in each answer's usage; the oracle is what one unlimited radix cache
-would hit on the same token ids (16-token pages), which no routing can beat. The working set
-(every prefix once) is reported against the fleet's KV budget, so a policy short of the oracle
-is either routing badly or out of memory.
+Scenarios (`--scenario`), each replayed through every arm in turn with the same seeded requests:
 
-The twin replays the very same requests on its model of each arm (`round_robin`,
-`smg_cache_aware_http`, `smg_cache_aware`; the median of three seeds), side by side.
+- `shared-prefix`: SGLang's benchmark shape (a few long system prompts, many short questions
+  behind each, random order, Poisson arrivals), 4 replicas whose KV holds the working set only
+  together;
+- `multi-tenant`: llm-d's shape, 150 tenants x a 6k-token context, 8 replicas, rising rates until
+  the fleet saturates; the replicas step at 1/4 of H100 speed (`time_scale` 4) so that two CPU
+  cores can drive them to saturation: the H100-equivalent rate is 4x, its TTFT a quarter;
+- `mooncake`: whole sessions of Mooncake's public conversation trace (prompts of 12k tokens on
+  average sharing a common head and their conversation's earlier turns, bursty arrivals),
+  8 replicas; answers capped at 64 tokens so that the emulators' decode loops do not compete
+  with the routers for the two cores.
 
-Writes `routing_hit_rate.json` (per rate and arm: hit rate, its share of the oracle, the twin's
-hit rate, TTFT p50/p95/p99, throughput, smg's decisions; the settings, seed and machine) and
-`routing_hit_rate.png`. For reference, SGLang's v0.4 blog measured 75% vs 20% cache hits on 8
-A100s (DP8) with a shared-prefix workload.
+The hit rate is cached prompt tokens over prompt tokens, as the replicas reported them in each
+answer's usage; the oracle is what one unlimited radix cache would hit on the same token ids
+(16-token pages), which no routing can beat. The working set (every distinct block once) is
+reported against the fleet's KV budget, so a policy short of the oracle is either routing badly
+or out of memory. The twin replays the very same requests on its model of the single-router
+arms (`round_robin`, `smg_cache_aware_http`, `smg_cache_aware`; the median of three seeds).
 
-    uv run python benchmarks/routing_hit_rate.py [--rates 8 16] [--replicas 4] [--out DIR]
+Writes `routing_hit_rate[_<scenario>].json` (per rate and arm: hit rate, its share of the oracle,
+the twin's hit rate, TTFT p50/p90/p95/p99, throughput, smg's decisions; the settings, seed and
+machine) and the matching `.png`. For reference, SGLang's v0.4 blog measured 75% vs 20% cache
+hits on 8 A100s (DP8) with a shared-prefix workload; llm-d reports P90 TTFT 0.54 s vs 31 s for
+approximate routing on its multi-tenant shape.
+
+    uv run python benchmarks/routing_hit_rate.py [--scenario shared-prefix] [--rates 8 16]
+        [--router-replicas 3] [--out DIR]
 """
 
 from __future__ import annotations
@@ -37,7 +51,8 @@ import json
 import statistics
 import tempfile
 import time
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,43 +60,109 @@ from matplotlib.figure import Figure
 
 from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
-from radixfleet.fleet.spec import RouterPolicy, WorkerTransport
+from radixfleet.fleet.spec import RouterPolicy, RouterSpread, WorkerTransport
 from radixfleet.machine import describe_machine
+from radixfleet.profile import ReplicaProfile
 from radixfleet.twin.replay import fixed_fleet_hit_rates
 from radixfleet.workload.prompts import PromptSynth
-from radixfleet.workload.records import WorkItem
+from radixfleet.workload.records import RequestResult, WorkItem
 from radixfleet.workload.replay import Replayer
-from radixfleet.workload.stats import summarise
+from radixfleet.workload.stats import percentile, summarise
 from radixfleet.workload.synthetic import SharedPrefixSpec, shared_prefix_workload
+from radixfleet.workload.traces import (
+    TraceRequest,
+    compress,
+    iter_blocks,
+    read_mooncake,
+    sample_sessions,
+)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+MOONCAKE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake-conversation.jsonl"
 MODEL = "llama-3-1-8b"
 PAGE_TOKENS = 16  # the emulator's cache page, and smg's block size for its event index
-ARMS: dict[str, tuple[RouterPolicy, WorkerTransport]] = {
-    "round_robin": ("round_robin", "http"),
-    "approximate": ("cache_aware", "http"),
-    "event": ("cache_aware", "grpc"),
-}
-# The twin's model of each arm (radixfleet/twin/routing.py), run on the very same requests.
-TWIN_ROUTING = {
-    "round_robin": "round_robin",
-    "approximate": "smg_cache_aware_http",
-    "event": "smg_cache_aware",
-}
 TWIN_SEEDS = 3  # which idle replica takes a miss is a coin toss: the median of a few
-COLORS = {"round_robin": "#e45756", "approximate": "#f58518", "event": "#4c78a8"}
 
 
-def fleet_spec(*, replicas: int, kv_tokens: int) -> FleetSpec:
+@dataclass(frozen=True)
+class Arm:
+    """One way to route: smg's policy, how it reaches the replicas, how many smg replicas."""
+
+    policy: RouterPolicy
+    workers: WorkerTransport
+    twin: str | None = None  # the twin's model of it (radixfleet/twin/routing.py), if any
+    routers: int = 1
+    spread: RouterSpread = "prefix"
+    color: str = "#888"
+
+
+BASE_ARMS = {
+    "round_robin": Arm("round_robin", "http", twin="round_robin", color="#e45756"),
+    "approximate": Arm("cache_aware", "http", twin="smg_cache_aware_http", color="#f58518"),
+    "event": Arm("cache_aware", "grpc", twin="smg_cache_aware", color="#4c78a8"),
+}
+
+
+def router_replica_arms(count: int) -> dict[str, Arm]:
+    """The cache-aware arms again on `count` router replicas per model."""
+    return {
+        f"event_x{count}_random": Arm("cache_aware", "grpc", routers=count, spread="random",
+                                      color="#72b7b2"),
+        f"approximate_x{count}_random": Arm("cache_aware", "http", routers=count,
+                                            spread="random", color="#eeca3b"),
+        f"approximate_x{count}_prefix": Arm("cache_aware", "http", routers=count,
+                                            spread="prefix", color="#b279a2"),
+    }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A workload and the fleet it runs on; `rates` unless the command line gives others."""
+
+    replicas: int
+    kv_tokens: int | None  # per replica; None keeps the profile's (420,000 for the 8B on H100)
+    rates: tuple[float, ...]
+    time_scale: float = 1.0  # replicas step this many times slower than an H100
+    output_cap: int | None = None
+
+
+SCENARIOS = {
+    # The working set (48 x 4,096 tokens) fits the fleet's KV (4 x 64,000) but not one replica.
+    "shared-prefix": Scenario(replicas=4, kv_tokens=64_000, rates=(8.0, 16.0)),
+    "multi-tenant": Scenario(replicas=8, kv_tokens=None, rates=(5.0, 10.0, 20.0, 40.0),
+                             time_scale=4.0),
+    "mooncake": Scenario(replicas=8, kv_tokens=None, rates=(4.0, 8.0, 16.0), output_cap=64),
+}  # fmt: skip
+
+
+def workload(name: str, args: argparse.Namespace, rate: float) -> list[TraceRequest]:
+    """The scenario's requests arriving at `rate` per second, Mooncake's 512-token blocks."""
+    if name == "mooncake":
+        cap = SCENARIOS[name].output_cap or 1 << 30
+        sessions = sample_sessions(read_mooncake(MOONCAKE), count=args.requests, seed=args.seed)
+        capped = [replace(r, output_tokens=min(r.output_tokens, cap)) for r in sessions]
+        return compress(capped, rate=rate)
+    groups, prefix = (150, 6000) if name == "multi-tenant" else (48, 4096)
+    spec = SharedPrefixSpec(
+        groups=groups, requests_per_group=args.per_group, prefix_tokens=prefix,
+        question_tokens=64, output_tokens=8, rate=rate, seed=args.seed, block_tokens=512,
+    )  # fmt: skip
+    return shared_prefix_workload(spec)
+
+
+def fleet_spec(arms: dict[str, Arm], scenario: Scenario) -> FleetSpec:
+    overrides = {} if scenario.kv_tokens is None else {"kv_capacity_tokens": scenario.kv_tokens}
     model = ModelSpec(
-        name=MODEL, replicas=replicas, max_replicas=replicas,
-        profile_overrides={"kv_capacity_tokens": kv_tokens},
+        name=MODEL, replicas=scenario.replicas, max_replicas=scenario.replicas,
+        profile_overrides=overrides,
     )  # fmt: skip
     regions = [
-        RegionSpec(name=arm, router_policy=policy, router_workers=workers, models=[model])
-        for arm, (policy, workers) in ARMS.items()
-    ]
-    return FleetSpec(regions=regions)
+        RegionSpec(name=name.replace("_", "-"), router_policy=arm.policy,
+                   router_workers=arm.workers, routers=arm.routers, router_spread=arm.spread,
+                   models=[model])
+        for name, arm in arms.items()
+    ]  # fmt: skip
+    return FleetSpec(regions=regions, time_scale=scenario.time_scale)
 
 
 def oracle_hit_rate(prompts: list[str], tokenizer: EmulatorTokenizer) -> float:
@@ -103,77 +184,104 @@ def oracle_hit_rate(prompts: list[str], tokenizer: EmulatorTokenizer) -> float:
     return hit / total if total else 0.0
 
 
+def working_set_tokens(requests: Sequence[TraceRequest]) -> int:
+    """Tokens of every distinct block once: what the fleet must hold to miss nothing twice."""
+    blocks: dict[int, int] = {}
+    for request in requests:
+        for block, length in iter_blocks(request):
+            blocks[block] = max(blocks.get(block, 0), length)
+    return sum(blocks.values())
+
+
 def run_rate(
-    args: argparse.Namespace, rate: float, prompts: list[str], requests: list[Any]
+    arms: dict[str, Arm], scenario: Scenario, requests: list[TraceRequest], prompts: list[str]
 ) -> dict[str, Any]:
-    """A fresh fleet (cold caches), the workload through every arm in turn."""
+    """A fresh fleet (cold caches), the requests through every arm in turn."""
     out: dict[str, Any] = {}
-    with LocalFleet(fleet_spec(replicas=args.replicas, kv_tokens=args.kv_tokens)) as fleet:
-        for arm in ARMS:
+    with LocalFleet(fleet_spec(arms, scenario)) as fleet:
+        for name in arms:
+            region = name.replace("_", "-")
             items = [
-                WorkItem(r.at * args.rates[0] / rate, arm, MODEL, prompt, r.output_tokens)
+                WorkItem(r.at, region, MODEL, prompt, r.output_tokens)
                 for r, prompt in zip(requests, prompts, strict=True)
             ]
-            outcome = asyncio.run(Replayer(entries=fleet.entry_urls()).run(items))
-            out[arm] = summarise(outcome).to_dict()
-        decisions = fleet.routing_decisions()
-    for arm in ARMS:
-        out[arm]["smg_decisions"] = decisions[f"{arm}/{MODEL}"]
+            outcome = asyncio.run(Replayer(entries=fleet.entry_urls(), timeout_s=600).run(items))
+            out[name] = {**summarise(outcome).to_dict(), "ttft_p90_s": _p90(outcome)}
+            out[name]["smg_decisions"] = fleet.routing_decisions()[f"{region}/{MODEL}"]
     return out
 
 
-def twin_rate(args: argparse.Namespace, rate: float, requests: list[Any]) -> dict[str, float]:
-    """The twin's hit rate per arm on the same requests at `rate` (median over seeds)."""
-    scaled = [replace(r, at=r.at * args.rates[0] / rate) for r in requests]
+def _p90(outcome: list[RequestResult]) -> float | None:
+    ttfts = [t for r in outcome if r.ok and (t := r.ttft) is not None]
+    return round(percentile(ttfts, 90), 4) if ttfts else None
+
+
+def twin_rate(
+    arms: dict[str, Arm], scenario: Scenario, requests: list[TraceRequest]
+) -> dict[str, float]:
+    """The twin's hit rate per single-router arm on the same requests (median over seeds),
+    at H100 speed: a fleet `time_scale` times slower is the same fleet at that many times
+    the rate."""
+    routing = {name: arm.twin for name, arm in arms.items() if arm.twin is not None}
+    scaled = [replace(r, at=r.at / scenario.time_scale) for r in requests]
+    kv = scenario.kv_tokens or ReplicaProfile().kv_capacity_tokens
     runs = []
     for seed in range(TWIN_SEEDS):
         with tempfile.TemporaryDirectory() as work:
             run = fixed_fleet_hit_rates(
-                scaled, routing=TWIN_ROUTING, replicas=args.replicas,
-                kv_tokens=args.kv_tokens, workdir=Path(work), seed=seed,
+                scaled, routing=routing, replicas=scenario.replicas, kv_tokens=kv,
+                workdir=Path(work), seed=seed,
             )  # fmt: skip
             runs.append(run)
-    return {arm: round(statistics.median(run[arm] for run in runs), 4) for arm in ARMS}
+    return {name: round(statistics.median(run[name] for run in runs), 4) for name in routing}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    workload = SharedPrefixSpec(
-        groups=args.groups,
-        requests_per_group=args.per_group,
-        prefix_tokens=args.prefix_tokens,
-        question_tokens=64,
-        output_tokens=8,
-        rate=args.rates[0],
-        seed=args.seed,
-        block_tokens=512,  # Mooncake's, so the twin replays the same block ids
-    )
-    requests = shared_prefix_workload(workload)
+    scenario = SCENARIOS[args.scenario]
+    scenario = replace(scenario, rates=tuple(args.rates or scenario.rates))
+    arms = dict(BASE_ARMS)
+    if args.router_replicas > 1:
+        arms |= router_replica_arms(args.router_replicas)
     tokenizer = load_tokenizer()
     synth = PromptSynth(tokenizer)
-    prompts = [synth.prompt(r, index=i) for i, r in enumerate(requests)]
+    first = workload(args.scenario, args, scenario.rates[0])
+    prompts = [synth.prompt(r, index=i) for i, r in enumerate(first)]
     oracle = oracle_hit_rate(prompts, tokenizer)
-    per_rate = {str(rate): run_rate(args, rate, prompts, requests) for rate in args.rates}
-    twin = {str(rate): twin_rate(args, rate, requests) for rate in args.rates}
+    per_rate, twin = {}, {}
+    for rate in scenario.rates:
+        requests = [replace(r, at=r.at * scenario.rates[0] / rate) for r in first]
+        per_rate[f"{rate:g}"] = run_rate(arms, scenario, requests, prompts)
+        twin[f"{rate:g}"] = twin_rate(arms, scenario, requests)
+    kv = scenario.kv_tokens or ReplicaProfile().kv_capacity_tokens
     return {
         "benchmark": "routing_hit_rate",
+        "scenario": args.scenario,
         "oracle_hit_rate": round(oracle, 4),
         "hit_rate": {
-            rate: {arm: _rounded(r[arm]["prefix_cache_hit_rate"]) for arm in ARMS}
+            rate: {arm: _rounded(r[arm]["prefix_cache_hit_rate"]) for arm in arms}
             for rate, r in per_rate.items()
         },
         "share_of_oracle": {
-            rate: {arm: _share(r[arm]["prefix_cache_hit_rate"], oracle) for arm in ARMS}
+            rate: {arm: _share(r[arm]["prefix_cache_hit_rate"], oracle) for arm in arms}
             for rate, r in per_rate.items()
+        },
+        "ttft_p90_s": {
+            rate: {arm: r[arm]["ttft_p90_s"] for arm in arms} for rate, r in per_rate.items()
         },
         "twin_hit_rate": twin,
         "results": per_rate,
         "settings": {
-            "rates": args.rates,
-            "replicas_per_arm": args.replicas,
-            "kv_capacity_tokens_per_replica": args.kv_tokens,
-            "fleet_kv_tokens_per_arm": args.replicas * args.kv_tokens,
-            "working_set_tokens": args.groups * args.prefix_tokens,
-            "workload": vars(workload),
+            "rates": list(scenario.rates),
+            "h100_equivalent_rates": [rate * scenario.time_scale for rate in scenario.rates],
+            "time_scale": scenario.time_scale,
+            "arms": {name: vars(arm) for name, arm in arms.items()},
+            "replicas_per_arm": scenario.replicas,
+            "kv_capacity_tokens_per_replica": kv,
+            "fleet_kv_tokens_per_arm": scenario.replicas * kv,
+            "working_set_tokens": working_set_tokens(first),
+            "requests": len(first),
+            "prompt_tokens": sum(r.input_tokens for r in first),
+            "output_cap": scenario.output_cap,
             "router": "smg 1.13.0 (PyPI), defaults but the policy; HTTP or gRPC workers",
             "seed": args.seed,
         },
@@ -190,31 +298,36 @@ def _share(value: float | None, oracle: float) -> float | None:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    fig = Figure(figsize=(9, 3.4), dpi=100)
+    arms = result["settings"]["arms"]
+    fig = Figure(figsize=(10, 3.6), dpi=100)
     hits, ttft = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     rates = list(result["hit_rate"])
-    width = 0.8 / len(ARMS)
-    for offset, arm in enumerate(ARMS):
-        xs = [i + (offset - 1) * width for i in range(len(rates))]
-        hits.bar(xs, [(result["hit_rate"][r][arm] or 0) * 100 for r in rates], width,
-                 label=arm, color=COLORS[arm])  # fmt: skip
-        twin = [result["twin_hit_rate"][r][arm] * 100 for r in rates]
-        hits.scatter(xs, twin, marker="x", color="#222", zorder=3,
-                     label="twin" if offset == 0 else None)  # fmt: skip
-        p95 = [result["results"][r][arm]["ttft_s"]["p95"] or 0 for r in rates]
-        ttft.plot(rates, [v * 1000 for v in p95], marker="o", label=arm, color=COLORS[arm])
+    width = 0.8 / len(arms)
+    for offset, (name, arm) in enumerate(arms.items()):
+        xs = [i + (offset - (len(arms) - 1) / 2) * width for i in range(len(rates))]
+        shares = [(result["hit_rate"][r][name] or 0) * 100 for r in rates]
+        hits.bar(xs, shares, width, label=name, color=arm["color"])
+        if arm["twin"] is not None:
+            twin = [result["twin_hit_rate"][r][name] * 100 for r in rates]
+            hits.scatter(xs, twin, marker="x", color="#222", zorder=3,
+                         label="twin" if offset == 0 else None)  # fmt: skip
+        p90 = [result["ttft_p90_s"][r][name] or 0 for r in rates]
+        ttft.plot([float(r) for r in rates], [v * 1000 for v in p90], marker="o", label=name,
+                  color=arm["color"])  # fmt: skip
     hits.axhline(result["oracle_hit_rate"] * 100, color="#222", ls="--", label="oracle")
     hits.set_xticks(range(len(rates)), [f"{r} req/s" for r in rates])
     hits.set_ylabel("prefix cache hit rate (%)")
     hits.set_ylim(0, 100)
-    hits.legend(fontsize=7)
+    hits.legend(fontsize=6)
     ttft.set_xlabel("requests / s")
-    ttft.set_ylabel("TTFT p95 (ms)")
-    ttft.legend(fontsize=7)
+    ttft.set_ylabel("TTFT p90 (ms)")
+    ttft.set_yscale("log")
+    ttft.legend(fontsize=6)
     settings = result["settings"]
     working, budget = settings["working_set_tokens"], settings["fleet_kv_tokens_per_arm"]
     fig.suptitle(
-        f"{settings['replicas_per_arm']} replicas per arm; working set {working:,} tokens, "
+        f"{result['scenario']}: {settings['replicas_per_arm']} replicas per arm "
+        f"(time scale {settings['time_scale']:g}); working set {working:,} tokens, "
         f"fleet KV {budget:,}",
         fontsize=9,
     )
@@ -224,13 +337,16 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rates", type=float, nargs="+", default=[8.0, 16.0])
-    parser.add_argument("--replicas", type=int, default=4, help="replicas per arm")
-    parser.add_argument("--groups", type=int, default=48, help="shared prefixes (tenants)")
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="shared-prefix")
+    parser.add_argument("--rates", type=float, nargs="+", help="the scenario's by default")
+    parser.add_argument(
+        "--router-replicas",
+        type=int,
+        default=1,
+        help="also run the cache-aware arms on this many router replicas",
+    )
     parser.add_argument("--per-group", type=int, default=6, help="requests per prefix")
-    parser.add_argument("--prefix-tokens", type=int, default=4096)
-    # The working set (48 x 4,096 tokens) fits the fleet's KV (4 x 64,000) but not one replica.
-    parser.add_argument("--kv-tokens", type=int, default=64_000, help="KV cache per replica")
+    parser.add_argument("--requests", type=int, default=300, help="Mooncake: at least so many")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
@@ -238,9 +354,10 @@ def main() -> None:
     result = run(args)
     result["seconds"] = round(time.monotonic() - started, 1)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "routing_hit_rate.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(result, args.out / "routing_hit_rate.png")
-    keys = ("oracle_hit_rate", "hit_rate", "twin_hit_rate", "share_of_oracle")
+    suffix = "" if args.scenario == "shared-prefix" else "_" + args.scenario.replace("-", "_")
+    (args.out / f"routing_hit_rate{suffix}.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, args.out / f"routing_hit_rate{suffix}.png")
+    keys = ("oracle_hit_rate", "hit_rate", "twin_hit_rate", "share_of_oracle", "ttft_p90_s")
     print(json.dumps({k: result[k] for k in keys}))
 
 

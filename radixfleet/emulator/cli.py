@@ -54,6 +54,10 @@ def emulate(
         int | None,
         typer.Option(help="Also serve SGLang's gRPC protocol (smg-grpc-proto) on this port."),
     ] = None,
+    lora_adapter: Annotated[
+        list[str] | None,
+        typer.Option(help="A LoRA adapter requests may name (repeat for several)."),
+    ] = None,
 ) -> None:
     """Run one emulated SGLang replica (sglang 0.5.23's HTTP interface) until interrupted."""
     try:
@@ -77,6 +81,7 @@ def emulate(
         cache_dir=cache_dir,
         seed=seed,
         grpc_port=grpc_port,
+        lora_adapters=tuple(lora_adapter or ()),
     )
     serve(config)
 

@@ -251,6 +251,8 @@ def _generate_body(request: pb.GenerateRequest) -> dict[str, Any]:
     }
     if request.request_id:
         body["rid"] = request.request_id
+    if request.lora_id:
+        body["lora_path"] = request.lora_id  # the adapter's name, as smg passes it
     return body
 
 

@@ -10,7 +10,11 @@ says nothing. Events of one scheduler step go out as one `KvEventBatch`, numbere
 
 smg builds its event-driven prefix index from these events: it hashes each page's `token_ids`
 itself and uses `block_hash` only to find a page's parent and to remove it, so the hashes need to
-be consistent, not secret. A subscriber that asks to resume from a sequence number still in the
+be consistent, not secret. A page cached under a namespace (a LoRA adapter, a cache salt) says
+so in its event (`lora_name`, `cache_salt`), and its chain starts from the namespace's own seed
+(for a salt, SHA-256 of "sglang-cache-salt-v1", a zero byte and the salt, as sglang's events
+seed it; for an adapter, the same under "radixfleet-lora-v1"), so equal tokens in two
+namespaces never share a hash. A subscriber that asks to resume from a sequence number still in the
 history gets the batches after it; one that starts at 0, or whose cursor is too old, gets the
 cache as it is now (a snapshot: a `cleared`, then every cached page, parents first) and then the
 live batches, with no gap and no duplicate. A subscriber that falls `QUEUE_BATCHES` behind is cut
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 
 from smg_grpc_proto.generated import common_pb2 as pb
 
+from radixfleet.emulator.protocol import CacheNamespace, NamespacedPage
 from radixfleet.replica import ReplicaModel
 from radixfleet.replica.radix import Node
 
@@ -85,13 +90,13 @@ class KvEventLog:
 
     def stored(self, node: Node) -> None:
         """One `stored` event per page of a new run, chained from its parent's last page."""
-        prior = self._last_digest(node.parent)
+        prior, parent = self._chain_start(node)
         digests = []
         for page in node.key:
             digest = page_hash(_tokens(page), prior=prior)
-            self._queue(pb.KvCacheEvent(stored=_stored(page, digest, prior)))
+            self._queue(pb.KvCacheEvent(stored=_stored(page, digest, parent)))
             digests.append(digest)
-            prior = digest
+            prior = parent = digest
         self._digests[node] = digests
 
     def split(self, head: Node, tail: Node) -> None:
@@ -113,10 +118,13 @@ class KvEventLog:
         self._digests.clear()
         self._queue(pb.KvCacheEvent(cleared=pb.KvCacheCleared()))
 
-    def _last_digest(self, node: Node | None) -> bytes | None:
-        if node is None or node is self.model.cache.root:
-            return None
-        return self._digests[node][-1]
+    def _chain_start(self, node: Node) -> tuple[bytes | None, bytes | None]:
+        """What `node`'s first page chains from, and its parent page's digest: under the root,
+        its namespace's seed (None for the base model) and no parent."""
+        if node.parent is None or node.parent is self.model.cache.root:
+            return namespace_seed(node.key[0]), None
+        last = self._digests[node.parent][-1]
+        return last, last
 
     def _queue(self, event: pb.KvCacheEvent) -> None:
         self._event_ids += 1
@@ -181,10 +189,10 @@ class KvEventLog:
         `KvSnapshotChunk` batches numbered up to the current sequence (none for a fresh log)."""
         events = [pb.KvCacheEvent(cleared=pb.KvCacheCleared())]
         for node in self.model.cache.runs():
-            prior = self._last_digest(node.parent)
+            _, parent = self._chain_start(node)
             for page, digest in zip(node.key, self._digests[node], strict=True):
-                events.append(pb.KvCacheEvent(stored=_stored(page, digest, prior)))
-                prior = digest
+                events.append(pb.KvCacheEvent(stored=_stored(page, digest, parent)))
+                parent = digest
         if self.sequence == 0:
             return []  # nothing was ever published: the subscriber starts with the first batch
         # The chunks reuse the sequence numbers up to now, so there can be no more of them.
@@ -201,7 +209,21 @@ class KvEventLog:
         ]  # fmt: skip
 
 
-def _stored(page: Hashable, digest: bytes, prior: bytes | None) -> pb.KvBlocksStored:
+def namespace_seed(page: Hashable) -> bytes | None:
+    """Where a run under the root starts its chain: nothing for the base model, else its
+    namespace's seed."""
+    namespace = _namespace(page)
+    if namespace is None:
+        return None
+    hasher = hashlib.sha256()
+    if namespace.salt is not None:
+        hasher.update(b"sglang-cache-salt-v1\0" + namespace.salt.encode())
+    if namespace.lora is not None:
+        hasher.update(b"radixfleet-lora-v1\0" + namespace.lora.encode())
+    return hasher.digest()
+
+
+def _stored(page: Hashable, digest: bytes, parent: bytes | None) -> pb.KvBlocksStored:
     tokens = _tokens(page)
     stored = pb.KvBlocksStored(
         blocks=[pb.KvBlock(block_hash=as_int64(digest), token_ids=tokens, block_size=len(tokens))],
@@ -209,12 +231,23 @@ def _stored(page: Hashable, digest: bytes, prior: bytes | None) -> pb.KvBlocksSt
         medium="GPU",
         locality=pb.KV_CACHE_LOCALITY_LOCAL,
     )
-    if prior is not None:
-        stored.parent_block_hash = as_int64(prior)
+    if parent is not None:
+        stored.parent_block_hash = as_int64(parent)
+    namespace = _namespace(page)
+    if namespace is not None and namespace.lora is not None:
+        stored.lora_name = namespace.lora
+    if namespace is not None and namespace.salt is not None:
+        stored.cache_salt = namespace.salt
     return stored
 
 
+def _namespace(page: Hashable) -> CacheNamespace | None:
+    return page.namespace if isinstance(page, NamespacedPage) else None
+
+
 def _tokens(page: Hashable) -> list[int]:
+    if isinstance(page, NamespacedPage):
+        return list(page.tokens)
     if not isinstance(page, tuple):
         raise TypeError(f"an emulator page is a tuple of token ids, not {type(page).__name__}")
     return list(page)

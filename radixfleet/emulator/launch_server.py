@@ -22,6 +22,7 @@ probes, metrics and fault hooks stay where they were.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -64,7 +65,23 @@ def config_from(args: Sequence[str], environ: Mapping[str, str]) -> EmulatorConf
         schedule_policy=SchedulePolicy(_one(flags, "schedule_policy") or "fcfs"),
         cache_dir=None,
         grpc_port=_grpc_port(flags, port=port),
+        lora_adapters=tuple(lora_name(spec) for spec in flags.get("lora_paths", [])),
     )
+
+
+def lora_name(spec: str) -> str:
+    """The adapter name of one `--lora-paths` entry: `NAME=PATH`, a JSON object with
+    `lora_name`, or a bare path (named by the path, as SGLang names it)."""
+    if spec.lstrip().startswith("{"):
+        try:
+            name = json.loads(spec).get("lora_name")
+        except (json.JSONDecodeError, AttributeError):
+            name = None
+        if not isinstance(name, str) or not name:
+            raise LaunchError(f"--lora-paths: {spec!r} is not a JSON object with a lora_name")
+        return name
+    name, equals, _path = spec.partition("=")
+    return name if equals else spec
 
 
 def _grpc_port(flags: Mapping[str, list[str]], *, port: int) -> int | None:

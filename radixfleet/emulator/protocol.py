@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,8 @@ from radixfleet.profile import MAX_CONTEXT_TOKENS
 #: Defaults of SGLang's request types.
 GENERATE_MAX_NEW_TOKENS = 128
 COMPLETION_MAX_TOKENS = 16
+#: Longest LoRA adapter name or cache salt a request may give.
+MAX_NAMESPACE_CHARS = 256
 #: Bounds of the "natural" answer length when a request does not force one (EOS not ignored).
 NATURAL_MIN, NATURAL_SPAN = 16, 240
 
@@ -55,6 +57,28 @@ class ApiError(Exception):
         }
 
 
+@dataclass(frozen=True, slots=True)
+class CacheNamespace:
+    """What a request's cache entries are keyed by besides its tokens.
+
+    SGLang keeps the prefixes of each LoRA adapter and each cache salt apart: a request reuses
+    only KV computed under the same adapter and salt (the same tokens under another adapter are
+    other activations; a salt keeps one tenant's prompts from revealing another's by timing).
+    """
+
+    lora: str | None = None
+    salt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NamespacedPage:
+    """A cache page of a request with a namespace: equal only to the same tokens in the same
+    namespace, so the radix tree gives each namespace a subtree of its own."""
+
+    namespace: CacheNamespace
+    tokens: tuple[int, ...]
+
+
 @dataclass(slots=True)
 class Job:
     """One generation as the server runs it: the prompt in tokens and the answer to give."""
@@ -69,6 +93,7 @@ class Job:
     include_usage: bool = False
     rid: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
+    namespace: CacheNamespace | None = None  # None: the base model, no salt
 
 
 # -- parsing -----------------------------------------------------------------------------------
@@ -148,14 +173,17 @@ def parse_generate(body: dict[str, Any], tokenizer: EmulatorTokenizer) -> Job:
     stream, _ = _stream_flags(body)
     job = Job(kind="generate", model="", prompt_ids=prompt_ids, max_new_tokens=max_new)
     job.stream = stream
+    job.namespace = parse_namespace(body)
     if isinstance(body.get("rid"), str):
         job.rid = body["rid"]
     _decide_answer(job, tokenizer, ignore_eos=bool(params.get("ignore_eos", False)))
     return job
 
 
-def parse_completion(body: dict[str, Any], tokenizer: EmulatorTokenizer, *, model: str) -> Job:
-    """OpenAI /v1/completions."""
+def parse_completion(
+    body: dict[str, Any], tokenizer: EmulatorTokenizer, *, model: str, adapter: str | None = None
+) -> Job:
+    """OpenAI /v1/completions; `adapter` is the LoRA adapter the model name chose."""
     _check_sampling(body)
     if body.get("prompt") is None:
         raise ApiError(400, "Field 'prompt' is required.")
@@ -163,12 +191,18 @@ def parse_completion(body: dict[str, Any], tokenizer: EmulatorTokenizer, *, mode
     max_new = _max_tokens(_field(body, "max_tokens", int, COMPLETION_MAX_TOKENS), name="max_tokens")
     job = Job(kind="completion", model=model, prompt_ids=prompt_ids, max_new_tokens=max_new)
     job.stream, job.include_usage = _stream_flags(body)
+    job.namespace = parse_namespace(body, adapter=adapter)
     _decide_answer(job, tokenizer, ignore_eos=bool(body.get("ignore_eos", False)))
     return job
 
 
 def parse_chat(
-    body: dict[str, Any], tokenizer: EmulatorTokenizer, *, model: str, context_length: int
+    body: dict[str, Any],
+    tokenizer: EmulatorTokenizer,
+    *,
+    model: str,
+    context_length: int,
+    adapter: str | None = None,
 ) -> Job:
     """OpenAI /v1/chat/completions; without max_tokens the answer may use the whole context."""
     _check_sampling(body)
@@ -181,8 +215,30 @@ def parse_chat(
     max_new = default if limit is None else _max_tokens(limit, name="max_tokens")
     job = Job(kind="chat", model=model, prompt_ids=prompt_ids, max_new_tokens=max_new)
     job.stream, job.include_usage = _stream_flags(body)
+    job.namespace = parse_namespace(body, adapter=adapter)
     _decide_answer(job, tokenizer, ignore_eos=bool(body.get("ignore_eos", False)))
     return job
+
+
+def parse_namespace(body: dict[str, Any], *, adapter: str | None = None) -> CacheNamespace | None:
+    """The request's cache namespace: its LoRA adapter (`lora_path`, as SGLang names the
+    field, or the `base:adapter` model name) and its `cache_salt`; None when it has neither."""
+    lora = _namespace_field(body, "lora_path") or adapter
+    salt = _namespace_field(body, "cache_salt")
+    if lora is None and salt is None:
+        return None
+    return CacheNamespace(lora=lora, salt=salt)
+
+
+def _namespace_field(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ApiError(400, f"Field '{name}' must be a string, got {type(value).__name__}.")
+    if len(value) > MAX_NAMESPACE_CHARS:
+        raise ApiError(400, f"Field '{name}' is longer than {MAX_NAMESPACE_CHARS} characters.")
+    return value
 
 
 def _message(item: Any) -> tuple[str, str]:
@@ -343,7 +399,13 @@ def usage_chunk(job: Job, outcome: Outcome) -> dict[str, Any]:
     }
 
 
-def block_keys(ids: Sequence[int], block_tokens: int) -> tuple[tuple[int, ...], ...]:
-    """The cache block keys of `ids`: every full block of `block_tokens` ids, as a tuple."""
+def block_keys(
+    ids: Sequence[int], block_tokens: int, namespace: CacheNamespace | None = None
+) -> tuple[Hashable, ...]:
+    """The cache block keys of `ids`: every full block of `block_tokens` ids, as a tuple of
+    ids, or a `NamespacedPage` of one when the request has a namespace."""
     end = len(ids) - len(ids) % block_tokens
-    return tuple(tuple(ids[start : start + block_tokens]) for start in range(0, end, block_tokens))
+    pages = tuple(tuple(ids[start : start + block_tokens]) for start in range(0, end, block_tokens))
+    if namespace is None:
+        return pages
+    return tuple(NamespacedPage(namespace, page) for page in pages)

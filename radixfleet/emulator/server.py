@@ -68,6 +68,7 @@ class EmulatorConfig:
     cache_dir: Path | None = None
     seed: int = 0
     grpc_port: int | None = None  # serve SGLang's gRPC protocol there too (0: any free port)
+    lora_adapters: tuple[str, ...] = ()  # the names `--lora-paths` loaded
 
     @property
     def model_name(self) -> str:
@@ -194,41 +195,50 @@ class Emulator:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         """OpenAI /v1/completions."""
         body = await _json(request)
-        model = self._model(body)
-        job = await asyncio.to_thread(protocol.parse_completion, body, self.tokenizer, model=model)
+        model, adapter = self._model(body)
+        job = await asyncio.to_thread(
+            protocol.parse_completion, body, self.tokenizer, model=model, adapter=adapter
+        )
         return await self._run(request, job)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         """OpenAI /v1/chat/completions."""
         body = await _json(request)
+        model, adapter = self._model(body)
         job = await asyncio.to_thread(
             protocol.parse_chat,
             body,
             self.tokenizer,
-            model=self._model(body),
+            model=model,
             context_length=self.config.profile.context_length,
+            adapter=adapter,
         )
         return await self._run(request, job)
 
-    def _model(self, body: dict[str, Any]) -> str:
+    def _model(self, body: dict[str, Any]) -> tuple[str, str | None]:
+        """The served model a request names, and the LoRA adapter a `base:adapter` name adds."""
         name = body.get("model")
         if name is not None and not isinstance(name, str):
             raise ApiError(400, f"Field 'model' has the wrong type: {type(name).__name__}.")
         accepted = {self.config.model_name, self.config.profile.model_path, "default"}
         if name is None or name in accepted or name == str(self.tokenizer.path):
-            return self.config.model_name
+            return self.config.model_name, None
+        base, _, adapter = name.rpartition(":")
+        if base in accepted and adapter:
+            return self.config.model_name, adapter
         raise ApiError(404, f"The model '{name}' does not exist.")
 
     def submit(self, job: Job) -> Ticket:
         answer = job.answer_ids + ([self.tokenizer.eos_token_id] if job.stopped else [])
         block = self.config.block_tokens
+        self._check_adapter(job.namespace)
         spec = RequestSpec(
             rid=job.rid,
             prompt_tokens=len(job.prompt_ids),
             output_tokens=max(1, len(job.answer_ids)),
             max_new_tokens=max(1, job.max_new_tokens),
-            prompt_blocks=protocol.block_keys(job.prompt_ids, block),
-            finish_blocks=protocol.block_keys(job.prompt_ids + answer, block),
+            prompt_blocks=protocol.block_keys(job.prompt_ids, block, job.namespace),
+            finish_blocks=protocol.block_keys(job.prompt_ids + answer, block, job.namespace),
         )
         if self.model.get(job.rid) is not None:
             raise ApiError(400, f"Duplicate request id {job.rid}.")
@@ -236,6 +246,14 @@ class Emulator:
             return self.driver.submit(spec, streaming=job.stream)
         except RejectedError as err:
             raise ApiError(err.reason.status, err.message) from None
+
+    def _check_adapter(self, namespace: protocol.CacheNamespace | None) -> None:
+        lora = None if namespace is None else namespace.lora
+        if lora is None or lora in self.config.lora_adapters:
+            return
+        if not self.config.lora_adapters:
+            raise ApiError(400, "LoRA is not enabled: start the server with --lora-paths.")
+        raise ApiError(400, f"The LoRA adapter '{lora}' is not loaded.")
 
     async def _run(self, request: web.Request, job: Job) -> web.StreamResponse:
         ticket = self.submit(job)
