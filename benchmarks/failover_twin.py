@@ -7,14 +7,20 @@ and its endpoint refuses connections for `--outage` seconds, then it comes back.
 - `no-failover`: clients always go to their own region;
 - `route53` (baseline): health checks every 30 s, unhealthy after 3 failures, 60 s TTL;
 - `route53-fast`: the same at Route 53's fast interval, 10 s x 3, with a 10 s TTL;
-- `radixfleet`: the failover controller's `decide` with the CRD's defaults, 10 s TTL. The
-  region that goes down is blind (its Prometheus is down with it): the controller judges it by
-  the other regions' probes and the health check, the worst case for it.
+- `radixfleet`: the failover controller's `decide` with the CRD's defaults (a judgement every
+  5 s; a region no one outside can reach is out at the first such judgement, one that answers
+  but breaks a threshold after 4 in a row), 10 s TTL. The region that goes down is blind (its
+  Prometheus is down with it): the controller judges it by the other regions' probes and the
+  health check, the worst case for it.
 
 Per policy: recovery time (outage start until 99% of new requests land in healthy regions, and
 stay so until the outage ends), failed requests, SLO attainment of the requests the surviving
-regions serve during the outage, and the return to the recovered region. Goal: recovery under
-30 s with a 10 s TTL, survivors within SLO.
+regions serve during the outage, and the return to the recovered region. Goal (issue 17):
+recovery under 20 s in the worst phase with a 10 s TTL, survivors within SLO.
+
+Then `--noisy-runs` runs (20 by default) of a healthy but noisy fleet, each with its own seed:
+twice the outage runs' Poisson load, a replica crash and a tenant burst at random times in random
+regions, no outage. A failover there is a false one; the goal is none.
 
 Writes benchmarks/results/failover_twin.json and failover_twin.png.
 
@@ -27,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -45,20 +52,25 @@ OURS = "policies.failover.twin:radixfleet"
 FAST = "policies.failover.twin:route53_fast"
 DOWN = "us-east-1"
 REGIONS = ("us-east-1", "us-west-2", "eu-west-1")
-GOALS = {"recovery_s": 30.0, "survivor_slo_attainment": 0.95}
+GOALS = {"recovery_s": 20.0, "survivor_slo_attainment": 0.95}
+PREVIOUS = {"recovery_s_mean": 26.5, "recovery_s_max": 30.0}  # before issue 17 (10 s x 2)
 BIN_S = 1.0
 HEALTHY_SHARE = 0.99
 OUT = Path(__file__).parent / "results"
 
 
-def scenario(*, rate: float, at: float, outage: float, duration: float) -> Scenario:
-    """Three regions, one model, one outage of the first region."""
+def scenario(
+    *, rate: float, at: float, outage: float, duration: float, seed: int = 9,
+    faults: list[dict[str, Any]] | None = None,
+) -> Scenario:  # fmt: skip
+    """Three regions, one model, one outage of the first region (or the `faults` given)."""
     region = {"gpu_pools": [{"name": "h100", "gpus": 16, "warm_gpus": 8}]}
+    outage_fault = {"kind": "region_outage", "at_s": at, "region": DOWN, "duration_s": outage}
     return Scenario.model_validate(
         {
             "name": "failover-twin",
             "description": f"{DOWN} down for {outage:g} s at {rate:g} req/s over 3 regions",
-            "seed": 9,
+            "seed": seed,
             "duration_s": duration,
             "sample_interval_s": 5.0,
             "regions": [{"name": name, **region} for name in REGIONS],
@@ -83,7 +95,7 @@ def scenario(*, rate: float, at: float, outage: float, duration: float) -> Scena
                     },
                 ],
             },
-            "faults": [{"kind": "region_outage", "at_s": at, "region": DOWN, "duration_s": outage}],
+            "faults": [outage_fault] if faults is None else faults,
             "policies": [
                 {"name": "no-failover", "traffic": "static"},
                 {"name": "route53", "traffic": "route53", "baseline": True},
@@ -177,6 +189,46 @@ def run_phase(args: argparse.Namespace, phase: float) -> tuple[Outcome, dict[str
     return outcome, {name: measure(outcome, name, at=at, end=end) for name in outcome.records}
 
 
+def noisy_faults(rng: random.Random, duration: float) -> list[dict[str, Any]]:
+    """A replica crash and a tenant burst, each somewhere at some time: noise, not an outage."""
+    return [
+        {"kind": "replica_crash", "at_s": rng.uniform(60, duration - 120),
+         "region": rng.choice(REGIONS), "model": "llama-8b", "count": rng.randint(1, 2)},
+        {"kind": "tenant_burst", "at_s": rng.uniform(60, duration - 120), "tenant": "chat",
+         "duration_s": rng.uniform(10, 40), "factor": rng.uniform(1.5, 3.0)},
+    ]  # fmt: skip
+
+
+def false_failovers(args: argparse.Namespace) -> dict[str, Any]:
+    """Per policy, in how many of the noisy runs it moved any region's clients away."""
+    duration = 600.0
+    moved: dict[str, list[int]] = {}
+    for seed in range(args.noisy_runs):
+        faults = noisy_faults(random.Random(seed), duration)
+        noisy = scenario(rate=args.noisy_rate, at=0, outage=1, duration=duration, seed=100 + seed,
+                         faults=faults)  # fmt: skip
+        outcome = run_scenario(noisy, oracles=False)
+        for name, record in outcome.records.items():
+            if _shifted(record.traffic):
+                moved.setdefault(name, []).append(seed)
+    names = list(outcome.records)
+    return {
+        "runs": args.noisy_runs,
+        "rate": args.noisy_rate,
+        "runs_with_a_failover": {name: len(moved.get(name, [])) for name in names},
+        "seeds_with_a_failover": {name: moved.get(name, []) for name in names},
+    }
+
+
+def _shifted(traffic: list[tuple[float, dict[str, dict[str, float]]]]) -> bool:
+    """Whether any region's clients were ever sent anywhere but home."""
+    return any(
+        row.get(region, 0.0) < sum(row.values())
+        for _, matrix in traffic
+        for region, row in matrix.items()
+    )
+
+
 def summary(runs: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Per policy over the outage phases: recovery mean and worst, failures, survivors' SLO."""
     out = {}
@@ -208,15 +260,23 @@ def main() -> None:
     parser.add_argument("--outage", type=float, default=300.0, help="outage length (s)")
     parser.add_argument("--duration", type=float, default=900.0, help="run length (s)")
     parser.add_argument(
-        "--phases", default="0,2.5,5,7.5",
-        help="outage start offsets within the twin's 10 s epoch (outages do not align with it)",
+        "--phases", default="0,1.25,2.5,3.75",
+        help="outage start offsets within the controller's 5 s interval (outages do not align)",
     )  # fmt: skip
+    parser.add_argument("--noisy-runs", type=int, default=20, help="healthy noisy fleets")
+    parser.add_argument(
+        "--noisy-rate",
+        type=float,
+        default=60.0,
+        help="requests/s over the noisy fleet: twice the outage runs' load",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     phases = [float(p) for p in args.phases.split(",")]
     outcomes = [run_phase(args, phase) for phase in phases]
     runs = [numbers for _, numbers in outcomes]
     overall = summary(runs)
+    noisy = false_failovers(args)
     ours, base = overall["radixfleet"], overall["route53"]
     result = {
         "benchmark": "failover_twin",
@@ -228,11 +288,13 @@ def main() -> None:
             for key in ("recovery_s_mean", "failed_during_outage", "survivor_slo_attainment_min")
         },
         "goals": {
-            "recovery_under_30s_mean": (ours["recovery_s_mean"] or 1e9) < GOALS["recovery_s"],
-            "recovery_under_30s_worst": (ours["recovery_s_max"] or 1e9) < GOALS["recovery_s"],
+            "recovery_under_20s_worst": (ours["recovery_s_max"] or 1e9) < GOALS["recovery_s"],
             "survivors_within_slo": ours["survivor_slo_attainment_min"]
             >= GOALS["survivor_slo_attainment"],
+            "no_false_failover": noisy["runs_with_a_failover"].get("radixfleet", 0) == 0,
         },
+        "previous": PREVIOUS,
+        "noisy": noisy,
         # The twin's own failover columns (first shift, SLO recovery of the region's clients).
         "twin_failover": {
             n: outcomes[0][0].results["metrics"][n]["failover"] for n in outcomes[0][0].records

@@ -8,7 +8,9 @@ per interval. Rules, in the order they apply:
    cannot reach it. A region whose Prometheus does not answer is judged by the health check and
    the peers alone: bad when either says it is down, unknown otherwise. Unknown intervals
    neither count nor reset.
-2. Hysteresis: `unhealthyAfter` bad intervals in a row take a Healthy region out;
+2. Hysteresis: `unhealthyAfter` bad intervals in a row take a Healthy region out, or only
+   `unreachableAfter` when the region cannot be reached from outside (its Prometheus silent and
+   most peers or its health check seeing it down: a fact, where rates are noisy);
    `healthyAfter` good ones, and at least `minHoldSeconds` out, start its failback.
 3. A region that fails requests loses its traffic at once. One that is only slow (TTFT burn)
    is Evacuating: it keeps its traffic until the survivors' raised floors are ready, or for
@@ -112,6 +114,7 @@ class Judgement:
     verdict: Verdict
     reasons: tuple[str, ...] = ()
     urgent: bool = False
+    unreachable: bool = False  # no one outside reaches it: needs no streak of noise-proofing
 
     @property
     def text(self) -> str:
@@ -139,10 +142,12 @@ def _judge_blind(signals: RegionSignals) -> Judgement:
     # The region's own metrics are missing: a signal, not a verdict. Only an outside view that
     # says "down" makes the interval bad; anything else leaves the streaks where they are.
     if signals.health_check is HealthCheck.UNHEALTHY:
-        return Judgement(Verdict.BAD, ("Prometheus unreachable; health check unhealthy",), True)
+        reason = "Prometheus unreachable; health check unhealthy"
+        return Judgement(Verdict.BAD, (reason,), urgent=True, unreachable=True)
     if signals.peers_down > signals.peers_up:
         seen = f"{signals.peers_down} of {signals.peers_down + signals.peers_up} peers"
-        return Judgement(Verdict.BAD, (f"Prometheus unreachable; {seen} see it down",), True)
+        reason = f"Prometheus unreachable; {seen} see it down"
+        return Judgement(Verdict.BAD, (reason,), urgent=True, unreachable=True)
     return Judgement(Verdict.UNKNOWN, ("Prometheus unreachable; no outside view says down",))
 
 
@@ -198,7 +203,9 @@ def transition(
     region: RegionStatus, judgement: Judgement, spec: FailoverPolicySpec, now: datetime
 ) -> tuple[RegionStatus, Note | None]:
     """The region's phase after its streaks were counted (failback steps come later)."""
-    out = region.bad_intervals >= spec.unhealthy_after
+    out = region.bad_intervals >= (
+        spec.unreachable_after if judgement.unreachable else spec.unhealthy_after
+    )
     back = region.good_intervals >= spec.healthy_after
     if region.phase is Phase.HEALTHY and out:
         evacuate = spec.prescale.enabled and not judgement.urgent

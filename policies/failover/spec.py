@@ -8,9 +8,16 @@ this type.
 
 Defaults and why:
 
-- `intervalSeconds` 10: one judgement per interval; with `unhealthyAfter` 2 a dead region is
-  out 20 s after it dies, against Route 53's 90 s (30 s x 3) before the TTL.
-- `healthyAfter` 6 and `minHoldSeconds` 120: fail fast, come back slowly. A region taken out
+- `intervalSeconds` 5: one judgement per interval, the shortest a scrape allows.
+- `unreachableAfter` 1: a region nobody outside can reach (its Prometheus does not answer and
+  most peers' probes or its health check see it down) is out at the first such interval, so a
+  dead region's clients move within one interval plus the record's TTL (15 s with a 10 s TTL),
+  against Route 53's 90 s (30 s x 3) before the TTL. Unreachability from several places at
+  once is a fact, not noise: it needs no streak.
+- `unhealthyAfter` 4: a region that answers but breaks a threshold (errors, TTFT burn) is out
+  after 20 s of bad intervals in a row, so that noise in a healthy region's rates never moves
+  its traffic.
+- `healthyAfter` 12 (60 s) and `minHoldSeconds` 120: fail fast, come back slowly. A region taken out
   gets no traffic back for at least the hold time, so noisy signals cannot flap it faster.
 - `failback` 25% of the region's weight every 30 s: four steps back to full weight, each only
   once the region has warm replicas for it.
@@ -117,10 +124,11 @@ class FailoverPolicySpec(Spec):
         default_factory=list, max_length=32
     )
     regions: list[Region] = Field(min_length=2)
-    interval_seconds: Annotated[int, Field(ge=MIN_INTERVAL_SECONDS)] = 10
+    interval_seconds: Annotated[int, Field(ge=MIN_INTERVAL_SECONDS)] = 5
     signals: Signals = Field(default_factory=Signals)
-    unhealthy_after: Annotated[int, Field(ge=1)] = 2
-    healthy_after: Annotated[int, Field(ge=1)] = 6
+    unreachable_after: Annotated[int, Field(ge=1)] = 1
+    unhealthy_after: Annotated[int, Field(ge=1)] = 4
+    healthy_after: Annotated[int, Field(ge=1)] = 12
     min_hold_seconds: Annotated[int, Field(ge=0)] = 120
     failback: Failback = Field(default_factory=Failback)
     prescale: Prescale = Field(default_factory=Prescale)

@@ -142,6 +142,34 @@ def test_judge(signals: RegionSignals, verdict: Verdict, urgent: bool) -> None:
     assert (judgement.verdict, judgement.urgent) == (verdict, urgent), judgement.text
 
 
+UNREACHABLE = {"blind-check-unhealthy", "blind-peers-see-down"}
+
+
+@pytest.mark.parametrize("case", JUDGED, ids=JUDGED)
+def test_only_a_region_no_one_outside_reaches_is_judged_unreachable(case: str) -> None:
+    signals, _, _ = JUDGED[case]
+    assert judge(signals, make_spec()).unreachable is (case in UNREACHABLE)
+
+
+@pytest.mark.parametrize("unreachable_after", [1, 2, 3])
+def test_an_unreachable_region_goes_out_after_its_own_short_streak(unreachable_after: int) -> None:
+    run = Run(make_spec(unhealthyAfter=4, unreachableAfter=unreachable_after))
+    run.tick(everywhere(good()))
+    gone = RegionSignals(reachable=False, peers_down=2, peers_up=0)
+    for _ in range(unreachable_after - 1):
+        assert run.tick(everywhere(good(), us=gone)).weights is None
+    assert run.tick(everywhere(good(), us=gone)).weights == {"us": 0, "eu": 100, "ap": 100}
+
+
+def test_a_reachable_region_breaking_a_threshold_still_needs_its_whole_streak() -> None:
+    run = Run(make_spec(unhealthyAfter=4, unreachableAfter=1))
+    run.tick(everywhere(good()))
+    failing = replace(good(), error_rate=0.5)
+    for _ in range(3):
+        assert run.tick(everywhere(good(), us=failing)).weights is None
+    assert run.tick(everywhere(good(), us=failing)).weights == {"us": 0, "eu": 100, "ap": 100}
+
+
 def test_health_checks_can_be_left_out_while_prometheus_answers() -> None:
     spec = make_spec(signals={"useHealthChecks": False})
     assert judge(replace(good(), health_check=HealthCheck.UNHEALTHY), spec).verdict is Verdict.GOOD
