@@ -21,6 +21,7 @@ from radixfleet import labels
 from radixfleet.config.catalog import Catalog, Model, Tenant
 from radixfleet.config.gpus import gpu_label_value
 from radixfleet.config.sizing import weight_gib
+from radixfleet.platform import KUBERNETES_VERSION
 from radixfleet.profile import resolve_profile
 from radixfleet.render.yamlout import Notes
 
@@ -208,21 +209,33 @@ def served_tenants(catalog: Catalog, model: Model) -> list[Tenant]:
 
 
 def build_namespaces(catalog: Catalog) -> list[dict[str, Any]]:
-    """Namespaces of every tenant that runs a model, labeled with their tenant."""
+    """Namespaces of every tenant that runs a model, labeled with their tenant and held to Pod
+    Security's `restricted` profile."""
     used = {t for m in catalog.models for t in m.tenants}
+    owned = {labels.MANAGED_BY: labels.MANAGER}
     return [
         {
             "apiVersion": "v1",
             "kind": "Namespace",
             "metadata": {
                 "name": ns,
-                "labels": {labels.TENANT: tenant.name, labels.MANAGED_BY: labels.MANAGER},
+                "labels": {labels.TENANT: tenant.name, **owned, **pod_security_labels()},
             },
         }
         for tenant in catalog.tenants
         if tenant.name in used
         for ns in tenant.namespaces
     ]
+
+
+def pod_security_labels() -> dict[str, str]:
+    """Pod Security admission's labels for `restricted`, pinned to the platform's Kubernetes."""
+    version = f"v{KUBERNETES_VERSION}"
+    out = {}
+    for mode in labels.POD_SECURITY_MODES:
+        out[f"pod-security.kubernetes.io/{mode}"] = labels.POD_SECURITY_LEVEL
+        out[f"pod-security.kubernetes.io/{mode}-version"] = version
+    return out
 
 
 def build_router_access(namespace: str) -> list[dict[str, Any]]:

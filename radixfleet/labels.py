@@ -23,6 +23,12 @@ COMPONENT = "app.kubernetes.io/component"
 ROUTER_COMPONENT = "router"
 REVISION = f"{GROUP}/revision"
 
+# Pod Security admission: tenant namespaces run only pods the `restricted` profile admits
+# (non-root, no privilege escalation, no capabilities, the runtime's seccomp profile), judged
+# by the rules of the Kubernetes minor the platform targets, so an upgrade cannot loosen them.
+POD_SECURITY_LEVEL = "restricted"
+POD_SECURITY_MODES = ("enforce", "audit", "warn")
+
 # The taint every GPU node carries, and the toleration every GPU workload needs.
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "true"

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from inferenceservices.scaling import concurrency_target, itl_bound, kv_bound
 from radixfleet.cli import app
 from radixfleet.config import Model, load_catalog
+from radixfleet.platform import KUBERNETES_VERSION
 from radixfleet.profile import resolve_profile
 from radixfleet.render.files import LISTING, listed
 from radixfleet.render.fleet import MARKER, render_tree, write_tree
@@ -324,3 +325,17 @@ def test_a_listing_that_reaches_outside_its_folder_is_not_followed(tmp_path: Pat
     listing.write_text(listing.read_text() + "../../victim.yaml\n/etc/hostname\n")
     assert CliRunner().invoke(app, ["render", "--out", str(out)]).exit_code == 0
     assert victim.read_text() == "keep me\n"
+
+
+def test_tenant_namespaces_enforce_pod_security_restricted_at_the_platforms_minor(
+    rendered: Path,
+) -> None:
+    namespaces = list(
+        yaml.safe_load_all((rendered / "inferenceservices/namespaces.yaml").read_text())
+    )
+    assert namespaces
+    for namespace in namespaces:
+        found = namespace["metadata"]["labels"]
+        for mode in ("enforce", "audit", "warn"):
+            assert found[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+            assert found[f"pod-security.kubernetes.io/{mode}-version"] == f"v{KUBERNETES_VERSION}"

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from inferenceservices.builder import pod_security_labels
 from policies.routers.manifests import access
 from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
@@ -89,9 +90,17 @@ def _model(image: str, team: Team) -> dict[str, Any]:
     )  # fmt: skip
 
 
+def _namespace(team: Team) -> dict[str, Any]:
+    """The tenant's namespace as the catalog renders it: held to Pod Security `restricted`, so
+    every pod below (predictor, queue-proxy, router) must pass that admission to run."""
+    tenant_labels = {"radixfleet.io/tenant": team.name, **pod_security_labels()}
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": team.namespace, "labels": tenant_labels}}  # fmt: skip
+
+
 def _onboard(cluster: Cluster, team: Team, image: str) -> None:
     """What a platform team applies for a tenant: namespace, router access, key, Tenant, model."""
-    cluster.kubectl("create", "namespace", team.namespace)
+    session.apply(cluster, [_namespace(team)])
     cluster.kubectl("create", "secret", "generic", "api-keys", "-n", team.namespace,
                     f"--from-literal=api-key={team.key}")  # fmt: skip
     session.apply(cluster, [*access(team.namespace), _tenant(team)])
