@@ -27,7 +27,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -85,9 +85,31 @@ def as_pool(router: str | RouterPool) -> RouterPool:
 
 
 def affinity_text(body: Mapping[str, Any]) -> str:
-    """The prompt's opening characters, however the request gives its prompt."""
+    """The prompt's opening characters, however the request gives its prompt; only the opening
+    is read, so a huge prompt costs no more than a short one."""
     prompt = body.get("messages", body.get("prompt", body.get("text", body.get("input_ids"))))
-    return json.dumps(prompt, ensure_ascii=False, default=str)[:AFFINITY_CHARS]
+    pieces, room = [], AFFINITY_CHARS
+    for text in _texts(prompt):
+        pieces.append(text[:room])
+        room -= len(pieces[-1])
+        if room <= 0:
+            break
+    return "".join(pieces)
+
+
+def _texts(value: Any) -> Iterator[str]:
+    """The text of a prompt in order: strings, chat messages (role, then content or text
+    parts), token ids."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        yield f"{value.get('role', '')}:"
+        yield from _texts(value.get("content", value.get("text")))
+    elif isinstance(value, list):
+        for item in value:
+            yield from _texts(item)
+    elif value is not None:
+        yield f"{value} "
 
 
 def _weight(url: str, opening: str) -> bytes:

@@ -73,3 +73,14 @@ def test_every_prompt_form_has_an_opening(body: dict[str, object]) -> None:
     opening = affinity_text(body)
     assert opening not in ("", "null")
     assert len(affinity_text({"prompt": "x" * 5000})) == AFFINITY_CHARS
+
+
+def test_chats_behind_one_long_system_prompt_meet_one_router() -> None:
+    pool, rng = RouterPool(URLS), random.Random(0)
+    system = {"role": "system", "content": "You are the billing assistant. " * 2000}  # 62 kB
+
+    def chat(question: str) -> dict[str, object]:
+        return {"messages": [system, {"role": "user", "content": question}]}
+
+    assert len({pool.pick(chat(f"question {q}"), rng) for q in range(20)}) == 1
+    assert affinity_text(chat("x")) == "system:" + system["content"][: AFFINITY_CHARS - 7]
