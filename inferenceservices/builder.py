@@ -209,8 +209,8 @@ def served_tenants(catalog: Catalog, model: Model) -> list[Tenant]:
 
 
 def build_namespaces(catalog: Catalog) -> list[dict[str, Any]]:
-    """Namespaces of every tenant that runs a model, labeled with their tenant and held to Pod
-    Security's `restricted` profile."""
+    """Namespaces of every tenant that runs a model, labeled with their tenant and their Pod
+    Security levels (radixfleet/labels.py says which and why)."""
     used = {t for m in catalog.models for t in m.tenants}
     owned = {labels.MANAGED_BY: labels.MANAGER}
     return [
@@ -229,11 +229,11 @@ def build_namespaces(catalog: Catalog) -> list[dict[str, Any]]:
 
 
 def pod_security_labels() -> dict[str, str]:
-    """Pod Security admission's labels for `restricted`, pinned to the platform's Kubernetes."""
+    """Pod Security admission's labels, pinned to the platform's Kubernetes minor."""
     version = f"v{KUBERNETES_VERSION}"
     out = {}
-    for mode in labels.POD_SECURITY_MODES:
-        out[f"pod-security.kubernetes.io/{mode}"] = labels.POD_SECURITY_LEVEL
+    for mode, level in labels.POD_SECURITY_LEVELS.items():
+        out[f"pod-security.kubernetes.io/{mode}"] = level
         out[f"pod-security.kubernetes.io/{mode}-version"] = version
     return out
 

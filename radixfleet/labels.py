@@ -23,11 +23,13 @@ COMPONENT = "app.kubernetes.io/component"
 ROUTER_COMPONENT = "router"
 REVISION = f"{GROUP}/revision"
 
-# Pod Security admission: tenant namespaces run only pods the `restricted` profile admits
-# (non-root, no privilege escalation, no capabilities, the runtime's seccomp profile), judged
-# by the rules of the Kubernetes minor the platform targets, so an upgrade cannot loosen them.
-POD_SECURITY_LEVEL = "restricted"
-POD_SECURITY_MODES = ("enforce", "audit", "warn")
+# Pod Security admission in tenant namespaces, judged by the rules of the Kubernetes minor the
+# platform targets (an upgrade cannot loosen them). `baseline` is enforced; `restricted` (non-root,
+# no privilege escalation, no capabilities, the runtime's seccomp profile) is audited and warned
+# of. Enforcing `restricted` refuses every predictor with a storageUri: KServe 0.21 injects its
+# storage-initializer without a securityContext (measured on the test cluster: Knative's webhook
+# refused the LoRA model's Knative Service on exactly those four fields).
+POD_SECURITY_LEVELS = {"enforce": "baseline", "audit": "restricted", "warn": "restricted"}
 
 # The taint every GPU node carries, and the toleration every GPU workload needs.
 GPU_TAINT_KEY = "nvidia.com/gpu"

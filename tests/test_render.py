@@ -327,7 +327,7 @@ def test_a_listing_that_reaches_outside_its_folder_is_not_followed(tmp_path: Pat
     assert victim.read_text() == "keep me\n"
 
 
-def test_tenant_namespaces_enforce_pod_security_restricted_at_the_platforms_minor(
+def test_tenant_namespaces_enforce_baseline_and_warn_of_restricted_at_the_platforms_minor(
     rendered: Path,
 ) -> None:
     namespaces = list(
@@ -336,6 +336,7 @@ def test_tenant_namespaces_enforce_pod_security_restricted_at_the_platforms_mino
     assert namespaces
     for namespace in namespaces:
         found = namespace["metadata"]["labels"]
-        for mode in ("enforce", "audit", "warn"):
-            assert found[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+        levels = {"enforce": "baseline", "audit": "restricted", "warn": "restricted"}
+        for mode, level in levels.items():
+            assert found[f"pod-security.kubernetes.io/{mode}"] == level
             assert found[f"pod-security.kubernetes.io/{mode}-version"] == f"v{KUBERNETES_VERSION}"

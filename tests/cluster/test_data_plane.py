@@ -91,9 +91,12 @@ def _model(image: str, team: Team) -> dict[str, Any]:
 
 
 def _namespace(team: Team) -> dict[str, Any]:
-    """The tenant's namespace as the catalog renders it: held to Pod Security `restricted`, so
-    every pod below (predictor, queue-proxy, router) must pass that admission to run."""
-    tenant_labels = {"radixfleet.io/tenant": team.name, **pod_security_labels()}
+    """The tenant's namespace as the catalog renders it, but enforcing Pod Security `restricted`
+    where the catalog enforces `baseline`: every pod here (a predictor reading its model from a
+    volume, its queue-proxy, the router) must pass `restricted` to run. Only KServe's
+    storage-initializer, absent here, keeps the rendered namespaces at `baseline`."""
+    restricted = {"pod-security.kubernetes.io/enforce": "restricted"}
+    tenant_labels = {"radixfleet.io/tenant": team.name, **pod_security_labels(), **restricted}
     return {"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": team.namespace, "labels": tenant_labels}}  # fmt: skip
 
