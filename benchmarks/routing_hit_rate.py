@@ -152,6 +152,11 @@ def workload(name: str, args: argparse.Namespace, rate: float) -> list[TraceRequ
     return shared_prefix_workload(spec)
 
 
+def region_of(arm: str) -> str:
+    """The local-fleet region an arm runs in (region names are DNS labels)."""
+    return arm.replace("_", "-")
+
+
 def fleet_spec(arms: dict[str, Arm], scenario: Scenario) -> FleetSpec:
     overrides = {} if scenario.kv_tokens is None else {"kv_capacity_tokens": scenario.kv_tokens}
     model = ModelSpec(
@@ -159,7 +164,7 @@ def fleet_spec(arms: dict[str, Arm], scenario: Scenario) -> FleetSpec:
         profile_overrides=overrides,
     )  # fmt: skip
     regions = [
-        RegionSpec(name=name.replace("_", "-"), router_policy=arm.policy,
+        RegionSpec(name=region_of(name), router_policy=arm.policy,
                    router_workers=arm.workers, routers=arm.routers, router_spread=arm.spread,
                    models=[model])
         for name, arm in arms.items()
@@ -202,14 +207,16 @@ def run_rate(
     out: dict[str, Any] = {}
     with LocalFleet(fleet_spec(arms, scenario)) as fleet:
         for name in arms:
-            region = name.replace("_", "-")
+            region = region_of(name)
             items = [
                 WorkItem(r.at, region, MODEL, prompt, r.output_tokens)
                 for r, prompt in zip(requests, prompts, strict=True)
             ]
             outcome = asyncio.run(Replayer(entries=fleet.entry_urls(), timeout_s=600).run(items))
             out[name] = {**summarise(outcome).to_dict(), "ttft_p90_s": _p90(outcome)}
-            out[name]["smg_decisions"] = fleet.routing_decisions()[f"{region}/{MODEL}"]
+        decisions = fleet.routing_decisions()  # each arm's region has its own routers
+    for name in arms:
+        out[name]["smg_decisions"] = decisions[f"{region_of(name)}/{MODEL}"]
     return out
 
 

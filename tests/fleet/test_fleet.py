@@ -58,13 +58,13 @@ def fleet(cache_dir: Path) -> Iterator[LocalFleet]:
     assert not local.workdir.exists()
 
 
-def test_cache_aware_routing_beats_round_robin_on_prefix_hits(
-    fleet: LocalFleet, tokenizer: EmulatorTokenizer
-) -> None:
-    synth = PromptSynth(tokenizer)
+def replay_hit_rates(
+    fleet: LocalFleet, synth: PromptSynth, regions: tuple[str, ...]
+) -> dict[str, float]:
+    """The workload replayed through each region in turn, none failing: each one's hit rate."""
     requests = shared_prefix_workload(WORKLOAD)
     hit_rates = {}
-    for region in ("cache-aware", "round-robin"):
+    for region in regions:
         items = [
             WorkItem(r.at, region, "m", synth.prompt(r, index=i), r.output_tokens)
             for i, r in enumerate(requests)
@@ -72,6 +72,13 @@ def test_cache_aware_routing_beats_round_robin_on_prefix_hits(
         summary = summarise(asyncio.run(Replayer(entries=fleet.entry_urls()).run(items)))
         assert summary.failed == 0
         hit_rates[region] = summary.prefix_cache_hit_rate or 0.0
+    return hit_rates
+
+
+def test_cache_aware_routing_beats_round_robin_on_prefix_hits(
+    fleet: LocalFleet, tokenizer: EmulatorTokenizer
+) -> None:
+    hit_rates = replay_hit_rates(fleet, PromptSynth(tokenizer), ("cache-aware", "round-robin"))
     assert hit_rates["cache-aware"] > hit_rates["round-robin"] + HIT_RATE_MARGIN, hit_rates
 
 
@@ -81,16 +88,7 @@ def test_router_replicas_each_route_on_the_same_exact_index(
     # Fresh prefixes (another salt), through one router and through two at random: over gRPC
     # each router replica follows every replica's KV events, so spreading loses no hits.
     synth = PromptSynth(tokenizer, salt=1)
-    requests = shared_prefix_workload(WORKLOAD)
-    hit_rates = {}
-    for region in ("cache-aware", "two-routers"):
-        items = [
-            WorkItem(r.at, region, "m", synth.prompt(r, index=i), r.output_tokens)
-            for i, r in enumerate(requests)
-        ]
-        summary = summarise(asyncio.run(Replayer(entries=fleet.entry_urls()).run(items)))
-        assert summary.failed == 0
-        hit_rates[region] = summary.prefix_cache_hit_rate or 0.0
+    hit_rates = replay_hit_rates(fleet, synth, ("cache-aware", "two-routers"))
     assert hit_rates["two-routers"] > hit_rates["cache-aware"] - HIT_RATE_MARGIN, hit_rates
     members = fleet.router_decisions("two-routers", "m")
     assert len(members) == 2
