@@ -34,9 +34,7 @@ def test_the_demo_replays_through_a_deployed_radixfleet(
     (woke,) = summary["wake_from_zero"]
     assert woke["model"] == WAKES and woke["seconds"] > 0
     canary = summary["cluster"]["canary"]
-    assert canary["phase"] in ("Progressing", "Promoted"), (
-        canary
-    )  # a good version: never rolled back
+    assert _judged_and_kept(canary), canary
     # The fleet's failover reads this region through its entry, with the fleet token only.
     view = summary["cluster"]["failover_view"]
     assert view["reachable"] and view["without_token_status"] == 401, view
@@ -47,3 +45,14 @@ def test_the_demo_replays_through_a_deployed_radixfleet(
         f"{woke['seconds']:.1f} s, canary {canary['phase']} "
         f"after {canary['seconds_since_applied']:.0f} s; steps {summary['demo']['steps_s']}"
     )
+
+
+def _judged_and_kept(rollout: dict[str, object]) -> bool:
+    """A good version is never rolled back. On a busy machine a short replay may leave its
+    canary halted as inconclusive (slower, but not significantly so): that is the judge
+    working. A halt for missing metrics is not: it means Prometheus never saw the revisions."""
+    if rollout["phase"] in ("Progressing", "Promoted"):
+        return True
+    decision = rollout.get("lastDecision")
+    reason = decision.get("reason", "") if isinstance(decision, dict) else ""
+    return rollout["phase"] == "Halted" and ": inconclusive, waiting for more data" in reason
