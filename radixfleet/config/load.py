@@ -75,6 +75,9 @@ def _load(text: str) -> Any:
         return yaml.load(text, Loader=UniqueKeyLoader)  # the same error, better located
 
 
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
 class DuplicateKeyError(yaml.YAMLError):
     """A mapping names one key twice; YAML loaders keep the last silently, we refuse."""
 
@@ -104,7 +107,9 @@ def _refuse_repeated_keys(loader: yaml.constructor.SafeConstructor, node: yaml.M
                           *, deep: bool) -> None:  # fmt: skip
     seen: set[object] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
+        # A string key is its node's text; only other keys (1 and 01 are one int) need building.
+        is_text = isinstance(key_node, yaml.ScalarNode) and key_node.tag == _STR_TAG
+        key = key_node.value if is_text else loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise DuplicateKeyError(key, key_node.start_mark.line + 1)
         seen.add(key)

@@ -48,11 +48,14 @@ def listed(folder: Path) -> list[str]:
 def _stage_all(folders: Folders) -> list[tuple[Path, Path]]:
     staged: list[tuple[Path, Path]] = []
     created: list[Path] = []
+    ready: set[Path] = set()  # folders known to exist: 20,000 files share a few hundred
     try:
         for folder, files in folders.items():
             for rel, text in sorted(files.items()):
                 target = folder / rel
-                created += _make_parents(target.parent)
+                if target.parent not in ready:
+                    created += _make_parents(target.parent)
+                    ready.add(target.parent)
                 staged.append((_stage(target, text), target))
     except OSError:
         for temporary, _ in staged:
