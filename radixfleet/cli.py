@@ -23,7 +23,7 @@ from radixfleet.platform import KNATIVE_FEATURES
 from radixfleet.render.files import write_folders
 from radixfleet.render.fleet import RenderedTree, render_tree
 from radixfleet.twin.cli import bench, twin_app
-from radixfleet.validate import validate_paths
+from radixfleet.validate import iter_findings
 
 app = typer.Typer(
     name="radixfleet",
@@ -162,10 +162,10 @@ def validate(
         err.print(
             f"[red]error[/red] {path}: no such file or folder", highlight=False, soft_wrap=True
         )
-    findings = validate_paths((p for p in paths if p.exists()), features=features)
-    for finding in findings:
+    count = len(missing)
+    for finding in iter_findings((p for p in paths if p.exists()), features=features):
         console.print(str(finding), highlight=False, soft_wrap=True)
-    count = len(findings) + len(missing)
+        count += 1
     console.print(f"{count} problem{'s' * (count != 1)}", highlight=False)
     if count:
         raise typer.Exit(EXIT_PROBLEMS)

@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from radixfleet.cli import app
-from radixfleet.validate import validate_documents
+from radixfleet.validate import iter_findings, validate_documents
 from radixfleet.validate.sglang_flags import check_args
 from tests.audit_cases import CASES_DIR, AuditCase, load_cases
 
@@ -199,6 +199,25 @@ def test_cli_prints_one_line_per_problem_and_exits_1(tmp_path: Path) -> None:
     lines = [line for line in result.output.splitlines() if line.startswith(str(bad))]
     assert len(lines) == 2
     assert result.output.strip().endswith("2 problems")
+
+
+def test_findings_stream_document_by_document(tmp_path: Path) -> None:
+    """The first bad document of a long file is reported before the rest is read: here the
+    rest ends in a YAML error, and the bad document's finding still comes first."""
+    doc = load(ISVC)
+    predictor(doc).update(minReplicas="zero")
+    good = yaml.safe_dump(load(ISVC))
+    long = tmp_path / "long.yaml"
+    text = "---\n".join([yaml.safe_dump(doc), *[good] * 200, "key: [unclosed\n"])
+    long.write_text(text)
+    findings = iter_findings([long])
+    first = next(findings)
+    assert first.obj == "InferenceService/" + doc["metadata"]["name"]
+    assert "minReplicas" in first.location
+    rest = list(findings)
+    broken_line = len(text.splitlines())
+    assert [f.obj for f in rest] == ["-"], rest
+    assert f"line {broken_line}, column 6" in rest[0].message, rest
 
 
 def test_cli_missing_path_is_a_problem(tmp_path: Path) -> None:

@@ -4,6 +4,6 @@
 returns `Finding`s, one per problem.
 """
 
-from radixfleet.validate.manifests import Finding, validate_documents, validate_paths
+from radixfleet.validate.manifests import Finding, iter_findings, validate_documents, validate_paths
 
-__all__ = ["Finding", "validate_documents", "validate_paths"]
+__all__ = ["Finding", "iter_findings", "validate_documents", "validate_paths"]

@@ -57,24 +57,50 @@ def validate_paths(
     Objects are also judged together, as a cluster's webhooks would judge them applied in this
     order, with Knative's `config-features` set to `features` (by default what infra enables).
     """
-    findings: list[Finding] = []
+    return list(iter_findings(paths, features=features))
+
+
+def iter_findings(
+    paths: Iterable[Path], *, features: Mapping[str, str] = KNATIVE_FEATURES
+) -> Iterator[Finding]:
+    """`validate_paths`, streamed: each document's own problems as soon as it is parsed (a
+    50 MB file reports its first bad document at once, not after the last), then the problems
+    of the objects judged together. A problem shows once, however often it is found."""
     docs: list[Doc] = []
+    shown: set[Finding] = set()
+    for finding in _each_document(paths, docs):
+        if finding not in shown:
+            shown.add(finding)
+            yield finding
+    for d, loc, msg in check_set(docs, features_with(features)):
+        # A runtime's problem shows once, however many InferenceServices use the runtime.
+        finding = Finding(d.source, d.ref, loc, msg)
+        if finding not in shown:
+            shown.add(finding)
+            yield finding
+
+
+def _each_document(paths: Iterable[Path], kept: list[Doc]) -> Iterator[Finding]:
+    """The problems of each document on its own; `kept` collects the well-shaped ones."""
     try:
         files = list(_manifest_files(paths, seen=frozenset()))
     except ManifestTreeError as exc:
-        return [Finding(exc.file, "-", "", str(exc))]
+        yield Finding(exc.file, "-", "", str(exc))
+        return
     for file in files:
         try:
             text = read_bounded(file, limit=MAX_CATALOG_BYTES)
-            loaded = _documents(text)
         except ConfigError as exc:  # unreadable, too large, or not UTF-8
-            findings.append(Finding(str(file), "-", "", _unreadable(exc)))
+            yield Finding(str(file), "-", "", _unreadable(exc))
             continue
+        try:
+            for index, body in enumerate(_documents(text)):
+                doc = Doc(str(file), _ref(body, index), body)
+                yield from (Finding(doc.source, doc.ref, loc, msg) for loc, msg in _check(body))
+                if not _shape_problems(body):
+                    kept.append(doc)
         except yaml.YAMLError as exc:
-            findings.append(Finding(str(file), "-", "", f"cannot read: {exc}"))
-            continue
-        docs.extend(Doc(str(file), _ref(d, i), d) for i, d in enumerate(loaded))
-    return findings + _judge(docs, features)
+            yield Finding(str(file), "-", "", f"cannot read: {_located(text, exc)}")
 
 
 class ManifestTreeError(ValueError):
@@ -89,15 +115,11 @@ def validate_documents(
     docs: Iterable[Any], *, source: str, features: Mapping[str, str] = KNATIVE_FEATURES
 ) -> list[Finding]:
     """Every problem of the given parsed YAML documents; `source` names their file."""
-    return _judge([Doc(source, _ref(d, i), d) for i, d in enumerate(docs)], features)
-
-
-def _judge(docs: list[Doc], features: Mapping[str, str]) -> list[Finding]:
-    findings = [Finding(d.source, d.ref, loc, msg) for d in docs for loc, msg in _check(d.body)]
-    objects = [d for d in docs if not _shape_problems(d.body)]
-    together = check_set(objects, features_with(features))
-    findings += [Finding(d.source, d.ref, loc, msg) for d, loc, msg in together]
-    # A runtime's problem shows once, however many InferenceServices use the runtime.
+    judged = [Doc(source, _ref(d, i), d) for i, d in enumerate(docs)]
+    findings = [Finding(d.source, d.ref, loc, msg) for d in judged for loc, msg in _check(d.body)]
+    objects = [d for d in judged if not _shape_problems(d.body)]
+    findings += [Finding(d.source, d.ref, loc, msg) for d, loc, msg in check_set(objects,
+                 features_with(features))]  # fmt: skip
     return list(dict.fromkeys(findings))
 
 
@@ -136,13 +158,20 @@ def _resources(kustomization: Path) -> list[str]:
     return resources
 
 
-def _documents(text: str) -> list[Any]:
-    """Every document of a file, on libyaml's parser (a 30 MB file in seconds, not a minute);
-    a file it refuses is parsed again by the pure-Python one, whose errors say where."""
+def _documents(text: str) -> Iterator[Any]:
+    """The documents of a file one at a time, on libyaml's parser (a 30 MB file in seconds,
+    not a minute), empty ones skipped."""
+    yield from (d for d in yaml.load_all(text, Loader=yaml.CSafeLoader) if d is not None)
+
+
+def _located(text: str, error: yaml.YAMLError) -> yaml.YAMLError:
+    """The pure-Python parser's account of the error libyaml stopped at: it says where."""
     try:
-        return [d for d in yaml.load_all(text, Loader=yaml.CSafeLoader) if d is not None]
-    except yaml.YAMLError:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
+        for _ in yaml.safe_load_all(text):
+            pass
+    except yaml.YAMLError as exc:
+        return exc
+    return error
 
 
 def _unreadable(error: ConfigError) -> str:
