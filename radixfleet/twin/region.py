@@ -141,6 +141,7 @@ class Region:
                 profile=profile,
                 stable=self._revision(m, 0, HEALTHY),
                 max_attempts=self.scenario.router.max_attempts,
+                breaker=self.scenario.router.breaker(),
             )
             services[m] = service
             self._start(service, service.revisions[0], model.initial_replicas, warm=True)
@@ -317,6 +318,7 @@ class Region:
         revision.count(-1, t)
         revision.finished += 1
         spec = job.spec
+        service.outcome(replica, ok=ok, now=t)
         if not ok:
             self.fail(job, Status.ABORTED, t)
             if service.window is not None:

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from radixfleet.config.catalog import Name, TokenBudget
+from radixfleet.twin.breaker import BreakerSettings
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
@@ -61,7 +62,8 @@ class Slo(Strict):
 
 
 class RouterSettings(Strict):
-    """sglang-router 0.3.2's defaults for cache_aware and its retries (CALIBRATION.md)."""
+    """sglang-router 0.3.2's defaults for cache_aware and its retries (CALIBRATION.md), and
+    smg 1.13's circuit breaker."""
 
     cache_threshold: Fraction = 0.3
     balance_abs_threshold: NonNegativeInt = 64
@@ -72,6 +74,23 @@ class RouterSettings(Strict):
     max_attempts: PositiveInt = 5
     # Kubernetes readiness (10 s period x 3 failures) drops a dead pod from discovery.
     unhealthy_after_s: NonNegativeFloat = 30.0
+    # The gateway's per-worker circuit breaker (smg's --cb-* defaults; radixfleet.twin.breaker).
+    circuit_breaker: bool = True
+    cb_failure_threshold: PositiveInt = 10
+    cb_success_threshold: PositiveInt = 3
+    cb_open_s: PositiveFloat = 60.0
+    cb_window_s: PositiveFloat = 120.0
+
+    def breaker(self) -> BreakerSettings | None:
+        """The circuit breaker's settings, or None when it is off."""
+        if not self.circuit_breaker:
+            return None
+        return BreakerSettings(
+            failure_threshold=self.cb_failure_threshold,
+            success_threshold=self.cb_success_threshold,
+            open_seconds=self.cb_open_s,
+            window_seconds=self.cb_window_s,
+        )
 
 
 class Model(Strict):

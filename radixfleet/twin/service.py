@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from radixfleet.profile import ReplicaProfile
 from radixfleet.replica import Faults, RejectedError, RejectReason, ReplicaModel, RequestSpec
+from radixfleet.twin.breaker import BreakerSettings, CircuitBreaker
 from radixfleet.twin.interfaces import (
     DrainChooser,
     ReplicaView,
@@ -126,6 +127,7 @@ class Service:
         profile: ReplicaProfile,
         stable: Revision,
         max_attempts: int,
+        breaker: BreakerSettings | None = None,
     ) -> None:
         self.region = region
         self.model = model
@@ -133,6 +135,8 @@ class Service:
         self.profile = profile
         self.revisions = [stable]
         self.max_attempts = max_attempts
+        self.breaker = breaker
+        self._breakers: dict[int, CircuitBreaker] = {}  # by replica id
         self.canary_weight = 0
         self.canary_policy: Any = None
         self.floor = model.min_replicas  # raised by the traffic policy's pre-scaling
@@ -158,9 +162,13 @@ class Service:
             self.region.scale_now(self, revision, now)  # the activator wakes a revision at zero
 
     def dispatch(self, job: Job, revision: Revision, now: float) -> None:
-        """Route and submit, retrying other picks on 5xx as sglang-router does."""
-        spec, workers = job.spec, revision.routable
+        """Route and submit, retrying on 5xx as the gateway does; workers whose circuit is
+        open are not picked, and with none left the request fails (smg's 503)."""
+        spec = job.spec
         for _ in range(self.max_attempts):
+            workers = [r for r in revision.routable if self.allows(r, now)]
+            if not workers:
+                break
             replica = workers[revision.router.select(spec, workers, now)]
             model = replica.model
             assert model is not None
@@ -170,6 +178,7 @@ class Service:
                 if err.reason is RejectReason.TOO_LONG:
                     self.region.fail(job, Status.TOO_LONG, now)
                     return
+                self.outcome(replica, ok=False, now=now)
                 if self.window is not None:
                     self.window.error(revision.index, now)
                 continue
@@ -178,6 +187,23 @@ class Service:
             self.region.track(request, job, replica, self)
             return
         self.region.fail(job, Status.SERVER_ERROR, now)
+
+    def allows(self, replica: Replica, now: float) -> bool:
+        """Whether the gateway's circuit breaker lets `replica` be picked at `now`."""
+        breaker = self._breakers.get(replica.id)
+        return breaker is None or breaker.allows(now)
+
+    def outcome(self, replica: Replica, *, ok: bool, now: float) -> None:
+        """A request to `replica` succeeded or failed: the circuit breaker counts it."""
+        if self.breaker is None:
+            return
+        breaker = self._breakers.get(replica.id)
+        if breaker is None:
+            breaker = self._breakers[replica.id] = CircuitBreaker(self.breaker)
+        if ok:
+            breaker.success(now)
+        else:
+            breaker.failure(now)
 
     def flush(self, revision: Revision, now: float) -> None:
         """Send the buffered requests of `revision` now that a replica is ready."""

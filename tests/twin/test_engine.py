@@ -95,3 +95,40 @@ def test_the_gpu_oracle_is_a_bound_a_fleet_meeting_the_slo_cannot_beat() -> None
     metrics = outcome.results["metrics"]["cache-aware"]
     assert metrics["slo_attainment"] >= 0.99
     assert outcome.results["oracles"]["gpu_hours"] <= metrics["gpu_hours"]
+
+
+CRASH = """
+name: crash
+seed: 4
+duration_s: 120
+regions: [{{name: r1, gpu_pools: [{{name: h100, gpus: 8, warm_gpus: 8}}]}}]
+models:
+  - {{name: m, pool: h100, min_replicas: 3, initial_replicas: 3, max_replicas: 3}}
+tenants: [{{name: t, model: m}}]
+router: {{circuit_breaker: {breaker}}}
+workload:
+  sources:
+    - {{kind: shared_prefix, tenant: t, rate_rps: 12, groups: 6, system_prompt_tokens: 2048,
+       question_tokens: 64, output_tokens: 32}}
+faults: [{{kind: replica_crash, at_s: 40, region: r1, model: m, restart_after_s: 600}}]
+policies:
+  - {{name: cache-aware, routing: cache_aware, autoscale: fixed, traffic: static}}
+"""
+
+
+def _crash_failures(*, breaker: bool) -> dict[str, int]:
+    text = CRASH.format(breaker=str(breaker).lower())
+    outcome = run_scenario(parse_scenario(text, source="crash.yaml"), oracles=False)
+    failed: dict[str, int] = outcome.results["metrics"]["cache-aware"]["failed_by_reason"]
+    return failed
+
+
+def test_the_gateways_circuit_breaker_shuts_out_a_crashed_replica() -> None:
+    """Cache-aware routing keeps sending a dead replica its prompts until readiness drops
+    it (30 s); smg's breaker shuts it out after ten failed attempts. With five attempts a
+    request, at most two requests can fail on the way (beyond those the crash cut off)."""
+    with_breaker = _crash_failures(breaker=True)
+    without = _crash_failures(breaker=False)
+    assert with_breaker.get("server_error", 0) <= 2, with_breaker
+    assert without.get("server_error", 0) > 10, without
+    assert with_breaker.get("aborted") == without.get("aborted"), "the crash itself is the same"
