@@ -210,6 +210,21 @@ class ColdStart(Spec):
     memory_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] = 3600
 
 
+class Prewarm(Spec):
+    """Warm a new replica's prefix cache before it takes traffic (`policies/autoscale/prewarm`).
+
+    The gateway's view of the prompts it routed gives the prefixes most requests began with;
+    the hottest fill up to `kvFraction` of the new replica's KV cache, each prefix seen at
+    least `minHits` times recently. The replica is held back only while other replicas of its
+    revision serve and no request waits for one, and never past `deadlineSeconds`.
+    """
+
+    enabled: bool = True
+    kv_fraction: Fraction = 0.8
+    min_hits: Annotated[int, Field(ge=1, le=1000)] = 2
+    deadline_seconds: Annotated[float, Field(ge=0, le=600)] = 30.0
+
+
 class AutoscalePolicySpec(Spec):
     """How one InferenceService is scaled. See the module docstring and policies/autoscale."""
 
@@ -225,6 +240,7 @@ class AutoscalePolicySpec(Spec):
     warm_pool: WarmPool = Field(default_factory=WarmPool)
     cold_start: ColdStart = Field(default_factory=ColdStart)
     cache_aware_drain: bool = True
+    prewarm: Prewarm = Field(default_factory=Prewarm)
     paused: bool = False
 
     @model_validator(mode="after")

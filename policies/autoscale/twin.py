@@ -11,13 +11,15 @@ Scenarios name a factory below as their autoscale policy, e.g.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from policies.autoscale.decide import choose_victims, decide
+from policies.autoscale.prewarm import PrefixPopularity, may_hold_back, plan
 from policies.autoscale.spec import AutoscalePolicySpec
 from policies.autoscale.state import AutoscaleStatus, Observed, ReplicaMetrics
-from radixfleet.twin.interfaces import ReplicaView, ServiceObservation
+from radixfleet.twin.interfaces import ReplicaView, ServiceObservation, WarmUp
 from radixfleet.twin.region import _profile
 from radixfleet.twin.registry import PolicyContext
 
@@ -38,6 +40,20 @@ class TwinAutoscaler:
         self._cached: dict[int, int] = {}  # replica id -> cached_tokens_total at the last tick
         self._last_at: float | None = None
         self._last: Observed | None = None
+        self.popularity = PrefixPopularity()
+
+    def record(self, blocks: Sequence[Hashable], now: float) -> None:
+        """The gateway routed a prompt: count its prefixes for pre-warming."""
+        if self.spec.prewarm.enabled:
+            self.popularity.record(blocks, now)
+
+    def warmup(self, *, kv_blocks: int, serving: int, waiting: int, now: float) -> WarmUp | None:
+        """The hottest prefixes for a new replica, when it may be held back for them."""
+        prewarm = self.spec.prewarm
+        if not prewarm.enabled or not may_hold_back(serving=serving, waiting=waiting):
+            return None
+        prefixes = plan(self.popularity, prewarm, kv_blocks=kv_blocks, now=now)
+        return WarmUp(prefixes, prewarm.deadline_seconds) if prefixes else None
 
     def desired_replicas(self, observed: ServiceObservation, now: float) -> int:
         """Observe, decide, keep the status; the twin clamps the answer to the model's bounds."""
@@ -134,6 +150,11 @@ def radixfleet(ctx: PolicyContext) -> TwinAutoscaler:
 def no_predictive(ctx: PolicyContext) -> TwinAutoscaler:
     """Ablation: no forecast of arrivals (signals only)."""
     return TwinAutoscaler(spec_for(ctx, warmPool={"predictive": {"enabled": False}}))
+
+
+def no_prewarm(ctx: PolicyContext) -> TwinAutoscaler:
+    """Ablation: new replicas take traffic as soon as they are ready, with empty caches."""
+    return TwinAutoscaler(spec_for(ctx, prewarm={"enabled": False}))
 
 
 def cache_blind(ctx: PolicyContext) -> TwinAutoscaler:

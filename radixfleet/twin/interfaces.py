@@ -8,7 +8,8 @@ only ever between decision functions. A policy is built by a factory (see
 status would.
 
 - :class:`RoutingPolicy`: which replica of one model in one region serves a request.
-- :class:`ScalingPolicy`: how many replicas one model in one region should have.
+- :class:`ScalingPolicy`: how many replicas one model in one region should have; optionally
+  (:class:`Prewarmer`) which prompts a new replica is sent before it takes traffic.
 - :class:`TrafficPolicy`: which region serves the clients of each region (DNS weights).
 - :class:`CanaryPolicy`: the next traffic step of a new revision, or promote, or roll back.
 - :class:`AdmissionPolicy`: whether a tenant's request is admitted (token budgets), and
@@ -121,6 +122,30 @@ class DrainChooser(Protocol):
 
     def choose_victims(self, observed: ServiceObservation, count: int) -> list[int]:
         """Ids of `count` replicas to drain; the default drains the youngest first."""
+        ...
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """Prompts to send a new replica before it takes traffic, as cache-block keys, and how
+    long it may take them at most."""
+
+    prefixes: list[tuple[Hashable, ...]]
+    deadline_s: float
+
+
+@runtime_checkable
+class Prewarmer(Protocol):
+    """Optional for a ScalingPolicy: warm a new replica's prefix cache before it serves."""
+
+    def record(self, blocks: Sequence[Hashable], now: float) -> None:
+        """A prompt of `blocks` was routed to the revision at `now`."""
+        ...
+
+    def warmup(self, *, kv_blocks: int, serving: int, waiting: int, now: float) -> WarmUp | None:
+        """What a ready replica with room for `kv_blocks` is sent first; None: nothing, and
+        it takes traffic at once (`serving` replicas take the revision's requests, `waiting`
+        requests wait for one)."""
         ...
 
 

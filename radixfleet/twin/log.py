@@ -8,6 +8,7 @@ from them at the end by :mod:`radixfleet.twin.results`.
 from __future__ import annotations
 
 import enum
+import math
 from array import array
 from dataclasses import dataclass, field
 
@@ -41,6 +42,9 @@ class RequestLog:
     output: array[int] = field(default_factory=lambda: array("l"))
     cached: array[int] = field(default_factory=lambda: array("l"))
     ended: array[float] = field(default_factory=lambda: array("d"))
+    # Seconds the serving replica had taken traffic when the request reached it (inf for the
+    # scenario's first replicas; NaN when no replica served it).
+    replica_age: array[float] = field(default_factory=lambda: array("d"))
 
     def add(
         self,
@@ -56,6 +60,7 @@ class RequestLog:
         output: int,
         cached: int,
         ended: float,
+        replica_age: float = math.nan,
     ) -> None:
         """One finished or failed request; NaN for latencies it does not have."""
         self.index.append(index)
@@ -69,6 +74,7 @@ class RequestLog:
         self.output.append(output)
         self.cached.append(cached)
         self.ended.append(ended)
+        self.replica_age.append(replica_age)
 
     def extend(self, other: RequestLog) -> None:
         """Append another log's rows (another worker's regions)."""

@@ -52,7 +52,7 @@ from radixfleet.twin.service import (
     Service,
 )
 
-WAKE, BOOT, CHECK, DETECT, SCALE, CANARY, SAMPLE, FAULT, RECOVER = range(9)
+WAKE, BOOT, CHECK, DETECT, SCALE, CANARY, SAMPLE, FAULT, RECOVER, WARMED = range(10)
 REMOVED = "removed"
 NAN = math.nan
 
@@ -112,6 +112,7 @@ class Region:
         self._seq = itertools.count()
         self._ids = itertools.count(index * 10_000_000)
         self._jobs: dict[Request, tuple[Job, Service]] = {}
+        self._warming: dict[Request, Replica] = {}  # warm-up prompts, by the replica they warm
         self._epoch = [0, 0, 0]  # requests, failed, met the TTFT SLO
         self.pools = {p.name: Pool(p) for p in scenario.regions[index].gpu_pools}
         self.admission = build("admission", policies.admission, self._context(None))
@@ -159,6 +160,8 @@ class Region:
     def _start(self, service: Service, revision: Revision, count: int, *, warm: bool) -> None:
         for _ in range(count):
             placed = self._add_replica(service, revision, 0.0, boot=not warm)
+            if placed is not None:
+                placed[0].initial = True
             if placed is not None and warm:
                 replica, delay = placed
                 if delay == 0:
@@ -233,6 +236,8 @@ class Region:
             self._fault(what, when)
         elif kind == RECOVER:
             self._recover(when)
+        elif kind == WARMED:
+            self._route(what, when)  # the warm-up's deadline: it takes traffic now
 
     def _observe(self) -> RegionObservation:
         requests, failed, ok = self._epoch
@@ -305,6 +310,9 @@ class Region:
         for event in model.advance(t):
             if event.kind is EventKind.FIRST_TOKEN:
                 continue
+            if event.request in self._warming:
+                self._warmed(event.request, t)
+                continue
             self._done(replica, event.request, t, ok=event.kind is EventKind.FINISHED)
         if replica.state == DRAINING and replica.load == 0:
             self._remove(replica, t)
@@ -343,6 +351,7 @@ class Region:
             output=spec.output_tokens,
             cached=request.cached_tokens,
             ended=t,
+            replica_age=replica.age(request.arrival),
         )
         if service.window is not None:
             service.window.add(job.revision, t, ttft, itl_value, request.cached_tokens, spec)
@@ -398,14 +407,56 @@ class Region:
         if model is None or replica.state not in (STARTING, CRASHED) or self.down:
             return
         health = model.health(t)
-        revision = replica.revision
         if health is Health.READY:
             replica.state = READY
-            if replica not in revision.routable:
-                revision.routable.append(replica)
-            replica.service.flush(revision, t)
+            self._warm_up(replica, t)
         elif health is Health.STARTING and model.ready_at > t:
             self._push(model.ready_at, CHECK, replica)
+
+    def _warm_up(self, replica: Replica, t: float) -> None:
+        """Send a ready replica its revision's hottest prefixes first, when the scaler
+        pre-warms and may hold it back (policies/autoscale/prewarm); else route it now."""
+        revision, model = replica.revision, replica.model
+        prewarmer = revision.prewarmer
+        warm = None
+        if prewarmer is not None and model is not None and not replica.initial:
+            kv_blocks = model.profile.kv_capacity_tokens // model.block_tokens
+            serving, waiting = len(revision.routable), len(revision.buffer)
+            warm = prewarmer.warmup(kv_blocks=kv_blocks, serving=serving, waiting=waiting, now=t)
+        if warm is None or model is None:
+            self._route(replica, t)
+            return
+        for n, prefix in enumerate(warm.prefixes):
+            spec = RequestSpec(
+                rid=f"warmup-{replica.id}-{n}",
+                prompt_tokens=len(prefix) * model.block_tokens,
+                output_tokens=1,
+                max_new_tokens=1,
+                prompt_blocks=prefix,
+            )
+            self._warming[model.submit(spec, now=t)] = replica
+        replica.warming = len(warm.prefixes)
+        self._replan(replica)
+        self._push(t + warm.deadline_s, WARMED, replica)
+
+    def _warmed(self, request: Request, t: float) -> None:
+        replica = self._warming.pop(request)
+        if replica.warming > 0:  # zero already when the deadline routed it
+            replica.warming -= 1
+            if replica.warming == 0:
+                self._route(replica, t)
+
+    def _route(self, replica: Replica, t: float) -> None:
+        """The gateway takes a ready replica (once; not one that died or left meanwhile)."""
+        revision = replica.revision
+        if replica.state != READY or replica in revision.routable:
+            return
+        if replica not in revision.replicas:
+            return
+        replica.warming = 0
+        revision.routable.append(replica)
+        replica.routable_at = min(replica.routable_at, t)
+        replica.service.flush(revision, t)
 
     def _detect(self, replica: Replica, t: float) -> None:
         """Kubernetes readiness noticed a dead pod: take it out of the router's pool."""
@@ -447,6 +498,7 @@ class Region:
     def _advance_removed(self, replica: Replica, t: float) -> None:
         assert replica.model is not None
         for event in replica.model.advance(t):
+            self._warming.pop(event.request, None)
             if event.kind is not EventKind.FIRST_TOKEN and event.request in self._jobs:
                 self._done(replica, event.request, t, ok=event.kind is EventKind.FINISHED)
 

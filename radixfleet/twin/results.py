@@ -29,6 +29,9 @@ from radixfleet.twin.oracles import GpuOracle
 from radixfleet.twin.scenario import CanaryRollout, RegionOutage, Scenario
 from radixfleet.twin.workload import Workload
 
+NEW_REPLICA_S = 60.0  # a replica's first minute of traffic (issue 17's pre-warming goal)
+SETTLED_REPLICA_S = 300.0
+
 DEFINITIONS = {
     "slo_attainment": "share of all requests that succeeded with TTFT <= slo.ttft_ms and mean "
     "ITL <= slo.itl_ms (failed requests count as misses)",
@@ -36,6 +39,10 @@ DEFINITIONS = {
     "gpu_hours": "replica GPU time from scheduling to removal, cold starts included",
     "prefix_hit_rate": "cached prompt tokens / prompt tokens of served requests",
     "cold_start_waits": "requests buffered because no replica of their revision was ready",
+    "new_replica_hit_rate": "prefix hit rate of the requests replicas added during the run "
+    f"served in their first {NEW_REPLICA_S:.0f} s of traffic (null: no replica was added)",
+    "settled_replica_hit_rate": "prefix hit rate of the requests served by replicas that had "
+    f"taken traffic for {SETTLED_REPLICA_S:.0f} s or more, or ran from the start",
     "failover.recovery_s": "outage start to the first sample window after which every window "
     "until the outage ends meets the SLO target for the region's clients",
     "canary.exposure": "requests the canary revision served",
@@ -65,6 +72,7 @@ class Columns:
         self.prompt = np.array(log.prompt, dtype=np.int64)[order]
         self.output = np.array(log.output, dtype=np.int64)[order]
         self.cached = np.array(log.cached, dtype=np.int64)[order]
+        self.replica_age = np.array(log.replica_age, dtype=np.float64)[order]
         a = workload.arrivals
         self.arrival = a.t[self.index]
         self.home = a.home[self.index]
@@ -106,6 +114,8 @@ def policy_metrics(record: RunRecord, workload: Workload) -> dict[str, Any]:
         "gpu_hours": sum(span.gpu_seconds for span in record.spans) / 3600.0,
         "prefix_hit_rate": float(c.cached[c.ok].sum()) / served_prompt if served_prompt else 0.0,
         "cold_start_waits": int(c.cold.sum()),
+        "new_replica_hit_rate": _hit_rate(c, c.replica_age < NEW_REPLICA_S),
+        "settled_replica_hit_rate": _hit_rate(c, c.replica_age >= SETTLED_REPLICA_S),
         "ttft_p50_s": _pct(c.ttft[c.ok], 50),
         "ttft_p95_s": _pct(c.ttft[c.ok], 95),
         "ttft_p99_s": _pct(c.ttft[c.ok], 99),
@@ -115,6 +125,12 @@ def policy_metrics(record: RunRecord, workload: Workload) -> dict[str, Any]:
         "canary": _canary(record, c, scenario),
         "wall_s": record.wall_s,
     }
+
+
+def _hit_rate(c: Columns, mask: NDArray[np.bool_]) -> float | None:
+    chosen = c.ok & mask  # NaN ages (failed requests) compare False either way
+    prompt = int(c.prompt[chosen].sum())
+    return float(c.cached[chosen].sum()) / prompt if prompt else None
 
 
 def _share(mask: NDArray[np.bool_], n: int) -> float:

@@ -10,6 +10,7 @@ and the event queue; the service asks it to schedule and to log.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from radixfleet.replica import Faults, RejectedError, RejectReason, ReplicaModel
 from radixfleet.twin.breaker import BreakerSettings, CircuitBreaker
 from radixfleet.twin.interfaces import (
     DrainChooser,
+    Prewarmer,
     ReplicaView,
     RoutingPolicy,
     ScalingPolicy,
@@ -56,7 +58,10 @@ class Job:
 class Replica:
     """One predictor pod: its GPU, its place in the lifecycle and its replica model."""
 
-    __slots__ = ("created_at", "id", "load", "model", "planned", "revision", "service", "state")
+    __slots__ = (
+        "created_at", "id", "initial", "load", "model", "planned", "revision", "routable_at",
+        "service", "state", "warming",
+    )  # fmt: skip
 
     def __init__(
         self, *, replica_id: int, service: Service, revision: Revision, created_at: float
@@ -69,6 +74,14 @@ class Replica:
         self.model: ReplicaModel | None = None
         self.load = 0  # the router's in-flight count
         self.planned: float | None = None  # the model's next event time, as queued
+        self.initial = False  # one of the replicas the scenario starts with
+        self.routable_at = math.inf  # when the gateway first sent it requests
+        self.warming = 0  # warm-up prompts still running before it takes traffic
+
+    def age(self, now: float) -> float:
+        """Seconds since it took its first request; the scenario's first replicas count as
+        long-running from the start (infinite)."""
+        return math.inf if self.initial else now - self.routable_at
 
     def cached_prefix(self, blocks: Sequence[Hashable]) -> int:
         """Leading `blocks` its cache holds (what its KV events have told the gateway)."""
@@ -84,6 +97,7 @@ class Revision:
         self.index = index
         self.router = router
         self.scaler = scaler
+        self.prewarmer = scaler if isinstance(scaler, Prewarmer) else None
         self.faults = faults
         self.replicas: list[Replica] = []
         self.routable: list[Replica] = []
@@ -153,6 +167,8 @@ class Service:
             revision = self.revisions[1]
         job.revision = revision.index
         revision.arrivals += 1
+        if revision.prewarmer is not None:
+            revision.prewarmer.record(job.spec.prompt_blocks, now)
         if revision.routable:
             self.dispatch(job, revision, now)
             return
@@ -229,7 +245,9 @@ class Service:
         views = [
             ReplicaView(
                 id=r.id,
-                state=r.state,
+                # Warming up, it takes no traffic yet: to the autoscaler it is still starting
+                # (its warm-up prompts are not demand), as a pod behind a readiness gate is.
+                state=STARTING if r.warming else r.state,
                 created_at=r.created_at,
                 in_flight=r.load,
                 stats=r.model.stats(now) if wants_stats and r.model is not None else None,

@@ -1,0 +1,124 @@
+"""Pre-warming: which prompt prefixes a new replica is sent before it takes traffic, and when.
+
+A new replica starts with an empty prefix cache, so its first minute misses what its peers hit.
+The gateway sees every prompt: `PrefixPopularity` counts, for each prompt, its prefixes at a
+ladder of depths (1, 2, 3, 4, 6, 8, 12, ... cache blocks), each count decaying with a half-life,
+so the prefixes that many recent requests began with score highest. `plan` picks the prefixes
+worth most (score times depth: the prefill a future request would skip) that fit the share of
+the new replica's KV cache the spec allows, counting blocks that picks share once. The replica
+is sent one short request per pick (one output token) and joins the gateway when they are done.
+
+`may_hold_back` keeps warm-up from delaying any request it could serve: a replica is held back
+only while another replica of its revision serves and no request waits for one; a model waking
+from zero, or with requests queued in the activator, takes the replica at once. The spec's
+deadline ends warm-up in any case.
+
+Pure: no I/O, no clock; the twin, the local fleet and the controller use the same functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from policies.autoscale.spec import Prewarm
+
+Prefix = tuple[Hashable, ...]
+
+DEFAULT_HALF_LIFE_S = 300.0
+DEFAULT_CAPACITY = 4096  # prefixes remembered; the coldest half goes when it is full
+
+
+def depths(longest: int) -> list[int]:
+    """The ladder of prefix depths up to `longest`: 1, 2, 3, 4, 6, 8, 12, 16, ... (x1.5 and
+    x4/3 in turn), fine enough that a shared system prompt is caught within a third."""
+    ladder, depth = [], 1
+    while depth <= longest:
+        ladder.append(depth)
+        if depth < 2:
+            depth += 1
+        else:  # a power of two grows by half, the step between by a third
+            depth = depth * 3 // 2 if depth & (depth - 1) == 0 else depth * 4 // 3
+    return ladder
+
+
+@dataclass
+class _Count:
+    score: float
+    at: float
+
+
+class PrefixPopularity:
+    """Decayed counts of the prefixes prompts began with (see the module docstring)."""
+
+    def __init__(
+        self, *, half_life_s: float = DEFAULT_HALF_LIFE_S, capacity: int = DEFAULT_CAPACITY
+    ) -> None:
+        self.half_life_s = half_life_s
+        self.capacity = capacity
+        self._counts: dict[Prefix, _Count] = {}
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def record(self, blocks: Sequence[Hashable], now: float) -> None:
+        """One prompt of `blocks` (its full cache blocks) was routed at `now`."""
+        prompt = tuple(blocks)
+        for depth in depths(len(prompt)):
+            prefix = prompt[:depth]
+            count = self._counts.get(prefix)
+            if count is None:
+                self._counts[prefix] = _Count(1.0, now)
+            else:
+                count.score, count.at = self._decayed(count, now) + 1.0, now
+        if len(self._counts) > self.capacity:
+            self._forget_coldest(now)
+
+    def scores(self, now: float) -> dict[Prefix, float]:
+        """Every remembered prefix with its score at `now`."""
+        return {prefix: self._decayed(count, now) for prefix, count in self._counts.items()}
+
+    def _decayed(self, count: _Count, now: float) -> float:
+        return count.score * math.exp2(-max(0.0, now - count.at) / self.half_life_s)
+
+    def _forget_coldest(self, now: float) -> None:
+        ranked = sorted(self._counts, key=lambda p: self._decayed(self._counts[p], now))
+        for prefix in ranked[: len(ranked) - self.capacity // 2]:
+            del self._counts[prefix]
+
+
+def plan(
+    popularity: PrefixPopularity, spec: Prewarm, *, kv_blocks: int, now: float
+) -> list[Prefix]:
+    """The prefixes to send a new replica whose KV cache holds `kv_blocks` blocks: the most
+    valuable first, none covered by another pick, within `spec.kv_fraction` of the cache."""
+    budget = int(kv_blocks * spec.kv_fraction)
+    hot = [(p, s) for p, s in popularity.scores(now).items() if s >= spec.min_hits]
+    hot.sort(key=lambda item: (-item[1] * len(item[0]), len(item[0])))
+    picked: list[Prefix] = []
+    used = 0
+    for prefix, _ in hot:
+        if any(p[: len(prefix)] == prefix for p in picked):
+            continue  # a deeper pick already holds it
+        extra = len(prefix) - max((_common(prefix, p) for p in picked), default=0)
+        if used + extra > budget:
+            continue
+        picked = [p for p in picked if prefix[: len(p)] != p] + [prefix]  # it covers those
+        used += extra
+    return picked
+
+
+def _common(a: Prefix, b: Prefix) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def may_hold_back(*, serving: int, waiting: int) -> bool:
+    """Whether a ready replica may warm up before taking traffic: only while `serving` other
+    replicas of its revision take the requests and none is `waiting` for a replica."""
+    return serving > 0 and waiting == 0
