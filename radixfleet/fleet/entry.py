@@ -21,6 +21,7 @@ model 404, an unknown path 404.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -252,11 +253,19 @@ class RegionEntry:
     async def _forward(self, request: web.Request, url: str, raw: bytes) -> web.StreamResponse:
         # Only the body goes upstream: a tenant's key stays at the entry that checked it.
         headers = {"Content-Type": "application/json"}
-        try:
-            async with self.session.post(url, data=raw, headers=headers) as upstream:
-                return await relay(request, upstream)
-        except aiohttp.ClientConnectorError:
-            raise self._unavailable("The model's router is not reachable.") from None
+        deadline = time.monotonic() + self.wake_timeout_s
+        for pause in _backoff():
+            try:
+                async with self.session.post(url, data=raw, headers=headers) as upstream:
+                    if upstream.status != 503 or upstream.content_type == "text/event-stream":
+                        return await relay(request, upstream)
+                    body = await upstream.read()
+                    if not not_ready_yet(body) or time.monotonic() + pause > deadline:
+                        return web.Response(status=503, body=body, content_type="application/json")
+            except aiohttp.ClientConnectorError:
+                raise self._unavailable("The model's router is not reachable.") from None
+            await asyncio.sleep(pause)  # the router has the replica but not its tokenizer yet
+        raise AssertionError("unreachable: the backoff never ends")
 
 
 @web.middleware
@@ -277,6 +286,27 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except Exception:
         log.exception("unhandled error on %s", request.path)
         return web.json_response(ApiError(500, "Internal server error.").body(), status=500)
+
+
+# smg 1.13 registers a new gRPC worker's tokenizer shortly after the worker itself: until then
+# it answers 503 with this code, before any worker saw the request, so a retry is always safe.
+NOT_READY_CODES = frozenset({"tokenizer_not_ready"})
+
+
+def not_ready_yet(body: bytes) -> bool:
+    """Whether a router's 503 body says it is still registering the model (retry shortly)."""
+    try:
+        error = json.loads(body).get("error") or {}
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(error, dict) and error.get("code") in NOT_READY_CODES
+
+
+def _backoff() -> Iterator[float]:
+    pause = 0.05
+    while True:
+        yield pause
+        pause = min(pause * 2, 1.0)
 
 
 async def relay(

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from radixfleet.fleet.entry import Canary, RegionEntry, RouterPool
@@ -281,3 +282,65 @@ def test_a_revisions_requests_spread_over_its_router_replicas_by_prompt() -> Non
                 assert entry.in_flight_by_router == {first: 0}  # counted under the pool's key
 
     asyncio.run(main())
+
+
+NOT_READY = {
+    "error": {
+        "type": "server_error",
+        "code": "tokenizer_not_ready",
+        "message": "Tokenizer for model 'm' is not registered yet; retry shortly",
+    }
+}
+OVERLOADED = {"error": {"type": "server_error", "code": "overloaded", "message": "busy"}}
+
+
+def registering(answers: list[tuple[int, dict[str, Any]]]) -> tuple[web.Application, list[int]]:
+    """A stand-in router that gives `answers` in turn (then 200), recording each call."""
+    calls: list[int] = []
+
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        calls.append(len(calls))
+        status, body = answers[len(calls) - 1] if len(calls) <= len(answers) else (200, {})
+        return web.json_response(body, status=status)
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", answer)
+    return app, calls
+
+
+def _through(router_app: web.Application, *, wake_timeout_s: float = 5) -> tuple[int, Any]:
+    async def main() -> tuple[int, Any]:
+        async with serve(router_app) as router, aiohttp.ClientSession() as session:
+            entry = RegionEntry(
+                region="test", scalers={"m": FakeScaler("m", ready=1)}, routers={"m": router},
+                session=session, wake_timeout_s=wake_timeout_s, retry_after_s=7,
+            )  # fmt: skip
+            async with serve(entry.app) as url:
+                status, text, _ = await post(session, url, {"model": "m"})
+                return status, json.loads(text)
+
+    return asyncio.run(main())
+
+
+def test_a_router_still_registering_the_models_tokenizer_is_retried() -> None:
+    """smg answers 503 tokenizer_not_ready for a moment after a woken replica registers; the
+    request never reached a worker, so the entry retries it rather than fail a wake."""
+    app, calls = registering([(503, NOT_READY), (503, NOT_READY)])
+    assert _through(app) == (200, {})
+    assert len(calls) == 3
+
+
+@pytest.mark.parametrize(
+    ("answers", "wake_timeout_s"),
+    [
+        pytest.param([(503, OVERLOADED)], 5, id="another-503-is-the-clients"),
+        pytest.param([(503, NOT_READY)] * 100, 0.3, id="not-ready-past-the-wake-timeout"),
+    ],
+)
+def test_other_503s_and_a_router_that_never_gets_ready_are_passed_on(
+    answers: list[tuple[int, dict[str, Any]]], wake_timeout_s: float
+) -> None:
+    app, calls = registering(answers)
+    status, body = _through(app, wake_timeout_s=wake_timeout_s)
+    assert status == 503 and body == answers[0][1]
+    assert len(calls) < len(answers) or len(calls) == 1
