@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from policies.autoscale.ports import AutoscalePolicies
-from policies.autoscale.state import AutoscaleStatus, status_of
+from policies.autoscale.state import AutoscaleStatus, BreakEven, status_of
 from radixfleet.kit.errors import KubeError
 
 autoscale_app = typer.Typer(
@@ -77,10 +77,21 @@ def describe(recorded: AutoscaleStatus) -> list[str]:
         f"learned: {_fmt(learned.replica_rps)} req/s per replica, saturation batch "
         f"{_fmt(learned.batch)}, cold-start share {recorded.cold.share:.2%}",
     ]
+    if recorded.break_even is not None:
+        lines.append(_break_even(recorded.break_even))
     if recorded.last_decision is not None:
         last = recorded.last_decision
         lines.append(f"last decision {last.action} at {last.at:%H:%M:%S}: {last.reason}")
     return lines
+
+
+def _break_even(found: BreakEven) -> str:
+    trip = f"a trip to zero costs {found.zero_cost_seconds:.0f} replica-s"
+    if found.gaps == 0:
+        return f"scale to zero: {trip}; no idle gap seen yet"
+    when = "never (stays warm)" if found.never else f"after {found.idle_seconds:.0f} s idle"
+    return (f"scale to zero: {when}; {trip}, mean idle gap {_fmt(found.mean_gap_seconds)} s "
+            f"over {found.gaps}")  # fmt: skip
 
 
 def _fmt(value: float | None) -> str:

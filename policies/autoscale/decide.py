@@ -15,8 +15,11 @@ No I/O, no clock: the controller, the local fleet and the twin call the same fun
    HPA's stabilisation: up to the lowest of the scale-up window, down to the highest of the
    (long) scale-down window; then rate limits: fast up, a step per period down.
 5. Bounds: the spec's min/max, the InferenceService's maxReplicas, the schedule's warm floor,
-   and one replica while any request is in sight, until the idle window has passed (the
-   cold-start memory instead, when one more wake would overspend the cold-start budget).
+   and one replica while any request is in sight or a rise is forecast, until the idle window
+   has passed. The window is the break-even one learned from the model's own idle gaps once
+   there are enough of them (never, when a trip to zero costs more than every gap saves),
+   else `idleSeconds`; the cold-start memory instead when one more wake would overspend the
+   cold-start budget.
 6. Scale-down names the replicas to drain: starting ones go first anyway (nothing cached), then
    the ready ones whose cache served the fewest prompt tokens, fewest running requests first.
 """
@@ -31,6 +34,7 @@ from datetime import datetime, timedelta
 from policies.autoscale.spec import AutoscalePolicySpec
 from policies.autoscale.state import (
     AutoscaleStatus,
+    BreakEven,
     ColdStarts,
     Demand,
     LastDecision,
@@ -50,6 +54,8 @@ MIN_LEARNING_LOAD = 0.5  # replicas' worth of KV in use before a capacity sample
 EPSILON = 1e-9
 SURGE = 1.5  # a recommendation this many times the count skips the scale-up window
 MIN_ITL_BATCH = 4  # running requests before a replica's inter-token latency counts
+MAX_GAPS = 32  # idle gaps remembered for the break-even
+MIN_GAPS = 5  # gaps before the break-even replaces the spec's idle window
 
 
 @dataclass(frozen=True)
@@ -137,10 +143,14 @@ def remember(
     if rate is not None:
         horizon = now - timedelta(seconds=spec.warm_pool.predictive.lookback_seconds)
         rates = (*(s for s in rates if s.at > horizon), Sample(at=now, value=max(rate, 0.0)))
+    cold = _count_cold(observed, spec, status.cold, elapsed)
+    gaps = _gaps(observed, spec, status, now)
     return status.model_copy(
         update={
             "rates": rates,
-            "cold": _count_cold(observed, spec, status.cold, elapsed),
+            "cold": cold,
+            "gaps": gaps,
+            "break_even": break_even(spec, gaps, cold),
             "learned": learn(observed, spec, status.learned),
             "last_active_at": now if observed.busy() else status.last_active_at,
             "last_tick_at": now,
@@ -170,6 +180,42 @@ def _count_cold(
         waited=cold.waited * decay + waited,
         peak_rate=max(cold.peak_rate * decay, arrived / elapsed),
     )
+
+
+def _gaps(
+    observed: Observed, spec: AutoscalePolicySpec, status: AutoscaleStatus, now: datetime
+) -> tuple[float, ...]:
+    # A busy tick after at least one quiet one ends an idle gap: seconds since the last busy one.
+    if not observed.busy() or status.last_active_at is None:
+        return status.gaps
+    gap = (now - status.last_active_at).total_seconds()
+    if gap < 2 * spec.interval_seconds:
+        return status.gaps
+    return (*status.gaps, gap)[-MAX_GAPS:]
+
+
+def break_even(spec: AutoscalePolicySpec, gaps: Sequence[float], cold: ColdStarts) -> BreakEven:
+    """The idle time after which going to zero costs least, over the model's recorded gaps.
+
+    A ski-rental threshold: staying warm through a gap of g seconds costs g replica-seconds;
+    going to zero after t idle seconds costs t plus one trip to zero (the next cold start's GPU
+    time and the requests that wait on it, priced at `missCostSeconds`). Each gap recorded is a
+    sample of the next; the threshold among them (or never) with the least mean cost wins, ties
+    to the longer one (fewer cold starts for the same cost).
+    """
+    start = spec.cold_start
+    waiting = 1.0 + cold.peak_rate * start.seconds
+    trip = start.seconds + start.miss_cost_seconds * waiting
+    if not gaps:
+        return BreakEven(zero_cost_seconds=trip)
+    never_cost = sum(gaps) / len(gaps)
+    best, best_cost = None, never_cost
+    for threshold in sorted({0.0, *gaps}, reverse=True):
+        cost = sum(g if g <= threshold else threshold + trip for g in gaps) / len(gaps)
+        if cost < best_cost - EPSILON:
+            best, best_cost = threshold, cost
+    return BreakEven(zero_cost_seconds=trip, idle_seconds=best, never=best is None,
+                     mean_gap_seconds=never_cost, gaps=len(gaps))  # fmt: skip
 
 
 def learn(observed: Observed, spec: AutoscalePolicySpec, learned: Learned) -> Learned:
@@ -458,26 +504,41 @@ def limit_rate(
 
 
 def bounds(
-    observed: Observed, spec: AutoscalePolicySpec, status: AutoscaleStatus, now: datetime
+    observed: Observed,
+    spec: AutoscalePolicySpec,
+    status: AutoscaleStatus,
+    now: datetime,
+    *,
+    forecast: float = 0.0,
 ) -> tuple[int, int]:
-    """The floor and the ceiling at `now`; the floor never exceeds the ceiling."""
+    """The floor and the ceiling at `now`; the floor never exceeds the ceiling. `forecast` is
+    the predicted demand: a rise on its way keeps a replica, whatever the window says."""
     floor, ceiling = _spec_bounds(observed, spec, now)
-    if observed.busy() or not idle(spec, status, now):
-        floor = max(floor, 1)  # never to zero with a request in sight, nor before the window
+    if observed.busy() or forecast > 0 or not idle(spec, status, now):
+        floor = max(floor, 1)  # never to zero with a request in sight or a rise forecast, nor
+        # before the window
     return min(floor, ceiling), ceiling
 
 
 def idle(spec: AutoscalePolicySpec, status: AutoscaleStatus, now: datetime) -> bool:
     """Whether the model has gone without requests long enough to scale to zero.
 
-    The cold-start budget decides which window: if going to zero now and waking for a burst
-    like the recent peak would bring the share of requests that waited on a cold start over
-    the budget, the model stays warm through the cold-start memory rather than the idle
-    window. A model whose bursts come further apart than the memory still goes to zero.
+    The window is the break-even learned from the model's idle gaps (`break_even`) once
+    `MIN_GAPS` are recorded, `idleSeconds` before; when a trip to zero has cost more than
+    every recorded gap saves, the model is never idle. The cold-start budget may lengthen it:
+    if going to zero now and waking for a burst like the recent peak would bring the share of
+    requests that waited on a cold start over the budget, the model stays warm through the
+    cold-start memory. A model whose bursts come further apart than the memory still goes to
+    zero.
     """
     if status.last_active_at is None:
         return True
-    window = spec.idle_seconds
+    window = float(spec.idle_seconds)
+    learned = status.break_even
+    if learned is not None and learned.gaps >= MIN_GAPS:
+        if learned.never:
+            return False  # every gap so far was cheaper to bridge warm than a trip to zero
+        window = learned.idle_seconds or 0.0
     if status.cold.share_after_a_wake(spec.cold_start.seconds) > spec.cold_start.budget:
         window = max(window, spec.cold_start.memory_seconds)
     return now - status.last_active_at >= timedelta(seconds=window)
@@ -518,7 +579,7 @@ def _scale(
     recommendation = recommend(load, reference, spec.targets.tolerance)
     recommendations = _keep(status.recommendations, spec, now, recommendation)
     stable = stabilize(reference, recommendations, spec, now)
-    floor, ceiling = bounds(observed, spec, status, now)
+    floor, ceiling = bounds(observed, spec, status, now, forecast=wanted.predicted)
     desired = _clamp(limit_rate(stable, reference, spec, status, now), floor, ceiling)
     verb = _verb(desired, reference)
     wanted = wanted.model_copy(update={"floor": floor, "ceiling": ceiling})

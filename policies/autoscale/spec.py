@@ -202,12 +202,15 @@ class ColdStart(Spec):
     the node, more from S3 or on a new node): the predictive forecast looks that far ahead.
     `budget` is the share of requests that may wait on a cold start (arrive while no replica
     is ready), counted over `memorySeconds`: while it is spent, the model keeps one replica
-    rather than going to zero.
+    rather than going to zero. `missCostSeconds` prices a request that waits on a cold start in
+    replica-seconds: with the cold start's own GPU time it is what a trip to zero costs, which
+    the idle gaps the model has had must repay (`decide.break_even`).
     """
 
     seconds: Annotated[float, Field(ge=0, le=3600)] = 90.0
     budget: Annotated[float, Field(ge=0, le=1)] = 0.01
     memory_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] = 3600
+    miss_cost_seconds: Annotated[float, Field(ge=0, le=3600)] = 2.0
 
 
 class Prewarm(Spec):

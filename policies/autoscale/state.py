@@ -119,6 +119,23 @@ class ColdStarts(Wire):
         return (self.waited + waiting) / total if total > 0 else 0.0
 
 
+class BreakEven(Wire):
+    """When going to zero pays, from the model's own idle gaps (a ski-rental threshold).
+
+    `zeroCostSeconds`: what one trip to zero costs in replica-seconds: the next cold start's
+    GPU time, plus the requests that would wait on it (the waking one and the recent peak rate
+    over a cold start) at the spec's `missCostSeconds` each. `idleSeconds`: the idle time after
+    which going to zero costs least on average over the recorded gaps; absent (with `never`)
+    when staying warm through every gap costs less. `meanGapSeconds` and `gaps`: the sample.
+    """
+
+    zero_cost_seconds: float = 0.0
+    idle_seconds: float | None = None
+    never: bool = False
+    mean_gap_seconds: float | None = None
+    gaps: int = 0
+
+
 class Learned(Wire):
     """What the autoscaler learned about one replica of this model from its own metrics.
 
@@ -161,6 +178,8 @@ class AutoscaleStatus(Wire):
     rates: tuple[Sample, ...] = ()
     learned: Learned = Field(default_factory=Learned)
     cold: ColdStarts = Field(default_factory=ColdStarts)
+    gaps: tuple[float, ...] = ()  # the latest idle gaps, seconds between busy ticks
+    break_even: BreakEven | None = None
     last_active_at: datetime | None = None
     last_tick_at: datetime | None = None
     last_scale_down_at: datetime | None = None
