@@ -534,7 +534,7 @@ def idle(spec: AutoscalePolicySpec, status: AutoscaleStatus, now: datetime) -> b
     if status.last_active_at is None:
         return True
     window = float(spec.idle_seconds)
-    learned = status.break_even
+    learned = status.break_even if spec.cold_start.learn_idle_window else None
     if learned is not None and learned.gaps >= MIN_GAPS:
         if learned.never:
             return False  # every gap so far was cheaper to bridge warm than a trip to zero

@@ -204,13 +204,15 @@ class ColdStart(Spec):
     is ready), counted over `memorySeconds`: while it is spent, the model keeps one replica
     rather than going to zero. `missCostSeconds` prices a request that waits on a cold start in
     replica-seconds: with the cold start's own GPU time it is what a trip to zero costs, which
-    the idle gaps the model has had must repay (`decide.break_even`).
+    the idle gaps the model has had must repay (`decide.break_even`); with
+    `learnIdleWindow` false the model always waits `idleSeconds` instead.
     """
 
     seconds: Annotated[float, Field(ge=0, le=3600)] = 90.0
     budget: Annotated[float, Field(ge=0, le=1)] = 0.01
     memory_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] = 3600
     miss_cost_seconds: Annotated[float, Field(ge=0, le=3600)] = 2.0
+    learn_idle_window: bool = True
 
 
 class Prewarm(Spec):

@@ -157,6 +157,11 @@ def no_prewarm(ctx: PolicyContext) -> TwinAutoscaler:
     return TwinAutoscaler(spec_for(ctx, prewarm={"enabled": False}))
 
 
+def idle_window(ctx: PolicyContext) -> TwinAutoscaler:
+    """Ablation: zero after the fixed idle window, whatever the model's idle gaps say."""
+    return TwinAutoscaler(spec_for(ctx, coldStart={"learnIdleWindow": False}))
+
+
 def cache_blind(ctx: PolicyContext) -> TwinAutoscaler:
     """Ablation: scale-down drains the replica with the fewest running requests."""
     return TwinAutoscaler(spec_for(ctx, cacheAwareDrain=False))
