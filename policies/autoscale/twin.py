@@ -162,6 +162,16 @@ def idle_window(ctx: PolicyContext) -> TwinAutoscaler:
     return TwinAutoscaler(spec_for(ctx, coldStart={"learnIdleWindow": False}))
 
 
+def cold_tolerant(ctx: PolicyContext) -> TwinAutoscaler:
+    """A model whose team accepts that a fifth of its requests wait on a cold start."""
+    return TwinAutoscaler(spec_for(ctx, coldStart={"budget": 0.2}))
+
+
+def cold_tolerant_idle_window(ctx: PolicyContext) -> TwinAutoscaler:
+    """The same, going to zero after the fixed idle window (the break-even's ablation)."""
+    return TwinAutoscaler(spec_for(ctx, coldStart={"budget": 0.2, "learnIdleWindow": False}))
+
+
 def cache_blind(ctx: PolicyContext) -> TwinAutoscaler:
     """Ablation: scale-down drains the replica with the fewest running requests."""
     return TwinAutoscaler(spec_for(ctx, cacheAwareDrain=False))
