@@ -91,6 +91,10 @@ def _storage(model: Model) -> dict[str, Any]:
     return {"storageUris": uris}
 
 
+# The service account of serving pods in tenant namespaces (build_model_reader).
+MODEL_READER = "radixfleet-model-reader"
+
+
 def _predictor(model: Model) -> dict[str, Any]:
     storage = _storage(model)
     predictor: dict[str, Any] = {
@@ -99,6 +103,7 @@ def _predictor(model: Model) -> dict[str, Any]:
         "scaleMetric": "concurrency",
         "scaleTarget": concurrency_target(model, resolve_profile(model.profile)),
         "timeout": REQUEST_TIMEOUT_S,
+        "serviceAccountName": MODEL_READER,
         "nodeSelector": {labels.GPU_TYPE: gpu_label_value(model.gpu_type)},
         "tolerations": [
             {
@@ -236,6 +241,21 @@ def pod_security_labels() -> dict[str, str]:
         out[f"pod-security.kubernetes.io/{mode}"] = level
         out[f"pod-security.kubernetes.io/{mode}-version"] = version
     return out
+
+
+def build_model_reader(namespace: str) -> dict[str, Any]:
+    """The service account a tenant namespace's serving pods run as: KServe's storage
+    initializer reads the weights and adapters as it, and infra gives it a cloud role that
+    reads only that tenant's models (not the `default` account, which every pod there gets).
+
+    Its Kubernetes token stays mounted: it is bound to no Role, and EKS Pod Identity's
+    credentials have been reported to fail with automountServiceAccountToken false."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": MODEL_READER, "namespace": namespace,
+                     "labels": {labels.MANAGED_BY: labels.MANAGER}},
+    }  # fmt: skip
 
 
 def build_router_access(namespace: str) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from inferenceservices.builder import (
     build_canary_policy,
     build_failover_policy,
     build_inference_service,
+    build_model_reader,
     build_namespaces,
     build_router_access,
     build_tenant,
@@ -365,6 +366,36 @@ def region_policies(catalog: Catalog, region: Region) -> list[Manifest]:
         *(build_canary_policy(policy, namespace) for namespace, policy in canaries),
         *(build_autoscale_policy(m, t) for m, t in pairs if m.nodes == 1),
     ]
+
+
+def region_model_prefixes(catalog: Catalog, region: Region, *, bucket: str) -> dict[str, list[str]]:
+    """Per tenant namespace of the region, the model-store prefixes (under `bucket`, the one
+    the catalog's URIs name) its InferenceServices read: weights and adapters."""
+    found: dict[str, set[str]] = {}
+    for model, tenant in _region_models(catalog, region):
+        uris = _strings(build_inference_service(model, tenant)[0])
+        prefixes = {
+            u.removeprefix(f"s3://{bucket}/") for u in uris if u.startswith(f"s3://{bucket}/")
+        }
+        found.setdefault(namespace_of(tenant), set()).update(prefixes)
+    return {ns: sorted(prefixes) for ns, prefixes in sorted(found.items()) if prefixes}
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def region_model_readers(catalog: Catalog, region: Region) -> list[Manifest]:
+    """The service account serving pods run as in each of the region's tenant namespaces."""
+    namespaces = sorted({namespace_of(t) for _, t in _region_models(catalog, region)})
+    return [build_model_reader(namespace) for namespace in namespaces]
 
 
 def region_router_access(catalog: Catalog, region: Region) -> list[Manifest]:

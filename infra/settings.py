@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from inferenceservices.builder import MODEL_READER
 from radixfleet.config import Catalog, ConfigError, Problem, Region, load_catalog
 from radixfleet.config.load import pydantic_problems
 
@@ -157,8 +158,8 @@ class ModelStoreSettings(Settings):
     mode: Literal["replicated", "per-region"] = "replicated"
     primary_region: str | None = None
     force_destroy: bool = False
-    # The service account serving pods run as in tenant namespaces (KServe's default).
-    service_account: str = "default"
+    # The service account serving pods run as in tenant namespaces (rendered with them).
+    service_account: str = MODEL_READER
 
 
 class DnsSettings(Settings):

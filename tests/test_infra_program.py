@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from canary.spec import POLICY_ANNOTATION
+from inferenceservices.builder import MODEL_READER
 from infra import manifests
 from infra.components.aws.nodes import EKS_TAINT_EFFECTS
 from infra.settings import PINNED, REQUIRED_CHARTS, REQUIRED_EKS_ADDONS, Fleet
@@ -26,6 +27,7 @@ from radixfleet.platform import KNATIVE_FEATURES
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 REGIONS = ["us-east-1", "eu-west-1", "ap-northeast-1"]
+NAMESPACES = ["team-search", "team-support", "team-research"]  # the example catalog's tenants
 
 
 @pytest.fixture(scope="module")
@@ -279,22 +281,54 @@ def test_the_primary_bucket_replicates_to_every_other_region(stack: RecordingMoc
 
 
 def test_serving_pods_read_models_through_pod_identity_without_keys(stack: RecordingMocks) -> None:
-    policies = {p.id: p for p in of_type(stack, "aws:iam/policy:Policy")}
-    for policy in policies.values():
-        actions = {a for s in json.loads(policy.inputs["policy"])["Statement"] for a in s["Action"]}
-        assert actions == {"s3:ListBucket", "s3:GetObject", "s3:GetObjectVersion", "kms:Decrypt"}
     associations = of_type(stack, "aws:eks/podIdentityAssociation:PodIdentityAssociation")
     for region in REGIONS:
-        namespaces = {
-            a.inputs["namespace"]
-            for a in in_region(associations, region)
-            if "model-reader" in a.name
-        }
+        readers = [a for a in in_region(associations, region) if "model-reader" in a.name]
         isvcs = in_region(
             of_type(stack, "kubernetes:serving.kserve.io/v1beta1:InferenceService"), region
         )
-        assert namespaces == {i.inputs["metadata"]["namespace"] for i in isvcs}
+        assert {a.inputs["namespace"] for a in readers} == {
+            i.inputs["metadata"]["namespace"] for i in isvcs
+        }
+        assert {a.inputs["serviceAccount"] for a in readers} == {MODEL_READER}
+        for isvc in isvcs:
+            assert isvc.inputs["spec"]["predictor"]["serviceAccountName"] == MODEL_READER
     assert not of_type(stack, "aws:iam/accessKey:AccessKey")
+    assert not of_type(stack, "aws:iam/policy:Policy"), "no policy reads the whole model store"
+
+
+def test_each_tenants_pods_read_only_that_tenants_models(stack: RecordingMocks) -> None:
+    """One role per tenant namespace, reading the store's prefixes of that tenant's models and
+    nothing else: another tenant's weights and adapters are out of reach."""
+    policies = [
+        p for p in of_type(stack, "aws:iam/rolePolicy:RolePolicy") if "model-reader" in p.name
+    ]
+    isvcs = of_type(stack, "kubernetes:serving.kserve.io/v1beta1:InferenceService")
+    assert policies
+    for policy in policies:
+        namespace = next(ns for ns in NAMESPACES if policy.name.endswith(f"-{ns}-policy"))
+        statements = json.loads(policy.inputs["policy"])["Statement"]
+        actions = {a for s in statements for a in s["Action"]}
+        assert actions == {"s3:ListBucket", "s3:GetObject", "s3:GetObjectVersion", "kms:Decrypt"}
+        (objects,) = [s["Resource"] for s in statements if "s3:GetObject" in s["Action"]]
+        region = next(r for r in REGIONS if f"-{r}-" in policy.name)
+        mine = [
+            i for i in in_region(isvcs, region) if i.inputs["metadata"]["namespace"] == namespace
+        ]
+        uris = {u for i in mine for u in _uris(i.inputs["spec"])}
+        wanted = {f"arn:aws:mock:::model-store-{region}/{u.split('/', 3)[3]}/*" for u in uris}
+        assert set(objects) == wanted, policy.name
+        assert all(o.endswith("/*") and o.count("/") >= 2 for o in objects), "never the bucket"
+
+
+def _uris(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value] if value.startswith("s3://") else []
+    if isinstance(value, dict):
+        return [u for v in value.values() for u in _uris(v)]
+    if isinstance(value, list):
+        return [u for v in value for u in _uris(v)]
+    return []
 
 
 def test_versions_are_pinned(stack: RecordingMocks) -> None:

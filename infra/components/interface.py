@@ -22,8 +22,10 @@ class ModelStoreRef:
     # The bucket the catalog's URIs name, and this region's bucket that replaces it.
     catalog_bucket: str
     bucket: str
-    # A cloud policy granting read access to the bucket (and its key); attached to pod identities.
-    reader_policy: pulumi.Input[str]
+    # The bucket's ARN and its encryption key's: each tenant's serving pods get a role that
+    # reads only the prefixes of that tenant's models (infra.components.aws.region).
+    bucket_arn: pulumi.Input[str]
+    key_arn: pulumi.Input[str]
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pulumi
@@ -74,3 +75,31 @@ class PodRole(pulumi.ComponentResource):
             )
         self.arn = role.arn
         self.register_outputs({"arn": role.arn})
+
+
+def model_reader_statements(
+    bucket_arn: pulumi.Input[str], key_arn: pulumi.Input[str], prefixes: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Read only `prefixes` of the model store (listing included) and decrypt with its key:
+    what one tenant's serving pods need for the weights and adapters of that tenant's models."""
+    arn = pulumi.Output.from_input(bucket_arn)
+    folders = [p.strip("/") for p in prefixes]
+    listed = [pattern for f in folders for pattern in (f, f"{f}/*")]
+    return [
+        {
+            "Effect": "Allow",
+            "Action": ["s3:ListBucket"],
+            "Resource": arn,
+            "Condition": {"StringLike": {"s3:prefix": listed}},
+        },
+        {
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:GetObjectVersion"],
+            "Resource": [arn.apply(partial(_objects_under, folder=f)) for f in folders],
+        },
+        {"Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": key_arn},
+    ]
+
+
+def _objects_under(bucket_arn: str, *, folder: str) -> str:
+    return f"{bucket_arn}/{folder}/*"

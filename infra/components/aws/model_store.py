@@ -55,7 +55,7 @@ class _Bucket:
 
 
 class ModelStore(pulumi.ComponentResource):
-    """Buckets, keys, replication and reader policies of every region."""
+    """Buckets, keys and replication of every region."""
 
     refs: dict[str, ModelStoreRef]
 
@@ -67,7 +67,8 @@ class ModelStore(pulumi.ComponentResource):
             region: ModelStoreRef(
                 catalog_bucket=args.settings.bucket,
                 bucket=bucket_name(args.settings.bucket, region),
-                reader_policy=self._reader_policy(region, b).arn,
+                bucket_arn=b.bucket.arn,
+                key_arn=b.key.arn,
             )
             for region, b in buckets.items()
         }
@@ -148,23 +149,6 @@ class ModelStore(pulumi.ComponentResource):
                 )
             ],
             opts=opts,
-        )
-
-    def _reader_policy(self, region: str, b: _Bucket) -> aws.iam.Policy:
-        statements = [
-            {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": b.bucket.arn},
-            {
-                "Effect": "Allow",
-                "Action": ["s3:GetObject", "s3:GetObjectVersion"],
-                "Resource": b.bucket.arn.apply(lambda arn: f"{arn}/*"),
-            },
-            {"Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": b.key.arn},
-        ]
-        return aws.iam.Policy(
-            f"{self._name}-{region}-read",
-            description=f"Read the model store in {region}",
-            policy=policy_document(statements),
-            opts=self._opts(region),
         )
 
     def _replicate(self, buckets: dict[str, _Bucket]) -> None:

@@ -13,7 +13,7 @@ import pulumi_kubernetes as k8s
 
 from infra import manifests as m
 from infra.components.aws.cluster import EksCluster, EksClusterArgs
-from infra.components.aws.identity import PodRole, PodRoleArgs
+from infra.components.aws.identity import PodRole, PodRoleArgs, model_reader_statements
 from infra.components.aws.network import Network, NetworkArgs
 from infra.components.aws.nodes import ManagedNodes, gpu_nodes_args
 from infra.components.interface import RegionalFleetArgs
@@ -189,17 +189,23 @@ class AwsRegionalFleet(pulumi.ComponentResource):
 
     def _identities(self, cluster: EksCluster, namespaces: list[str]) -> None:
         settings, child = self._args.fleet.settings, pulumi.ResourceOptions(parent=self)
-        store = self._args.model_store
+        store, catalog = self._args.model_store, self._args.fleet.catalog
         reader = settings.model_store.service_account
-        PodRole(
-            f"{self._name}-model-reader",
-            PodRoleArgs(
-                cluster_name=cluster.name,
-                service_accounts=[(ns, reader) for ns in namespaces],
-                managed_policy_arns=[store.reader_policy],
-            ),
-            child,
-        )
+        prefixes = m.region_model_prefixes(catalog, self._args.region, bucket=store.catalog_bucket)
+        for namespace in namespaces:  # a role per tenant namespace: its own models only
+            if namespace not in prefixes:
+                continue
+            PodRole(
+                f"{self._name}-model-reader-{namespace}",
+                PodRoleArgs(
+                    cluster_name=cluster.name,
+                    service_accounts=[(namespace, reader)],
+                    statements=model_reader_statements(
+                        store.bucket_arn, store.key_arn, prefixes[namespace]
+                    ),
+                ),
+                child,
+            )
         PodRole(
             f"{self._name}-controllers",
             PodRoleArgs(
@@ -357,6 +363,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
                 inference_services=isvcs,
                 policies=[*m.region_policies(fleet.catalog, region), *self._failover_policies()],
                 router_access=m.region_router_access(fleet.catalog, region),
+                model_readers=m.region_model_readers(fleet.catalog, region),
                 with_failover=region.name == fleet.failover_region,
                 fleet_token=self._args.fleet_token,
                 dashboards_dir=fleet.path(fleet.settings.dashboards_dir),

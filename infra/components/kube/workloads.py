@@ -35,6 +35,8 @@ class WorkloadsArgs:
     policies: Sequence[m.Manifest]
     # The routers' ServiceAccount, Role and RoleBinding per tenant namespace.
     router_access: Sequence[m.Manifest]
+    # The serving pods' ServiceAccount per tenant namespace (infra gives each a cloud role).
+    model_readers: Sequence[m.Manifest]
     # This region's operator runs the fleet's failover (one region per fleet).
     with_failover: bool
     fleet_token: pulumi.Input[str]
@@ -159,19 +161,23 @@ class Workloads(pulumi.ComponentResource):
         namespaces: list[k8s.core.v1.Namespace],
         controllers_namespace: k8s.core.v1.Namespace,
     ) -> None:
-        """The controllers' objects, and the routers' access in each tenant namespace."""
+        """The controllers' objects, and the routers' access and the serving pods' account in each
+        tenant namespace."""
         after = [*crds, *namespaces, controllers_namespace]
         for policy in self._args.policies:
             self._custom(policy, after)
-        for obj in self._args.router_access:
+        for obj in [*self._args.router_access, *self._args.model_readers]:
             self._core(obj, namespaces)
 
     def _core(self, obj: m.Manifest, after: Sequence[pulumi.Resource]) -> None:
         """A ServiceAccount, Role or RoleBinding from its manifest."""
-        name = f"{self._name}-{obj['kind'].lower()}-{obj['metadata']['namespace']}"
-        meta, opts = as_input(obj["metadata"]), self._opts(after)
+        metadata = obj["metadata"]
+        name = f"{self._name}-{obj['kind'].lower()}-{metadata['namespace']}-{metadata['name']}"
+        meta, opts = as_input(metadata), self._opts(after)
         if obj["kind"] == "ServiceAccount":
-            k8s.core.v1.ServiceAccount(name, metadata=meta, opts=opts)
+            automount = obj.get("automountServiceAccountToken")
+            k8s.core.v1.ServiceAccount(name, metadata=meta, opts=opts,
+                                       automount_service_account_token=automount)  # fmt: skip
         elif obj["kind"] == "Role":
             k8s.rbac.v1.Role(name, metadata=meta, rules=as_input(obj["rules"]), opts=opts)
         else:
