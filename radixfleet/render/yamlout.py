@@ -26,6 +26,7 @@ _INDENT = "  "
 _WIDTH = 4096  # fold nothing a manifest holds (command lines, PromQL)
 _NO_FOLDING = 1 << 30
 _LONGEST_KEY = 1000
+_SEQUENCES = (list, tuple)
 _Lines = list[str]
 
 
@@ -58,34 +59,32 @@ def _locate(doc: Mapping[str, Any], path: str) -> tuple[int, str]:
 
 def _mapping(value: Mapping[Any, Any], pad: str, notes: Mapping[tuple[int, str], str]) -> _Lines:
     lines: _Lines = []
+    inner = pad + _INDENT
     for key, item in value.items():
-        note = notes.get((id(value), key)) if notes else None
-        if note is not None:
-            lines += _comment(note, pad)
-        head = f"{pad}{_key(key)}:"
-        if _is_block(item) and isinstance(item, dict):
+        if notes and (id(value), key) in notes:
+            lines += _comment(notes[id(value), key], pad)
+        head = pad + _key(key) + ":"
+        if isinstance(item, dict) and item:
             lines.append(head)
-            lines += _mapping(item, pad + _INDENT, notes)
-        elif _is_block(item):
+            lines += _mapping(item, inner, notes)
+        elif isinstance(item, _SEQUENCES) and item:
             lines.append(head)
             lines += _sequence(item, pad, notes)  # level with its key, as PyYAML writes it
         else:
-            lines.append(f"{head} {_inline(item)}")
+            lines.append(head + " " + _inline(item))
     return lines
 
 
 def _sequence(value: Sequence[Any], pad: str, notes: Mapping[tuple[int, str], str]) -> _Lines:
     lines: _Lines = []
+    inner = pad + _INDENT
     for item in value:
-        if not _is_block(item):
-            lines.append(f"{pad}- {_inline(item)}")
-            continue
-        inner = pad + _INDENT
-        if isinstance(item, dict):
-            block = _mapping(item, inner, notes)
+        if isinstance(item, dict) and item:
+            lines += _dash(_mapping(item, inner, notes), pad)
+        elif isinstance(item, _SEQUENCES) and item:
+            lines += _dash(_sequence(item, inner, notes), pad)
         else:
-            block = _sequence(item, inner, notes)
-        lines += _dash(block, pad)
+            lines.append(pad + "- " + _inline(item))
     return lines
 
 
@@ -97,21 +96,28 @@ def _dash(block: _Lines, pad: str) -> _Lines:
     return block
 
 
-def _is_block(value: Any) -> bool:
-    # Concrete types, not the ABCs: an ABC check costs a microsecond, 1.5 M times per 10,000
-    # models. Builders make dicts, lists and tuples; anything else is a scalar to the dumper.
-    return isinstance(value, dict | list | tuple) and bool(value)
-
-
 def _inline(value: Any) -> str:
+    # Concrete types, not the ABCs: an ABC check costs a microsecond, millions of times for
+    # 10,000 models. Builders make dicts, lists and tuples; anything else is a scalar.
     if isinstance(value, dict):
         return "{}"
-    if isinstance(value, list | tuple):
+    if isinstance(value, _SEQUENCES):
         return "[]"
     return _scalar(value)
 
 
 def _key(key: Any) -> str:
+    # String keys repeat (every manifest's `metadata`, `spec`, ...): cached. Not others, as a
+    # cache takes 0.0 and -0.0 for one key.
+    return _text_key(key) if type(key) is str else _checked_key(key)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _text_key(key: str) -> str:
+    return _checked_key(key)
+
+
+def _checked_key(key: Any) -> str:
     text = _scalar(key)
     if len(text) > _LONGEST_KEY:  # YAML reads an implicit key of at most 1,024 characters
         raise ValueError(f"a key of {len(text)} characters cannot be written: {text[:40]}...")
