@@ -22,6 +22,7 @@ from radixfleet.replica import (
     EventKind,
     Faults,
     Health,
+    RejectedError,
     ReplicaModel,
     Request,
     RequestSpec,
@@ -434,8 +435,14 @@ class Region:
                 max_new_tokens=1,
                 prompt_blocks=prefix,
             )
-            self._warming[model.submit(spec, now=t)] = replica
-        replica.warming = len(warm.prefixes)
+            try:
+                self._warming[model.submit(spec, now=t)] = replica
+            except RejectedError:
+                continue  # refused (too long for its context, a full queue): one prefix less
+            replica.warming += 1
+        if not replica.warming:
+            self._route(replica, t)
+            return
         self._replan(replica)
         self._push(t + warm.deadline_s, WARMED, replica)
 
@@ -474,6 +481,8 @@ class Region:
         if replica.model is not None and replica.load:
             replica.model.crash(now=t)  # terminated with requests in flight
             self._advance_removed(replica, t)
+        if replica.warming:  # removed while warming up: its warm-up prompts go with it
+            self._warming = {r: owner for r, owner in self._warming.items() if owner is not replica}
         service, revision = replica.service, replica.revision
         revision.replicas.remove(replica)
         replica.state = REMOVED
