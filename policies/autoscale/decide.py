@@ -514,9 +514,9 @@ def bounds(
     """The floor and the ceiling at `now`; the floor never exceeds the ceiling. `forecast` is
     the predicted demand: a rise on its way keeps a replica, whatever the window says."""
     floor, ceiling = _spec_bounds(observed, spec, now)
+    # Never to zero with a request in sight or a rise forecast, nor before the idle window.
     if observed.busy() or forecast > 0 or not idle(spec, status, now):
-        floor = max(floor, 1)  # never to zero with a request in sight or a rise forecast, nor
-        # before the window
+        floor = max(floor, 1)
     return min(floor, ceiling), ceiling
 
 
@@ -525,7 +525,9 @@ def idle(spec: AutoscalePolicySpec, status: AutoscaleStatus, now: datetime) -> b
 
     The window is the break-even learned from the model's idle gaps (`break_even`) once
     `MIN_GAPS` are recorded, `idleSeconds` before; when a trip to zero has cost more than
-    every recorded gap saves, the model is never idle. The cold-start budget may lengthen it:
+    every recorded gap saves, the model is not idle until it has been quiet for longer than
+    its longest recorded gap (then `idleSeconds` decides: a model nobody uses any more does
+    not stay warm for ever). The cold-start budget may lengthen the window:
     if going to zero now and waking for a burst like the recent peak would bring the share of
     requests that waited on a cold start over the budget, the model stays warm through the
     cold-start memory. A model whose bursts come further apart than the memory still goes to
@@ -533,12 +535,15 @@ def idle(spec: AutoscalePolicySpec, status: AutoscaleStatus, now: datetime) -> b
     """
     if status.last_active_at is None:
         return True
+    quiet = (now - status.last_active_at).total_seconds()
     window = float(spec.idle_seconds)
     learned = status.break_even if spec.cold_start.learn_idle_window else None
     if learned is not None and learned.gaps >= MIN_GAPS:
-        if learned.never:
+        if learned.never and quiet <= max(status.gaps, default=0.0):
             return False  # every gap so far was cheaper to bridge warm than a trip to zero
-        window = learned.idle_seconds or 0.0
+        if not learned.never:
+            window = learned.idle_seconds or 0.0
+        # Past its longest gap the model is in a gap unlike any it has had: idleSeconds.
     if status.cold.share_after_a_wake(spec.cold_start.seconds) > spec.cold_start.budget:
         window = max(window, spec.cold_start.memory_seconds)
     return now - status.last_active_at >= timedelta(seconds=window)

@@ -72,8 +72,11 @@ def _status(gaps: list[float], idle_for: float) -> AutoscaleStatus:
     )
 
 
-def test_a_model_whose_gaps_never_repay_a_trip_is_never_idle() -> None:
-    assert not idle(SPEC, _status([30.0] * MIN_GAPS, idle_for=86_400), T0)
+def test_a_model_whose_gaps_never_repay_a_trip_stays_warm_through_gaps_like_them() -> None:
+    assert not idle(SPEC, _status([30.0] * MIN_GAPS, idle_for=30), T0)
+    # Quiet for longer than any gap it has had (and the idle window): nobody uses it any more.
+    assert not idle(SPEC, _status([30.0] * MIN_GAPS, idle_for=300), T0)
+    assert idle(SPEC, _status([30.0] * MIN_GAPS, idle_for=600), T0)
     assert idle(SPEC, _status([900.0] * MIN_GAPS, idle_for=SPEC.interval_seconds), T0)
     # Too few gaps to learn from: the spec's idle window (600 s) decides.
     assert not idle(SPEC, _status([900.0] * (MIN_GAPS - 1), idle_for=300), T0)
