@@ -16,7 +16,8 @@ policies:
   - {name: cold, routing: smg_cache_aware, autoscale: "policies.autoscale.twin:no_prewarm",
      traffic: static, baseline: true}
 """
-SCALE_UP = """
+SCALE_UP = (
+    """
 name: scale-up
 seed: 11
 duration_s: 700
@@ -30,8 +31,11 @@ workload:
     - {kind: shared_prefix, tenant: t, rate_rps: 8, groups: 64, system_prompt_tokens: 4096,
        question_tokens: 128, output_tokens: 64}
 faults: [{kind: tenant_burst, at_s: 200, tenant: t, duration_s: 400, factor: 3}]
-""" + POLICIES
-ONE_REPLICA = """
+"""
+    + POLICIES
+)
+ONE_REPLICA = (
+    """
 name: one-replica
 seed: 3
 duration_s: 900
@@ -41,7 +45,9 @@ tenants: [{name: t, model: m}]
 workload:
   sources:
     - {kind: shared_prefix, tenant: t, rate_rps: 0.5, groups: 4, system_prompt_tokens: 2048}
-""" + POLICIES
+"""
+    + POLICIES
+)
 
 
 def _metrics(text: str) -> dict[str, dict[str, Any]]:
