@@ -18,9 +18,9 @@ Pure: no I/O, no clock; the twin, the local fleet and the controller use the sam
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
 
 from policies.autoscale.spec import Prewarm
 
@@ -28,9 +28,11 @@ Prefix = tuple[Hashable, ...]
 
 DEFAULT_HALF_LIFE_S = 300.0
 DEFAULT_CAPACITY = 4096  # prefixes remembered; the coldest half goes when it is full
+_MAX_EXPONENT = 512.0  # 2^512 x counts stays far from a float's 2^1024
 
 
-def depths(longest: int) -> list[int]:
+@functools.lru_cache(maxsize=4096)
+def depths(longest: int) -> tuple[int, ...]:
     """The ladder of prefix depths up to `longest`: 1, 2, 3, 4, 6, 8, 12, 16, ... (x1.5 and
     x4/3 in turn), fine enough that a shared system prompt is caught within a third."""
     ladder, depth = [], 1
@@ -40,52 +42,54 @@ def depths(longest: int) -> list[int]:
             depth += 1
         else:  # a power of two grows by half, the step between by a third
             depth = depth * 3 // 2 if depth & (depth - 1) == 0 else depth * 4 // 3
-    return ladder
-
-
-@dataclass
-class _Count:
-    score: float
-    at: float
+    return tuple(ladder)
 
 
 class PrefixPopularity:
-    """Decayed counts of the prefixes prompts began with (see the module docstring)."""
+    """Decayed counts of the prefixes prompts began with (see the module docstring).
+
+    Counted with forward decay: a prompt at `now` adds 2^((now - origin) / half-life) to each
+    of its prefixes, and a score is read back divided by the same factor, so a record costs one
+    power of two however many prefixes it touches (it runs on every routed request). The origin
+    moves forward, rescaling every count, before the factor could overflow.
+    """
 
     def __init__(
         self, *, half_life_s: float = DEFAULT_HALF_LIFE_S, capacity: int = DEFAULT_CAPACITY
     ) -> None:
         self.half_life_s = half_life_s
         self.capacity = capacity
-        self._counts: dict[Prefix, _Count] = {}
+        self._counts: dict[Prefix, float] = {}
+        self._origin = 0.0
 
     def __len__(self) -> int:
         return len(self._counts)
 
     def record(self, blocks: Sequence[Hashable], now: float) -> None:
         """One prompt of `blocks` (its full cache blocks) was routed at `now`."""
-        prompt = tuple(blocks)
+        prompt = blocks if isinstance(blocks, tuple) else tuple(blocks)
+        weight = self._weight(now)
+        counts = self._counts
         for depth in depths(len(prompt)):
             prefix = prompt[:depth]
-            count = self._counts.get(prefix)
-            if count is None:
-                self._counts[prefix] = _Count(1.0, now)
-            else:
-                count.score, count.at = self._decayed(count, now) + 1.0, now
-        if len(self._counts) > self.capacity:
-            self._forget_coldest(now)
+            counts[prefix] = counts.get(prefix, 0.0) + weight
+        if len(counts) > self.capacity:
+            coldest = sorted(counts, key=counts.__getitem__)
+            for prefix in coldest[: len(coldest) - self.capacity // 2]:
+                del counts[prefix]
 
     def scores(self, now: float) -> dict[Prefix, float]:
         """Every remembered prefix with its score at `now`."""
-        return {prefix: self._decayed(count, now) for prefix, count in self._counts.items()}
+        scale = math.exp2(-(now - self._origin) / self.half_life_s)
+        return {prefix: count * scale for prefix, count in self._counts.items()}
 
-    def _decayed(self, count: _Count, now: float) -> float:
-        return count.score * math.exp2(-max(0.0, now - count.at) / self.half_life_s)
-
-    def _forget_coldest(self, now: float) -> None:
-        ranked = sorted(self._counts, key=lambda p: self._decayed(self._counts[p], now))
-        for prefix in ranked[: len(ranked) - self.capacity // 2]:
-            del self._counts[prefix]
+    def _weight(self, now: float) -> float:
+        exponent = (now - self._origin) / self.half_life_s
+        if exponent > _MAX_EXPONENT:
+            scale = math.exp2(-exponent)
+            self._counts = {prefix: count * scale for prefix, count in self._counts.items()}
+            self._origin, exponent = now, 0.0
+        return math.exp2(exponent)
 
 
 def plan(

@@ -182,7 +182,9 @@ class Service:
         open are not picked, and with none left the request fails (smg's 503)."""
         spec = job.spec
         for _ in range(self.max_attempts):
-            workers = [r for r in revision.routable if self.allows(r, now)]
+            workers = revision.routable
+            if self._breakers:  # no worker has failed yet: nothing to filter (the usual case)
+                workers = [r for r in workers if self.allows(r, now)]
             if not workers:
                 break
             replica = workers[revision.router.select(spec, workers, now)]
@@ -214,12 +216,13 @@ class Service:
         if self.breaker is None:
             return
         breaker = self._breakers.get(replica.id)
+        if ok:
+            if breaker is not None:  # a worker that never failed has a closed, empty circuit
+                breaker.success(now)
+            return
         if breaker is None:
             breaker = self._breakers[replica.id] = CircuitBreaker(self.breaker)
-        if ok:
-            breaker.success(now)
-        else:
-            breaker.failure(now)
+        breaker.failure(now)
 
     def flush(self, revision: Revision, now: float) -> None:
         """Send the buffered requests of `revision` now that a replica is ready."""

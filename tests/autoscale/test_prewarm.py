@@ -86,4 +86,13 @@ def test_a_replica_is_held_back_only_when_no_request_needs_it(
 
 
 def test_the_ladder_of_depths() -> None:
-    assert depths(100) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96]
+    assert depths(100) == (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
+
+
+def test_counts_survive_days_of_virtual_time() -> None:
+    """Forward decay rescales before its factor overflows: a week later, a fresh count is 1."""
+    popularity = PrefixPopularity(half_life_s=60.0)
+    for day in range(8):
+        popularity.record(["a", "b"], now=day * 86_400.0)
+    scores = popularity.scores(7 * 86_400.0)
+    assert scores[("a",)] == pytest.approx(1.0) and scores[("a", "b")] == pytest.approx(1.0)
