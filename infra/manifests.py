@@ -368,16 +368,15 @@ def region_policies(catalog: Catalog, region: Region) -> list[Manifest]:
     ]
 
 
-def region_model_prefixes(catalog: Catalog, region: Region, *, bucket: str) -> dict[str, list[str]]:
-    """Per tenant namespace of the region, the model-store prefixes (under `bucket`, the one
-    the catalog's URIs name) its InferenceServices read: weights and adapters."""
+def model_prefixes(inference_services: Sequence[Manifest], *, bucket: str) -> dict[str, list[str]]:
+    """Per namespace, the prefixes of `bucket` its InferenceServices read (weights, adapters)."""
     found: dict[str, set[str]] = {}
-    for model, tenant in _region_models(catalog, region):
-        uris = _strings(build_inference_service(model, tenant)[0])
+    for isvc in inference_services:
+        uris = _strings(isvc["spec"])
         prefixes = {
             u.removeprefix(f"s3://{bucket}/") for u in uris if u.startswith(f"s3://{bucket}/")
         }
-        found.setdefault(namespace_of(tenant), set()).update(prefixes)
+        found.setdefault(isvc["metadata"]["namespace"], set()).update(prefixes)
     return {ns: sorted(prefixes) for ns, prefixes in sorted(found.items()) if prefixes}
 
 

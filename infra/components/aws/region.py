@@ -187,14 +187,12 @@ class AwsRegionalFleet(pulumi.ComponentResource):
             groups.append(nodes.node_group)
         return groups
 
-    def _identities(self, cluster: EksCluster, namespaces: list[str]) -> None:
+    def _identities(self, cluster: EksCluster, isvcs: list[m.Manifest]) -> None:
         settings, child = self._args.fleet.settings, pulumi.ResourceOptions(parent=self)
-        store, catalog = self._args.model_store, self._args.fleet.catalog
+        store = self._args.model_store
         reader = settings.model_store.service_account
-        prefixes = m.region_model_prefixes(catalog, self._args.region, bucket=store.catalog_bucket)
-        for namespace in namespaces:  # a role per tenant namespace: its own models only
-            if namespace not in prefixes:
-                continue
+        prefixes = m.model_prefixes(isvcs, bucket=store.bucket)
+        for namespace in prefixes:  # a role per tenant namespace: its own models only
             PodRole(
                 f"{self._name}-model-reader-{namespace}",
                 PodRoleArgs(
@@ -346,7 +344,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
             fleet.catalog, region, bucket_from=store.catalog_bucket, bucket_to=store.bucket
         )
         namespaces = m.region_namespaces(fleet.catalog, isvcs)
-        self._identities(cluster, [ns["metadata"]["name"] for ns in namespaces])
+        self._identities(cluster, isvcs)
         controllers = fleet.settings.controllers
         return Workloads(
             f"{self._name}-workloads",
