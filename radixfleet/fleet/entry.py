@@ -48,6 +48,7 @@ PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
 # How much of a prompt picks its router replica: about 256 tokens, inside any system prompt
 # worth caching, and short enough that a conversation's turns keep their replica.
 AFFINITY_CHARS = 1024
+_JSON = "application/json"
 
 
 class EntryError(ApiError):
@@ -192,7 +193,7 @@ class RegionEntry:
         self.in_flight_by_router[pool.key] += 1
         try:
             await self._ensure_capacity(scaler)
-            return await self._forward(request, pool.pick(body, self._spread) + request.path, raw)
+            return await self._forward(request, pool, body, raw)
         finally:
             self.in_flight[model] -= 1
             self.in_flight_by_router[pool.key] -= 1
@@ -250,22 +251,56 @@ class RegionEntry:
     def _unavailable(self, message: str) -> EntryError:
         return EntryError(503, message, headers={"Retry-After": str(self.retry_after_s)})
 
-    async def _forward(self, request: web.Request, url: str, raw: bytes) -> web.StreamResponse:
+    async def _forward(
+        self, request: web.Request, pool: RouterPool, body: Mapping[str, Any], raw: bytes
+    ) -> web.StreamResponse:
+        deadline = time.monotonic() + self.wake_timeout_s
+        routers = _rotation(pool, pool.pick(body, self._spread))
+        disconnected = False
+        for pause in _backoff():
+            last_try = time.monotonic() + pause > deadline
+            try:
+                answer = await self._try(request, next(routers) + request.path, raw, last_try)
+            except aiohttp.ClientConnectorError:
+                # Refused: the request reached no router (one is restarting); another is safe.
+                if last_try:
+                    raise self._unavailable("The model's router is not reachable.") from None
+                answer = None
+            except aiohttp.ServerDisconnectedError:
+                # The router went away before answering: the client has seen nothing, so one
+                # more try repeats nothing it saw; a second loss is answered 502.
+                if disconnected:
+                    raise
+                disconnected, answer = True, None
+            if answer is not None:
+                return answer
+            await asyncio.sleep(pause)
+        raise AssertionError("unreachable: the backoff never ends")
+
+    async def _try(
+        self, request: web.Request, url: str, raw: bytes, last_try: bool
+    ) -> web.StreamResponse | None:
+        """The router's answer relayed, or None for an error it gives before any worker saw the
+        request (retry shortly)."""
         # Only the body goes upstream: a tenant's key stays at the entry that checked it.
         headers = {"Content-Type": "application/json"}
-        deadline = time.monotonic() + self.wake_timeout_s
-        for pause in _backoff():
-            try:
-                async with self.session.post(url, data=raw, headers=headers) as upstream:
-                    if upstream.status != 503 or upstream.content_type == "text/event-stream":
-                        return await relay(request, upstream)
-                    body = await upstream.read()
-                    if not not_ready_yet(body) or time.monotonic() + pause > deadline:
-                        return web.Response(status=503, body=body, content_type="application/json")
-            except aiohttp.ClientConnectorError:
-                raise self._unavailable("The model's router is not reachable.") from None
-            await asyncio.sleep(pause)  # the router has the replica but not its tokenizer yet
-        raise AssertionError("unreachable: the backoff never ends")
+        async with self.session.post(url, data=raw, headers=headers) as upstream:
+            if upstream.status < 400 or upstream.content_type == "text/event-stream":
+                return await relay(request, upstream)
+            body = await upstream.read()
+            if not_ready_yet(upstream.status, body) and not last_try:
+                return None
+            return web.Response(
+                status=upstream.status, body=body, content_type=upstream.content_type or _JSON
+            )
+
+
+def _rotation(pool: RouterPool, first: str) -> Iterator[str]:
+    """`first`, then the pool's other routers in turn, for ever."""
+    start = pool.urls.index(first)
+    while True:
+        for offset in range(len(pool.urls)):
+            yield pool.urls[(start + offset) % len(pool.urls)]
 
 
 @web.middleware
@@ -283,23 +318,30 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return web.json_response(ApiError(err.status, err.reason).body(), status=err.status)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         raise  # the client went away: nothing to answer
+    except aiohttp.ClientError as err:  # the upstream failed (a router or replica went away)
+        log.warning("upstream failed on %s: %s", request.path, err)
+        return web.json_response(ApiError(502, "The upstream failed to answer.").body(), status=502)
     except Exception:
         log.exception("unhandled error on %s", request.path)
         return web.json_response(ApiError(500, "Internal server error.").body(), status=500)
 
 
-# smg 1.13 registers a new gRPC worker's tokenizer shortly after the worker itself: until then
-# it answers 503 with this code, before any worker saw the request, so a retry is always safe.
-NOT_READY_CODES = frozenset({"tokenizer_not_ready"})
+# smg 1.13 answers these before any worker saw the request, so a retry is always safe: it
+# registers a new gRPC worker's tokenizer shortly after the worker itself, and a router
+# restarted (its process died) knows no worker, nor so the model, until the replica set
+# registers them again. The entry knows the model exists; the router will shortly.
+NOT_READY = frozenset(
+    {(503, "tokenizer_not_ready"), (503, "no_available_workers"), (404, "model_not_found")}
+)
 
 
-def not_ready_yet(body: bytes) -> bool:
-    """Whether a router's 503 body says it is still registering the model (retry shortly)."""
+def not_ready_yet(status: int, body: bytes) -> bool:
+    """Whether a router's answer says it is still registering the model (retry shortly)."""
     try:
         error = json.loads(body).get("error") or {}
     except (ValueError, AttributeError):
         return False
-    return isinstance(error, dict) and error.get("code") in NOT_READY_CODES
+    return isinstance(error, dict) and (status, error.get("code")) in NOT_READY
 
 
 def _backoff() -> Iterator[float]:
@@ -332,10 +374,37 @@ async def _stream(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers},
     )
     await response.prepare(request)
-    async for chunk in upstream.content.iter_any():
-        await response.write(chunk)
+    # Whole events only: if the upstream breaks, the client never holds half an event.
+    pending = b""
+    try:
+        async for chunk in upstream.content.iter_any():
+            whole, pending = _split_events(pending + chunk)
+            if whole:
+                await response.write(whole)
+    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as err:
+        log.warning("upstream stream broke on %s: %s", request.path, err)
+        await response.write(stream_error_event("The upstream closed the stream mid-way."))
+    else:
+        if pending:
+            await response.write(pending)
     await response.write_eof()
     return response
+
+
+EVENT_ENDS = (b"\n\n", b"\r\n\r\n")
+
+
+def _split_events(data: bytes) -> tuple[bytes, bytes]:
+    """`data` cut after its last complete server-sent event: (whole events, the rest)."""
+    cut = max((data.rfind(end) + len(end) for end in EVENT_ENDS if end in data), default=0)
+    return data[:cut], data[cut:]
+
+
+def stream_error_event(message: str) -> bytes:
+    """The error event and `[DONE]` that end a broken stream, as SGLang and smg end theirs: the
+    client learns the answer is incomplete, and nothing is sent again (no token repeats)."""
+    error = {"error": {"message": message, "type": "stream_error", "code": 502}}
+    return f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n".encode()
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:

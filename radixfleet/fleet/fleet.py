@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import secrets
 import shutil
+import signal
 import tempfile
 import threading
 import uuid
@@ -234,6 +235,7 @@ class LocalFleet:
             child=child,
             revision=revision,
             transport=region.spec.router_workers,
+            argv=tuple(argv),
         )
 
     def _start_sets(self, region: RegionRuntime) -> None:
@@ -261,7 +263,7 @@ class LocalFleet:
         self._tasks.append(asyncio.get_running_loop().create_task(replica_set.run()))
         return replica_set
 
-    async def _start_entry(self, region: RegionRuntime) -> None:
+    async def _start_entry(self, region: RegionRuntime, *, port: int = 0) -> None:
         assert self._session is not None
         region.entry = RegionEntry(
             region=region.spec.name,
@@ -275,7 +277,9 @@ class LocalFleet:
         )
         region.runner = web.AppRunner(region.entry.app, access_log=None, shutdown_timeout=1.0)
         await region.runner.setup()
-        await web.TCPSite(region.runner, self.host, 0, backlog=4096).start()
+        # reuse_port: a restarted entry listens beside the old one until that one has drained.
+        site = web.TCPSite(region.runner, self.host, port, backlog=4096, reuse_port=True)
+        await site.start()
         region.entry_url = f"http://{self.host}:{region.runner.addresses[0][1]}"
 
     async def _wait_initial_replicas(self) -> None:
@@ -414,6 +418,48 @@ class LocalFleet:
         if canary is None or canary.name != revision:
             raise KeyError(f"no revision {revision!r} of {model} in {region}")
         return canary.replicas
+
+    # -- chaos: what goes wrong in a real fleet ---------------------------------------------
+
+    def kill_replica(self, region: str, model: str, replica: str) -> None:
+        """SIGKILL one replica's process (an OOM kill, a lost node); its set replaces it."""
+        self.run(_call(lambda: self.scaler(region, model).kill(replica)))
+
+    def kill_router(self, region: str, model: str, *, member: int = 0) -> None:
+        """SIGKILL one of the model's stable routers; its replica set starts it again."""
+        self.regions[region].routers[model].members[member].child.signal_group(signal.SIGKILL)
+
+    def restart_entry(self, region: str) -> None:
+        """Restart `region`'s entry as a Deployment's rolling update does: a new entry listens
+        on the same address first (SO_REUSEPORT, as a surge pod joins the Service), then the old
+        one stops accepting, lets the requests it holds finish (up to STOP_TIMEOUT_S), and goes.
+        What the new entry knows of routers and canary splits is what an entry in a cluster
+        reads again from the InferenceServices; the gate (token budgets) is the same object, so
+        its ledger survives here, where a new entry pod would start its buckets full (at most
+        one burst above the budget)."""
+        self.run(self._restart_entry(self.regions[region]), timeout_s=STOP_TIMEOUT_S * 2)
+
+    async def _restart_entry(self, region: RegionRuntime) -> None:
+        old, old_runner = region.entry, region.runner
+        assert old is not None and old_runner is not None
+        await self._start_entry(region, port=old_runner.addresses[0][1])
+        assert region.entry is not None
+        region.entry.scalers, region.entry.routers = old.scalers, old.routers
+        region.entry.canaries, region.entry.accepting = old.canaries, old.accepting
+        for site in list(old_runner.sites):
+            await site.stop()  # no new connection; requests already held carry on
+        await _until(lambda: sum(old.in_flight.values()) == 0, timeout_s=STOP_TIMEOUT_S)
+        await old_runner.cleanup()
+
+    def stop_prometheus(self) -> None:
+        """Stop the fleet's Prometheus (its data stays); `start_prometheus_again` brings it back."""
+        assert self.prometheus is not None, "no Prometheus was started"
+        self.prometheus.stop(self.supervisor)
+
+    def start_prometheus_again(self) -> None:
+        """Start the fleet's Prometheus again, on its address and storage."""
+        assert self.prometheus is not None, "no Prometheus was started"
+        self.prometheus.start_again(self.supervisor)
 
     # -- revisions (KServe's canaryTrafficPercent, played by the entry) --------------------------
 
@@ -679,6 +725,11 @@ class LocalFleet:
         for region in self.regions.values():
             yield from region.sets.values()
             yield from (revision.replicas for revision in region.side_revisions())
+
+
+async def _call(work: Callable[[], None]) -> None:
+    """Run `work` on the fleet's loop (what the replica sets touch lives there)."""
+    work()
 
 
 async def _until(done: Callable[[], bool], *, timeout_s: float) -> bool:

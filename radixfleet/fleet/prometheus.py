@@ -84,12 +84,23 @@ def scrape_config(
     }
 
 
-@dataclass(frozen=True)
+@dataclass
 class PrometheusServer:
-    """A running Prometheus: its URL and process."""
+    """A running Prometheus: its URL and process, and its command line to start it again."""
 
     url: str
     child: Child
+    argv: tuple[str, ...] = ()
+
+    def stop(self, supervisor: Supervisor) -> None:
+        """Stop it (SIGTERM: its data is kept in its storage folder)."""
+        supervisor.stop(self.child, grace_s=10.0)
+
+    def start_again(self, supervisor: Supervisor) -> None:
+        """Start it again on the same address and storage; return once it is ready."""
+        log_path = self.child.log_path.with_suffix(".again.log")
+        self.child = supervisor.spawn(self.child.name, self.argv, log_path=log_path)
+        _wait_ready(self)
 
 
 def prometheus_binary() -> str | None:
@@ -113,7 +124,7 @@ def start_prometheus(
         "--log.level=warn",
     ]
     child = supervisor.spawn("prometheus", argv, log_path=data_dir.parent / "prometheus.log")
-    server = PrometheusServer(url=f"http://{host}:{port}", child=child)
+    server = PrometheusServer(url=f"http://{host}:{port}", child=child, argv=tuple(argv))
     _wait_ready(server)
     return server
 

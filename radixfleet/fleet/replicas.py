@@ -5,7 +5,9 @@ processes until the desired count serves, and takes the surplus down. A replica 
 once its `/health` answers 200 *and* the router lists it as a healthy worker, so a request
 released on readiness is routed. Scale-down removes the replica from the router first, waits
 for its running requests to finish (bounded), then stops the process: no request is cut. A
-replica whose process dies is dropped from the router and replaced.
+replica whose process dies is dropped from the router and replaced. A router whose process dies
+is started again on its ports and given the ready replicas again, as a Deployment restarts a
+router pod that then finds its workers through Kubernetes discovery.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -24,7 +27,7 @@ import aiohttp
 import yaml
 
 from radixfleet.fleet.procs import Child, Supervisor, free_port, stop_async
-from radixfleet.fleet.router import RouterError, RouterGroup
+from radixfleet.fleet.router import WORKER_ID_SEPARATOR, RouterError, RouterGroup
 from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.fleet.spec import FleetSpec, ModelSpec, revision_name
 from radixfleet.profile import resolve_profile
@@ -158,6 +161,8 @@ class ReplicaSet:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake_at: float | None = None
         self._closing = False
+        self._reviving: set[int] = set()  # router members being started again, by index
+        self._unsynced: set[int] = set()  # router members that lost their workers
 
     # -- the Scaler port ---------------------------------------------------------------------
 
@@ -195,6 +200,11 @@ class ReplicaSet:
         self._spawn(self._take_down(replica))
         return True
 
+    def kill(self, replica_id: str) -> None:
+        """SIGKILL a replica's process, as an OOM kill or a lost node would: no drain, no
+        deregistering; the set notices on its next pass and replaces it."""
+        self._replicas[replica_id].child.signal_group(signal.SIGKILL)
+
     async def wait_ready(self, *, at_least: int = 1, timeout_s: float) -> bool:
         deadline = asyncio.get_running_loop().time() + timeout_s
         while self.ready_count() < at_least:
@@ -215,6 +225,7 @@ class ReplicaSet:
             self._kick.clear()
             if not self._closing:
                 self._reap_exited()
+                self._revive_routers()
                 self._converge()
 
     def _converge(self) -> None:
@@ -310,6 +321,43 @@ class ReplicaSet:
                 replica.state = ReplicaState.STOPPING
                 self._spawn(self._remove(replica))
 
+    def _revive_routers(self) -> None:
+        for index, member in enumerate(self.router.members):
+            if not member.child.alive():
+                self._unsynced.add(index)
+            if index in self._unsynced and index not in self._reviving:
+                self._reviving.add(index)
+                self._spawn(self._revive(index))
+
+    async def _revive(self, index: int) -> None:
+        member = self.router.members[index]
+        try:
+            if not member.child.alive():
+                self._event("router-exited", member.child.name, detail=member.child.log_tail(300))
+                member.respawn(self.launcher.supervisor)
+            await member.wait_live(
+                self.session, timeout_s=self.launcher.fleet.replica_start_timeout_s
+            )
+            await self._register_ready(index)
+            self._unsynced.discard(index)
+            self._event("router-restarted", member.child.name)
+        except (RouterError, aiohttp.ClientError, TimeoutError) as err:
+            log.warning("router %s not back yet: %s", member.child.name, err)  # the next pass
+        finally:
+            self._reviving.discard(index)
+
+    async def _register_ready(self, index: int) -> None:
+        """Register every ready replica with router member `index`, which knows none of them."""
+        member = self.router.members[index]
+        ready = [r for r in self._replicas.values() if r.state is ReplicaState.READY]
+        for replica in ready:
+            worker_id = await member.add_worker(self.session, replica.worker_url)
+            if replica.worker_id is not None:
+                replica.worker_id = _with_member_id(replica.worker_id, index, worker_id)
+        timeout = self.launcher.fleet.replica_start_timeout_s
+        for replica in ready:
+            await member.wait_registered(self.session, replica.worker_url, timeout_s=timeout)
+
     # -- bookkeeping -------------------------------------------------------------------------
 
     def _notify(self) -> None:
@@ -336,6 +384,13 @@ class ReplicaSet:
         children = [r.child for r in self._replicas.values()]
         self.launcher.supervisor.stop_many(children, grace_s=0.0)
         self._replicas.clear()
+
+
+def _with_member_id(worker_id: str, index: int, member_id: str) -> str:
+    """A group's worker id (one id per member) with member `index`'s id replaced."""
+    ids = worker_id.split(WORKER_ID_SEPARATOR)
+    ids[index] = member_id
+    return WORKER_ID_SEPARATOR.join(ids)
 
 
 def _victims(live: list[Replica], count: int) -> list[Replica]:

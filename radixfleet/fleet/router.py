@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from radixfleet.fleet.procs import Child
+from radixfleet.fleet.procs import Child, Supervisor
 from radixfleet.fleet.spec import WorkerTransport
 
 DECISION_SERIES = re.compile(
@@ -78,6 +78,17 @@ class Router:
     child: Child
     revision: str  # the model revision whose replicas it routes to
     transport: WorkerTransport = "http"  # how it reaches its replicas
+    argv: tuple[str, ...] = ()  # its command line, to start it again
+    restarts: int = 0
+
+    def respawn(self, supervisor: Supervisor) -> None:
+        """Start the same smg again on the same ports, as a Deployment restarts a dead pod. It
+        comes back with no worker: its replica set registers them again."""
+        if not self.argv:
+            raise RouterError(f"{self.child.name} has no command line to start again")
+        self.restarts += 1
+        log_path = self.child.log_path.with_suffix(f".restart-{self.restarts}.log")
+        self.child = supervisor.spawn(self.child.name, self.argv, log_path=log_path)
 
     def worker_url(self, *, host: str, http_port: int, grpc_port: int | None) -> str:
         """The address this router registers a replica under."""

@@ -33,6 +33,7 @@ class RequestResult:
     output_tokens: int = 0
     itl: list[float] = field(default_factory=list)
     attempts: int = 1  # sends, counting the client's retries of 5xx answers
+    unanswered: bool = False  # the last send's connection failed before any answer
 
     @property
     def ok(self) -> bool:

@@ -11,7 +11,9 @@ replica answers one token per word), tokens, cached tokens, and the error if any
 fails on a non-200 answer, a broken connection, a stream without `[DONE]`, or the timeout.
 
 With `retries`, a request answered 5xx before any token is sent again, as OpenAI clients retry
-(the SDK retries 5xx twice by default); `attempts` records how many sends it took.
+(the SDK retries 5xx and failed connections twice by default); `attempts` records how many
+sends it took. A connection that failed before any answer (refused, or closed by an entry
+going away) is retried after the SDK's backoff, 0.5 s doubling; a 5xx at once.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from radixfleet.workload.records import RequestResult, WorkItem
 
 COMPLETIONS_PATH = "/v1/completions"
+CONNECTION_BACKOFF_S = 0.5
 
 
 @dataclass
@@ -152,6 +155,8 @@ class Replayer:
     ) -> RequestResult:
         result = await self._attempt(session, item, clock=clock)
         while _retryable(result) and result.attempts <= self.retries:
+            if result.unanswered:
+                await asyncio.sleep(CONNECTION_BACKOFF_S * 2 ** (result.attempts - 1))
             again = await self._attempt(session, item, clock=clock)
             again.attempts, again.started = result.attempts + 1, result.started
             result = again
@@ -167,6 +172,9 @@ class Replayer:
             async with session.post(url, json=request_body(item), headers=self.headers) as response:
                 result.status = response.status
                 await _read(response, _Stream(result), clock=clock)
+        except aiohttp.ClientConnectionError as err:
+            result.error = f"{type(err).__name__}: {err}"
+            result.unanswered = result.status == 0
         except (aiohttp.ClientError, TimeoutError, _StreamError, ValueError) as err:
             result.error = result.error or f"{type(err).__name__}: {err}"
         result.ended = clock()
@@ -174,8 +182,9 @@ class Replayer:
 
 
 def _retryable(result: RequestResult) -> bool:
-    # Only a server error before any token: a retry then repeats nothing the client has seen.
-    return result.status >= 500 and result.first_token is None
+    # Only a server error or a failed connection before any token: a retry then repeats
+    # nothing the client has seen.
+    return (result.status >= 500 or result.unanswered) and result.first_token is None
 
 
 async def _read(response: aiohttp.ClientResponse, stream: _Stream, *, clock: Any) -> None:
