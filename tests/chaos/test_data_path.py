@@ -57,7 +57,8 @@ def steady_load(tokenizer: EmulatorTokenizer, *, seed: int) -> list[WorkItem]:
     """Poisson arrivals for LOAD_S seconds of 100-600-token prompts and 10-60-token answers,
     long enough that some are streaming whenever the chaos strikes."""
     rng, synth = random.Random(seed), PromptSynth(tokenizer, salt=seed)
-    items, at = [], rng.expovariate(RATE_RPS)
+    items: list[WorkItem] = []
+    at = rng.expovariate(RATE_RPS)
     while at < LOAD_S:
         prompt = synth.prompt(TraceRequest(at, rng.randint(100, 600), 0), index=len(items))
         items.append(WorkItem(at, REGION, MODEL, prompt, rng.randint(10, 60)))
