@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixfleet import dataplane
 from radixfleet.config.catalog import KNOWN_RUNTIMES
 from radixfleet.render.yamlout import Notes
 
@@ -113,6 +114,9 @@ def server_args(variant: RuntimeVariant) -> list[str]:
         "--enable-cache-report",
         "--schedule-policy",
         "lpm",
+        # Every request but /health and /metrics needs the data plane's key: the model answers
+        # its router and the entry, not whoever reaches the pod (radixfleet/dataplane.py).
+        *dataplane.api_key_args(),
         *variant.extra_args,
     ]
 
@@ -145,6 +149,7 @@ def _container(variant: RuntimeVariant, args: list[str]) -> dict[str, Any]:
         "env": [
             {"name": "HF_HOME", "value": "/tmp/hf_home"},
             {"name": "SGLANG_ENABLE_TORCH_COMPILE", "value": "0"},
+            dataplane.env_var(),
         ],
         "ports": [{"containerPort": PORT, "name": PORT_NAME, "protocol": "TCP"}],
         "startupProbe": _probe("/health", period=STARTUP_PERIOD_S, failures=STARTUP_FAILURES),

@@ -387,6 +387,29 @@ def _wait_until_ready(cluster: Cluster) -> None:
     raise ClusterError(f"not ready in {START_TIMEOUT_S:.0f} s\n{logs_tail(layout)}")
 
 
+def restart_apiserver(cluster: Cluster, *, timeout_s: float = START_TIMEOUT_S) -> float:
+    """Kill the API server (SIGKILL: a crash, every watch cut without a goodbye); the node's
+    supervisor starts it again, as the kubelet restarts a static pod. Returns the seconds until
+    it answered ``/readyz`` again. (SIGTERM would be gentler and slower: the API server drains
+    its watches for a minute first.)"""
+    layout = cluster.layout
+    (pid,) = [p for p in _cgroup_pids(layout.network) if _argv(p)[1:2] == ["kube-apiserver"]]
+    stopped_at = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    while _alive(pid) or not _apiserver_ready(layout):
+        if time.monotonic() - stopped_at > timeout_s:
+            raise ClusterError(f"API server not back in {timeout_s:.0f} s\n{logs_tail(layout)}")
+        time.sleep(0.5)
+    return time.monotonic() - stopped_at
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
 def _apiserver_ready(layout: Layout) -> bool:
     context = ssl.create_default_context(cafile=str(layout.pki / "ca.crt"))
     context.load_cert_chain(layout.pki / "admin.crt", layout.pki / "admin.key")

@@ -12,20 +12,33 @@ Knative never sees the volume and needs no persistent-volume-claim feature for i
 from __future__ import annotations
 
 import json
+import secrets
 import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from radixfleet import dataplane
 from testbed.cluster import Cluster
 
 MODE = "serving.kserve.io/deploymentMode"
 
 
-def model_volume(cluster: Cluster, *, namespace: str, model: str) -> list[dict[str, Any]]:
-    """A PersistentVolume on a node-local folder and its claim `models` in `namespace`."""
+# The data plane's key in every test namespace this process makes (radixfleet/dataplane.py): the
+# rendered runtimes start SGLang with `--api-key` from it, so a test calling a predictor sends it.
+DATA_PLANE_KEY = secrets.token_urlsafe(24)
+
+
+def model_volume(
+    cluster: Cluster, *, namespace: str, model: str, data_plane_key: bool = True
+) -> list[dict[str, Any]]:
+    """A PersistentVolume on a node-local folder and its claim `models` in `namespace`, and the
+    namespace's data-plane key Secret as radixfleet's operator would create it (unless
+    `data_plane_key` is False: the test of the operator creating it)."""
     folder = cluster.layout.run_dir / "models" / namespace
     (folder / model).mkdir(parents=True, exist_ok=True)
+    key = [dataplane.secret(namespace, key=DATA_PLANE_KEY)] if data_plane_key else []
     return [
+        *key,
         {
             "apiVersion": "v1",
             "kind": "PersistentVolume",
@@ -126,7 +139,7 @@ def stream_chat(
     request = urllib.request.Request(
         f"{url}/v1/chat/completions",
         data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", **(headers or {})},
+        headers={"Content-Type": "application/json", **data_plane_headers(), **(headers or {})},
     )
     with urllib.request.urlopen(request, timeout=timeout_s) as response:
         events = [
@@ -135,6 +148,11 @@ def stream_chat(
     assert events and events[-1] == "data: [DONE]", events
     chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
     return [c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]]
+
+
+def data_plane_headers() -> dict[str, str]:
+    """What a call straight to a predictor or a router must carry (the entry adds it itself)."""
+    return dataplane.bearer(DATA_PLANE_KEY)
 
 
 def traffic_split(predictor: Mapping[str, Any]) -> dict[str, int]:

@@ -10,13 +10,13 @@ router image the controller halts: it logs once per pass and changes nothing.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
 import kopf
 
-from policies.routers.decide import Existing, Key, Plan, decide, wanted
+from policies.routers.decide import Existing, Key, Plan, decide, keyed_namespaces, wanted
 from policies.routers.spec import NAME, Router
 from radixfleet.kit.kube import INFERENCE_SERVICES
 from radixfleet.kit.loop import Loop, register_loop
@@ -44,6 +44,10 @@ class Routers(Protocol):
 
     def park(self, key: Key) -> None: ...
 
+    def ensure_key(self, namespace: str) -> None:
+        """Create the namespace's data-plane key Secret unless it exists (never read it)."""
+        ...
+
 
 @dataclass
 class Controller:
@@ -53,14 +57,19 @@ class Controller:
     revisions: Revisions
     routers: Routers
     image: str | None
+    keyed: set[str] = field(default_factory=set)  # namespaces known to hold the data-plane key
 
     def reconcile(self, *, now: datetime) -> Plan:
         del now  # routers follow KServe's status, not the clock
+        isvcs = self.isvcs.everywhere()
+        for namespace in sorted(keyed_namespaces(isvcs) - self.keyed):
+            self.routers.ensure_key(namespace)
+            self.keyed.add(namespace)
         if not self.image:
             log.warning("no router image (--router-image): routers are not managed")
             return Plan()
         existing = self.routers.existing()
-        plan = decide(self.isvcs.everywhere(), self.revisions.uids(), existing, image=self.image)
+        plan = decide(isvcs, self.revisions.uids(), existing, image=self.image)
         for router in plan.apply:
             self.routers.apply(router, image=self.image)
             log.info("router %s/%s applied", router.namespace, router.name)

@@ -12,6 +12,8 @@ Rules, in order:
    is parked (zero replicas) when its InferenceService reports a status without its revision.
    Routers are never deleted: each is owned by its Knative Revision, and Kubernetes' garbage
    collector removes it with the revision (so the operator needs no delete permission).
+5. Every namespace with a model of a tenant holds the data plane's key (radixfleet/dataplane.py)
+   from the first sight of the model, status or not: its predictor pods cannot start without it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ class Plan:
     def verbs(self) -> list[str]:
         """One verb per action, for the controller's decision counter."""
         return ["apply"] * len(self.apply) + ["park"] * len(self.park)
+
+
+def keyed_namespaces(isvcs: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The namespaces that must hold the data plane's key: those with a model of a tenant."""
+    metas = [isvc.get("metadata") or {} for isvc in isvcs]
+    return {m["namespace"] for m in metas if (m.get("labels") or {}).get(labels.TENANT)}
 
 
 def wanted(isvc: Mapping[str, Any]) -> set[Router] | None:

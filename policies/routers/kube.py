@@ -7,6 +7,7 @@ A router is parked by applying it again with zero replicas; nothing here deletes
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from kubernetes import client
@@ -14,7 +15,8 @@ from kubernetes import client
 from policies.routers.decide import Existing, Key
 from policies.routers.manifests import IMAGE_ANNOTATION, deployment, service
 from policies.routers.spec import COMPONENT, ROLE, Router
-from radixfleet import labels
+from radixfleet import dataplane, labels
+from radixfleet.kit.errors import ConflictError
 from radixfleet.kit.kube import INFERENCE_SERVICES, Resource, kube_call
 from radixfleet.kit.rbac import READ, PolicyRule, rule
 
@@ -32,6 +34,8 @@ RULES: tuple[PolicyRule, ...] = (
     # A server-side apply is a patch, and needs `create` too when the object is new.
     rule("apps", "deployments", "list", "create", "patch"),
     rule("", "services", "create", "patch"),
+    # The data plane's key: created once per namespace, never read back (radixfleet/dataplane.py).
+    rule("", "secrets", "create"),
 )
 
 
@@ -82,6 +86,17 @@ class KubeRouters:
             router.name, router.namespace, service(router, image=image),
             field_manager=FIELD_MANAGER, force=True, _content_type=APPLY,
         ))  # fmt: skip
+
+    def ensure_key(self, namespace: str) -> None:
+        """Create the data plane's key in `namespace`; one already there is kept as it is."""
+        wanted = dataplane.secret(namespace)
+        secret = client.V1Secret(
+            metadata=client.V1ObjectMeta(**wanted["metadata"]),
+            string_data=wanted["stringData"], type=wanted["type"],
+        )  # fmt: skip
+        with contextlib.suppress(ConflictError):  # it exists, which is all that was wanted
+            kube_call(f"create secret {namespace}/{dataplane.SECRET}",
+                      lambda: self.core.create_namespaced_secret(namespace, secret))  # fmt: skip
 
     def park(self, key: Key) -> None:
         """Zero replicas: the router stays, with its Service, until its revision is collected."""

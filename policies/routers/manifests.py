@@ -13,7 +13,7 @@ from typing import Any
 
 from policies.routers import spec
 from policies.routers.spec import ROUTES_FOR, Router
-from radixfleet import labels
+from radixfleet import dataplane, labels
 
 Manifest = dict[str, Any]
 IMAGE_ANNOTATION = f"{labels.GROUP}/router-image"
@@ -80,6 +80,7 @@ def _pod(router: Router, image: str) -> Manifest:
             "name": "smg",
             "image": image,
             "args": spec.smg_args(router),
+            "env": [dataplane.env_var()],
             "ports": [
                 {"name": "http", "containerPort": spec.ROUTER_PORT},
                 {"name": "metrics", "containerPort": spec.METRICS_PORT},

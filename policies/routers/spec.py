@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from radixfleet import labels
+from radixfleet import dataplane, labels
 
 NAME = "routers"
 ROUTER_PORT = 8000  # smg's HTTP port; the Service's too
@@ -59,5 +59,7 @@ def smg_args(router: Router) -> list[str]:
         "--service-discovery-namespace", router.namespace,
         "--service-discovery-port", str(QUEUE_PROXY_PORT),
         "--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT),
+        # The data plane's key: required of the entry, presented to the predictors.
+        *dataplane.api_key_args(),
         "--log-level", "warn",
     ]  # fmt: skip

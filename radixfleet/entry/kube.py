@@ -1,41 +1,84 @@
 """The entry's view of the cluster, re-read every few seconds, and the RBAC it needs.
 
 Polling keeps the entry simple and its replicas independent: each lists the InferenceServices
-(KServe's traffic status) and asks the gate to re-read the tenants. A failed read keeps the last
-table (requests keep flowing on what was known) and is retried at the next interval. Each pass
-is one list of InferenceServices, one of Tenants and one read per API-key Secret; a fleet with
-many tenants would want watches instead (not built yet).
+(KServe's traffic status), asks the gate to re-read the tenants, and reads the data plane's key
+of each namespace it routes to (radixfleet/dataplane.py). A failed read keeps the last table
+(requests keep flowing on what was known) and is retried at the next interval. Each pass is one
+list of InferenceServices, one of Tenants, one read per API-key Secret and one per namespace's
+data-plane Secret; a fleet with many tenants would want watches instead (not built yet).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 from typing import Any, Protocol
 
+from kubernetes import client
+
+from radixfleet import dataplane
 from radixfleet.entry.routes import build_routes
 from radixfleet.entry.server import ClusterEntry
 from radixfleet.kit.errors import KubeError
-from radixfleet.kit.kube import INFERENCE_SERVICES
-from radixfleet.kit.rbac import PolicyRule
+from radixfleet.kit.kube import INFERENCE_SERVICES, absent_as_none
+from radixfleet.kit.rbac import PolicyRule, rule
 
 log = logging.getLogger(__name__)
 
-RULES: tuple[PolicyRule, ...] = (INFERENCE_SERVICES.rule("list"),)
+RULES: tuple[PolicyRule, ...] = (
+    INFERENCE_SERVICES.rule("list"),
+    rule("", "secrets", "get"),  # each namespace's data-plane key, by its one name
+)
 
 
 class InferenceServices(Protocol):
     def everywhere(self) -> list[dict[str, Any]]: ...
 
 
-async def keep_in_sync(entry: ClusterEntry, isvcs: InferenceServices, *, interval_s: float) -> None:
+class DataPlaneKeys(Protocol):
+    def key(self, namespace: str) -> str | None:
+        """The namespace's data-plane key; None while its Secret is missing."""
+        ...
+
+
+class KubeDataPlaneKeys:
+    """The data plane's keys as the namespaces' Secrets hold them."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api = client.CoreV1Api(api_client)
+
+    def key(self, namespace: str) -> str | None:
+        what = f"get secret {namespace}/{dataplane.SECRET}"
+        found = absent_as_none(
+            what, lambda: self.api.read_namespaced_secret(dataplane.SECRET, namespace)
+        )
+        encoded = (getattr(found, "data", None) or {}).get(dataplane.KEY)
+        if not encoded:
+            return None
+        try:
+            return base64.b64decode(encoded).decode().strip() or None
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+
+
+async def keep_in_sync(
+    entry: ClusterEntry, isvcs: InferenceServices, keys: DataPlaneKeys, *, interval_s: float
+) -> None:
     """Refresh the entry's routes, keys and budgets every `interval_s`, until cancelled."""
     while True:
         try:
             namespaces = await asyncio.to_thread(entry.gate.sync)
             entry.routes = build_routes(namespaces, await asyncio.to_thread(isvcs.everywhere))
+            entry.keys = await asyncio.to_thread(_read_keys, keys, entry.routes.namespaces())
         except KubeError as error:
             log.warning("cluster read failed (%s); serving on the last table", error)
         except Exception:  # no answer at all (the client's connection errors): the same
             log.exception("cluster read failed; serving on the last table")
         await asyncio.sleep(interval_s)
+
+
+def _read_keys(keys: DataPlaneKeys, namespaces: set[str]) -> dict[str, str]:
+    found = {namespace: keys.key(namespace) for namespace in sorted(namespaces)}
+    return {namespace: key for namespace, key in found.items() if key}

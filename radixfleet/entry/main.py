@@ -16,7 +16,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import start_http_server
 
-from radixfleet.entry.kube import keep_in_sync
+from radixfleet.entry.kube import KubeDataPlaneKeys, keep_in_sync
 from radixfleet.entry.server import ClusterEntry, Upstreams
 from radixfleet.entry.signals import TOKEN_ENV, SignalsRelay
 from radixfleet.kit.kube import KubeInferenceServices, api_client
@@ -60,8 +60,9 @@ async def serve(options: EntryOptions) -> None:
         upstreams = Upstreams(cluster_domain=options.cluster_domain)
         entry = ClusterEntry(gate=gate, session=session, upstreams=upstreams,
                              signals=signals_relay(options, session, os.environ))  # fmt: skip
+        listed, keys = KubeInferenceServices(api), KubeDataPlaneKeys(api)
         sync = asyncio.create_task(
-            keep_in_sync(entry, KubeInferenceServices(api), interval_s=options.sync_seconds)
+            keep_in_sync(entry, listed, keys, interval_s=options.sync_seconds)
         )
         runner = web.AppRunner(entry.app())
         await runner.setup()

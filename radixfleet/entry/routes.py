@@ -59,6 +59,10 @@ class Routes:
         """The tenant's models, by name."""
         return sorted((r for (t, _), r in self.models.items() if t == tenant), key=_name)
 
+    def namespaces(self) -> set[str]:
+        """Every namespace a route leads to."""
+        return {route.namespace for route in self.models.values()}
+
 
 def _name(route: ModelRoute) -> str:
     return route.model

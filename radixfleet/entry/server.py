@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from radixfleet import dataplane
 from radixfleet.emulator.protocol import ApiError
 from radixfleet.entry.gate import TENANT, EntryGate
 from radixfleet.entry.routes import ModelRoute, Routes, Target
@@ -66,6 +67,7 @@ class ClusterEntry:
     wake_timeout_s: float = 600.0
     draw: Callable[[], float] = field(default_factory=lambda: random.Random().random)
     routes: Routes | None = None  # None until the first sync: every request gets 503
+    keys: dict[str, str] = field(default_factory=dict)  # by namespace: the data plane's key
     signals: SignalsRelay | None = None  # the fleet's failover reads this region's Prometheus
 
     def app(self) -> web.Application:
@@ -123,8 +125,9 @@ class ClusterEntry:
     ) -> web.StreamResponse:
         served = {"x-radixfleet-revision": f"{target.namespace}/{target.revision}"}
         url = self.upstreams.router(target) + request.path
+        headers = self._upstream_headers(target)
         try:
-            async with self.session.post(url, data=raw, headers=_JSON) as upstream:
+            async with self.session.post(url, data=raw, headers=headers) as upstream:
                 if not await _no_workers(upstream):
                     return await relay(request, upstream, {**served, "x-radixfleet-path": "router"})
         except aiohttp.ClientConnectorError:
@@ -134,7 +137,7 @@ class ClusterEntry:
     async def _through_knative(
         self, request: web.Request, target: Target, raw: bytes, served: dict[str, str]
     ) -> web.StreamResponse:
-        headers = {**_JSON, "Knative-Serving-Revision": target.revision,
+        headers = {**self._upstream_headers(target), "Knative-Serving-Revision": target.revision,
                    "Knative-Serving-Namespace": target.namespace}  # fmt: skip
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.wake_timeout_s)
         url = self.upstreams.knative(target) + request.path
@@ -143,6 +146,14 @@ class ClusterEntry:
                 return await relay(request, up, {**served, "x-radixfleet-path": "knative"})
         except (aiohttp.ClientConnectorError, TimeoutError):
             raise self._unavailable(f"Revision {target.revision} is not reachable.") from None
+
+    def _upstream_headers(self, target: Target) -> dict[str, str]:
+        """The body's type and the data plane's key of the target's namespace (never the
+        tenant's key); 503 while that key is not known yet."""
+        key = self.keys.get(target.namespace)
+        if key is None:
+            raise self._unavailable(f"The data plane of {target.namespace} is not ready yet.")
+        return {**_JSON, **dataplane.bearer(key)}
 
     def _unavailable(self, message: str) -> EntryError:
         return EntryError(503, message, headers={"Retry-After": str(RETRY_AFTER_S)})

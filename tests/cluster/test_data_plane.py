@@ -8,11 +8,14 @@ What is proven, through the entry's Service as a client reaches it: a streamed a
 caller's own `chat` (the same name resolves per tenant), served through that revision's router,
 whose smg found the predictor pod by Kubernetes discovery on its queue-proxy port; 401 for a
 wrong or missing key; 429 for a tenant over its token budget while the other is served; and a
-model at zero woken by a request through the entry, answered, with none lost.
+model at zero woken by a request through the entry, answered, with none lost. Behind the entry
+only the data plane's key opens anything: the operator created it in each tenant namespace (no
+one else did here), and a tenant's own key, or none, gets 401 from the router and the predictor.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import urllib.error
@@ -25,6 +28,7 @@ import pytest
 
 from inferenceservices.builder import pod_security_labels
 from policies.routers.manifests import access
+from radixfleet import dataplane
 from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
 from testbed import images, session
@@ -108,7 +112,8 @@ def _onboard(cluster: Cluster, team: Team, image: str) -> None:
                     f"--from-literal=api-key={team.key}")  # fmt: skip
     session.apply(cluster, [*access(team.namespace), _tenant(team)])
     wait_accounted(cluster, team.namespace)
-    volume = model_volume(cluster, namespace=team.namespace, model=MODEL)
+    # No data-plane key from the test bed: the operator must create it.
+    volume = model_volume(cluster, namespace=team.namespace, model=MODEL, data_plane_key=False)
     session.apply(cluster, [*volume, _model(image, team)])
 
 
@@ -181,12 +186,32 @@ def _router_workers(cluster: Cluster, namespace: str) -> list[str]:
     if found.returncode != 0:
         return []
     ip = json.loads(found.stdout)["spec"]["clusterIP"]
+    request = urllib.request.Request(
+        f"http://{ip}:8000/workers", headers=dataplane.bearer(_data_plane_key(cluster, namespace))
+    )
     try:
-        with urllib.request.urlopen(f"http://{ip}:8000/workers", timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5) as response:
             workers = json.loads(response.read())["workers"]
     except OSError:
         return []
     return [w["url"] for w in workers if w.get("is_healthy")]
+
+
+def _data_plane_key(cluster: Cluster, namespace: str) -> str:
+    secret = get(cluster, "secret", dataplane.SECRET, "-n", namespace)
+    return base64.b64decode(secret["data"][dataplane.KEY]).decode()
+
+
+def _call(url: str, headers: dict[str, str]) -> int:
+    """The status of a short completion sent straight to `url` (past the entry)."""
+    body = json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 2}).encode()
+    headers = {"Content-Type": "application/json", **headers}
+    request = urllib.request.Request(f"{url}/v1/completions", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
 
 
 def _predictor_pods(
@@ -268,6 +293,36 @@ def test_a_request_without_a_tenants_key_gets_401(
     answer = _chat(url, key)
     assert answer.status == 401
     assert json.loads(answer.body)["error"]["code"] == 401
+
+
+def test_the_operator_made_each_namespaces_data_plane_key_and_only_it_opens_router_and_model(
+    plane: tuple[Cluster, str],
+) -> None:
+    cluster, url = plane
+    _served_by_router(cluster, url, BLUE)
+    secret = get(cluster, "secret", dataplane.SECRET, "-n", BLUE.namespace)
+    assert secret["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "radixfleet"
+    key = _data_plane_key(cluster, BLUE.namespace)
+    assert key != _data_plane_key(cluster, GREEN.namespace), "one key per namespace"
+    router = get(cluster, "service", ROUTER, "-n", BLUE.namespace)["spec"]["clusterIP"]
+    predictor = get(cluster, "service", REVISION, "-n", BLUE.namespace)["spec"]["clusterIP"]
+    knative = {"Knative-Serving-Revision": REVISION, "Knative-Serving-Namespace": BLUE.namespace}
+    places = [
+        ("router", f"http://{router}:8000", {}),
+        ("predictor", f"http://{predictor}", knative),
+    ]
+    callers = [("nobody", {}), ("tenant", dataplane.bearer(BLUE.key)),
+               ("data plane", dataplane.bearer(key))]  # fmt: skip
+    statuses = {
+        (where, who): _call(base, {**extra, **credentials})
+        for where, base, extra in places
+        for who, credentials in callers
+    }
+    assert statuses == {
+        ("router", "nobody"): 401, ("router", "tenant"): 401, ("router", "data plane"): 200,
+        ("predictor", "nobody"): 401, ("predictor", "tenant"): 401,
+        ("predictor", "data plane"): 200,
+    }  # fmt: skip
 
 
 def test_a_tenant_over_its_token_budget_gets_429_while_another_is_served(

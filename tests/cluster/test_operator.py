@@ -32,9 +32,10 @@ import pytest
 from radixfleet.render import operator
 from radixfleet.render.monitoring import pod_monitors
 from testbed import images, prometheus, session
-from testbed.cluster import Cluster
+from testbed.cluster import Cluster, restart_apiserver
 from testbed.deploy import OPERATOR_SELECTOR, apply_overlay, overlay, remove_operator
 from testbed.emulated import (
+    data_plane_headers,
     emulated_isvc,
     get,
     model_volume,
@@ -225,6 +226,24 @@ def test_a_new_leader_takes_over_when_the_leader_pod_is_deleted(tenant: Cluster)
                      what=f"ResourceQuota {NAMESPACE}/{QUOTA} of 3 GPUs")  # fmt: skip
 
 
+def test_the_operator_keeps_working_across_an_api_server_restart(tenant: Cluster) -> None:
+    leader = _leader(tenant)
+    down_s = restart_apiserver(tenant)
+    # kopf's watches broke with the API server; the operator must resume them, not stall: a
+    # budget changed after the restart reaches the ResourceQuota, and one replica still leads.
+    session.apply(tenant, [_tenant(4)])
+    session.wait_for(lambda: _quota_gpus(tenant) == "4", timeout_s=TIMEOUT_S,
+                     what=f"{NAMESPACE}/{QUOTA} of 4 GPUs after the restart")  # fmt: skip
+    session.wait_for(lambda: _leader(tenant) is not None, timeout_s=TIMEOUT_S,
+                     what="one operator replica leading after the restart")  # fmt: skip
+    restarts = [c.get("restartCount", 0) for p in _pods(tenant)
+                for c in p.get("status", {}).get("containerStatuses", [])]  # fmt: skip
+    print(
+        f"\nAPI server back in {down_s:.1f} s; leader {leader} -> {_leader(tenant)}; "
+        f"operator container restarts {restarts}"
+    )
+
+
 # --- A rollout judged by the in-cluster operator from the in-cluster Prometheus ------------------
 
 MODEL = "llama"
@@ -284,7 +303,7 @@ def _complete(url: str, revision: str, namespace: str, *, n: int) -> None:
         f"{url}/v1/completions",
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json", "Knative-Serving-Revision": revision,
-                 "Knative-Serving-Namespace": namespace},
+                 "Knative-Serving-Namespace": namespace, **data_plane_headers()},
     )  # fmt: skip
     with urllib.request.urlopen(request, timeout=60) as answer:
         answer.read()

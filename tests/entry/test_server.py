@@ -1,10 +1,11 @@
 """The region entry's server against a real smg gateway (the PyPI binary) in front of an
 emulated replica, and the quota's cluster gate on fakes of the Tenants and their Secrets.
 
-What runs for real here: smg (routing, its `no_available_workers` answer), the emulated replica,
-the entry and the token gate. What stands in: Knative's Service of a revision (its activator
-cannot run outside a cluster; tests/cluster/test_data_plane.py wakes a real one), as a small
-server that records the headers it gets and answers like a replica.
+What runs for real here: smg (routing, its `no_available_workers` answer, its `--api-key`), the
+emulated replica (SGLang's `--api-key`), the entry and the token gate; the router and the replica
+take only the data plane's key, as in a cluster. What stands in: Knative's Service of a revision
+(its activator cannot run outside a cluster; tests/cluster/test_data_plane.py wakes a real one),
+as a small server that records the headers it gets and answers like a replica.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -28,6 +30,7 @@ from aiohttp.test_utils import TestServer
 
 from policies.quota.entry import ClusterGate, per_replica
 from policies.quota.fakes import FakeSecrets, FakeTenants
+from radixfleet import dataplane
 from radixfleet.config.catalog import TokenBudget
 from radixfleet.emulator.server import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
@@ -40,6 +43,7 @@ pytestmark = pytest.mark.fleet
 SMG = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "smg"
 KEYS = {"blue": "sk-blue", "green": "sk-green"}
 REVISION = "chat-predictor-00001"
+DATA_PLANE_KEY = "data-plane-key-of-the-test"
 
 
 def _free_port() -> int:
@@ -52,7 +56,8 @@ def _smg(port: int, workers: list[str], log: Path) -> subprocess.Popen[bytes]:
     command = [
         str(SMG), "launch", "--host", "127.0.0.1", "--port", str(port),
         "--policy", "cache_aware", "--prometheus-port", str(_free_port()),
-        "--log-level", "warn", *(["--worker-urls", *workers] if workers else []),
+        "--log-level", "warn", "--api-key", DATA_PLANE_KEY,
+        *(["--worker-urls", *workers] if workers else []),
     ]  # fmt: skip
     with log.open("wb") as sink:
         return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
@@ -60,7 +65,8 @@ def _smg(port: int, workers: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 def _workers(url: str) -> int:
     try:
-        with urllib.request.urlopen(f"{url}/workers", timeout=2) as answer:
+        request = urllib.request.Request(f"{url}/workers", headers=dataplane.bearer(DATA_PLANE_KEY))
+        with urllib.request.urlopen(request, timeout=2) as answer:
             return sum(1 for w in json.loads(answer.read())["workers"] if w["is_healthy"])
     except OSError:
         return -1
@@ -79,7 +85,8 @@ def gateways(
 ) -> Iterator[Gateways]:
     profile = ReplicaProfile().scaled(time_factor=0.01)
     logs = tmp_path_factory.mktemp("smg")
-    config = EmulatorConfig(profile=profile, port=0, warm=True, served_model_name="chat")
+    config = EmulatorConfig(profile=profile, port=0, warm=True, served_model_name="chat",
+                            api_key=DATA_PLANE_KEY)  # fmt: skip
     with serve_in_thread(config, tokenizer=tokenizer) as replica:
         ports = _free_port(), _free_port()
         processes = [_smg(ports[0], [replica.url], logs / "serving.log"),
@@ -160,6 +167,7 @@ async def _entry(gateways: Gateways) -> AsyncIterator[tuple[str, KnativeStandIn,
         )  # fmt: skip
         gate = _gate()
         entry = ClusterEntry(gate=gate, session=session, upstreams=upstreams)
+        entry.keys = {f"team-{tenant}": DATA_PLANE_KEY for tenant in TENANTS}
         isvcs = [_isvc("chat", f"team-{t}") for t in TENANTS] + [_isvc("blue-only", "team-blue")]
         entry.routes = build_routes(gate.sync(), isvcs)
         async with TestServer(entry.app()) as server:
@@ -218,7 +226,7 @@ def test_a_revision_its_router_cannot_serve_is_reached_the_knative_way(
     (sent,) = seen
     assert sent["Knative-Serving-Revision"] == REVISION
     assert sent["Knative-Serving-Namespace"] == f"team-{tenant}"
-    assert "Authorization" not in sent, "a tenant's key never goes upstream"
+    assert sent["Authorization"] == f"Bearer {DATA_PLANE_KEY}", "the data plane's key, only"
 
 
 @pytest.mark.parametrize(
@@ -241,6 +249,31 @@ def test_refusals_are_sglangs_errors(
     got, _, text = run(go())
     assert got == status, text
     assert json.loads(text)["error"]["code"] == status
+
+
+def test_a_namespace_whose_data_plane_key_is_not_known_yet_waits_with_retry_after(
+    gateways: Gateways,
+) -> None:
+    async def go() -> tuple[int, dict[str, str], str]:
+        async with _entry(gateways) as (url, knative, entry):
+            del entry.keys["team-blue"]
+            found = await _post(url, "sk-blue", _chat())
+            assert knative.seen == []
+            return found
+
+    status, headers, text = run(go())
+    assert status == 503 and headers["Retry-After"] == "5", text
+
+
+def test_the_router_refuses_a_call_without_the_data_plane_key(gateways: Gateways) -> None:
+    # What a tenant pod reaching the router directly gets (the entry is the only way in).
+    request = urllib.request.Request(
+        f"{gateways.serving}/v1/chat/completions", data=json.dumps(_chat()).encode(),
+        headers={"Content-Type": "application/json", "Authorization": "Bearer sk-blue"},
+    )  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 401
 
 
 def test_a_model_left_out_means_the_tenants_only_model(gateways: Gateways) -> None:

@@ -47,6 +47,13 @@ class Listed:
         return [ISVC]
 
 
+class Keys:
+    """The data-plane key of team-a only."""
+
+    def key(self, namespace: str) -> str | None:
+        return "k" if namespace == "team-a" else None
+
+
 @pytest.mark.parametrize(
     "error",
     [pytest.param(KubeError("list tenants: HTTP 503", status=503), id="api-error"),
@@ -57,7 +64,7 @@ def test_a_failed_read_is_retried_and_the_routes_come(error: BaseException) -> N
 
     async def go() -> ClusterEntry:
         entry = ClusterEntry(gate=gate, session=None)  # type: ignore[arg-type]
-        task = asyncio.create_task(keep_in_sync(entry, Listed(), interval_s=0.01))
+        task = asyncio.create_task(keep_in_sync(entry, Listed(), Keys(), interval_s=0.01))
         while entry.routes is None:
             await asyncio.sleep(0.01)
         task.cancel()
@@ -67,3 +74,4 @@ def test_a_failed_read_is_retried_and_the_routes_come(error: BaseException) -> N
     route = entry.routes.resolve("a", "chat") if entry.routes else None
     assert route is not None and route.targets[0].revision == "chat-predictor-00001"
     assert gate.calls >= 3
+    assert entry.keys == {"team-a": "k"}

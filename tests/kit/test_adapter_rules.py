@@ -113,6 +113,9 @@ def routers(api: Any, rec: Recorder) -> None:
     found.existing()
     found.apply(Router(namespace="ns", revision="m-predictor-00001", isvc="m"), image="smg@x")
     found.park(("ns", "m-predictor-00001-router"))
+    found.ensure_key("ns")
+    rec.fail[("", "secrets", "create")] = [409]
+    found.ensure_key("ns")  # already there: kept
 
 
 SCENARIOS: dict[str, Scenario] = {

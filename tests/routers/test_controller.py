@@ -41,6 +41,7 @@ class FakeRouters:
     found: dict[Key, Existing] = field(default_factory=dict)
     applied: list[tuple[Router, str]] = field(default_factory=list)
     parked: list[Key] = field(default_factory=list)
+    keyed: list[str] = field(default_factory=list)
 
     def existing(self) -> dict[Key, Existing]:
         return dict(self.found)
@@ -52,6 +53,9 @@ class FakeRouters:
     def park(self, key: Key) -> None:
         self.parked.append(key)
         self.found[key] = Existing(self.found[key].isvc, self.found[key].image, 0)
+
+    def ensure_key(self, namespace: str) -> None:
+        self.keyed.append(namespace)
 
 
 def test_a_pass_applies_the_missing_router_and_a_second_pass_does_nothing() -> None:
@@ -83,3 +87,17 @@ def test_without_a_router_image_the_controller_changes_nothing() -> None:
     controller = Controller(models, FakeRevisions(), routers, None)
     assert controller.reconcile(now=NOW).verbs == []
     assert routers.applied == [] and routers.parked == []
+
+
+def test_each_tenant_namespace_gets_its_data_plane_key_once_status_or_not() -> None:
+    models = [
+        isvc(traffic=None),
+        isvc("other", "team-b", traffic=[("r1", 100)]),
+        isvc("loose", "no-tenant", tenant=None),
+    ]
+    routers = FakeRouters()
+    controller = Controller(FakeInferenceServices(models), FakeRevisions(), routers, None)
+    controller.reconcile(now=NOW)
+    controller.reconcile(now=NOW)
+    # Before any status and without a router image: a predictor cannot start without its key.
+    assert routers.keyed == ["team-a", "team-b"]
