@@ -18,6 +18,7 @@ import kopf
 
 from policies.routers.decide import Existing, Key, Plan, decide, keyed_namespaces, wanted
 from policies.routers.spec import NAME, Router
+from radixfleet.kit.errors import KubeError
 from radixfleet.kit.kube import INFERENCE_SERVICES
 from radixfleet.kit.loop import Loop, register_loop
 from radixfleet.kit.plugin import OperatorOptions
@@ -62,9 +63,7 @@ class Controller:
     def reconcile(self, *, now: datetime) -> Plan:
         del now  # routers follow KServe's status, not the clock
         isvcs = self.isvcs.everywhere()
-        for namespace in sorted(keyed_namespaces(isvcs) - self.keyed):
-            self.routers.ensure_key(namespace)
-            self.keyed.add(namespace)
+        self._ensure_keys(keyed_namespaces(isvcs))
         if not self.image:
             log.warning("no router image (--router-image): routers are not managed")
             return Plan()
@@ -78,6 +77,17 @@ class Controller:
                 self.routers.park(key)
                 log.info("router %s/%s parked: its revision serves no traffic", *key)
         return plan
+
+    def _ensure_keys(self, namespaces: set[str]) -> None:
+        # One namespace refusing its key (one being deleted refuses new objects) holds back
+        # no other namespace's routers; it is tried again on the next pass.
+        for namespace in sorted(namespaces - self.keyed):
+            try:
+                self.routers.ensure_key(namespace)
+            except KubeError as error:
+                log.warning("data-plane key of %s not made (%s); next pass", namespace, error)
+                continue
+            self.keyed.add(namespace)
 
     def _still_unwanted(self, key: Key, found: Existing) -> bool:
         isvc = self.isvcs.get(key[0], found.isvc)

@@ -5,7 +5,10 @@ resource at a time, so a kopf timer per object does not fit them. Their kopf eve
 only wake this loop (they keep no state on the objects they see); it runs one reconcile at a
 time, at least every `resync_seconds` (which bounds how stale the cluster can be if an event is
 lost), folds a burst of events (`kubectl apply -k`) into one pass, and retries a pass that
-failed with a Kubernetes error after `retry_seconds`. Every pass is idempotent.
+failed after `retry_seconds`. Every pass is idempotent. A pass that got no answer at all (the
+API server restarting: the client raises its connection errors, not an API error) is retried
+like any other; before, it ended the loop for good and the controller went quiet (found by the
+chaos test that kills the test cluster's API server).
 """
 
 from __future__ import annotations
@@ -56,10 +59,14 @@ class Loop:
         except KubeError as error:
             self.metrics.error(self.name, temporary=error.temporary)
             log.warning("%s reconcile failed (%s); retrying", self.name, error)
-            await asyncio.sleep(self.retry_seconds)
-            self.wake.set()
+        except Exception:  # no answer (connection errors), or a bug: the loop must outlive it
+            self.metrics.error(self.name, temporary=True)
+            log.exception("%s reconcile failed; retrying", self.name)
+        else:
+            self.metrics.decided(self.name, verbs_of(result))
             return
-        self.metrics.decided(self.name, verbs_of(result))
+        await asyncio.sleep(self.retry_seconds)
+        self.wake.set()
 
 
 def register_loop(

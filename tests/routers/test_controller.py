@@ -11,6 +11,7 @@ from typing import Any
 from policies.routers.controller import Controller
 from policies.routers.decide import Existing, Key
 from policies.routers.spec import Router, router_name
+from radixfleet.kit.errors import KubeError
 from tests.routers.test_decide import IMAGE, UIDS, isvc
 
 NOW = datetime(2026, 11, 25, tzinfo=UTC)
@@ -54,7 +55,11 @@ class FakeRouters:
         self.parked.append(key)
         self.found[key] = Existing(self.found[key].isvc, self.found[key].image, 0)
 
+    refuse_keys: set[str] = field(default_factory=set)  # namespaces whose key creation fails
+
     def ensure_key(self, namespace: str) -> None:
+        if namespace in self.refuse_keys:
+            raise KubeError(f"create secret {namespace}: HTTP 403 being terminated", status=403)
         self.keyed.append(namespace)
 
 
@@ -101,3 +106,17 @@ def test_each_tenant_namespace_gets_its_data_plane_key_once_status_or_not() -> N
     controller.reconcile(now=NOW)
     # Before any status and without a router image: a predictor cannot start without its key.
     assert routers.keyed == ["team-a", "team-b"]
+
+
+def test_a_namespace_whose_key_cannot_be_made_holds_back_no_other_router() -> None:
+    """Seen on the test cluster: a tenant namespace being deleted refuses new Secrets (403);
+    every other model's router must still be applied, and the key is tried again next pass."""
+    models = [isvc("gone", "team-gone", traffic=[("r1", 100)]), isvc(traffic=[("r1", 100)])]
+    routers = FakeRouters(refuse_keys={"team-gone"})
+    controller = Controller(FakeInferenceServices(models), FakeRevisions(), routers, IMAGE)
+    controller.reconcile(now=NOW)
+    assert routers.keyed == ["team-a"]
+    assert {(r.namespace, r.revision) for r, _ in routers.applied} >= {("team-a", "r1")}
+    routers.refuse_keys.clear()
+    controller.reconcile(now=NOW)
+    assert routers.keyed == ["team-a", "team-gone"]
