@@ -17,11 +17,18 @@ from policies.autoscale import spec as autoscale
 from policies.failover import spec as failover
 from policies.quota import spec as quota
 from policies.routers.manifests import access as router_access
+from policies.routers.spec import METRICS_PORT as ROUTER_METRICS_PORT
+from policies.routers.spec import ROUTER_PORT
 from radixfleet import labels
 from radixfleet.config.catalog import Catalog, Model, Tenant
 from radixfleet.config.gpus import gpu_label_value
 from radixfleet.config.sizing import weight_gib
-from radixfleet.platform import KUBERNETES_VERSION
+from radixfleet.platform import (
+    KNATIVE_NAMESPACE,
+    KUBERNETES_VERSION,
+    MONITORING_NAMESPACE,
+    PLATFORM_NAMESPACE,
+)
 from radixfleet.profile import resolve_profile
 from radixfleet.render.yamlout import Notes
 
@@ -262,6 +269,63 @@ def build_router_access(namespace: str) -> list[dict[str, Any]]:
     """The service account the routers of a tenant namespace run as: it may read the pods
     there, for smg's discovery of a revision's replicas (policies/routers)."""
     return router_access(namespace)
+
+
+# KServe's label on every predictor pod (Knative or raw Deployment), naming its InferenceService.
+PREDICTOR_POD_LABEL = "serving.kserve.io/inferenceservice"
+
+
+def build_network_policies(namespace: str) -> list[dict[str, Any]]:
+    """Who may open a connection to a pod of a tenant namespace: nobody, but
+
+    - a router (smg, port 8000): the region entry, and Prometheus for its metrics;
+    - a predictor: its namespace's routers, other predictors there (the ranks of a multi-node
+      model, a prefill/decode pair), the entry (on Knative's path to a model at zero, and when
+      Knative routes a revision's Service straight to its pods), Knative's activator and
+      autoscaler, and Prometheus.
+
+    So a tenant's own pods, and every other namespace's, reach a model only through the entry,
+    which authenticates and charges them. Egress stays open: weights come from an object store
+    NetworkPolicy cannot name (it has no host names)."""
+    return [
+        _network_policy(namespace, "radixfleet-deny-ingress", {}, []),
+        _network_policy(namespace, "radixfleet-routers", _routers(), [
+            {"from": [_namespace(PLATFORM_NAMESPACE)], "ports": [{"port": ROUTER_PORT}]},
+            {"from": [_namespace(MONITORING_NAMESPACE)], "ports": [{"port": ROUTER_METRICS_PORT}]},
+        ]),
+        _network_policy(namespace, "radixfleet-predictors", _predictors(), [{"from": [
+            {"podSelector": _routers()}, {"podSelector": _predictors()},
+            _namespace(PLATFORM_NAMESPACE), _namespace(KNATIVE_NAMESPACE),
+            _namespace(MONITORING_NAMESPACE),
+        ]}]),
+    ]  # fmt: skip
+
+
+def _network_policy(
+    namespace: str, name: str, pods: dict[str, Any], ingress: list[dict[str, Any]]
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"podSelector": pods, "policyTypes": ["Ingress"]}
+    if ingress:  # none at all: the API server stores no empty list, and the diff stays clean
+        spec["ingress"] = ingress
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {labels.MANAGED_BY: labels.MANAGER}},
+        "spec": spec,
+    }  # fmt: skip
+
+
+def _routers() -> dict[str, Any]:
+    return {"matchLabels": {labels.COMPONENT: labels.ROUTER_COMPONENT}}
+
+
+def _predictors() -> dict[str, Any]:
+    return {"matchExpressions": [{"key": PREDICTOR_POD_LABEL, "operator": "Exists"}]}
+
+
+def _namespace(name: str) -> dict[str, Any]:
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
 
 
 def build_canary_policy(name: str, namespace: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from inferenceservices.builder import (
     build_inference_service,
     build_model_reader,
     build_namespaces,
+    build_network_policies,
     build_router_access,
     build_tenant,
     namespace_of,
@@ -401,6 +402,12 @@ def region_router_access(catalog: Catalog, region: Region) -> list[Manifest]:
     """The routers' ServiceAccount, Role and RoleBinding in each of the region's namespaces."""
     namespaces = sorted({namespace_of(t) for _, t in _region_models(catalog, region)})
     return [obj for namespace in namespaces for obj in build_router_access(namespace)]
+
+
+def region_network_policies(catalog: Catalog, region: Region) -> list[Manifest]:
+    """The NetworkPolicies of each of the region's tenant namespaces."""
+    namespaces = sorted({namespace_of(t) for _, t in _region_models(catalog, region)})
+    return [obj for namespace in namespaces for obj in build_network_policies(namespace)]
 
 
 def signals_name(region: str, domain: str) -> str:

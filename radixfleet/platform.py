@@ -21,6 +21,13 @@ KUBERNETES_VERSION = "1.35"
 PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
 PROMETHEUS_URL_ENV = "RADIXFLEET_PROMETHEUS_URL"
 
+# Where the platform's own parts run, as the tenant namespaces' NetworkPolicies let them in:
+# radixfleet's operator and region entry; the Prometheus that scrapes the models; Knative's
+# activator and autoscaler (a model at zero is woken through the activator).
+PLATFORM_NAMESPACE = "radixfleet-system"
+MONITORING_NAMESPACE = "monitoring"
+KNATIVE_NAMESPACE = "knative-serving"
+
 # KServe's mode for an InferenceService with no serving.kserve.io/deploymentMode annotation
 # (the kserve-resources chart's kserve.controller.deploymentMode): Knative, so models scale to
 # zero unless they say otherwise.

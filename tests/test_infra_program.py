@@ -321,6 +321,19 @@ def test_each_tenants_pods_read_only_that_tenants_models(stack: RecordingMocks) 
         assert all(o.endswith("/*") and o.count("/") >= 2 for o in objects), "never the bucket"
 
 
+def test_every_tenant_namespace_refuses_ingress_but_from_the_platform(
+    stack: RecordingMocks,
+) -> None:
+    policies = of_type(stack, "kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    isvcs = of_type(stack, "kubernetes:serving.kserve.io/v1beta1:InferenceService")
+    for region in REGIONS:
+        served = {i.inputs["metadata"]["namespace"] for i in in_region(isvcs, region)}
+        mine = in_region(policies, region)
+        deny_all = {"podSelector": {}, "policyTypes": ["Ingress"]}
+        denied = {p.inputs["metadata"]["namespace"] for p in mine if p.inputs["spec"] == deny_all}
+        assert served and denied == served, region
+
+
 def _uris(value: object) -> list[str]:
     if isinstance(value, str):
         return [value] if value.startswith("s3://") else []

@@ -77,6 +77,8 @@ def test_kubectl_kustomize_builds(folder: str) -> None:
             "ServiceAccount",
             "Role",
             "RoleBinding",
+            # Who may reach a tenant namespace's pods (inferenceservices/builder.py).
+            "NetworkPolicy",
         },
     }
     assert set(kinds) == expected[folder]

@@ -18,6 +18,7 @@ from inferenceservices.builder import (
     build_inference_service,
     build_model_reader,
     build_namespaces,
+    build_network_policies,
     build_router_access,
     build_tenant,
     namespace_of,
@@ -61,6 +62,9 @@ def render_tree(catalog: Catalog) -> RenderedTree:
     served = sorted({namespace_of(t) for m in catalog.models for t in served_tenants(catalog, m)})
     isvcs["router-access.yaml"] = _documents(o for ns in served for o in build_router_access(ns))
     isvcs["model-readers.yaml"] = _documents(build_model_reader(ns) for ns in served)
+    isvcs["network-policies.yaml"] = _documents(
+        policy for ns in served for policy in build_network_policies(ns)
+    )
     for namespace, policy in sorted(_canary_policies(catalog)):
         isvcs[f"{namespace}/canarypolicy-{policy}.yaml"] = to_yaml(
             build_canary_policy(policy, namespace), header=MARKER

@@ -22,12 +22,13 @@ from radixfleet.kit.operator import LIVENESS_PORT, METRICS_PORT, READINESS_PORT
 from radixfleet.kit.plugin import ControllerPlugin
 from radixfleet.kit.rbac import KOPF_RULES, PolicyRule, cluster_role, cluster_role_binding, union
 from radixfleet.kit.registry import plugins
+from radixfleet.platform import PLATFORM_NAMESPACE
 from radixfleet.render.yamlout import Notes, to_yaml, with_kustomization
 
 Manifest = dict[str, Any]
 
 NAME = "radixfleet-operator"
-NAMESPACE = "radixfleet-system"
+NAMESPACE = PLATFORM_NAMESPACE
 IMAGE = "radixfleet:dev"  # a placeholder: an overlay's kustomize `images:` entry sets the real one
 # The routers controller's smg image (testbed/containerfiles/smg.Containerfile); a placeholder
 # too: an overlay patches RADIXFLEET_ROUTER_IMAGE with the pushed image's digest.

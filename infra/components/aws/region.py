@@ -362,6 +362,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
                 policies=[*m.region_policies(fleet.catalog, region), *self._failover_policies()],
                 router_access=m.region_router_access(fleet.catalog, region),
                 model_readers=m.region_model_readers(fleet.catalog, region),
+                network_policies=m.region_network_policies(fleet.catalog, region),
                 with_failover=region.name == fleet.failover_region,
                 fleet_token=self._args.fleet_token,
                 dashboards_dir=fleet.path(fleet.settings.dashboards_dir),

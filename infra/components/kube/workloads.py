@@ -37,6 +37,8 @@ class WorkloadsArgs:
     router_access: Sequence[m.Manifest]
     # The serving pods' ServiceAccount per tenant namespace (infra gives each a cloud role).
     model_readers: Sequence[m.Manifest]
+    # Who may reach each tenant namespace's pods (inferenceservices/builder.py).
+    network_policies: Sequence[m.Manifest]
     # This region's operator runs the fleet's failover (one region per fleet).
     with_failover: bool
     fleet_token: pulumi.Input[str]
@@ -161,16 +163,17 @@ class Workloads(pulumi.ComponentResource):
         namespaces: list[k8s.core.v1.Namespace],
         controllers_namespace: k8s.core.v1.Namespace,
     ) -> None:
-        """The controllers' objects, and the routers' access and the serving pods' account in each
-        tenant namespace."""
+        """The controllers' objects, and the routers' access, the serving pods' account and the
+        NetworkPolicies of each tenant namespace."""
         after = [*crds, *namespaces, controllers_namespace]
         for policy in self._args.policies:
             self._custom(policy, after)
-        for obj in [*self._args.router_access, *self._args.model_readers]:
+        for obj in [*self._args.router_access, *self._args.model_readers,
+                    *self._args.network_policies]:  # fmt: skip
             self._core(obj, namespaces)
 
     def _core(self, obj: m.Manifest, after: Sequence[pulumi.Resource]) -> None:
-        """A ServiceAccount, Role or RoleBinding from its manifest."""
+        """A ServiceAccount, Role, RoleBinding or NetworkPolicy from its manifest."""
         metadata = obj["metadata"]
         name = f"{self._name}-{obj['kind'].lower()}-{metadata['namespace']}-{metadata['name']}"
         meta, opts = as_input(metadata), self._opts(after)
@@ -180,6 +183,9 @@ class Workloads(pulumi.ComponentResource):
                                        automount_service_account_token=automount)  # fmt: skip
         elif obj["kind"] == "Role":
             k8s.rbac.v1.Role(name, metadata=meta, rules=as_input(obj["rules"]), opts=opts)
+        elif obj["kind"] == "NetworkPolicy":
+            k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=as_input(obj["spec"]),
+                                            opts=opts)  # fmt: skip
         else:
             k8s.rbac.v1.RoleBinding(name, metadata=meta, role_ref=as_input(obj["roleRef"]),
                                     subjects=as_input(obj["subjects"]), opts=opts)  # fmt: skip
