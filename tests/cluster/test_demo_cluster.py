@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from canary.spec import CanaryPolicySpec
 from radixfleet.fleet.demo import DemoOptions
 from testbed.cluster import Cluster
-from testbed.demo import CANARY, WAKES, run_cluster_demo
+from testbed.demo import CANARY, POLICY, WAKES, run_cluster_demo
 
 
 def test_the_demo_replays_through_a_deployed_radixfleet(
@@ -51,10 +52,14 @@ def test_the_demo_replays_through_a_deployed_radixfleet(
 def _judged_and_kept(rollout: dict[str, Any]) -> bool:
     """A good version is never rolled back. On a busy machine a short replay may leave its
     canary halted: inconclusive (slower, not significantly), or, once the replay is over,
-    with too few requests in the next window. Either is the judge working, as long as it did
-    judge: checks measured from the cluster's Prometheus, none failed. A halt with no
-    analysis at all means Prometheus never saw the revisions, and fails."""
+    with too few requests in the next window; an interval may even have failed a check (the
+    new revision starts with a cold cache, its inter-token p95 measured on tens of requests),
+    as long as fewer failed than the policy's threshold, which would have rolled it back.
+    Any of these is the judge working, as long as it did judge: checks measured from the
+    cluster's Prometheus. A halt with no analysis at all means Prometheus never saw the
+    revisions, and fails."""
     if rollout["phase"] in ("Progressing", "Promoted"):
         return True
     judged = bool(rollout.get("lastAnalysisAt")) and bool(rollout.get("checks"))
-    return rollout["phase"] == "Halted" and judged and rollout.get("failedChecks", 0) == 0
+    kept = rollout.get("failedChecks", 0) < CanaryPolicySpec.model_validate(POLICY).threshold
+    return rollout["phase"] == "Halted" and judged and kept

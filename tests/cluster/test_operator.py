@@ -32,7 +32,7 @@ import pytest
 from radixfleet.render import operator
 from radixfleet.render.monitoring import pod_monitors
 from testbed import images, prometheus, session
-from testbed.cluster import Cluster, restart_apiserver
+from testbed.cluster import Cluster, ClusterError, restart_apiserver
 from testbed.deploy import OPERATOR_SELECTOR, apply_overlay, overlay, remove_operator
 from testbed.emulated import (
     data_plane_headers,
@@ -232,8 +232,13 @@ def test_the_operator_keeps_working_across_an_api_server_restart(tenant: Cluster
     # kopf's watches broke with the API server; the operator must resume them, not stall: a
     # budget changed after the restart reaches the ResourceQuota, and one replica still leads.
     session.apply(tenant, [_tenant(4)])
-    session.wait_for(lambda: _quota_gpus(tenant) == "4", timeout_s=TIMEOUT_S,
-                     what=f"{NAMESPACE}/{QUOTA} of 4 GPUs after the restart")  # fmt: skip
+    try:
+        session.wait_for(lambda: _quota_gpus(tenant) == "4", timeout_s=TIMEOUT_S,
+                         what=f"{NAMESPACE}/{QUOTA} of 4 GPUs after the restart")  # fmt: skip
+    except ClusterError as error:
+        logs = tenant.kubectl("logs", "-n", operator.NAMESPACE, "-l", OPERATOR_SELECTOR,
+                              "--tail=60", "--prefix", check=False)  # fmt: skip
+        raise ClusterError(f"{error}\n--- operator logs\n{logs.stdout}{logs.stderr}") from error
     session.wait_for(lambda: _leader(tenant) is not None, timeout_s=TIMEOUT_S,
                      what="one operator replica leading after the restart")  # fmt: skip
     restarts = [c.get("restartCount", 0) for p in _pods(tenant)
