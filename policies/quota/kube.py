@@ -7,8 +7,6 @@ call below and every watch of the quota's kopf handlers, as RBAC.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Any
 
 from kubernetes import client
@@ -21,6 +19,7 @@ from radixfleet.kit.kube import (
     Resource,
     absent_as_none,
     kube_call,
+    read_secret_value,
 )
 from radixfleet.kit.rbac import READ, PolicyRule, rule
 
@@ -107,17 +106,7 @@ def quota_manifest(namespace: str, *, tenant: str, gpus: int) -> dict[str, Any]:
 
 class KubeSecrets:
     def __init__(self, api_client: Any) -> None:
-        self.api = client.CoreV1Api(api_client)
+        self.api_client = api_client
 
     def key(self, ref: SecretKeyRef) -> str | None:
-        secret = absent_as_none(
-            f"get secret {ref}", lambda: self.api.read_namespaced_secret(ref.name, ref.namespace)
-        )
-        data = (getattr(secret, "data", None) or {}) if secret is not None else {}
-        encoded = data.get(ref.key)
-        if not encoded:
-            return None
-        try:
-            return base64.b64decode(encoded).decode().strip() or None
-        except (binascii.Error, UnicodeDecodeError):
-            return None
+        return read_secret_value(self.api_client, ref.namespace, ref.name, ref.key)

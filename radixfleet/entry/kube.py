@@ -11,18 +11,14 @@ data-plane Secret; a fleet with many tenants would want watches instead (not bui
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 from typing import Any, Protocol
-
-from kubernetes import client
 
 from radixfleet import dataplane
 from radixfleet.entry.routes import build_routes
 from radixfleet.entry.server import ClusterEntry
 from radixfleet.kit.errors import KubeError
-from radixfleet.kit.kube import INFERENCE_SERVICES, absent_as_none
+from radixfleet.kit.kube import INFERENCE_SERVICES, read_secret_value
 from radixfleet.kit.rbac import PolicyRule, rule
 
 log = logging.getLogger(__name__)
@@ -47,20 +43,10 @@ class KubeDataPlaneKeys:
     """The data plane's keys as the namespaces' Secrets hold them."""
 
     def __init__(self, api_client: Any) -> None:
-        self.api = client.CoreV1Api(api_client)
+        self.api_client = api_client
 
     def key(self, namespace: str) -> str | None:
-        what = f"get secret {namespace}/{dataplane.SECRET}"
-        found = absent_as_none(
-            what, lambda: self.api.read_namespaced_secret(dataplane.SECRET, namespace)
-        )
-        encoded = (getattr(found, "data", None) or {}).get(dataplane.KEY)
-        if not encoded:
-            return None
-        try:
-            return base64.b64decode(encoded).decode().strip() or None
-        except (binascii.Error, UnicodeDecodeError):
-            return None
+        return read_secret_value(self.api_client, namespace, dataplane.SECRET, dataplane.KEY)
 
 
 async def keep_in_sync(

@@ -9,6 +9,8 @@ resourceVersion it read, so a concurrent write answers 409; then it re-reads and
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -67,6 +69,21 @@ def absent_as_none(what: str, call: Callable[[], T]) -> T | None:
         if error.status == 404:
             return None
         raise
+
+
+def read_secret_value(api_client: Any, namespace: str, name: str, key: str) -> str | None:
+    """One value of a Secret, decoded and stripped; None when the Secret, the key or a
+    readable value is missing (never the whole Secret: the caller names the key it wants)."""
+    core = client.CoreV1Api(api_client)
+    found = absent_as_none(f"get secret {namespace}/{name}",
+                           lambda: core.read_namespaced_secret(name, namespace))  # fmt: skip
+    encoded = (getattr(found, "data", None) or {}).get(key)
+    if not encoded:
+        return None
+    try:
+        return base64.b64decode(encoded).decode().strip() or None
+    except (binascii.Error, UnicodeDecodeError):
+        return None
 
 
 def as_dict(found: object) -> dict[str, Any]:

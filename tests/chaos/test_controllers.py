@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -39,28 +38,14 @@ from canary.localfleet import (
 from canary.metrics import CanaryMetrics
 from canary.state import Phase, RolloutStatus, Verb, rollout_of
 from radixfleet.adapters.prometheus import HttpPrometheus
-from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
-from radixfleet.fleet.procs import processes_with_marker
-from tests.canary.test_localfleet import POLICY
+from radixfleet.fleet import LocalFleet
+from tests.canary.test_localfleet import MODEL, NS, POLICY, REGION, fleet
 
+__all__ = ["fleet"]  # the canary tests' fleet and Prometheus, built the same way here
 pytestmark = [pytest.mark.fleet, pytest.mark.prometheus, pytest.mark.slow]
 
-REGION, MODEL, NS = "local", "llama", "team-a"
 OUTAGE_S = 12.0
 MAX_S = 120.0  # a rollout not final by then fails the test
-
-
-@pytest.fixture(scope="module")
-def fleet(cache_dir: Path) -> Iterator[tuple[LocalFleet, str]]:
-    region = RegionSpec(name=REGION, models=[ModelSpec(name=MODEL, namespace=NS, replicas=1)],
-                        router_workers="http")  # fmt: skip
-    local = LocalFleet(FleetSpec(regions=[region], cold_start_s=0.5), cache_dir=cache_dir)
-    with local:
-        url = local.start_prometheus()
-        if url is None:
-            pytest.skip("Prometheus is not installed")
-        yield local, url
-    assert processes_with_marker(local.fleet_id) == [], "processes outlived the fleet"
 
 
 class ControllerKilledError(Exception):

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,15 +24,13 @@ from policies.failover.controller import Controller
 from policies.failover.fakes import FakeFailoverPolicies
 from policies.failover.local import FleetFloors, FleetObserver
 from radixfleet.adapters.route53 import AwsRoute53, client
-from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
-from radixfleet.fleet.procs import processes_with_marker
+from radixfleet.fleet import LocalFleet
 from tests.failover.aws import zone_with_weighted_records
 from tests.failover.test_local_fleet import (
     CLIENTS,
     DOWN,
     RATE_RPS,
     REGIONS,
-    RETRY_AFTER_S,
     TARGET_S,
     TTL_S,
     Resolver,
@@ -41,26 +38,14 @@ from tests.failover.test_local_fleet import (
     _client_request,
     _no_prometheus,
     aws,
+    fleet,
 )
 
-__all__ = ["aws"]  # the moto server fixture, shared with the failover tests
+__all__ = ["aws", "fleet"]  # the moto server and the three regions, as the failover tests run them
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
 TRAFFIC_S = 28.0  # from the stop
-
-
-@pytest.fixture(scope="module")
-def fleet(cache_dir: Path) -> Iterator[LocalFleet]:
-    spec = FleetSpec(
-        regions=[RegionSpec(name=r, models=[ModelSpec(name="m", replicas=1)]) for r in REGIONS],
-        cold_start_s=1.0,
-        retry_after_s=RETRY_AFTER_S,
-    )
-    local = LocalFleet(spec, cache_dir=cache_dir)
-    with local:
-        yield local
-    assert processes_with_marker(local.fleet_id) == [], "processes outlived the fleet"
 
 
 class ControllerKilledError(Exception):
