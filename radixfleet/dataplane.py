@@ -18,6 +18,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from radixfleet import labels
+
 SECRET = "radixfleet-data-plane"
 KEY = "api-key"
 ENV = "RADIXFLEET_DATA_PLANE_KEY"
@@ -42,7 +44,7 @@ def secret(namespace: str, *, key: str | None = None) -> dict[str, Any]:
         "metadata": {
             "name": SECRET,
             "namespace": namespace,
-            "labels": {"app.kubernetes.io/managed-by": "radixfleet"},
+            "labels": {labels.MANAGED_BY: labels.MANAGER},
         },
         "stringData": {KEY: key or secrets.token_urlsafe(32)},
     }
