@@ -6,7 +6,9 @@ exits 2 and writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import gc
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -78,8 +80,9 @@ def render(
                   soft_wrap=True)  # fmt: skip
         raise typer.Exit(EXIT_BAD_CONFIG)
     try:
-        fleet = load_catalog(catalog)
-        tree = render_tree(fleet)
+        with _no_cyclic_collection():
+            fleet = load_catalog(catalog)
+            tree = render_tree(fleet)
     except ConfigError as exc:
         for problem in exc.problems:
             err.print(f"[red]error[/red] {problem}", highlight=False, soft_wrap=True)
@@ -89,6 +92,19 @@ def render(
     except OSError as exc:  # a file where a folder goes, a read-only or full disk
         err.print(f"[red]error[/red] cannot write: {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_CONFIG) from None
+
+
+@contextlib.contextmanager
+def _no_cyclic_collection() -> Iterator[None]:
+    """Loading and rendering build millions of objects that form no cycles (a 10,000-model
+    catalog); the cyclic collector kept walking them all for nothing, a third of the load time."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _rendered_folders(runtimes_dir: Path, isvc_dir: Path) -> list[Path]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -342,3 +343,12 @@ def test_tenant_namespaces_enforce_baseline_and_warn_of_restricted_at_the_platfo
         for mode, level in levels.items():
             assert found[f"pod-security.kubernetes.io/{mode}"] == level
             assert found[f"pod-security.kubernetes.io/{mode}-version"] == f"v{KUBERNETES_VERSION}"
+
+
+def test_rendered_files_get_the_umasks_mode_not_a_private_one(rendered: Path) -> None:
+    # Files were staged with tempfile.mkstemp, which creates them 0600, and renamed into place:
+    # a reviewer or CI job other than the one that rendered could not read the manifests.
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {p.stat().st_mode & 0o777 for p in rendered.rglob("*") if p.is_file()}
+    assert modes == {0o666 & ~umask}

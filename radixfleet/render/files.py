@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
@@ -74,15 +74,25 @@ def _make_parents(folder: Path) -> list[Path]:
     return list(reversed(missing))
 
 
+# Staged files are named `.NAME.PID-RENDER.tmp`: unique to this render, so creating one
+# exclusively never meets a leftover of another. (tempfile.mkstemp did the same with a random
+# name per file, at a third of the write time of 20,000 files, and mode 0600.)
+_RENDER = f"{os.getpid()}-{secrets.token_hex(4)}"
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+
+
 def _stage(target: Path, text: str) -> Path:
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    """`text` in a new file beside `target`, with the mode a plain write gets (0666 less the
+    umask): rendered manifests are read by kubectl and reviewers, not secret."""
+    staged = target.with_name(f".{target.name}.{_RENDER}.tmp")
+    fd = os.open(staged, _NEW_FILE, 0o666)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode())
     except OSError:
-        Path(name).unlink(missing_ok=True)
+        staged.unlink(missing_ok=True)
         raise
-    return Path(name)
+    return staged
 
 
 def _write_text(path: Path, text: str) -> None:
