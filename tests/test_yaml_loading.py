@@ -15,7 +15,13 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixfleet.config.load import DuplicateKeyError, FastUniqueKeyLoader, UniqueKeyLoader
+from radixfleet.config.errors import ConfigError
+from radixfleet.config.load import (
+    DuplicateKeyError,
+    FastUniqueKeyLoader,
+    UniqueKeyLoader,
+    parse_catalog,
+)
 
 CORNERS = {
     "scalars": "a: 1\nb: 0x1f\nc: 0o17\nd: 1_000\ne: .inf\nf: -.nan\ng: ~\nh: yes\ni: '1'\n",
@@ -86,9 +92,16 @@ def test_a_repeated_key_is_refused_with_its_line(text: str, line: int) -> None:
     assert caught.value.where == f"line {line}"
 
 
-def test_an_unhashable_key_is_a_yaml_error_not_a_type_error() -> None:
+@pytest.mark.parametrize("loader", [FastUniqueKeyLoader, UniqueKeyLoader], ids=["fast", "slow"])
+def test_an_unhashable_key_is_a_yaml_error_not_a_type_error(loader: Any) -> None:
     with pytest.raises(yaml.constructor.ConstructorError, match="unhashable key"):
-        yaml.load("? [a, b]\n: c\n", Loader=FastUniqueKeyLoader)
+        yaml.load("? [a, b]\n: c\n", Loader=loader)
+
+
+def test_an_unhashable_key_in_a_catalog_is_one_clear_problem() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_catalog("regions: []\n? [a, b]\n: c\n", source="catalog.yaml")
+    assert str(caught.value.problems[0]).startswith("catalog.yaml: line 2: not valid YAML")
 
 
 _SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()

@@ -152,13 +152,7 @@ class _Builder:
     def _fill(self, mapping: dict[Any, Any], node: yaml.MappingNode) -> None:
         for key_node, value_node in node.value:
             key = self.build(key_node)
-            try:
-                repeated = key in mapping
-            except TypeError:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark,
-                    "found unhashable key", key_node.start_mark) from None  # fmt: skip
-            if repeated:
+            if _seen_before(key, mapping, node, key_node):
                 raise DuplicateKeyError(key, key_node.start_mark.line + 1)
             mapping[key] = self.build(value_node)
 
@@ -176,9 +170,20 @@ def _refuse_repeated_keys(loader: yaml.constructor.SafeConstructor, node: yaml.M
         # A string key is its node's text; only other keys (1 and 01 are one int) need building.
         is_text = isinstance(key_node, yaml.ScalarNode) and key_node.tag == _STR_TAG
         key = key_node.value if is_text else loader.construct_object(key_node, deep=deep)
-        if key in seen:
+        if _seen_before(key, seen, node, key_node):
             raise DuplicateKeyError(key, key_node.start_mark.line + 1)
         seen.add(key)
+
+
+def _seen_before(key: object, seen: set[object] | dict[Any, Any], node: yaml.MappingNode,
+                 key_node: yaml.Node) -> bool:  # fmt: skip
+    """Whether `key` is already in `seen`; a list or mapping as a key is PyYAML's own error."""
+    try:
+        return key in seen
+    except TypeError:
+        raise yaml.constructor.ConstructorError(
+            "while constructing a mapping", node.start_mark,
+            "found unhashable key", key_node.start_mark) from None  # fmt: skip
 
 
 def pydantic_problems(exc: ValidationError, *, source: str) -> list[Problem]:
