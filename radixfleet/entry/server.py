@@ -29,7 +29,14 @@ from radixfleet.emulator.protocol import ApiError
 from radixfleet.entry.gate import TENANT, EntryGate
 from radixfleet.entry.routes import ModelRoute, Routes, Target
 from radixfleet.entry.signals import SignalsRelay
-from radixfleet.fleet.entry import PROXIED_PATHS, EntryError, error_middleware, parse_body, relay
+from radixfleet.fleet.entry import (
+    PROXIED_PATHS,
+    EntryError,
+    StreamFailedEarlyError,
+    error_middleware,
+    parse_body,
+    relay,
+)
 
 log = logging.getLogger(__name__)
 
@@ -124,15 +131,32 @@ class ClusterEntry:
         self, request: web.Request, target: Target, raw: bytes
     ) -> web.StreamResponse:
         served = {"x-radixfleet-revision": f"{target.namespace}/{target.revision}"}
+        try:
+            answer = await self._through_router(request, target, raw, served, may_resend=True)
+        except StreamFailedEarlyError as err:  # the client has seen nothing: once more
+            log.warning("stream of %s failed before its first event (%s); sent again",
+                        target.revision, err)  # fmt: skip
+            answer = await self._through_router(request, target, raw, served, may_resend=False)
+        if answer is not None:
+            return answer
+        return await self._through_knative(request, target, raw, served)
+
+    async def _through_router(
+        self, request: web.Request, target: Target, raw: bytes, served: dict[str, str],
+        *, may_resend: bool,
+    ) -> web.StreamResponse | None:  # fmt: skip
+        """The revision's router's answer, or None if it has no worker or is not reachable."""
         url = self.upstreams.router(target) + request.path
         headers = self._upstream_headers(target)
+        relayed = {**served, "x-radixfleet-path": "router"}
         try:
             async with self.session.post(url, data=raw, headers=headers) as upstream:
-                if not await _no_workers(upstream):
-                    return await relay(request, upstream, {**served, "x-radixfleet-path": "router"})
+                if await _no_workers(upstream):
+                    return None
+                return await relay(request, upstream, relayed, may_resend=may_resend)
         except aiohttp.ClientConnectorError:
             log.info("router of %s/%s not reachable", target.namespace, target.revision)
-        return await self._through_knative(request, target, raw, served)
+            return None
 
     async def _through_knative(
         self, request: web.Request, target: Target, raw: bytes, served: dict[str, str]

@@ -28,7 +28,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -256,37 +256,39 @@ class RegionEntry:
     ) -> web.StreamResponse:
         deadline = time.monotonic() + self.wake_timeout_s
         routers = _rotation(pool, pool.pick(body, self._spread))
-        disconnected = False
+        resent = False
         for pause in _backoff():
             last_try = time.monotonic() + pause > deadline
+            url = next(routers) + request.path
             try:
-                answer = await self._try(request, next(routers) + request.path, raw, last_try)
+                answer = await self._try(request, url, raw, last_try, may_resend=not resent)
             except aiohttp.ClientConnectorError:
                 # Refused: the request reached no router (one is restarting); another is safe.
                 if last_try:
                     raise self._unavailable("The model's router is not reachable.") from None
                 answer = None
-            except aiohttp.ServerDisconnectedError:
-                # The router went away before answering: the client has seen nothing, so one
-                # more try repeats nothing it saw; a second loss is answered 502.
-                if disconnected:
+            except (aiohttp.ServerDisconnectedError, StreamFailedEarlyError):
+                # The router went away, or the stream failed, before the client saw anything:
+                # one more try repeats nothing it saw; a second loss is the client's.
+                if resent:
                     raise
-                disconnected, answer = True, None
+                resent, answer = True, None
             if answer is not None:
                 return answer
             await asyncio.sleep(pause)
         raise AssertionError("unreachable: the backoff never ends")
 
     async def _try(
-        self, request: web.Request, url: str, raw: bytes, last_try: bool
+        self, request: web.Request, url: str, raw: bytes, last_try: bool, *, may_resend: bool
     ) -> web.StreamResponse | None:
         """The router's answer relayed, or None for an error it gives before any worker saw the
-        request (retry shortly)."""
+        request (retry shortly); with `may_resend`, `StreamFailedEarlyError` for a stream that
+        failed before its first event."""
         # Only the body goes upstream: a tenant's key stays at the entry that checked it.
         headers = {"Content-Type": "application/json"}
         async with self.session.post(url, data=raw, headers=headers) as upstream:
             if upstream.status < 400 or upstream.content_type == "text/event-stream":
-                return await relay(request, upstream)
+                return await relay(request, upstream, may_resend=may_resend)
             body = await upstream.read()
             if not_ready_yet(upstream.status, body) and not last_try:
                 return None
@@ -351,14 +353,23 @@ def _backoff() -> Iterator[float]:
         pause = min(pause * 2, 1.0)
 
 
+class StreamFailedEarlyError(Exception):
+    """A stream failed before its first event reached the client: it broke, ended empty, or
+    opened with a server error (a replica that died before its first token). The client has
+    seen nothing, not even a status, so the request may be sent again."""
+
+
 async def relay(
     request: web.Request,
     upstream: aiohttp.ClientResponse,
     headers: Mapping[str, str] | None = None,
+    *,
+    may_resend: bool = False,
 ) -> web.StreamResponse:
-    """The upstream's answer as the client's: a stream chunk by chunk, else whole."""
+    """The upstream's answer as the client's: a stream event by event, else whole. With
+    `may_resend`, a stream that fails before its first event raises `StreamFailedEarlyError`."""
     if upstream.content_type == "text/event-stream":
-        return await _stream(request, upstream, headers or {})
+        return await _stream(request, upstream, headers or {}, may_resend=may_resend)
     body = await upstream.read()
     content_type = upstream.content_type or "application/json"
     return web.Response(
@@ -367,28 +378,65 @@ async def relay(
 
 
 async def _stream(
-    request: web.Request, upstream: aiohttp.ClientResponse, headers: Mapping[str, str]
+    request: web.Request,
+    upstream: aiohttp.ClientResponse,
+    headers: Mapping[str, str],
+    *,
+    may_resend: bool,
 ) -> web.StreamResponse:
+    events = _whole_events(upstream)
+    # The client gets its status only with the first event, so a stream that fails before
+    # one can still be sent again instead of reaching the client as an error.
+    try:
+        first = await anext(events, b"")
+    except _BROKEN as err:
+        if may_resend:
+            raise StreamFailedEarlyError(str(err)) from err
+        first = stream_error_event("The upstream closed the stream before answering.")
+    if may_resend and (not first or _opens_with_server_error(first)):
+        raise StreamFailedEarlyError(first[:200].decode(errors="replace"))
     response = web.StreamResponse(
         status=upstream.status,
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers},
     )
     await response.prepare(request)
-    # Whole events only: if the upstream breaks, the client never holds half an event.
-    pending = b""
+    await response.write(first)
     try:
-        async for chunk in upstream.content.iter_any():
-            whole, pending = _split_events(pending + chunk)
-            if whole:
-                await response.write(whole)
-    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as err:
+        async for whole in events:
+            await response.write(whole)
+    except _BROKEN as err:
         log.warning("upstream stream broke on %s: %s", request.path, err)
         await response.write(stream_error_event("The upstream closed the stream mid-way."))
-    else:
-        if pending:
-            await response.write(pending)
     await response.write_eof()
     return response
+
+
+_BROKEN = (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError)
+
+
+async def _whole_events(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The stream cut at event ends, so the client never holds half an event if it breaks."""
+    pending = b""
+    async for chunk in upstream.content.iter_any():
+        whole, pending = _split_events(pending + chunk)
+        if whole:
+            yield whole
+    if pending:
+        yield pending
+
+
+def _opens_with_server_error(events: bytes) -> bool:
+    """Whether the first event is an error of the server's (5xx or no code): a client error
+    (400: the prompt is too long) would fail again, and is the client's to see."""
+    first = events.splitlines()[0].removeprefix(b"data:").strip()
+    try:
+        error = json.loads(first).get("error")
+    except (ValueError, AttributeError):
+        return False
+    if not isinstance(error, dict):
+        return False
+    code = error.get("code")
+    return not isinstance(code, int) or code >= 500
 
 
 EVENT_ENDS = (b"\n\n", b"\r\n\r\n")

@@ -209,6 +209,41 @@ def test_a_tenants_stream_goes_through_its_revisions_router(gateways: Gateways) 
     assert headers["x-radixfleet-path"] == "router"
 
 
+def test_a_stream_its_router_broke_before_the_first_event_is_sent_again(
+    gateways: Gateways,
+) -> None:
+    """A router whose worker died between taking the request and its first token: the client
+    has seen nothing, so the entry sends the request to the router once more."""
+    calls: list[int] = []
+
+    async def flaky(request: web.Request) -> web.StreamResponse:
+        calls.append(len(calls))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        if len(calls) == 1:
+            assert request.transport is not None
+            request.transport.close()
+        else:
+            await response.write(b'data: {"choices": [{"delta": {"content": "hi"}}]}\n\n')
+            await response.write(b"data: [DONE]\n\n")
+        return response
+
+    async def go() -> tuple[int, dict[str, str], str]:
+        app = web.Application()
+        app.add_routes([web.post("/v1/chat/completions", flaky)])
+        async with TestServer(app) as router, _entry(gateways) as (url, knative, entry):
+            assert isinstance(entry.upstreams, LocalUpstreams)
+            entry.upstreams.routers["team-blue"] = str(router.make_url("")).rstrip("/")
+            found = await _post(url, KEYS["blue"], _chat(stream=True))
+            assert knative.seen == []
+            return found
+
+    status, headers, body = run(go())
+    assert status == 200 and len(calls) == 2
+    assert body.count('"hi"') == 1 and "stream_error" not in body
+    assert headers["x-radixfleet-path"] == "router"
+
+
 @pytest.mark.parametrize(
     "tenant", ["green", "red"], ids=["router-without-workers", "router-not-reachable"]
 )

@@ -344,3 +344,104 @@ def test_other_503s_and_a_router_that_never_gets_ready_are_passed_on(
     status, body = _through(app, wake_timeout_s=wake_timeout_s)
     assert status == 503 and body == answers[0][1]
     assert len(calls) < len(answers) or len(calls) == 1
+
+
+EVENT = b'data: {"choices": [{"text": " one"}]}\n\n'
+SERVER_ERROR = b'data: {"error": {"message": "worker died", "code": 500}}\n\ndata: [DONE]\n\n'
+CLIENT_ERROR = b'data: {"error": {"message": "prompt too long", "code": 400}}\n\ndata: [DONE]\n\n'
+
+
+async def _breaks_first(request: web.Request, response: web.StreamResponse) -> None:
+    assert request.transport is not None
+    request.transport.close()  # headers sent, no event: as a router whose worker just died
+
+
+async def _ends_empty(_request: web.Request, response: web.StreamResponse) -> None:
+    await response.write_eof()
+
+
+def _writes(data: bytes) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    async def write(_request: web.Request, response: web.StreamResponse) -> None:
+        await response.write(data)
+
+    return write
+
+
+async def _breaks_after_an_event(request: web.Request, response: web.StreamResponse) -> None:
+    await response.write(EVENT)
+    await asyncio.sleep(0.05)
+    assert request.transport is not None
+    request.transport.close()
+
+
+GOOD = _writes(EVENT + b"data: [DONE]\n\n")
+Stream = Callable[[web.Request, web.StreamResponse], Awaitable[None]]
+
+
+def streaming(answers: list[Stream]) -> tuple[web.Application, list[int]]:
+    """A stand-in router whose streams behave as `answers` say in turn (then GOOD)."""
+    calls: list[int] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        calls.append(len(calls))
+        behave = answers[len(calls) - 1] if len(calls) <= len(answers) else GOOD
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await behave(request, response)
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", answer)
+    return app, calls
+
+
+def _stream_through(router_app: web.Application) -> tuple[int, bytes]:
+    async def main() -> tuple[int, bytes]:
+        async with serve(router_app) as router, aiohttp.ClientSession() as session:
+            entry = RegionEntry(
+                region="test", scalers={"m": FakeScaler("m", ready=1)}, routers={"m": router},
+                session=session, wake_timeout_s=5, retry_after_s=7,
+            )  # fmt: skip
+            async with (
+                serve(entry.app) as url,
+                session.post(f"{url}/v1/completions", json={"model": "m", "stream": True}) as got,
+            ):
+                return got.status, await got.read()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        pytest.param(_breaks_first, id="broken-before-its-first-event"),
+        pytest.param(_ends_empty, id="ended-with-no-event"),
+        pytest.param(_writes(SERVER_ERROR), id="opened-with-a-server-error"),
+    ],
+)
+def test_a_stream_that_fails_before_its_first_event_is_sent_again(first: Stream) -> None:
+    """The client has seen nothing, not even a status: the entry sends the request once more
+    and the client gets one clean stream."""
+    app, calls = streaming([first])
+    assert _stream_through(app) == (200, EVENT + b"data: [DONE]\n\n")
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected_calls", "client_sees"),
+    [
+        pytest.param([_writes(CLIENT_ERROR)], 1, CLIENT_ERROR, id="a-client-error-is-the-clients"),
+        pytest.param([_breaks_after_an_event], 1, EVENT, id="broken-after-a-token"),
+        pytest.param([_breaks_first, _breaks_first], 2, b"", id="broken-twice"),
+    ],
+)
+def test_a_stream_is_sent_once_more_at_most_and_never_after_a_token(
+    answers: list[Stream], expected_calls: int, client_sees: bytes
+) -> None:
+    app, calls = streaming(answers)
+    status, body = _stream_through(app)
+    assert status == 200 and body.startswith(client_sees)
+    assert len(calls) == expected_calls
+    assert body.count(EVENT) <= 1  # no token sent twice
+    assert body.endswith(b"data: [DONE]\n\n")  # a broken stream ends with an error and [DONE]
+    assert body == client_sees or b'"stream_error"' in body
