@@ -192,6 +192,7 @@ def _model_metadata(model: Model, tenant: Tenant) -> dict[str, Any]:
 
 def build_inference_service(model: Model, tenant: Tenant) -> tuple[dict[str, Any], Notes]:
     """The InferenceService serving `model` to `tenant`, and comments for its choices."""
+    model = model.for_tenant(tenant.name)
     isvc = {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
@@ -211,13 +212,13 @@ def build_inference_service(model: Model, tenant: Tenant) -> tuple[dict[str, Any
 
 
 def served_tenants(catalog: Catalog, model: Model) -> list[Tenant]:
-    """Tenants that get their own InferenceService of `model`.
+    """Tenants that get their own InferenceService of `model`: every one, on its own GPUs.
 
-    A LoRA model is one shared base serving every tenant's adapters, so it runs once, in the
-    namespace of its first tenant; any other model runs once per tenant, on that tenant's GPUs.
+    A LoRA model too: each tenant's base serves that tenant's adapters and the shared ones
+    (`Model.for_tenant`). One base for all would batch adapters together, but would mount each
+    tenant's adapter in the pods of another tenant's namespace, which reads them.
     """
-    names = model.tenants[:1] if model.lora_adapters else model.tenants
-    return [catalog.tenant(n) for n in names]
+    return [catalog.tenant(n) for n in model.tenants]
 
 
 def build_namespaces(catalog: Catalog) -> list[dict[str, Any]]:

@@ -130,6 +130,18 @@ BAD_CATALOGS = [
         id="duplicate-model-name",
     ),
     pytest.param(
+        _set("models[2].lora_adapters[1].tenant", "research"),
+        "catalog.yaml: models[2].lora_adapters[1].tenant: 'research' is not one of the model's "
+        "tenants",
+        id="adapter-of-a-tenant-the-model-does-not-serve",
+    ),
+    pytest.param(
+        _set("models[2].lora_adapters[1].tenant", "support"),
+        "catalog.yaml: models[2].tenants[1]: 'search' owns no adapter of this LoRA model and "
+        "none is shared",
+        id="lora-tenant-without-an-adapter",
+    ),
+    pytest.param(
         _set("tenants[1].namespaces", ["team-search"]),
         "catalog.yaml: tenants[1].namespaces[0]: namespace 'team-search' is already claimed "
         "by tenant 'search'",

@@ -96,11 +96,32 @@ def test_every_model_and_tenant_gets_an_inference_service(rendered: Path) -> Non
     catalog = load_catalog(CATALOG)
     docs = inference_services(rendered)
     names = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs}
-    lora = {m.name for m in catalog.models if m.lora_adapters}
     for model in catalog.models:
-        tenants = model.tenants[:1] if model.name in lora else model.tenants
-        for tenant in tenants:
+        for tenant in model.tenants:
             assert (catalog.tenant(tenant).namespaces[0], model.name) in names
+
+
+def test_no_tenants_lora_adapter_is_mounted_in_another_tenants_namespace(rendered: Path) -> None:
+    """The shared LoRA base used to mount every tenant's adapter in its first tenant's pods."""
+    catalog = load_catalog(CATALOG)
+    owner_namespace = {
+        adapter.name: catalog.tenant(adapter.tenant).namespaces[0]
+        for model in catalog.models
+        for adapter in model.lora_adapters
+        if adapter.tenant is not None
+    }
+    assert owner_namespace, "the example catalog has tenant-owned adapters"
+    mounted = []
+    for doc in inference_services(rendered):
+        predictor = doc["spec"]["predictor"]
+        uris = predictor.get("storageUris", [])[1:]  # the base weights, then each adapter
+        adapters = [u["mountPath"].rsplit("/", 1)[1] for u in uris]
+        args = predictor["model"]["args"]
+        paths = args[args.index("--lora-paths") + 1 :] if adapters else []
+        loaded = [p.split("=", 1)[0] for p in paths if "=" in p]
+        assert loaded == adapters  # SGLang loads exactly what is mounted
+        mounted += [(doc["metadata"]["namespace"], name) for name in adapters]
+    assert mounted and all(owner_namespace.get(name, ns) == ns for ns, name in mounted)
 
 
 def test_scale_to_zero_models_say_min_replicas_zero_explicitly(rendered: Path) -> None:

@@ -153,11 +153,15 @@ class ModelArchitecture(Strict):
 
 
 class LoraAdapter(Strict):
-    """A LoRA adapter served on top of a base model, optionally owned by one tenant."""
+    """A LoRA adapter served on top of a base model, owned by one tenant or (no tenant) shared
+    by all of the model's tenants."""
 
     name: Name
     storage_uri: StorageUri
     tenant: str | None = None
+
+    def seen_by(self, tenant: str) -> bool:
+        return self.tenant is None or self.tenant == tenant
 
 
 class Model(Strict):
@@ -186,6 +190,12 @@ class Model(Strict):
     profile: str | None = None
     # A CanaryPolicy of the tenant's namespace that judges this model's rollouts (canary/).
     canary_policy: Name | None = None
+
+    def for_tenant(self, tenant: str) -> Model:
+        """The model as `tenant`'s InferenceService serves it: with only the adapters it owns
+        or shares. Each tenant runs its own base, so no tenant's adapter sits in another's pod."""
+        adapters = [a for a in self.lora_adapters if a.seen_by(tenant)]
+        return self.model_copy(update={"lora_adapters": adapters})
 
 
 class Catalog(Strict):

@@ -108,15 +108,31 @@ def _model(catalog: Catalog, index: int, model: Model) -> Iterator[Finding]:
             )
 
 
+def _lora_references(loc: str, model: Model, tenants: set[str]) -> Iterator[Finding]:
+    """Each adapter's owner is one of the model's tenants, and each tenant sees an adapter:
+    every tenant runs its own base with its own adapters (Model.for_tenant)."""
+    for j, adapter in enumerate(model.lora_adapters):
+        if adapter.tenant is not None and adapter.tenant not in model.tenants:
+            known = adapter.tenant in tenants
+            yield f"{loc}.lora_adapters[{j}].tenant", (
+                f"{adapter.tenant!r} is not one of the model's tenants"
+                if known else f"no tenant named {adapter.tenant!r}"
+            )  # fmt: skip
+    for j, tenant in enumerate(model.tenants if model.lora_adapters else []):
+        if not any(a.seen_by(tenant) for a in model.lora_adapters):
+            yield f"{loc}.tenants[{j}]", (
+                f"{tenant!r} owns no adapter of this LoRA model and none is shared (an adapter "
+                "without a tenant): its copy of the base would serve nothing"
+            )  # fmt: skip
+
+
 def _model_references(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding]:
     tenants = {t.name for t in catalog.tenants}
     regions = {r.name: r for r in catalog.regions}
     for j, tenant in enumerate(model.tenants):
         if tenant not in tenants:
             yield f"{loc}.tenants[{j}]", f"no tenant named {tenant!r}"
-    for j, adapter in enumerate(model.lora_adapters):
-        if adapter.tenant is not None and adapter.tenant not in tenants:
-            yield f"{loc}.lora_adapters[{j}].tenant", f"no tenant named {adapter.tenant!r}"
+    yield from _lora_references(loc, model, tenants)
     for j, wanted in enumerate(model.regions):
         if wanted not in regions:
             yield f"{loc}.regions[{j}]", f"no region named {wanted!r}"
