@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import start_http_server
 
+from radixfleet.entry import DRAIN_S
 from radixfleet.entry.kube import KubeDataPlaneKeys, keep_in_sync
 from radixfleet.entry.server import ClusterEntry, Upstreams
 from radixfleet.entry.signals import TOKEN_ENV, SignalsRelay
@@ -64,13 +66,24 @@ async def serve(options: EntryOptions) -> None:
         sync = asyncio.create_task(
             keep_in_sync(entry, listed, keys, interval_s=options.sync_seconds)
         )
-        runner = web.AppRunner(entry.app())
+        runner = web.AppRunner(entry.app(), shutdown_timeout=DRAIN_S)
         await runner.setup()
         await web.TCPSite(runner, "0.0.0.0", options.port).start()
         log.info("entry serving on :%d (%d replicas share each budget)", options.port,
                  options.replicas)  # fmt: skip
         try:
-            await asyncio.Event().wait()
+            await _stopped()
         finally:
             sync.cancel()
+            # Stops accepting, then waits up to DRAIN_S for the answers under way.
             await runner.cleanup()
+            log.info("entry stopped")
+
+
+async def _stopped() -> None:
+    """Return on SIGTERM, the kubelet's stop (without a handler, Python dies at once, cutting
+    every stream the entry is sending)."""
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    log.info("SIGTERM: draining the answers under way (at most %d s)", DRAIN_S)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from radixfleet import labels
-from radixfleet.entry import kube
+from radixfleet.entry import DRAIN_S, kube
 from radixfleet.kit.rbac import PolicyRule, cluster_role, cluster_role_binding, union
 from radixfleet.kit.registry import entry_gate
 from radixfleet.render.operator import IMAGE, NAMESPACE, RUN_AS_USER, fleet_token_env
@@ -78,11 +78,19 @@ def deployment(
                     "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS_USER,
                                         "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [_container(image, args)],
+                    "terminationGracePeriodSeconds": GRACE_S,
                     "volumes": [{"name": "tmp", "emptyDir": {}}],
                 },
             },
         },
     }  # fmt: skip
+
+
+# A stopping entry pod: UNLISTED_S serving as before while it leaves the Service's endpoints,
+# then DRAIN_S (radixfleet/entry/main.py) for streams under way to finish; the grace period
+# covers both, so the kubelet never kills an answer the entry is still sending.
+UNLISTED_S = 5
+GRACE_S = UNLISTED_S + DRAIN_S + 5
 
 
 def _container(image: str, args: list[str]) -> Manifest:
@@ -97,6 +105,9 @@ def _container(image: str, args: list[str]) -> Manifest:
                   {"name": "metrics", "containerPort": METRICS_PORT}],
         "readinessProbe": probe,
         "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 3},
+        # Kept serving while the Service drops the pod (every kube-proxy must have seen it);
+        # only then SIGTERM, on which the entry stops accepting and finishes its answers.
+        "lifecycle": {"preStop": {"sleep": {"seconds": UNLISTED_S}}},
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
                       "limits": {"memory": "512Mi"}},
         "securityContext": {"runAsNonRoot": True, "readOnlyRootFilesystem": True,

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ import pytest
 
 from inferenceservices.builder import pod_security_labels
 from policies.routers.manifests import access
+from policies.routers.spec import ROUTES_FOR
 from radixfleet import dataplane
 from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
@@ -165,8 +167,10 @@ class Answer:
         return [c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]]
 
 
-def _chat(url: str, key: str | None, *, model: str = MODEL, timeout_s: float = 240) -> Answer:
-    body = {"model": model, "stream": True, "max_tokens": 8,
+def _chat(
+    url: str, key: str | None, *, model: str = MODEL, timeout_s: float = 240, max_tokens: int = 8
+) -> Answer:
+    body = {"model": model, "stream": True, "max_tokens": max_tokens,
             "messages": [{"role": "user", "content": "Say hello."}]}  # fmt: skip
     headers = {"Content-Type": "application/json"}
     if key is not None:
@@ -336,6 +340,107 @@ def test_a_tenant_over_its_token_budget_gets_429_while_another_is_served(
             break
     assert statuses[-1] == 429 and set(statuses) <= {200, 429}, statuses
     assert _chat(url, BLUE.key).status == 200
+
+
+def _chat_as_a_client(url: str, key: str, *, max_tokens: int) -> Answer:
+    """A streamed chat retried as OpenAI's SDK retries: a failed connection or a 5xx, before
+    any token, twice more with 0.5 s doubling (the entry pod a connection met may be leaving)."""
+    pause = 0.5
+    for attempt in range(3):
+        try:
+            answer = _chat(url, key, max_tokens=max_tokens, timeout_s=60)
+        except OSError as error:  # refused or reset before an answer
+            answer = Answer(0, {}, str(error))
+        if answer.status == 200 or (0 < answer.status < 500) or attempt == 2:
+            return answer
+        time.sleep(pause)
+        pause *= 2
+    raise AssertionError("unreachable")
+
+
+def _under_load(url: str, key: str, chaos: Callable[[], object]) -> list[Answer]:
+    """Four clients streaming 48-token chats back to back while `chaos` runs; their answers."""
+    answers: list[Answer] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        while not stop.is_set():
+            answers.append(_chat_as_a_client(url, key, max_tokens=48))
+
+    clients = [threading.Thread(target=client, daemon=True) for _ in range(4)]
+    for thread in clients:
+        thread.start()
+    try:
+        time.sleep(3)  # streams under way before the chaos
+        chaos()
+        time.sleep(8)  # and after it, on the replacement
+    finally:
+        stop.set()
+        for thread in clients:
+            thread.join(timeout=120)
+    return answers
+
+
+def _gone(cluster: Cluster, namespace: str, pod: str) -> bool:
+    return cluster.kubectl("get", "pod", pod, "-n", namespace, check=False).returncode != 0
+
+
+def _broken(answer: Answer) -> bool:
+    return answer.status != 200 or '"stream_error"' in answer.body
+
+
+def test_streams_survive_an_entry_pod_deleted_under_load(plane: tuple[Cluster, str]) -> None:
+    """The entry pod that carries streams leaves the Service first (preStop), then on SIGTERM
+    stops accepting and finishes them: no client sees a failure, not even a stream cut. And
+    it exits by itself once drained: as PID 1 without a SIGTERM handler it ignored the signal
+    and streamed on until the kubelet killed it at the end of the grace period."""
+    cluster, url = plane
+    _served_by_router(cluster, url, BLUE)
+    pods = get(cluster, "pods", "-n", operator.NAMESPACE, "-l", "app.kubernetes.io/name=" +
+               entry_base.NAME)["items"]  # fmt: skip
+    victim = pods[0]["metadata"]["name"]
+    deleted_at: list[float] = []
+
+    def delete() -> None:
+        deleted_at.append(time.monotonic())
+        cluster.kubectl("delete", "pod", victim, "-n", operator.NAMESPACE, "--wait=false")
+
+    answers = _under_load(url, BLUE.key, delete)
+    session.wait_for(lambda: _gone(cluster, operator.NAMESPACE, victim), timeout_s=TIMEOUT_S,
+                     what=f"entry pod {victim} gone")  # fmt: skip
+    stopped_s = time.monotonic() - deleted_at[0]
+    session.wait_rollout(cluster, namespace=operator.NAMESPACE, deployment=entry_base.NAME)
+    broken = [a for a in answers if _broken(a)]
+    print(
+        f"entry pod deleted under load: {len(answers)} streams, {len(broken)} broken; "
+        f"it stopped {stopped_s:.1f} s after the delete (grace period {entry_base.GRACE_S} s)"
+    )
+    assert len(answers) >= 8, "the clients were served"
+    assert broken == [], broken[:2]
+    assert all(a.tokens() for a in answers)  # each ends with [DONE]
+    # preStop (5 s), then its own drain; not killed at the grace period's end (100 s).
+    assert stopped_s < entry_base.GRACE_S * 0.6
+
+
+def test_streams_under_way_alone_fail_cleanly_when_the_router_pod_is_deleted(
+    plane: tuple[Cluster, str],
+) -> None:
+    """smg carries the streams under way; a stream it drops mid-way ends with one error event
+    and [DONE] (the entry's), one dropped before its first event is sent again, and new
+    requests go the Knative way until the replacement router has found the predictor."""
+    cluster, url = plane
+    _served_by_router(cluster, url, BLUE)
+    router = get(cluster, "pods", "-n", BLUE.namespace, "-l", f"{ROUTES_FOR}={REVISION}")
+    victim = router["items"][0]["metadata"]["name"]
+    answers = _under_load(url, BLUE.key, lambda: cluster.kubectl(
+        "delete", "pod", victim, "-n", BLUE.namespace, "--wait=false"))  # fmt: skip
+    session.wait_rollout(cluster, namespace=BLUE.namespace, deployment=ROUTER)
+    broken = [a for a in answers if _broken(a)]
+    print(f"router pod deleted under load: {len(answers)} streams, {len(broken)} broken")
+    assert len(answers) >= 8, "the clients were served"
+    assert all(a.status == 200 for a in answers), [a.body[:200] for a in broken]
+    assert len(broken) <= 4, "only the four streams under way at the deletion may break"
+    assert all(a.tokens() is not None for a in answers)  # each ends with [DONE], even a broken one
 
 
 def test_a_model_at_zero_is_woken_by_a_request_through_the_entry(
