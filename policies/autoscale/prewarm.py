@@ -7,6 +7,8 @@ so the prefixes that many recent requests began with score highest. `plan` picks
 worth most (score times depth: the prefill a future request would skip) that fit the share of
 the new replica's KV cache the spec allows, counting blocks that picks share once. The replica
 is sent one short request per pick (one output token) and joins the gateway when they are done.
+A hot prefix is first lengthened through the blocks the prompts that went on past it agree on,
+so a shared prefix is sent whole, wherever between two depths of the ladder it ends.
 
 `may_hold_back` keeps warm-up from delaying any request it could serve: a replica is held back
 only while another replica of its revision serves and no request waits for one; a model waking
@@ -23,6 +25,7 @@ import math
 from collections.abc import Hashable, Sequence
 
 from policies.autoscale.spec import Prewarm
+from radixfleet.twin.interfaces import WarmUp
 
 Prefix = tuple[Hashable, ...]
 
@@ -98,7 +101,9 @@ def plan(
     """The prefixes to send a new replica whose KV cache holds `kv_blocks` blocks: the most
     valuable first, none covered by another pick, within `spec.kv_fraction` of the cache."""
     budget = int(kv_blocks * spec.kv_fraction)
-    hot = [(p, s) for p, s in popularity.scores(now).items() if s >= spec.min_hits]
+    scores = popularity.scores(now)
+    deeper = _one_step_deeper(scores)
+    hot = [(_extend(p, deeper, spec.min_hits), s) for p, s in scores.items() if s >= spec.min_hits]
     hot.sort(key=lambda item: (-item[1] * len(item[0]), len(item[0])))
     picked: list[Prefix] = []
     used = 0
@@ -111,6 +116,38 @@ def plan(
         picked = [p for p in picked if prefix[: len(p)] != p] + [prefix]  # it covers those
         used += extra
     return picked
+
+
+Scored = list[tuple[Prefix, float]]
+
+
+def _one_step_deeper(scores: dict[Prefix, float]) -> dict[Prefix, Scored]:
+    """Each remembered prefix's records at the next depth of the ladder: one per prompt that
+    went on past it, each prompt counted once."""
+    deeper: dict[Prefix, Scored] = {}
+    for prefix, score in scores.items():
+        ladder = depths(len(prefix))
+        if len(ladder) > 1:
+            deeper.setdefault(prefix[: ladder[-2]], []).append((prefix, score))
+    return deeper
+
+
+def _extend(prefix: Prefix, deeper: dict[Prefix, Scored], min_hits: float) -> Prefix:
+    """`prefix` lengthened block by block while the prompts that went on past it, worth at
+    least `min_hits`, agree on the next block. The ladder's depths are a third apart and a
+    shared prefix (a system prompt) rarely ends on one: without this, up to a third of it went
+    unwarmed (a new replica on the local fleet had 75% of its prompts cached, 97% shared)."""
+    followers, depth = deeper.get(prefix, []), len(prefix)
+    while True:
+        by_block: dict[Hashable, float] = {}
+        for follower, score in followers:
+            if len(follower) > depth:
+                by_block[follower[depth]] = by_block.get(follower[depth], 0.0) + score
+        block, score = max(by_block.items(), key=lambda item: item[1], default=(None, 0.0))
+        if score < min_hits:
+            return followers[0][0][:depth] if depth > len(prefix) else prefix
+        followers = [(f, s) for f, s in followers if len(f) > depth and f[depth] == block]
+        depth += 1
 
 
 def _common(a: Prefix, b: Prefix) -> int:
@@ -126,3 +163,25 @@ def may_hold_back(*, serving: int, waiting: int) -> bool:
     """Whether a ready replica may warm up before taking traffic: only while `serving` other
     replicas of its revision take the requests and none is `waiting` for a replica."""
     return serving > 0 and waiting == 0
+
+
+class Prewarming:
+    """One revision's pre-warming (the `Prewarmer` of radixfleet/twin/interfaces.py): the
+    popularity of the prompts it was routed, and what each new replica is sent first. The twin's
+    autoscaler and the local fleet's replica sets use it alike."""
+
+    def __init__(self, spec: Prewarm) -> None:
+        self.spec = spec
+        self.popularity = PrefixPopularity()
+
+    def record(self, blocks: Sequence[Hashable], now: float) -> None:
+        """The gateway routed a prompt: count its prefixes."""
+        if self.spec.enabled:
+            self.popularity.record(blocks, now)
+
+    def warmup(self, *, kv_blocks: int, serving: int, waiting: int, now: float) -> WarmUp | None:
+        """The hottest prefixes for a new replica, when it may be held back for them."""
+        if not self.spec.enabled or not may_hold_back(serving=serving, waiting=waiting):
+            return None
+        prefixes = plan(self.popularity, self.spec, kv_blocks=kv_blocks, now=now)
+        return WarmUp(prefixes, self.spec.deadline_seconds) if prefixes else None

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from policies.autoscale.decide import choose_victims, decide
-from policies.autoscale.prewarm import PrefixPopularity, may_hold_back, plan
+from policies.autoscale.prewarm import Prewarming
 from policies.autoscale.spec import AutoscalePolicySpec
 from policies.autoscale.state import AutoscaleStatus, Observed, ReplicaMetrics
 from radixfleet.twin.interfaces import ReplicaView, ServiceObservation, WarmUp
@@ -40,20 +40,16 @@ class TwinAutoscaler:
         self._cached: dict[int, int] = {}  # replica id -> cached_tokens_total at the last tick
         self._last_at: float | None = None
         self._last: Observed | None = None
-        self.popularity = PrefixPopularity()
+        self.prewarming = Prewarming(spec.prewarm)
 
     def record(self, blocks: Sequence[Hashable], now: float) -> None:
         """The gateway routed a prompt: count its prefixes for pre-warming."""
-        if self.spec.prewarm.enabled:
-            self.popularity.record(blocks, now)
+        self.prewarming.record(blocks, now)
 
     def warmup(self, *, kv_blocks: int, serving: int, waiting: int, now: float) -> WarmUp | None:
         """The hottest prefixes for a new replica, when it may be held back for them."""
-        prewarm = self.spec.prewarm
-        if not prewarm.enabled or not may_hold_back(serving=serving, waiting=waiting):
-            return None
-        prefixes = plan(self.popularity, prewarm, kv_blocks=kv_blocks, now=now)
-        return WarmUp(prefixes, prewarm.deadline_seconds) if prefixes else None
+        return self.prewarming.warmup(kv_blocks=kv_blocks, serving=serving, waiting=waiting,
+                                      now=now)  # fmt: skip
 
     def desired_replicas(self, observed: ServiceObservation, now: float) -> int:
         """Observe, decide, keep the status; the twin clamps the answer to the model's bounds."""

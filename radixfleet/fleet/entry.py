@@ -38,7 +38,7 @@ from aiohttp import web
 from radixfleet.emulator.protocol import ApiError
 from radixfleet.entry.gate import ModelOf
 from radixfleet.entry.signals import SignalsRelay
-from radixfleet.fleet.scaler import Scaler
+from radixfleet.fleet.scaler import PromptRecorder, Scaler
 from radixfleet.fleet.spec import RouterSpread
 
 log = logging.getLogger(__name__)
@@ -189,6 +189,8 @@ class RegionEntry:
             # The router's OpenAI routes require the name the entry defaulted to.
             raw = json.dumps({**body, "model": model}).encode()
         scaler, pool = self._revision_for(model)
+        if isinstance(scaler, PromptRecorder):
+            scaler.record_prompt(body)
         self.in_flight[model] += 1
         self.in_flight_by_router[pool.key] += 1
         try:

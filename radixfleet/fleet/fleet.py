@@ -53,8 +53,11 @@ from radixfleet.fleet.router import Router, RouterGroup, router_command
 from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.fleet.spec import FleetSpec, ModelSpec, RegionSpec, revision_name
 from radixfleet.profile import resolve_profile
+from radixfleet.twin.interfaces import Prewarmer
 
 T = TypeVar("T")
+# (region, model) -> what pre-warms the model's new replicas there, or None.
+PrewarmerFactory = Callable[[str, ModelSpec], Prewarmer | None]
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 60.0
 
@@ -117,9 +120,12 @@ class LocalFleet:
         cache_dir: Path | None = None,
         host: str = "127.0.0.1",
         gates: Mapping[str, Gate] | None = None,
+        prewarmers: PrewarmerFactory | None = None,
     ) -> None:
         self.spec = spec
         self.gates = dict(gates or {})  # by region: e.g. token budgets (policies/quota/gate.py)
+        # Per region and model, what pre-warms its new replicas (policies/autoscale/prewarm).
+        self.prewarmers = prewarmers
         self.fleet_id = uuid.uuid4().hex
         self.host = host
         self.cache_dir = cache_dir
@@ -259,6 +265,7 @@ class LocalFleet:
             on_change=self._write_replica_targets,
             revision=router.revision,
             warm_start=warm_start,
+            prewarmer=self.prewarmers(region.spec.name, model) if self.prewarmers else None,
         )
         self._tasks.append(asyncio.get_running_loop().create_task(replica_set.run()))
         return replica_set

@@ -18,7 +18,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,11 +26,13 @@ from typing import Any
 import aiohttp
 import yaml
 
+from radixfleet.fleet.prewarm import kv_blocks, prompt_blocks, warm
 from radixfleet.fleet.procs import Child, Supervisor, free_port, stop_async
 from radixfleet.fleet.router import WORKER_ID_SEPARATOR, RouterError, RouterGroup
 from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.fleet.spec import FleetSpec, ModelSpec, revision_name
 from radixfleet.profile import resolve_profile
+from radixfleet.twin.interfaces import Prewarmer
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +50,10 @@ class ScaleEvent:
     """Something that happened to a replica set, for reports: `kind` and unix time `at`."""
 
     at: float
-    kind: str  # "wake", "woken", "ready", "failed", "exited", "stopped"
+    kind: str  # "wake", "woken", "prewarmed", "ready", "failed", "exited", "stopped"
     replica: str = ""
-    seconds: float | None = None  # "ready": since the replica started; "woken": since the wake
+    seconds: float | None = None  # "ready": since the replica started; "woken": since the wake;
+    # "prewarmed": the warm-up's length
     detail: str = ""
 
 
@@ -115,6 +118,13 @@ class EmulatorLauncher:
             path.write_text(yaml.safe_dump(self._profile_fields(model)))
         return path
 
+    def kv_capacity_tokens(self, model: ModelSpec) -> int:
+        """The KV cache of one of the model's replicas, in tokens."""
+        fields = self._profile_fields(model)
+        return int(
+            fields.get("kv_capacity_tokens", resolve_profile(model.profile).kv_capacity_tokens)
+        )
+
     def _profile_fields(self, model: ModelSpec) -> dict[str, Any]:
         base = resolve_profile(model.profile)
         fields: dict[str, Any] = {"base": base.name, **model.profile_overrides}
@@ -141,6 +151,7 @@ class ReplicaSet:
         on_change: Callable[[], None] = lambda: None,
         revision: str | None = None,
         warm_start: bool = True,
+        prewarmer: Prewarmer | None = None,
     ) -> None:
         self._region = region
         self.spec = spec
@@ -152,6 +163,8 @@ class ReplicaSet:
         self.launcher = launcher
         self.session = session
         self.on_change = on_change
+        # What a new replica is sent before it takes traffic (policies/autoscale/prewarm).
+        self.prewarmer = prewarmer
         self.events: list[ScaleEvent] = []
         self._desired = spec.replicas
         self._replicas: dict[str, Replica] = {}
@@ -205,6 +218,12 @@ class ReplicaSet:
         deregistering; the set notices on its next pass and replaces it."""
         self._replicas[replica_id].child.signal_group(signal.SIGKILL)
 
+    def record_prompt(self, body: Mapping[str, Any]) -> None:
+        """The entry routed `body` to this revision: count its prompt's prefixes."""
+        blocks = prompt_blocks(body) if self.prewarmer is not None else []
+        if self.prewarmer is not None and blocks:
+            self.prewarmer.record(blocks, time.time())
+
     async def wait_ready(self, *, at_least: int = 1, timeout_s: float) -> bool:
         deadline = asyncio.get_running_loop().time() + timeout_s
         while self.ready_count() < at_least:
@@ -254,6 +273,7 @@ class ReplicaSet:
         timeout = self.launcher.fleet.replica_start_timeout_s
         try:
             await self._wait_healthy(replica, timeout_s=timeout)
+            await self._prewarm(replica)
             # A new revision's router starts alongside its first replicas; usually long live.
             await self.router.wait_live(self.session, timeout_s=timeout)
             replica.worker_id = await self.router.add_worker(self.session, replica.worker_url)
@@ -276,6 +296,23 @@ class ReplicaSet:
             if asyncio.get_running_loop().time() > deadline:
                 raise ReplicaStartError(f"{replica.id} not healthy after {timeout_s:.0f} s")
             await asyncio.sleep(0.05)
+
+    async def _prewarm(self, replica: Replica) -> None:
+        """Send a healthy replica the revision's hottest prefixes before the router knows it,
+        when that delays no request: other replicas serve and none waits for this one (a wake
+        from zero does)."""
+        if self.prewarmer is None:
+            return
+        warmup = self.prewarmer.warmup(
+            kv_blocks=kv_blocks(self.launcher.kv_capacity_tokens(self.spec)),
+            serving=self.ready_count(), waiting=int(self._wake_at is not None), now=time.time(),
+        )  # fmt: skip
+        if warmup is None:
+            return
+        started = time.time()
+        answered = await warm(self.session, replica.url, warmup)
+        self._event("prewarmed", replica.id, seconds=time.time() - started,
+                    detail=f"{answered} of {len(warmup.prefixes)} prefixes")  # fmt: skip
 
     def _mark_ready(self, replica: Replica) -> None:
         replica.state, replica.ready_at = ReplicaState.READY, time.time()

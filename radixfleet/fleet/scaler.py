@@ -8,9 +8,10 @@ can import it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 class ReplicaState(StrEnum):
@@ -67,3 +68,10 @@ class Scaler(Protocol):
     async def wait_ready(self, *, at_least: int = 1, timeout_s: float) -> bool:
         """Wait until `at_least` replicas are ready; False on timeout."""
         ...
+
+
+@runtime_checkable
+class PromptRecorder(Protocol):
+    """Optional for a Scaler: told each prompt the entry routes to it (for pre-warming)."""
+
+    def record_prompt(self, body: Mapping[str, Any]) -> None: ...

@@ -38,6 +38,17 @@ def test_hotter_prefixes_come_first_when_the_cache_is_small() -> None:
     assert all(len(p) <= 6 for p in picked[1:]), "the colder prefix fits only in what is left"
 
 
+@pytest.mark.parametrize("shared", [5, 20, 29, 40], ids=lambda n: f"{n}-blocks")
+def test_a_shared_prefix_between_two_depths_of_the_ladder_is_picked_whole(shared: int) -> None:
+    """The ladder records 16, 24, 32, 48 blocks; a 20-block system prompt was picked at 16."""
+    popularity = PrefixPopularity()
+    for question in range(6):
+        popularity.record(_prompt("sys", shared, question, blocks=12), now=1.0)
+    assert plan(popularity, SPEC, kv_blocks=1000, now=1.0) == [
+        tuple(f"sys-{i}" for i in range(shared))
+    ]
+
+
 def test_counts_fade_with_their_half_life() -> None:
     popularity = PrefixPopularity(half_life_s=60.0)
     for question in range(4):
