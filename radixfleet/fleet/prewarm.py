@@ -25,6 +25,9 @@ CHUNK_CHARS = 256
 # English through a Llama tokenizer; only sizes a replica's KV cache in chunks.
 CHARS_PER_TOKEN = 4
 WARMERS = 2  # warm-up prompts in flight to one replica: it prefills them in one batch
+# Only a prompt's opening counts (about 32k tokens): the popularity keeps thousands of prefixes,
+# and a huge prompt must not make each of them huge.
+MAX_BLOCKS = 512
 
 
 def prompt_blocks(body: Mapping[str, Any]) -> list[str]:
@@ -32,7 +35,8 @@ def prompt_blocks(body: Mapping[str, Any]) -> list[str]:
     text = body.get("prompt", body.get("text"))
     if not isinstance(text, str):
         return []
-    return [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)]
+    end = min(len(text), CHUNK_CHARS * MAX_BLOCKS)
+    return [text[i : i + CHUNK_CHARS] for i in range(0, end, CHUNK_CHARS)]
 
 
 def kv_blocks(kv_capacity_tokens: int) -> int:

@@ -111,6 +111,7 @@ def test_a_new_replica_has_the_hottest_prefixes_cached_before_it_serves(
     [
         pytest.param({"prompt": "a" * 600}, ["a" * 256, "a" * 256, "a" * 88], id="text-prompt"),
         pytest.param({"text": "b" * 10}, ["b" * 10], id="generate-text"),
+        pytest.param({"prompt": "c" * 10**6}, ["c" * 256] * 512, id="a-huge-prompt-its-opening"),
         pytest.param({"messages": [{"role": "user", "content": "hi"}]}, [], id="chat-not-counted"),
         pytest.param({"input_ids": [1, 2, 3]}, [], id="token-ids-not-counted"),
         pytest.param({"prompt": ["x", "y"]}, [], id="batch-not-counted"),
