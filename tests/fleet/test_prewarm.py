@@ -106,6 +106,26 @@ def test_a_new_replica_has_the_hottest_prefixes_cached_before_it_serves(
     assert int(answered) == int(picked) >= WORKLOAD.groups
 
 
+def test_a_replica_woken_from_zero_is_never_held_back_to_warm_up(
+    fleet: LocalFleet, tokenizer: EmulatorTokenizer
+) -> None:
+    """At zero, requests wait for the first replica and no other serves: it takes them at
+    once, however hot the prefixes it could be sent (policies/autoscale/prewarm.may_hold_back:
+    never while nothing else serves, nor while a request waits)."""
+    synth = PromptSynth(tokenizer, salt=7)
+    requests = shared_prefix_workload(WORKLOAD)
+    items = [WorkItem(r.at, "prewarmed", "m", synth.prompt(r, index=i), r.output_tokens)
+             for i, r in enumerate(requests)]  # fmt: skip
+    assert summarise(asyncio.run(Replayer(entries=fleet.entry_urls()).run(items))).failed == 0
+    assert fleet.scale("prewarmed", "m", 0)
+    scaler = fleet.scaler("prewarmed", "m")
+    seen = len(scaler.events)
+    woken = summarise(asyncio.run(Replayer(entries=fleet.entry_urls()).run(items[:1])))
+    kinds = [e.kind for e in scaler.events[seen:]]
+    assert woken.failed == 0 and "woken" in kinds
+    assert "prewarmed" not in kinds, kinds
+
+
 @pytest.mark.parametrize(
     ("body", "blocks"),
     [
