@@ -15,9 +15,9 @@ one else did here), and a tenant's own key, or none, gets 401 from the router an
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -33,6 +33,8 @@ from policies.routers.spec import ROUTES_FOR
 from radixfleet import dataplane
 from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
+from radixfleet.workload.records import RequestResult, WorkItem
+from radixfleet.workload.replay import Replayer
 from testbed import images, session
 from testbed.cluster import Cluster, ClusterError
 from testbed.deploy import (
@@ -342,51 +344,27 @@ def test_a_tenant_over_its_token_budget_gets_429_while_another_is_served(
     assert _chat(url, BLUE.key).status == 200
 
 
-def _chat_as_a_client(url: str, key: str, *, max_tokens: int) -> Answer:
-    """A streamed chat retried as OpenAI's SDK retries: a failed connection or a 5xx, before
-    any token, twice more with 0.5 s doubling (the entry pod a connection met may be leaving)."""
-    pause = 0.5
-    for attempt in range(3):
-        try:
-            answer = _chat(url, key, max_tokens=max_tokens, timeout_s=60)
-        except OSError as error:  # refused or reset before an answer
-            answer = Answer(0, {}, str(error))
-        if answer.status == 200 or (0 < answer.status < 500) or attempt == 2:
-            return answer
-        time.sleep(pause)
-        pause *= 2
-    raise AssertionError("unreachable")
+def _under_load(url: str, key: str, chaos: Callable[[], object]) -> list[RequestResult]:
+    """48-token streams at 4 a second for 14 s, `chaos` run 3 s in, retried as OpenAI's SDK
+    retries (a 5xx or a failed connection before any token, twice, 0.5 s doubling: the entry
+    pod a connection met may be leaving); their results."""
+    items = [WorkItem(i / 4, "here", MODEL, "Say hello.", 48) for i in range(56)]
+    replayer = Replayer(entries={"here": url}, retries=2, timeout_s=120,
+                        headers={"Authorization": f"Bearer {key}"})  # fmt: skip
 
+    async def run() -> list[RequestResult]:
+        async def later() -> None:
+            await asyncio.sleep(3)
+            await asyncio.to_thread(chaos)
 
-def _under_load(url: str, key: str, chaos: Callable[[], object]) -> list[Answer]:
-    """Four clients streaming 48-token chats back to back while `chaos` runs; their answers."""
-    answers: list[Answer] = []
-    stop = threading.Event()
+        results, _ = await asyncio.gather(replayer.run(items), later())
+        return results
 
-    def client() -> None:
-        while not stop.is_set():
-            answers.append(_chat_as_a_client(url, key, max_tokens=48))
-
-    clients = [threading.Thread(target=client, daemon=True) for _ in range(4)]
-    for thread in clients:
-        thread.start()
-    try:
-        time.sleep(3)  # streams under way before the chaos
-        chaos()
-        time.sleep(8)  # and after it, on the replacement
-    finally:
-        stop.set()
-        for thread in clients:
-            thread.join(timeout=120)
-    return answers
+    return asyncio.run(run())
 
 
 def _gone(cluster: Cluster, namespace: str, pod: str) -> bool:
     return cluster.kubectl("get", "pod", pod, "-n", namespace, check=False).returncode != 0
-
-
-def _broken(answer: Answer) -> bool:
-    return answer.status != 200 or '"stream_error"' in answer.body
 
 
 def test_streams_survive_an_entry_pod_deleted_under_load(plane: tuple[Cluster, str]) -> None:
@@ -410,14 +388,13 @@ def test_streams_survive_an_entry_pod_deleted_under_load(plane: tuple[Cluster, s
                      what=f"entry pod {victim} gone")  # fmt: skip
     stopped_s = time.monotonic() - deleted_at[0]
     session.wait_rollout(cluster, namespace=operator.NAMESPACE, deployment=entry_base.NAME)
-    broken = [a for a in answers if _broken(a)]
+    broken = [r.error for r in answers if not r.ok]
     print(
         f"entry pod deleted under load: {len(answers)} streams, {len(broken)} broken; "
         f"it stopped {stopped_s:.1f} s after the delete (grace period {entry_base.GRACE_S} s)"
     )
-    assert len(answers) >= 8, "the clients were served"
-    assert broken == [], broken[:2]
-    assert all(a.tokens() for a in answers)  # each ends with [DONE]
+    assert broken == [], broken[:2]  # every stream answered whole, ending with [DONE]
+    assert all(r.output_tokens == 48 for r in answers)
     # preStop (5 s), then its own drain; not killed at the grace period's end (100 s).
     assert stopped_s < entry_base.GRACE_S * 0.6
 
@@ -435,12 +412,12 @@ def test_streams_under_way_alone_fail_cleanly_when_the_router_pod_is_deleted(
     answers = _under_load(url, BLUE.key, lambda: cluster.kubectl(
         "delete", "pod", victim, "-n", BLUE.namespace, "--wait=false"))  # fmt: skip
     session.wait_rollout(cluster, namespace=BLUE.namespace, deployment=ROUTER)
-    broken = [a for a in answers if _broken(a)]
+    broken = [r.error or "" for r in answers if not r.ok]
     print(f"router pod deleted under load: {len(answers)} streams, {len(broken)} broken")
-    assert len(answers) >= 8, "the clients were served"
-    assert all(a.status == 200 for a in answers), [a.body[:200] for a in broken]
-    assert len(broken) <= 4, "only the four streams under way at the deletion may break"
-    assert all(a.tokens() is not None for a in answers)  # each ends with [DONE], even a broken one
+    assert all(r.status == 200 for r in answers), broken[:2]
+    assert len(broken) <= 4, "only streams under way at the deletion may break"
+    # and those cleanly: an error event then [DONE], never a torn stream
+    assert all(error.startswith("_StreamError") for error in broken), broken
 
 
 def test_a_model_at_zero_is_woken_by_a_request_through_the_entry(
