@@ -220,8 +220,10 @@ class ReplicaSet:
 
     def record_prompt(self, body: Mapping[str, Any]) -> None:
         """The entry routed `body` to this revision: count its prompt's prefixes."""
-        blocks = prompt_blocks(body) if self.prewarmer is not None else []
-        if self.prewarmer is not None and blocks:
+        if self.prewarmer is None:
+            return
+        blocks = prompt_blocks(body)
+        if blocks:
             self.prewarmer.record(blocks, time.time())
 
     async def wait_ready(self, *, at_least: int = 1, timeout_s: float) -> bool:
