@@ -6,9 +6,10 @@ a third of the working set: the local fleet, where the real smg 1.13.0 routes ca
 emulated replicas' KV events, and the twin, where `SmgCacheAware(index="event")` routes in
 virtual time over the same replica model. The twin replays the very same requests (written as a
 Mooncake-format trace: same arrival times, same 512-token block ids), so the two prefix hit
-rates must agree within 5% (the issue's bar). The bar can be missed: with its ties broken in a
-fixed order (every miss to one replica) the twin's model gave 0.745 against smg's 0.814, and a
-twin that ignored the replicas' caches (round robin) gives 0.20, which the last assertion checks.
+rates (each side's median over its runs) must agree within 5% (the issue's bar). The bar can
+be missed: with its ties broken in a fixed order (every miss to one replica) the twin's model
+gave 0.745 against smg's 0.814, and a twin that ignored the replicas' caches (round robin)
+gives 0.20, which the last assertion checks.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from radixfleet.workload.traces import TraceRequest
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 KV_TOKENS = 32_000
 REPLICAS = 4
+REAL_RUNS = 3
 WORKLOAD = SharedPrefixSpec(
     groups=24,
     requests_per_group=6,
@@ -74,10 +76,14 @@ def test_the_twins_smg_matches_the_real_one_within_five_percent(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     requests = shared_prefix_workload(WORKLOAD)
-    real = fleet_hit_rate(requests, tmp_path_factory.getbasetemp() / "tokenizer-cache")
+    # The real smg breaks its ties at random too, and on a busy machine a run now and then
+    # lands some 0.05 below the others: the real side is the median of three fresh fleets.
+    cache_dir = tmp_path_factory.getbasetemp() / "tokenizer-cache"
+    reals = [fleet_hit_rate(requests, cache_dir) for _ in range(REAL_RUNS)]
+    real = statistics.median(reals)
     # Which idle replica takes a miss is a coin toss in both; the twin's median over five
     # seeds is what it predicts (its seeds spread 0.78-0.81 here, the oracle is 0.81).
     runs = [twin_hit_rates(requests, tmp_path, seed=seed) for seed in range(5)]
     twin = statistics.median(run["smg"] for run in runs)
-    assert abs(twin - real) <= 0.05 * real, (runs, real)
+    assert abs(twin - real) <= 0.05 * real, (runs, reals)
     assert abs(runs[0]["round-robin"] - real) > 0.05 * real, (runs, real)
