@@ -13,7 +13,8 @@ No I/O, no clock: the controller, the local fleet and the twin call the same fun
    rise one cold start ahead. The largest wins.
 4. A recommendation within `tolerance` of the current count keeps it. Recommendations pass the
    HPA's stabilisation: up to the lowest of the scale-up window, down to the highest of the
-   (long) scale-down window; then rate limits: fast up, a step per period down.
+   (long) scale-down window, read as minute means (the gauges are instants), and never within
+   a window of the last scale-up; then rate limits: fast up, a step per period down.
 5. Bounds: the spec's min/max, the InferenceService's maxReplicas, the schedule's warm floor,
    and one replica while any request is in sight or a rise is forecast, until the idle window
    has passed. The window is the break-even one learned from the model's own idle gaps once
@@ -27,6 +28,7 @@ No I/O, no clock: the controller, the local fleet and the twin call the same fun
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -456,21 +458,29 @@ def recommend(load: float, reference: int, tolerance: float) -> int:
 
 
 def stabilize(
-    reference: int, recommendations: Sequence[Sample], spec: AutoscalePolicySpec, now: datetime
+    reference: int,
+    recommendations: Sequence[Sample],
+    spec: AutoscalePolicySpec,
+    now: datetime,
+    *,
+    raised_at: datetime | None = None,
 ) -> int:
     """The HPA's rule: up to the lowest recommendation of the scale-up window, down only to
-    the highest of the scale-down window. Each window includes the current recommendation.
+    the highest of the scale-down window, each of those read as its mean over the smoothing
+    span (`_smoothed`). Each window includes the current recommendation.
 
     A scale-down window not yet covered by recommendations (a new revision, a first tick)
     counts the reference for the rest: nothing is removed on less than a window's evidence.
+    Nor within a window of the last scale-up (`raised_at`): what was added stays a window.
     """
     # The up window filters a noisy reading; a surge (half again the count, or a wake from
     # zero) is no noise, and a cold start is long enough without waiting for it.
     surge = recommendations[-1].value >= max(1.0, SURGE * reference)
     up_window = 0 if surge else spec.scale_up.stabilization_seconds
     up = _window(recommendations, now, up_window)
-    down = _window(recommendations, now, spec.scale_down.stabilization_seconds)
-    if not _covers(recommendations, now, spec):
+    down = _smoothed(recommendations, now, spec)
+    window = timedelta(seconds=spec.scale_down.stabilization_seconds)
+    if not _covers(recommendations, now, spec) or (raised_at and now - raised_at < window):
         down.append(float(reference))
     desired = reference
     desired = max(desired, int(min(up)))
@@ -481,6 +491,28 @@ def _covers(recommendations: Sequence[Sample], now: datetime, spec: AutoscalePol
     window = spec.scale_down.stabilization_seconds
     start = now - timedelta(seconds=max(0, window - spec.interval_seconds))
     return window == 0 or (bool(recommendations) and recommendations[0].at <= start)
+
+
+def _smoothed(
+    recommendations: Sequence[Sample], now: datetime, spec: AutoscalePolicySpec
+) -> list[float]:
+    """The scale-down window's recommendations, each the mean of those in the smoothing span
+    up to it, rounded half up (a span of 0: each as it is). The span never reaches past the
+    window's own length: a short window is asked for to act quickly."""
+    span = timedelta(seconds=_smoothing_seconds(spec))
+    return [
+        float(math.floor(statistics.fmean(_span(recommendations, sample.at, span)) + 0.5))
+        for sample in recommendations
+        if sample.at >= now - timedelta(seconds=spec.scale_down.stabilization_seconds)
+    ]
+
+
+def _smoothing_seconds(spec: AutoscalePolicySpec) -> int:
+    return min(spec.scale_down.smoothing_seconds, spec.scale_down.stabilization_seconds)
+
+
+def _span(recommendations: Sequence[Sample], end: datetime, span: timedelta) -> list[float]:
+    return [s.value for s in recommendations if end - span <= s.at <= end]
 
 
 def _window(recommendations: Sequence[Sample], now: datetime, seconds: int) -> list[float]:
@@ -583,7 +615,7 @@ def _scale(
     load = max(wanted.kv, wanted.running, wanted.itl, wanted.latency, wanted.rate, wanted.predicted)
     recommendation = recommend(load, reference, spec.targets.tolerance)
     recommendations = _keep(status.recommendations, spec, now, recommendation)
-    stable = stabilize(reference, recommendations, spec, now)
+    stable = stabilize(reference, recommendations, spec, now, raised_at=status.last_scale_up_at)
     floor, ceiling = bounds(observed, spec, status, now, forecast=wanted.predicted)
     desired = _clamp(limit_rate(stable, reference, spec, status, now), floor, ceiling)
     verb = _verb(desired, reference)
@@ -594,6 +626,7 @@ def _scale(
             "demand": wanted,
             "learned": learn_rate(observed, status.learned, _binding(wanted)),
             "last_scale_down_at": now if verb is Verb.SCALE_DOWN else status.last_scale_down_at,
+            "last_scale_up_at": now if verb is Verb.SCALE_UP else status.last_scale_up_at,
         }
     )
     reason = _explain(verb, desired, reference, wanted, load)
@@ -609,7 +642,8 @@ def _binding(wanted: Demand) -> float:
 def _keep(
     recommendations: Sequence[Sample], spec: AutoscalePolicySpec, now: datetime, new: int
 ) -> tuple[Sample, ...]:
-    longest = max(spec.scale_up.stabilization_seconds, spec.scale_down.stabilization_seconds)
+    down = spec.scale_down.stabilization_seconds + _smoothing_seconds(spec)
+    longest = max(spec.scale_up.stabilization_seconds, down)
     since = now - timedelta(seconds=longest)
     kept = [s for s in recommendations if since <= s.at < now]
     return (*kept, Sample(at=now, value=float(new)))

@@ -104,9 +104,17 @@ class ScaleDown(Spec):
     `maxFraction` of the replicas (at least one) go per `periodSeconds`: a signal that
     under-reads the load (KV usage of a compute-bound model) meets the queue on the way down
     instead of at the bottom.
+
+    The window's recommendations are read as their means over `smoothingSeconds` (rounded half
+    up): the HPA's come from metrics already averaged over a minute, ours from gauges read at
+    one instant, and the highest of thirty instants is the noise's peak, not the load (on the
+    Azure trace at 45 req/s it cost 9% more GPU-hours at the same SLO). A count reached by a
+    scale-up stays for the whole window all the same. 0 reads each tick's as it is; the span
+    is at most the window.
     """
 
     stabilization_seconds: Annotated[int, Field(ge=0, le=7200)] = 300
+    smoothing_seconds: Annotated[int, Field(ge=0, le=600)] = 60
     max_fraction: Fraction = 0.25
     period_seconds: Annotated[int, Field(ge=0, le=3600)] = 30
 

@@ -183,6 +183,7 @@ class AutoscaleStatus(Wire):
     last_active_at: datetime | None = None
     last_tick_at: datetime | None = None
     last_scale_down_at: datetime | None = None
+    last_scale_up_at: datetime | None = None
     demand: Demand = Field(default_factory=Demand)
     last_decision: LastDecision | None = None
 

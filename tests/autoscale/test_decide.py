@@ -23,6 +23,7 @@ from policies.autoscale.decide import (
     due,
     forecast,
     recommend,
+    stabilize,
 )
 from policies.autoscale.spec import AutoscalePolicySpec
 from policies.autoscale.state import (
@@ -204,6 +205,44 @@ def test_scale_down_waits_for_the_window_then_steps() -> None:
     steps = [(i, a - b) for i, (a, b) in enumerate(itertools.pairwise(desired)) if b < a]
     assert all(removed <= max(1, 8 // 4) for _, removed in steps)
     assert all(b - a >= 3 for (a, _), (b, _) in itertools.pairwise(steps))
+
+
+def window_of(values: list[int], *, end: datetime = T0) -> tuple[Sample, ...]:
+    """Recommendations 10 s apart, the last one at `end`."""
+    start = end - timedelta(seconds=10 * (len(values) - 1))
+    return tuple(
+        Sample(at=start + timedelta(seconds=10 * i), value=v) for i, v in enumerate(values)
+    )
+
+
+@pytest.mark.parametrize(
+    ("smoothing", "expected"),
+    [pytest.param(60, 4, id="minute-means-let-it-go"), pytest.param(0, 5, id="instants-hold-it")],
+)
+def test_one_noisy_tick_in_the_window_holds_no_replica_once_smoothed(
+    smoothing: int, expected: int
+) -> None:
+    # Five minutes of a load of four replicas, one reading of which said five.
+    values = [4] * 36
+    values[20] = 5
+    policy = spec(scaleDown={"smoothingSeconds": smoothing})
+    assert stabilize(5, window_of(values), policy, T0) == expected
+
+
+def test_a_minute_of_higher_recommendations_in_the_window_holds_them() -> None:
+    values = [4] * 36
+    values[14:21] = [5] * 7  # a minute of five, two minutes ago
+    assert stabilize(5, window_of(values), spec(), T0) == 5
+
+
+def test_nothing_added_by_a_scale_up_goes_within_the_window() -> None:
+    values = [4] * 36
+    values[-10] = 5  # the tick that added the fifth replica, 90 s ago
+    raised = T0 - timedelta(seconds=90)
+    assert stabilize(5, window_of(values), spec(), T0, raised_at=raised) == 5
+    later = T0 + timedelta(seconds=240)
+    assert stabilize(5, window_of([*values, *[4] * 24], end=later), spec(), later,
+                     raised_at=raised) == 4  # fmt: skip
 
 
 def test_idle_model_scales_to_zero_only_after_the_idle_window() -> None:
