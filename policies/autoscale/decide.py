@@ -477,14 +477,14 @@ def stabilize(
     # zero) is no noise, and a cold start is long enough without waiting for it.
     surge = recommendations[-1].value >= max(1.0, SURGE * reference)
     up_window = 0 if surge else spec.scale_up.stabilization_seconds
-    up = _window(recommendations, now, up_window)
+    up_to = int(min(_window(recommendations, now, up_window)))
+    if up_to > reference:
+        return up_to  # the smoothing is the scale-down's: it never holds a scale-up back
     down = _smoothed(recommendations, now, spec)
     window = timedelta(seconds=spec.scale_down.stabilization_seconds)
     if not _covers(recommendations, now, spec) or (raised_at and now - raised_at < window):
         down.append(float(reference))
-    desired = reference
-    desired = max(desired, int(min(up)))
-    return min(desired, int(max(down)))
+    return min(reference, int(max(down)))
 
 
 def _covers(recommendations: Sequence[Sample], now: datetime, spec: AutoscalePolicySpec) -> bool:

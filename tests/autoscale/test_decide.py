@@ -235,6 +235,12 @@ def test_a_minute_of_higher_recommendations_in_the_window_holds_them() -> None:
     assert stabilize(5, window_of(values), spec(), T0) == 5
 
 
+def test_the_smoothing_never_holds_a_scale_up_back() -> None:
+    # A burst: four minutes of one replica, then two ticks asking for six.
+    values = [1] * 24 + [6, 6]
+    assert stabilize(1, window_of(values), spec(), T0) == 6
+
+
 def test_nothing_added_by_a_scale_up_goes_within_the_window() -> None:
     values = [4] * 36
     values[-10] = 5  # the tick that added the fifth replica, 90 s ago
