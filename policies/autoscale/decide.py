@@ -497,11 +497,12 @@ def _smoothed(
     recommendations: Sequence[Sample], now: datetime, spec: AutoscalePolicySpec
 ) -> list[float]:
     """The scale-down window's recommendations, each the mean of those in the smoothing span
-    up to it, rounded half up (a span of 0: each as it is). The span never reaches past the
-    window's own length: a short window is asked for to act quickly."""
+    up to it, rounded up (a span of 0: each as it is): a reading above its neighbours holds one
+    replica more, not its whole height. The span never reaches past the window's own length: a
+    short window is asked for to act quickly."""
     span = timedelta(seconds=_smoothing_seconds(spec))
     return [
-        float(math.floor(statistics.fmean(_span(recommendations, sample.at, span)) + 0.5))
+        float(math.ceil(statistics.fmean(_span(recommendations, sample.at, span)) - EPSILON))
         for sample in recommendations
         if sample.at >= now - timedelta(seconds=spec.scale_down.stabilization_seconds)
     ]

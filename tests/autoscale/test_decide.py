@@ -217,16 +217,17 @@ def window_of(values: list[int], *, end: datetime = T0) -> tuple[Sample, ...]:
 
 @pytest.mark.parametrize(
     ("smoothing", "expected"),
-    [pytest.param(60, 4, id="minute-means-let-it-go"), pytest.param(0, 5, id="instants-hold-it")],
+    [pytest.param(60, 5, id="minute-means-one-more"), pytest.param(0, 7, id="instants-its-height")],
 )
 def test_one_noisy_tick_in_the_window_holds_no_replica_once_smoothed(
     smoothing: int, expected: int
 ) -> None:
-    # Five minutes of a load of four replicas, one reading of which said five.
+    # Five minutes of a load of four replicas, one reading of which said seven: it holds one
+    # replica more for the minute it is in, not three for the window.
     values = [4] * 36
-    values[20] = 5
+    values[20] = 7
     policy = spec(scaleDown={"smoothingSeconds": smoothing})
-    assert stabilize(5, window_of(values), policy, T0) == expected
+    assert stabilize(7, window_of(values), policy, T0) == expected
 
 
 def test_a_minute_of_higher_recommendations_in_the_window_holds_them() -> None:
@@ -242,8 +243,7 @@ def test_the_smoothing_never_holds_a_scale_up_back() -> None:
 
 
 def test_nothing_added_by_a_scale_up_goes_within_the_window() -> None:
-    values = [4] * 36
-    values[-10] = 5  # the tick that added the fifth replica, 90 s ago
+    values = [4] * 36  # the fifth replica came from a floor (a warm pool's schedule) 90 s ago
     raised = T0 - timedelta(seconds=90)
     assert stabilize(5, window_of(values), spec(), T0, raised_at=raised) == 5
     later = T0 + timedelta(seconds=240)
