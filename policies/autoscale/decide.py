@@ -466,8 +466,8 @@ def stabilize(
     raised_at: datetime | None = None,
 ) -> int:
     """The HPA's rule: up to the lowest recommendation of the scale-up window, down only to
-    the highest of the scale-down window, each of those read as its mean over the smoothing
-    span (`_smoothed`). Each window includes the current recommendation.
+    the highest of the scale-down window's, each of these read as the mean of the smoothing
+    span up to it (`_smoothed`). Each window includes the current recommendation.
 
     A scale-down window not yet covered by recommendations (a new revision, a first tick)
     counts the reference for the rest: nothing is removed on less than a window's evidence.
