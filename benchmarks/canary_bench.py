@@ -3,12 +3,12 @@ and a rollout with no analysis, side by side on the same arrivals (issue 7).
 
 One region of H100s serves Llama-3.1-8B (CALIBRATION.md) from the Azure LLM 2023 conversation
 trace replayed at `--rate` requests/s (time-shifted copies merged, see radixfleet.twin.workload),
-behind cache-aware routing and Knative's autoscaler. At 30 s a new revision is created and
-rolled out; three kinds of canary:
+behind smg's cache-aware routing (its tree, as over HTTP) and Knative's autoscaler. At 30 s a
+new revision is created and rolled out; three kinds of canary:
 
 - `slow`: every step of the canary's replicas takes twice as long;
-- `errors`: the canary's replicas answer 5% of requests with a 500 (the twin's router retries
-  them on another pick, as sglang-router 0.3.2 did; smg 1.13 does not);
+- `errors`: the canary's replicas answer 5% of requests with a 500 (passed on to the client,
+  as smg 1.13 does; sglang-router 0.3.2 retried them on another pick);
 - `good`: the canary is the stable revision again; only the traffic's noise differs;
 - `near`: the canary's steps take 10% longer, inside the checks' 1.25x minimum effect: a model
   that should be promoted, where a p95 on a few dozen requests crosses the bound by chance.
@@ -103,8 +103,8 @@ def scenario(kind: str, *, seed: int, rate: float, duration_s: float) -> Scenari
                  "regression": CANARIES[kind]}
             ],
             "policies": [
-                {"name": name, "routing": "cache_aware", "autoscale": "kpa", "traffic": "static",
-                 "canary": policy, "baseline": name != "radixfleet"}
+                {"name": name, "routing": "smg_cache_aware_http", "autoscale": "kpa",
+                 "traffic": "static", "canary": policy, "baseline": name != "radixfleet"}
                 for name, policy in POLICIES.items()
             ],
         }

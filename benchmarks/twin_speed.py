@@ -119,7 +119,7 @@ def main() -> None:
     parser.add_argument("--regions", type=int, default=10)
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--routing", default="cache_aware")
+    parser.add_argument("--routing", default="smg_cache_aware_http")
     parser.add_argument("--autoscale", default=AUTOSCALE)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()

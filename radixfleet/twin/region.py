@@ -142,7 +142,7 @@ class Region:
                 model_index=m,
                 profile=profile,
                 stable=self._revision(m, 0, HEALTHY),
-                max_attempts=self.scenario.router.max_attempts,
+                max_attempts=1 + self.scenario.router.max_retries,
                 breaker=self.scenario.router.breaker(),
             )
             services[m] = service

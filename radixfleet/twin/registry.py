@@ -18,7 +18,7 @@ from typing import Any
 from radixfleet.kit.registry import twin_policies, twin_policy
 from radixfleet.twin.autoscale import Fixed, Kpa
 from radixfleet.twin.interfaces import AdmitAll
-from radixfleet.twin.routing import CacheAware, LeastLoad, RoundRobin, SmgCacheAware
+from radixfleet.twin.routing import LeastLoad, RoundRobin, SmgCacheAware
 from radixfleet.twin.scenario import Model, Scenario
 from radixfleet.twin.traffic import Route53, Static
 
@@ -44,9 +44,6 @@ def _model(ctx: PolicyContext) -> Model:
 ROUTING: Mapping[str, Factory] = {
     "round_robin": lambda ctx: RoundRobin(),
     "least_load": lambda ctx: LeastLoad(),
-    "cache_aware": lambda ctx: CacheAware(
-        ctx.scenario.router, block_tokens=_model(ctx).block_tokens, seed=ctx.seed
-    ),
     # smg 1.13 over gRPC workers: routes on the replicas' KV events.
     "smg_cache_aware": lambda ctx: SmgCacheAware(
         ctx.scenario.router, block_tokens=_model(ctx).block_tokens, seed=ctx.seed, index="event"

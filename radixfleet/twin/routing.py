@@ -1,18 +1,12 @@
-"""Routing policies: sglang-router 0.3.2's round_robin and cache_aware, smg 1.13's cache_aware
-on its event index or its approximate tree (`SmgCacheAware`, at the end), and least load.
+"""Routing policies: smg 1.13's cache_aware on its event index or its approximate tree
+(`SmgCacheAware`), round robin, and least load.
 
-`CacheAware` follows sglang-router's `policies/cache_aware.rs` and `tree.rs` rule for rule: a
-multi-tenant radix tree of what was sent to each worker (not of what the worker still caches);
-when loads are imbalanced (max - min > `balance_abs_threshold` and max > min x
-`balance_rel_threshold`) the least loaded worker wins; otherwise the worker holding the longest
-prefix wins if it covers more than `cache_threshold` of the prompt, else the worker whose tree is
-smallest. Every `eviction_interval_s` each worker's tree is cut back to `max_tree_size_chars`,
-least recently used leaves first. Loads are the router's own in-flight counts.
-
-Two translations: the tree holds the workload's cache blocks rather than characters (sizes are
-converted at `chars_per_token`), and where several workers hold the matched node the real router
-takes the first key of a hash map, an arbitrary but fixed order, which the twin draws once per
-worker from the seed.
+smg replaced sglang-router 0.3.2 everywhere radixfleet routes (policies/routers/README.md), and
+the twin routes as smg does. Its approximate tree (`ApproxTree`, for HTTP workers) is the one smg
+kept from sglang-router's `tree.rs`: a multi-tenant radix tree of what was sent to each worker
+(not of what the worker still caches), cut back every `eviction_interval_s` to
+`max_tree_size_chars`, least recently used leaves first. It holds the workload's cache blocks
+rather than characters (sizes are converted at `chars_per_token`).
 """
 
 from __future__ import annotations
@@ -30,7 +24,7 @@ from radixfleet.twin.scenario import RouterSettings
 
 
 class RoundRobin:
-    """The next worker in turn (sglang-router `round_robin`)."""
+    """The next worker in turn (smg's `round_robin`)."""
 
     def __init__(self) -> None:
         self._counter = 0
@@ -75,7 +69,7 @@ class _Node:
 
 
 class ApproxTree:
-    """sglang-router's multi-tenant approximate radix tree, over blocks instead of characters.
+    """smg's multi-tenant approximate radix tree (from sglang-router's), over blocks.
 
     Same answers as tree.rs, cheaper bookkeeping: each worker's nodes are indexed, so removing
     a worker touches only its own nodes. A parent is touched whenever a child is, so taking a
@@ -230,73 +224,6 @@ class ApproxTree:
         return any(tenant in child.tenants for child in node.children.values())
 
 
-class CacheAware:
-    """sglang-router's `cache_aware` policy; see the module docstring."""
-
-    def __init__(self, settings: RouterSettings, *, block_tokens: int, seed: int) -> None:
-        self.settings = settings
-        self.block_tokens = block_tokens
-        self.tree = ApproxTree(chars_per_block=block_tokens * settings.chars_per_token)
-        self._rank_rng = random.Random(seed)
-        self._rank: dict[int, float] = {}
-        self._next_eviction = settings.eviction_interval_s
-
-    def select(self, spec: RequestSpec, workers: Sequence[WorkerView], now: float) -> int:
-        """The worker for `spec` under the balance, cache-threshold and smallest-tree rules."""
-        loads = self._maintain(workers, now)
-        blocks = spec.prompt_blocks
-        index = self._imbalanced_choice(loads)
-        if index is None:
-            index = self._cache_choice(spec, workers, now)
-        self.tree.insert(blocks, workers[index].id, now)
-        return index
-
-    def forget(self, worker_id: int) -> None:
-        """Drop a removed worker's part of the tree."""
-        if worker_id in self._rank:
-            self.tree.remove_tenant(worker_id)
-            del self._rank[worker_id]
-
-    def _maintain(self, workers: Sequence[WorkerView], now: float) -> list[int]:
-        """Register new workers, run the periodic eviction; the workers' loads, in order."""
-        loads = []
-        rank = self._rank
-        for worker in workers:
-            if worker.id not in rank:
-                rank[worker.id] = self._rank_rng.random()
-                self.tree.add_tenant(worker.id, now)
-            loads.append(worker.load)
-        if now >= self._next_eviction:
-            self.tree.evict_by_size(self.settings.max_tree_size_chars)
-            while self._next_eviction <= now:
-                self._next_eviction += self.settings.eviction_interval_s
-        return loads
-
-    def _imbalanced_choice(self, loads: list[int]) -> int | None:
-        high, low = max(loads), min(loads)
-        settings = self.settings
-        if (
-            high - low > settings.balance_abs_threshold
-            and high > low * settings.balance_rel_threshold
-        ):
-            return loads.index(low)
-        return None
-
-    def _cache_choice(self, spec: RequestSpec, workers: Sequence[WorkerView], now: float) -> int:
-        matched, node = self.tree.prefix_match(spec.prompt_blocks)
-        rate = matched * self.block_tokens / spec.prompt_tokens if spec.prompt_tokens else 0.0
-        position = {worker.id: i for i, worker in enumerate(workers)}
-        if rate > self.settings.cache_threshold:
-            holders = [t for t in node.tenants if t in position]
-            if holders:
-                chosen = min(holders, key=self._rank.__getitem__)
-                self.tree.touch(node, chosen, now)
-                return position[chosen]
-            return 0  # the matched worker is gone: the first healthy one, as the router does
-        sizes = self.tree.size
-        return min(range(len(workers)), key=lambda i: (sizes.get(workers[i].id, 0.0), i))
-
-
 class SmgCacheAware:
     """smg 1.13's `cache_aware` (`model_gateway/src/policies/cache_aware.rs`), on either index.
 
@@ -313,10 +240,12 @@ class SmgCacheAware:
     3. The candidate with the least expected wait wins, read here as the fewest requests in
        flight, ties broken at random (seeded).
 
+    Every `eviction_interval_s` the tree is cut back to `max_tree_size_chars` in all (smg's
+    `--max-tree-size` and `--eviction-interval-secs`; here each worker to an equal share).
+
     Not modelled: smg's warm-up slice (a young or emptied worker gets one miss in four and one
     hit in eight for its first minute; `--worker-warmup-secs 0` turns it off) and its expected
-    wait from the engine's queued tokens and throughput (the in-flight count stands in); its
-    tree's periodic eviction to `--max-tree-size` (64M characters: it binds on no scenario here).
+    wait from the engine's queued tokens and throughput (the in-flight count stands in).
     """
 
     def __init__(
@@ -330,6 +259,7 @@ class SmgCacheAware:
         self.tree = ApproxTree(chars_per_block=block_tokens * settings.chars_per_token)
         self._known: set[int] = set()
         self._draws = random.Random(seed)
+        self._next_eviction = settings.eviction_interval_s
 
     def select(self, spec: RequestSpec, workers: Sequence[WorkerView], now: float) -> int:
         """The worker for `spec` by the rules in the class docstring."""
@@ -349,7 +279,17 @@ class SmgCacheAware:
         chosen = min(candidates, key=lambda i: (workers[i].load, draws[i]))
         if self.index == "tree":
             self.tree.insert(spec.prompt_blocks, workers[chosen].id, now)
+            self._evict_when_due(len(workers), now)
         return chosen
+
+    def _evict_when_due(self, worker_count: int, now: float) -> None:
+        """smg's periodic eviction of its tree (it runs on a timer; here, at the first request
+        after each interval)."""
+        if now < self._next_eviction:
+            return
+        self.tree.evict_by_size(self.settings.max_tree_size_chars / worker_count)
+        while self._next_eviction <= now:
+            self._next_eviction += self.settings.eviction_interval_s
 
     def forget(self, worker_id: int) -> None:
         """Drop a removed worker."""

@@ -62,8 +62,7 @@ class Slo(Strict):
 
 
 class RouterSettings(Strict):
-    """sglang-router 0.3.2's defaults for cache_aware and its retries (CALIBRATION.md), and
-    smg 1.13's circuit breaker."""
+    """smg 1.13's defaults: cache_aware's thresholds and tree, retries, circuit breaker."""
 
     cache_threshold: Fraction = 0.3
     balance_abs_threshold: NonNegativeInt = 64
@@ -71,7 +70,9 @@ class RouterSettings(Strict):
     eviction_interval_s: PositiveFloat = 60.0
     max_tree_size_chars: PositiveInt = 67_108_864
     chars_per_token: PositiveFloat = 4.0
-    max_attempts: PositiveInt = 5
+    # `--retry-max-retries`: a refusal (503) is tried again on another pick, a worker's 500 is
+    # passed on (measured on smg 1.13.0: policies/routers/README.md).
+    max_retries: NonNegativeInt = 5
     # Kubernetes readiness (10 s period x 3 failures) drops a dead pod from discovery.
     unhealthy_after_s: NonNegativeFloat = 30.0
     # The gateway's per-worker circuit breaker (smg's --cb-* defaults; radixfleet.twin.breaker).
@@ -237,7 +238,7 @@ class PolicySet(Strict):
     """
 
     name: Name
-    routing: str = "cache_aware"
+    routing: str = "smg_cache_aware_http"
     autoscale: str = "kpa"
     traffic: str = "route53"
     canary: str = "radixfleet"

@@ -1,8 +1,8 @@
 """One model in one region: its revisions, their replicas, routers, autoscalers and buffer.
 
 A :class:`Service` is what an InferenceService is in one cluster. Each :class:`Revision` (the
-stable one, and a canary while one rolls out) has its own replicas, its own router (sglang-router
-in front of the predictor pods) and its own autoscaler, as Knative scales revisions apart.
+stable one, and a canary while one rolls out) has its own replicas, its own router (smg in front
+of the predictor pods) and its own autoscaler, as Knative scales revisions apart.
 Requests arriving while a revision has no ready replica wait in its buffer (Knative's activator)
 and are sent as soon as one is ready. The region (:mod:`radixfleet.twin.region`) owns the clock
 and the event queue; the service asks it to schedule and to log.
@@ -178,8 +178,9 @@ class Service:
             self.region.scale_now(self, revision, now)  # the activator wakes a revision at zero
 
     def dispatch(self, job: Job, revision: Revision, now: float) -> None:
-        """Route and submit, retrying on 5xx as the gateway does; workers whose circuit is
-        open are not picked, and with none left the request fails (smg's 503)."""
+        """Route and submit as smg does: a refusal (503) is tried again on another pick, a
+        worker's 500 is the client's; workers whose circuit is open are not picked, and with
+        none left the request fails (smg's 503)."""
         spec = job.spec
         for _ in range(self.max_attempts):
             workers = revision.routable
@@ -199,6 +200,8 @@ class Service:
                 self.outcome(replica, ok=False, now=now)
                 if self.window is not None:
                     self.window.error(revision.index, now)
+                if err.reason is RejectReason.INJECTED_ERROR:
+                    break  # smg passes a worker's 500 on
                 continue
             replica.load += 1
             revision.count(1, now)

@@ -42,6 +42,18 @@ def test_a_bad_canary_is_rolled_back_only_when_judged() -> None:
     assert canary["judged"]["exposure"] < canary["blind"]["exposure"] / 5
 
 
+def test_a_workers_500_reaches_the_client_as_smg_passes_it_on() -> None:
+    """smg 1.13 retries a refusal on another pick but not a worker's 500 (measured,
+    policies/routers/README.md): a canary answering one request in ten with a 500 costs its
+    clients about that many, where a retrying router would have hidden nearly all of them."""
+    scenario = parse_scenario(CANARY.format(regression="{error_rate: 0.1}"), source="canary.yaml")
+    blind = run_scenario(scenario, oracles=False).results["metrics"]["blind"]
+    canary = blind["canary"][0]
+    assert canary["exposure"] > 1000
+    assert 0.05 < canary["exposure_failed"] / canary["exposure"] < 0.15, canary
+    assert blind["failed_by_reason"].get("server_error", 0) == canary["exposure_failed"]
+
+
 @pytest.mark.slow
 def test_a_good_canary_is_promoted_either_way() -> None:
     canary = _canary("{}")
@@ -84,7 +96,7 @@ workload:
     - {kind: shared_prefix, tenant: t, rate_rps: 24, groups: 256, system_prompt_tokens: 4096,
        question_tokens: 128, output_tokens: 64}
 policies:
-  - {name: cache-aware, routing: cache_aware, autoscale: fixed, traffic: static}
+  - {name: cache-aware, routing: smg_cache_aware_http, autoscale: fixed, traffic: static}
 """
 
 
@@ -112,7 +124,7 @@ workload:
        question_tokens: 64, output_tokens: 32}}
 faults: [{{kind: replica_crash, at_s: 40, region: r1, model: m, restart_after_s: 600}}]
 policies:
-  - {{name: cache-aware, routing: cache_aware, autoscale: fixed, traffic: static}}
+  - {{name: cache-aware, routing: smg_cache_aware_http, autoscale: fixed, traffic: static}}
 """
 
 
@@ -125,8 +137,9 @@ def _crash_failures(*, breaker: bool) -> dict[str, int]:
 
 def test_the_gateways_circuit_breaker_shuts_out_a_crashed_replica() -> None:
     """Cache-aware routing keeps sending a dead replica its prompts until readiness drops
-    it (30 s); smg's breaker shuts it out after ten failed attempts. With five attempts a
-    request, at most two requests can fail on the way (beyond those the crash cut off)."""
+    it (30 s); smg's breaker shuts it out after ten failed attempts. With six attempts a
+    request (five retries), at most two requests can fail on the way (beyond those the crash
+    cut off)."""
     with_breaker = _crash_failures(breaker=True)
     without = _crash_failures(breaker=False)
     assert with_breaker.get("server_error", 0) <= 2, with_breaker

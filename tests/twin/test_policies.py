@@ -1,4 +1,4 @@
-"""The baselines' rules, one by one: sglang-router's cache_aware, Knative's KPA, Route 53."""
+"""The baselines' rules, one by one: smg's cache_aware (tree, events), Knative's KPA, Route 53."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from radixfleet.twin.interfaces import (
 from radixfleet.twin.load import parse_scenario
 from radixfleet.twin.routing import (
     ApproxTree,
-    CacheAware,
     LeastLoad,
     RoundRobin,
     SmgCacheAware,
@@ -116,48 +115,20 @@ def test_least_load_takes_the_shortest_queue() -> None:
     assert LeastLoad().select(spec((1,)), [Worker(0, 5), Worker(1, 2), Worker(2, 2)], 0.0) == 1
 
 
-def test_cache_aware_follows_a_long_prefix() -> None:
-    router = CacheAware(RouterSettings(), block_tokens=16, seed=0)
-    workers = [Worker(0), Worker(1), Worker(2)]
-    first = router.select(spec((1, 2, 3, 4)), workers, 0.0)
-    # Same prefix, more than 30% of the prompt: the same worker, whatever the others hold.
-    assert router.select(spec((1, 2, 3, 4, 9)), workers, 1.0) == first
-
-
-def test_cache_aware_sends_a_new_prompt_to_the_smallest_tree() -> None:
-    router = CacheAware(RouterSettings(), block_tokens=16, seed=0)
-    workers = [Worker(0), Worker(1)]
-    first = router.select(spec(tuple(range(100, 140))), workers, 0.0)
-    # Below the cache threshold: the worker whose tree is smallest (the other one).
-    assert router.select(spec((7, 8)), workers, 1.0) == 1 - first
-
-
-def test_cache_aware_balances_when_loads_are_too_far_apart() -> None:
-    router = CacheAware(RouterSettings(), block_tokens=16, seed=0)
-    workers = [Worker(0), Worker(1)]
-    holder = router.select(spec((1, 2, 3, 4)), workers, 0.0)
-    workers[holder].load = 100  # 100 - 0 > 64 and 100 > 0 x 1.5: imbalanced
-    assert router.select(spec((1, 2, 3, 4)), workers, 1.0) == 1 - holder
-    # As the real router does, the imbalanced pick is still recorded in the tree.
-    _, node = router.tree.prefix_match((1, 2, 3, 4))
-    assert set(node.tenants) == {0, 1}
-    workers[holder].load = 60  # within the absolute threshold: back to cache affinity
-    other = router.select(spec((50, 51, 52, 53)), workers, 2.0)
-    assert router.select(spec((50, 51, 52, 53, 54)), workers, 3.0) == other
-
-
-def test_cache_aware_evicts_trees_over_the_size_limit() -> None:
-    settings = RouterSettings(max_tree_size_chars=16 * 4 * 10, eviction_interval_s=60.0)
-    router = CacheAware(settings, block_tokens=16, seed=0)
-    workers = [Worker(0)]
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-worker", "two-workers-share-the-bound"])
+def test_smg_tree_is_cut_back_to_its_size_bound_each_interval(workers: int) -> None:
+    bound = 16 * 4 * 10  # ten blocks of 16 tokens at 4 characters a token
+    router = smg("tree", max_tree_size_chars=bound, eviction_interval_s=60.0)
+    pool = [Worker(i) for i in range(workers)]
     for k in range(20):
-        router.select(spec(tuple(range(k * 100, k * 100 + 5))), workers, float(k))
-    router.select(spec((99_999,)), workers, 61.0)  # past the interval: eviction runs first
-    assert router.tree.size[0] <= settings.max_tree_size_chars + 16 * 4
+        router.select(spec(tuple(range(k * 100, k * 100 + 5))), pool, float(k))
+    assert sum(router.tree.size.values()) > bound  # nothing evicted within the interval
+    router.select(spec((99_999,)), pool, 61.0)  # past the interval: cut back after this one
+    assert sum(router.tree.size.values()) <= bound
 
 
 def test_tree_eviction_and_removal_keep_sizes_and_nodes_consistent() -> None:
-    router = CacheAware(RouterSettings(max_tree_size_chars=64 * 40), block_tokens=16, seed=0)
+    router = smg("tree", max_tree_size_chars=64 * 40 * 3)
     workers = [Worker(0), Worker(1), Worker(2)]
     for k in range(300):
         shared = (1000 + k % 7, 2000 + k % 5)
@@ -231,8 +202,8 @@ def test_tree_eviction_matches_evicting_in_full_lru_order(
         assert tree.size[0] == sum(len(n.key) for n in held)
 
 
-def test_cache_aware_forgets_a_removed_worker() -> None:
-    router = CacheAware(RouterSettings(), block_tokens=16, seed=0)
+def test_smg_tree_forgets_a_removed_worker() -> None:
+    router = smg("tree")
     router.select(spec((1, 2, 3)), [Worker(0)], 0.0)
     router.forget(0)
     assert 0 not in router.tree.size
