@@ -122,7 +122,13 @@ def _one_request_per_prefix(
 
     def items(indices: list[int]) -> list[WorkItem]:
         return [
-            WorkItem(0.25 * n, "router", "m", synth.prompt(requests[i], index=i), 4)
+            WorkItem(
+                0.25 * n,
+                "router",
+                "m",
+                synth.prompt(requests[i], index=i),
+                requests[i].output_tokens,
+            )
             for n, i in enumerate(indices)
         ]
 
