@@ -273,13 +273,22 @@ class SmgCacheAware:
         if rate > self.settings.cache_threshold and holders:
             candidates = self._unspilled(holders, workers) or self._unspilled(candidates, workers)
             candidates = candidates or list(range(len(workers)))
-        # Equal expected waits (idle workers, as often) are broken at random: a fixed order
-        # would send every miss to one worker and overfill its cache.
-        draws = {i: self._draws.random() for i in candidates}
-        chosen = min(candidates, key=lambda i: (workers[i].load, draws[i]))
+        chosen = self._least_loaded(candidates, workers)
         if self.index == "tree":
             self.tree.insert(spec.prompt_blocks, workers[chosen].id, now)
             self._evict_when_due(len(workers), now)
+        return chosen
+
+    def _least_loaded(self, candidates: Sequence[int], workers: Sequence[WorkerView]) -> int:
+        """The candidate with the fewest in flight. Equal expected waits (idle workers, as
+        often) are broken at random: a fixed order would send every miss to one worker and
+        overfill its cache."""
+        draw = self._draws.random
+        chosen, best = candidates[0], (workers[candidates[0]].load, draw())
+        for i in candidates[1:]:
+            key = (workers[i].load, draw())
+            if key < best:
+                chosen, best = i, key
         return chosen
 
     def _evict_when_due(self, worker_count: int, now: float) -> None:
@@ -303,6 +312,8 @@ class SmgCacheAware:
         """The deepest match and the workers holding it."""
         if self.index == "tree":
             matched, node = self.tree.prefix_match(blocks)
+            if not matched:
+                return 0, []  # the root: every worker, and no prefix
             ids = {w.id: i for i, w in enumerate(workers)}
             return matched, [ids[t] for t in node.tenants if t in ids]
         depths = [worker.cached_prefix(blocks) for worker in workers]
@@ -311,12 +322,12 @@ class SmgCacheAware:
 
     def _unspilled(self, candidates: list[int], workers: Sequence[WorkerView]) -> list[int]:
         mean = sum(w.load for w in workers) / len(workers)
-        rel = self.settings.balance_rel_threshold
-        margin = spill_margin(self.settings.balance_abs_threshold, mean)
-        return [
-            i for i in candidates
-            if not (workers[i].load > mean * rel and workers[i].load > mean + margin)
-        ]  # fmt: skip
+        # A worker stays unless its load passes both: the ratio and the capped margin.
+        ceiling = max(
+            mean * self.settings.balance_rel_threshold,
+            mean + spill_margin(self.settings.balance_abs_threshold, mean),
+        )
+        return [i for i in candidates if workers[i].load <= ceiling]  # fmt: skip
 
 
 def spill_margin(abs_threshold: int, mean_load: float) -> float:
