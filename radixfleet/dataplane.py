@@ -31,8 +31,12 @@ def env_var() -> dict[str, Any]:
 
 
 def api_key_args() -> list[str]:
-    """`--api-key` with the key, as both SGLang and smg take it (Kubernetes expands `$(ENV)`)."""
-    return ["--api-key", f"$({ENV})"]
+    """`--api-key` with the key, as both SGLang and smg take it (Kubernetes expands `$(ENV)`).
+
+    One argument, `--api-key=KEY`: given as two, a key that begins with a dash reads to their
+    argument parsers as another flag, and the process exits at start ("expected one argument"),
+    which a router did in one test cluster whose random key began with "-"."""
+    return [f"--api-key=$({ENV})"]
 
 
 def secret(namespace: str, *, key: str | None = None) -> dict[str, Any]:
@@ -46,7 +50,8 @@ def secret(namespace: str, *, key: str | None = None) -> dict[str, Any]:
             "namespace": namespace,
             "labels": {labels.MANAGED_BY: labels.MANAGER},
         },
-        "stringData": {KEY: key or secrets.token_urlsafe(32)},
+        # Hex: no dash to begin with, nothing a shell or a header needs to quote.
+        "stringData": {KEY: key or secrets.token_hex(32)},
     }
 
 
