@@ -166,7 +166,7 @@ def _volumes(variant: RuntimeVariant) -> list[dict[str, Any]]:
 
 def _worker_spec(variant: RuntimeVariant) -> dict[str, Any]:
     worker_args = [*server_args(variant), "--nnodes", "2", "--node-rank", "1"]
-    worker_args += ["--dist-init-addr", WORKER_HEAD_ADDR]
+    worker_args += [f"--dist-init-addr={WORKER_HEAD_ADDR}"]
     container = _container(variant, worker_args)
     container["name"] = "worker-container"
     # A worker serves no HTTP of its own: only the head answers /health.
@@ -180,7 +180,7 @@ def build_runtime(name: str) -> tuple[dict[str, Any], Notes]:
     variant = VARIANTS[name]
     args = server_args(variant)
     if variant.multinode:
-        args += ["--nnodes", "2", "--node-rank", "0", "--dist-init-addr", HEAD_ADDR]
+        args += ["--nnodes", "2", "--node-rank", "0", f"--dist-init-addr={HEAD_ADDR}"]
     head = _container(variant, args)
     if variant.multinode:
         head["env"].append(POD_IP_ENV)

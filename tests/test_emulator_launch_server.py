@@ -78,8 +78,17 @@ def test_smg_grpc_mode_serves_the_gateways_protocol_on_sglangs_port(
         (["--port", "eighty"], {}, "not a valid int"),
         ([], {"RADIXFLEET_EMULATOR_PROFILE": "no-such-profile"}, "no-such-profile"),
         ([], {"RADIXFLEET_EMULATOR_TIME_SCALE": "fast"}, "fast"),
+        # SGLang's argparse reads a value that begins with a dash as the next flag.
+        (["--api-key", "-Zq3x"], {}, "--api-key needs a value"),
     ],
-    ids=["unknown-flag", "bad-choice", "bad-int", "unknown-profile", "bad-time-scale"],
+    ids=[
+        "unknown-flag",
+        "bad-choice",
+        "bad-int",
+        "unknown-profile",
+        "bad-time-scale",
+        "dashed-value-apart",
+    ],
 )
 def test_what_sglang_refuses_stops_the_replica(
     args: list[str], environ: dict[str, str], message: str

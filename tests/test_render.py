@@ -167,11 +167,11 @@ def test_multinode_replicas_meet_at_the_head_kserve_names(rendered: Path) -> Non
     runtime = runtimes_of(rendered)["sglang-multinode"]
     head = runtime["spec"]["containers"][0]
     worker = runtime["spec"]["workerSpec"]["containers"][0]
-    assert head["args"][head["args"].index("--dist-init-addr") + 1].startswith("$(POD_IP):")
+    assert any(a.startswith("--dist-init-addr=$(POD_IP):") for a in head["args"])
     assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in head[
         "env"
     ]
-    assert worker["args"][worker["args"].index("--dist-init-addr") + 1].startswith("$(HEAD_SVC):")
+    assert any(a.startswith("--dist-init-addr=$(HEAD_SVC):") for a in worker["args"])
     mounted = {m["name"] for m in worker["volumeMounts"]}
     assert mounted <= {v["name"] for v in runtime["spec"]["workerSpec"]["volumes"]}
     multinode = [d for d in inference_services(rendered) if "workerSpec" in d["spec"]["predictor"]]

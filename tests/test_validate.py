@@ -183,6 +183,25 @@ def test_custom_object_metadata_is_object_meta(
             ["--mem-fraction-static 'most': not a valid float"],
             id="bad-float",
         ),
+        pytest.param(
+            ["--api-key", "-Zq3x"],
+            [
+                "--api-key needs a value",
+                "'-Zq3x' is not a flag (values follow the flag they belong to)",
+            ],
+            id="dashed-value-reads-as-a-flag",
+        ),
+        pytest.param(["--random-seed", "-1"], [], id="negative-number-is-a-value"),
+        pytest.param(["--api-key=-Zq3x"], [], id="dashed-value-attached"),
+        pytest.param(
+            ["--api-key", "$(DATA_PLANE_KEY)"],
+            [
+                "--api-key '$(DATA_PLANE_KEY)': give a value from the environment as "
+                "--api-key=$(DATA_PLANE_KEY)"
+            ],
+            id="environment-value-apart",
+        ),
+        pytest.param(["--api-key=$(DATA_PLANE_KEY)"], [], id="environment-value-attached"),
     ],
 )
 def test_sglang_args(args: list[str], problems: list[str]) -> None:

@@ -139,13 +139,23 @@ def _rendezvous(runtime: Doc) -> Iterator[Problem]:
     generation (`<isvc>-head-<generation>`, constants.GetHeadServiceName)."""
     for i, container in enumerate(get(runtime, "spec.workerSpec.containers") or []):
         args = [str(a) for a in container.get("args") or []]
-        for j, arg in enumerate(args[:-1]):
-            if arg == DIST_INIT_ADDR and not args[j + 1].startswith("$(HEAD_SVC)"):
+        for j, address in _dist_init_addrs(args):
+            if not address.startswith("$(HEAD_SVC)"):
                 yield (
                     runtime,
-                    f"spec.workerSpec.containers[{i}].args[{j + 1}]",
+                    f"spec.workerSpec.containers[{i}].args[{j}]",
                     (
-                        f"{args[j + 1]!r}: a worker reaches its head at $(HEAD_SVC), the only name "
+                        f"{address!r}: a worker reaches its head at $(HEAD_SVC), the only name "
                         "KServe gives it"
                     ),
                 )
+
+
+def _dist_init_addrs(args: list[str]) -> Iterator[tuple[int, str]]:
+    """Each `--dist-init-addr` value with the index of the argument that holds it, given as
+    `--dist-init-addr=ADDR` or as the next argument."""
+    for j, arg in enumerate(args):
+        if arg.startswith(DIST_INIT_ADDR + "="):
+            yield j, arg.partition("=")[2]
+        elif arg == DIST_INIT_ADDR and j + 1 < len(args):
+            yield j + 1, args[j + 1]

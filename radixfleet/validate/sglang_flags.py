@@ -17,6 +17,10 @@ from typing import Any
 # KServe fills `{{.Name}}`-style placeholders in runtime arguments at deploy time.
 TEMPLATE = re.compile(r"\{\{\s*\.[A-Za-z]+\s*\}\}")
 HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgG]?$")
+# argparse's own test: a token that begins with a dash is another flag unless it is a number.
+NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+# The kubelet replaces `$(VAR)` with the container's environment before the process starts.
+ENV_REFERENCE = re.compile(r"^\$\([A-Za-z_][A-Za-z0-9_]*\)")
 
 
 @dataclass(frozen=True)
@@ -58,11 +62,16 @@ def check_args(args: Sequence[str]) -> Iterator[str]:
         if flag is None:
             yield f"unknown sglang flag {name}"
             continue
-        values, i = _values(flag, args, i, inline if "=" in token else None)
+        attached = inline if "=" in token else None
+        values, i = _values(flag, args, i, attached)
         for value in values:
             problem = _check_value(flag, value)
             if problem:
                 yield f"{name} {value!r}: {problem}"
+            elif attached is None and ENV_REFERENCE.match(value):
+                # A value from the environment (a Secret's key, say) may begin with a dash,
+                # which SGLang's argparse would read as the next flag and exit.
+                yield f"{name} {value!r}: give a value from the environment as {name}={value}"
         if flag.takes_value and not values and flag.nargs not in ("*", "?"):
             yield f"{name} needs a value"
 
@@ -88,12 +97,17 @@ def _values(flag: Flag, args: Sequence[str], i: int, inline: str | None) -> tupl
         return [inline], i
     if flag.nargs in ("*", "+"):
         start = i
-        while i < len(args) and not args[i].startswith("--"):
+        while i < len(args) and not _flag_like(args[i]):
             i += 1
         return list(args[start:i]), i
-    if i < len(args) and (not args[i].startswith("--") or flag.nargs == "?"):
+    if i < len(args) and not _flag_like(args[i]):
         return [args[i]], i + 1
     return [], i
+
+
+def _flag_like(token: str) -> bool:
+    """Whether argparse would take `token` for a flag rather than a value."""
+    return token.startswith("-") and not NEGATIVE_NUMBER.match(token)
 
 
 def _check_value(flag: Flag, value: str) -> str | None:
