@@ -477,7 +477,7 @@ def stabilize(
     # zero) is no noise, and a cold start is long enough without waiting for it.
     surge = recommendations[-1].value >= max(1.0, SURGE * reference)
     up_window = 0 if surge else spec.scale_up.stabilization_seconds
-    up_to = int(min(_window(recommendations, now, up_window)))
+    up_to = int(min(_span(recommendations, now, timedelta(seconds=up_window))))
     if up_to > reference:
         return up_to  # the smoothing is the scale-down's: it never holds a scale-up back
     down = _smoothed(recommendations, now, spec)
@@ -514,11 +514,6 @@ def _smoothing_seconds(spec: AutoscalePolicySpec) -> int:
 
 def _span(recommendations: Sequence[Sample], end: datetime, span: timedelta) -> list[float]:
     return [s.value for s in recommendations if end - span <= s.at <= end]
-
-
-def _window(recommendations: Sequence[Sample], now: datetime, seconds: int) -> list[float]:
-    since = now - timedelta(seconds=seconds)
-    return [s.value for s in recommendations if s.at >= since]
 
 
 def limit_rate(
