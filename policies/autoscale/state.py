@@ -179,6 +179,7 @@ class AutoscaleStatus(Wire):
     learned: Learned = Field(default_factory=Learned)
     cold: ColdStarts = Field(default_factory=ColdStarts)
     gaps: tuple[float, ...] = ()  # the latest idle gaps, seconds between busy ticks
+    backlogged: tuple[str, ...] = ()  # pods whose queue was past the allowance last tick
     break_even: BreakEven | None = None
     last_active_at: datetime | None = None
     last_tick_at: datetime | None = None

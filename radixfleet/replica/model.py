@@ -116,7 +116,7 @@ class ReplicaModel:
         )
         if self._listener is not None:
             self.listen(self._listener)  # a restarted process starts with an empty cache
-        self.counters = Counters()
+        self.counters = Counters(started_at=self.ready_at)
         self._hits = RecentWindow()
         self._waiting: deque[Request] = deque()
         self._chunked: Request | None = None
@@ -439,7 +439,7 @@ class ReplicaModel:
 
     def _play_decode(self, run: _Decode, now: float) -> bool:
         """Play the decode steps of `run` that end by `now`; True once the run is over."""
-        batch = len(self._decode.requests)
+        batch, began = len(self._decode.requests), run.start
         if run.end <= now:  # the usual call: woken at the run's end, no need to solve for it
             steps, run.start = run.steps_left, run.end
         elif now <= run.start:
@@ -456,7 +456,7 @@ class ReplicaModel:
         self._steps += steps
         self.cache.allocate(batch * steps)
         self._alloc_total += batch * steps
-        self.counters.decoded(tokens=batch * steps, now=run.start)
+        self.counters.decoded(tokens=batch * steps, steps=steps, start=began, end=run.start)
         if run.steps_left:
             run.end = run.start + self._decode_seconds(run.steps_left)
             return False

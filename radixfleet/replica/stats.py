@@ -11,12 +11,14 @@ from dataclasses import dataclass
 
 from radixfleet.replica.request import Request
 
-#: Seconds of decode history behind `gen_throughput` (SGLang logs it per decode interval).
-THROUGHPUT_WINDOW_S = 5.0
+#: Decode steps between two of SGLang's decode logs (`--decode-log-interval`, default 40). Each
+#: log sets `gen_throughput` to the tokens decoded since the previous log over the time since it.
+DECODE_LOG_INTERVAL = 40
+#: Seconds after its last log at which an idle SGLang scheduler refreshes its gauges, and
+#: reports `gen_throughput` 0.
+IDLE_REFRESH_S = 30.0
 #: Admitted requests behind `cache_hit_rate`.
 HIT_WINDOW_REQUESTS = 1000
-#: Decode records kept before old ones are dropped without a reader asking.
-_TRIM_AT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,16 +34,24 @@ class CounterValues:
 
 
 class Counters:
-    """Running totals, and the decode tokens of the last few seconds for throughput."""
+    """Running totals, and decode throughput as SGLang's scheduler logs it.
 
-    def __init__(self) -> None:
+    SGLang measures `gen_throughput` from one decode log to the next, every
+    DECODE_LOG_INTERVAL decode steps, so a reading covers only the last few hundred
+    milliseconds of a busy replica. The first log after an idle spell spans the idle time too
+    (its clock is not reset while idle) and reads low, until the next log.
+    """
+
+    def __init__(self, *, started_at: float) -> None:
         self.num_requests_total = 0
         self.num_aborted_requests_total = 0
         self.prompt_tokens_total = 0
         self.cached_tokens_total = 0
         self.generation_tokens_total = 0
-        self._decoded: deque[tuple[float, int]] = deque()
-        self._decoded_sum = 0
+        self._last_log_at = started_at
+        self._steps_since_log = 0
+        self._tokens_since_log = 0.0
+        self._logged_throughput = 0.0
 
     def admitted(self, *, prompt_tokens: int, cached_tokens: int) -> None:
         """A request entered a prefill batch."""
@@ -58,17 +68,31 @@ class Counters:
         self.num_aborted_requests_total += 1
         self.generation_tokens_total += request.generated
 
-    def decoded(self, *, tokens: int, now: float) -> None:
-        """Decode steps ending at `now` produced `tokens` tokens."""
-        self._decoded.append((now, tokens))
-        self._decoded_sum += tokens
-        if len(self._decoded) > _TRIM_AT:  # readers trim first; this only bounds the memory
-            self._trim(now)
+    def decoded(self, *, tokens: int, steps: int, start: float, end: float) -> None:
+        """`steps` decode steps of one batch ran from `start` to `end` and made `tokens`."""
+        pending = self._steps_since_log + steps
+        if pending < DECODE_LOG_INTERVAL:
+            self._steps_since_log = pending
+            self._tokens_since_log += tokens
+            return
+        step_s, per_step = (end - start) / steps, tokens / steps
+        first = DECODE_LOG_INTERVAL - self._steps_since_log  # this run's steps to its first log
+        last = first + (steps - first) // DECODE_LOG_INTERVAL * DECODE_LOG_INTERVAL
+        logged_at = start + last * step_s
+        if last == first:  # one log, whose span began before this run
+            made, span = self._tokens_since_log + per_step * first, logged_at - self._last_log_at
+        else:  # the last log's span lies inside this run
+            made, span = per_step * DECODE_LOG_INTERVAL, step_s * DECODE_LOG_INTERVAL
+        self._logged_throughput = made / span if span > 0 else 0.0
+        self._last_log_at = logged_at
+        self._steps_since_log = steps - last
+        self._tokens_since_log = per_step * (steps - last)
 
     def gen_throughput(self, now: float) -> float:
-        """Decode tokens per second over the last THROUGHPUT_WINDOW_S seconds."""
-        self._trim(now)
-        return self._decoded_sum / THROUGHPUT_WINDOW_S
+        """`sglang:gen_throughput`: decode tokens/s at the last log, 0 once idle past a refresh."""
+        if now - self._last_log_at > IDLE_REFRESH_S:
+            return 0.0
+        return self._logged_throughput
 
     def snapshot(self, *, evicted_tokens: int) -> CounterValues:
         """The totals as plain values."""
@@ -80,11 +104,6 @@ class Counters:
             generation_tokens_total=self.generation_tokens_total,
             evicted_tokens_total=evicted_tokens,
         )
-
-    def _trim(self, now: float) -> None:
-        horizon = now - THROUGHPUT_WINDOW_S
-        while self._decoded and self._decoded[0][0] < horizon:
-            self._decoded_sum -= self._decoded.popleft()[1]
 
 
 class RecentWindow:
