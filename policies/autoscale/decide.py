@@ -331,9 +331,9 @@ def _running_demand(
     batch = target_batch(spec, learned)
     if batch is not None:
         return (running + queued) / batch
-    if queued <= 0:
-        return 0.0
-    # No batch known yet: price the queue at what a replica runs now (a guess at zero).
+    if queued <= 0 or learned.footprint is not None:
+        return 0.0  # the KV signal prices the queue at the footprint of a running request
+    # Nothing known yet: price the queue at what a replica runs now (a guess at zero).
     per_replica = running / observed.ready if running >= 1 else FALLBACK_REQUESTS_PER_REPLICA
     return observed.ready + queued / per_replica
 

@@ -313,6 +313,20 @@ def test_wake_from_zero_on_waiting_requests() -> None:
     assert decision.desired == 3
 
 
+@pytest.mark.parametrize(("waiting", "expected"), [(40.0, 1), (800.0, 2)], ids=["40", "800"])
+def test_a_wake_prices_the_waiting_requests_at_their_learned_kv_footprint(
+    waiting: float, expected: int
+) -> None:
+    """Once a running request's KV footprint is known (here 0.1% of a replica), requests held
+    upstream are priced at it: 40 that waited on a cold start fit in the first replica, where
+    the guess of 16 a replica ordered three (the sparse-sessions scenario's wakes took two or
+    three replicas for minutes); 800 need two replicas' worth of KV at the 70% target."""
+    at_zero = Observed(ready=0, waiting=waiting, revision="llama-00001")
+    learned = Learned(footprint=0.001)
+    before = status(0, last_active_at=T0 - timedelta(hours=1), learned=learned)
+    assert decide(at_zero, spec(), before, T0).desired == expected
+
+
 def test_spent_cold_start_budget_keeps_one_replica_warm() -> None:
     spent = ColdStarts(requests=1000, waited=50)  # 5% waited on a cold start, budget 1%
     idle_for = T0 - timedelta(seconds=1200)  # past the 600 s idle window, within the hour
