@@ -55,7 +55,8 @@ LEARNING_RATE = 0.2  # weight of a new sample in what is learned about a replica
 MIN_LEARNING_LOAD = 0.5  # replicas' worth of KV in use before a capacity sample counts
 EPSILON = 1e-9
 SURGE = 1.5  # a recommendation this many times the count skips the scale-up window
-MIN_ITL_BATCH = 8  # running requests before a replica's inter-token latency counts
+MIN_ITL_BATCH = 4  # running requests before a replica's inter-token latency counts
+MIN_RATE_BATCH = 8  # running requests per ready replica before the fleet teaches a rate
 MAX_GAPS = 32  # idle gaps remembered for the break-even
 MIN_GAPS = 5  # gaps before the break-even replaces the spec's idle window
 
@@ -276,9 +277,15 @@ def learn_rate(observed: Observed, learned: Learned, load: float) -> Learned:
 
     Only a fleet within its targets teaches it: an overloaded one under-reads its load (the
     latency model saturates, requests pile up in running batches), which would inflate it.
+    Nor one running small batches, whose load signal is the rough ITL estimate's: a trickle of
+    0.8 req/s in batches of four taught one replica per 1.0 req/s (a replica serves 15), and
+    every session after that ordered a second replica.
     """
     rate = finite(observed.arrival_rate)
     if rate is None or rate <= 0 or load < MIN_LEARNING_LOAD or load > observed.ready * 1.1:
+        return learned
+    running = sum(r.running or 0.0 for r in observed.replicas)
+    if running < MIN_RATE_BATCH * max(observed.ready, 1):
         return learned
     return learned.model_copy(update={"replica_rps": _blend(learned.replica_rps, rate / load)})
 
@@ -343,12 +350,11 @@ def itl_estimate(observed: Observed) -> float | None:
     requests over decode tokens/s (SGLang's first throughput log after an idle spell spans the
     idle time and reads low; the median does not follow such a replica).
 
-    Replicas running fewer than MIN_ITL_BATCH requests are left out: `gen_throughput` is set
-    every forty decode steps and the running count at every admission, so the two disagree by
-    the requests that joined since the last log. A batch of four that one request just joined
-    reads a quarter slower than it runs, and a 0.8 req/s trickle taught the rate learning one
-    replica per 1.0 req/s (it serves 15); from eight on one join moves it by an eighth, and such
-    small batches are nowhere near saturation anyway. None when no replica qualifies.
+    Replicas running fewer than MIN_ITL_BATCH requests are left out: their reading is mostly
+    step overhead, and they are nowhere near saturation. It stays rough at small batches:
+    `gen_throughput` is set every forty decode steps and the running count at every admission,
+    so a batch of four that one request just joined reads a quarter slower than it runs (which
+    is why `learn_rate` waits for larger batches). None when no replica qualifies.
     """
     values = sorted(
         (r.running or 0.0) / (finite(r.gen_throughput) or 0.0)

@@ -402,6 +402,20 @@ def test_replica_capacity_is_learned_only_within_the_targets() -> None:
     assert decide(swamped, spec(), status(2), T0).status.learned.replica_rps is None
 
 
+def test_replica_capacity_is_not_learned_from_small_batches() -> None:
+    """Batches of four read through the rough ITL estimate (a join since SGLang's last decode
+    log makes it a quarter slow): the sparse-sessions scenario's 0.8 req/s taught 1.0 req/s a
+    replica, and each session then ordered a second one."""
+    # 4 running on one replica at 1 ms/token each over its floor: the ITL signal says 0.6
+    trickle = observed(1, kv=0.01, running=4, gen_throughput=4 / 0.0146, arrival_rate=0.8)
+    floor = spec(targets={"itlFloorMs": 6.3})
+    decision = decide(trickle, floor, status(1), T0)
+    assert decision.status.demand.itl > 0.5  # the signal is there, and binding
+    assert decision.status.learned.replica_rps is None
+    busy = observed(1, kv=0.01, running=8, gen_throughput=8 / 0.0146, arrival_rate=0.8)
+    assert decide(busy, floor, status(1), T0).status.learned.replica_rps is not None
+
+
 def test_steady_rate_predicts_nothing() -> None:
     rates = tuple(Sample(at=T0 - timedelta(seconds=a), value=10.0) for a in range(300, 0, -10))
     decision = decide(observed(5, arrival_rate=10.0), spec(), status(5, rates=rates), T0)
