@@ -161,7 +161,8 @@ def _common(a: Prefix, b: Prefix) -> int:
 
 def may_hold_back(*, serving: int, waiting: int) -> bool:
     """Whether a ready replica may warm up before taking traffic: only while `serving` other
-    replicas of its revision take the requests and none is `waiting` for a replica."""
+    replicas of its revision take the requests and none is `waiting`, held for want of a
+    replica or queued at a serving one (the new replica would take it at once)."""
     return serving > 0 and waiting == 0
 
 

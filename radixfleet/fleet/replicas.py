@@ -302,12 +302,15 @@ class ReplicaSet:
     async def _prewarm(self, replica: Replica) -> None:
         """Send a healthy replica the revision's hottest prefixes before the router knows it,
         when that delays no request: other replicas serve and none waits for this one (a wake
-        from zero does)."""
+        from zero does, and so do requests queued at the ready replicas)."""
         if self.prewarmer is None:
             return
+        ready = [r for r in self._replicas.values() if r.state is ReplicaState.READY]
+        queued = [await _queued(self.session, r.url) for r in ready]
         warmup = self.prewarmer.warmup(
             kv_blocks=kv_blocks(self.launcher.kv_capacity_tokens(self.spec)),
-            serving=self.ready_count(), waiting=int(self._wake_at is not None), now=time.time(),
+            serving=len(ready), waiting=int(self._wake_at is not None) + sum(queued),
+            now=time.time(),
         )  # fmt: skip
         if warmup is None:
             return
@@ -446,6 +449,17 @@ async def _healthy(session: aiohttp.ClientSession, url: str) -> bool:
             return answer.status == 200
     except (aiohttp.ClientError, TimeoutError):
         return False
+
+
+async def _queued(session: aiohttp.ClientSession, url: str) -> int:
+    """Requests queued at a replica (its /get_load); 1 when it cannot say, so that an unknown
+    queue never lets a warm-up delay a request."""
+    try:
+        async with session.get(f"{url}/get_load", timeout=aiohttp.ClientTimeout(total=5)) as answer:
+            loads = await answer.json(content_type=None)
+        return sum(int(rank.get("num_waiting_reqs", 0)) for rank in loads)
+    except (aiohttp.ClientError, TimeoutError, ValueError, TypeError, AttributeError):
+        return 1
 
 
 async def _drain(session: aiohttp.ClientSession, url: str, *, timeout_s: float) -> None:

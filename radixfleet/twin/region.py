@@ -422,7 +422,12 @@ class Region:
         warm = None
         if prewarmer is not None and model is not None and not replica.initial:
             kv_blocks = model.profile.kv_capacity_tokens // model.block_tokens
-            serving, waiting = len(revision.routable), len(revision.buffer)
+            serving = len(revision.routable)
+            # Requests held for want of a replica, and those queued at the serving ones: the
+            # new replica could take either at once.
+            waiting = len(revision.buffer) + sum(
+                r.model.stats(t).num_queue_reqs for r in revision.routable if r.model is not None
+            )
             warm = prewarmer.warmup(kv_blocks=kv_blocks, serving=serving, waiting=waiting, now=t)
         if warm is None or model is None:
             self._route(replica, t)
