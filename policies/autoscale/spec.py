@@ -105,12 +105,12 @@ class ScaleDown(Spec):
     under-reads the load (KV usage of a compute-bound model) meets the queue on the way down
     instead of at the bottom.
 
-    The window's recommendations are read as their means over `smoothingSeconds` (rounded to
-    the nearest count): the HPA's come from metrics already averaged over a minute, ours from
-    gauges read at one instant, and the highest of thirty instants is the noise's peak, not the
-    load (on the Azure trace at 45 req/s it cost 9% more GPU-hours at the same SLO). A count
-    reached by a scale-up stays for the whole window all the same. 0 reads each tick's as it
-    is; the span is at most the window.
+    The window's recommendations are read as their means over `smoothingSeconds` (rounded
+    up): the HPA's come from metrics already averaged over a minute, ours from gauges read at
+    one instant, and the highest of thirty instants is the noise's peak, not the load (on the
+    Azure trace at 45 req/s it cost 9% more GPU-hours at the same SLO). A count reached by a
+    scale-up stays for the whole window all the same. 0 reads each tick's as it is; the span
+    is at most the window.
     """
 
     stabilization_seconds: Annotated[int, Field(ge=0, le=7200)] = 300

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 RECONCILE_INTERVAL_S = 0.5  # also how soon a dead replica is noticed
 RETRY_DELAY_S = 1.0  # after a failed start, before trying again
 DRAIN_TIMEOUT_S = 30.0
+WAIT_POLL_S = 1.0  # how often a warm-up looks for requests waiting on the serving replicas
 
 
 class ReplicaStartError(RuntimeError):
@@ -306,18 +307,29 @@ class ReplicaSet:
         if self.prewarmer is None:
             return
         ready = [r for r in self._replicas.values() if r.state is ReplicaState.READY]
-        queued = [await _queued(self.session, r.url) for r in ready]
         warmup = self.prewarmer.warmup(
             kv_blocks=kv_blocks(self.launcher.kv_capacity_tokens(self.spec)),
-            serving=len(ready), waiting=int(self._wake_at is not None) + sum(queued),
-            now=time.time(),
+            serving=len(ready), waiting=await self._waiting(ready), now=time.time(),
         )  # fmt: skip
         if warmup is None:
             return
         started = time.time()
-        answered = await warm(self.session, replica.url, warmup)
-        self._event("prewarmed", replica.id, seconds=time.time() - started,
-                    detail=f"{answered} of {len(warmup.prefixes)} prefixes")  # fmt: skip
+        warming = asyncio.ensure_future(warm(self.session, replica.url, warmup))
+        while not warming.done():  # a request that comes to wait ends the warm-up
+            await asyncio.wait({warming}, timeout=WAIT_POLL_S)
+            if not warming.done() and await self._waiting(ready):
+                warming.cancel()
+        detail = (
+            "ended: a request waited"
+            if warming.cancelled()
+            else f"{warming.result()} of {len(warmup.prefixes)} prefixes"
+        )
+        self._event("prewarmed", replica.id, seconds=time.time() - started, detail=detail)
+
+    async def _waiting(self, ready: list[Replica]) -> int:
+        """Requests a new replica could take at once: a wake's, or queued at `ready` ones."""
+        queued = [await _queued(self.session, r.url) for r in ready]
+        return int(self._wake_at is not None) + sum(queued)
 
     def _mark_ready(self, replica: Replica) -> None:
         replica.state, replica.ready_at = ReplicaState.READY, time.time()

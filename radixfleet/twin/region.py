@@ -422,12 +422,7 @@ class Region:
         warm = None
         if prewarmer is not None and model is not None and not replica.initial:
             kv_blocks = model.profile.kv_capacity_tokens // model.block_tokens
-            serving = len(revision.routable)
-            # Requests held for want of a replica, and those queued at the serving ones: the
-            # new replica could take either at once.
-            waiting = len(revision.buffer) + sum(
-                r.model.stats(t).num_queue_reqs for r in revision.routable if r.model is not None
-            )
+            serving, waiting = len(revision.routable), _waiting(revision, t)
             warm = prewarmer.warmup(kv_blocks=kv_blocks, serving=serving, waiting=waiting, now=t)
         if warm is None or model is None:
             self._route(replica, t)
@@ -456,6 +451,13 @@ class Region:
         if replica.warming > 0:  # zero already when the deadline routed it
             replica.warming -= 1
             if replica.warming == 0:
+                self._route(replica, t)
+
+    def _end_warm_ups(self, revision: Revision, t: float) -> None:
+        """Warming replicas take traffic as soon as a request waits that they could serve."""
+        warming = [r for r in revision.replicas if r.warming and r not in revision.routable]
+        if warming and _waiting(revision, t):
+            for replica in warming:
                 self._route(replica, t)
 
     def _route(self, replica: Replica, t: float) -> None:
@@ -536,6 +538,7 @@ class Region:
 
     def _scale(self, service: Service, revision: Revision, t: float) -> None:
         service.expire(revision, t)
+        self._end_warm_ups(revision, t)
         observed = service.observe(revision, t)
         desired = service.target(revision, revision.scaler.desired_replicas(observed, t))
         active = revision.active()
@@ -703,3 +706,10 @@ def _profile(spec: str, scenario: Scenario) -> ReplicaProfile:
     if key not in _PROFILES:
         _PROFILES[key] = resolve_profile(spec)
     return _PROFILES[key]
+
+
+def _waiting(revision: Revision, t: float) -> int:
+    """Requests a new replica could take at once: held for want of a replica, or queued at the
+    serving ones."""
+    queued = sum(r.model.stats(t).num_queue_reqs for r in revision.routable if r.model)
+    return len(revision.buffer) + queued

