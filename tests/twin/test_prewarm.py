@@ -100,5 +100,6 @@ def test_warm_up_never_holds_back_a_replica_while_requests_queue_at_the_others()
     counted), it left the queue to grow for up to its 30 s deadline."""
     metrics = _metrics(SWAMPED)
     warm, cold = metrics["prewarm"], metrics["cold"]
+    assert warm["new_replica_hit_rate"] is not None  # a second replica did come
     for key in ("ttft_p50_s", "ttft_p95_s", "slo_attainment", "gpu_hours", "prefix_hit_rate"):
         assert warm[key] == cold[key], key
