@@ -204,7 +204,7 @@ def test_saturation_batch_is_learned_from_a_backlog_that_lasts_two_ticks() -> No
 def test_a_queue_behind_one_prefill_teaches_no_batch() -> None:
     """Requests that arrive during a long prefill wait for the next prefill batch, at any
     running batch; they are admitted by the next tick. Seen on the twin's Azure trace at 45
-    req/s: 3 queued behind 27 running at 7% KV taught a batch of 27 (a replica carries 200)."""
+    req/s: a queue of three or more behind 27 running at 7% KV taught a batch of 27."""
     ticks = [observed(5, kv=0.07, running=27, queued=q) for q in (0, 4, 0, 4, 0, 4)]
     current = status(5)
     for i, seen in enumerate(ticks):
