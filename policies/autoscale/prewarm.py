@@ -11,9 +11,10 @@ A hot prefix is first lengthened through the blocks the prompts that went on pas
 so a shared prefix is sent whole, wherever between two depths of the ladder it ends.
 
 `may_hold_back` keeps warm-up from delaying any request it could serve: a replica is held back
-only while another replica of its revision serves and no request waits for one; a model waking
-from zero, or with requests queued in the activator, takes the replica at once. The spec's
-deadline ends warm-up in any case.
+only while another replica of its revision serves, no request is held for want of a replica
+(a model waking from zero, requests queued in the activator: they take the replica at once),
+and the serving replicas' queues are within the autoscaler's allowance (`queuePerReplica`). The
+spec's deadline ends warm-up in any case.
 
 Pure: no I/O, no clock; the twin, the local fleet and the controller use the same functions.
 """
@@ -25,7 +26,7 @@ import math
 from collections.abc import Hashable, Sequence
 
 from policies.autoscale.spec import Prewarm
-from radixfleet.twin.interfaces import WarmUp
+from radixfleet.twin.interfaces import Waiting, WarmUp
 
 Prefix = tuple[Hashable, ...]
 
@@ -159,11 +160,19 @@ def _common(a: Prefix, b: Prefix) -> int:
     return n
 
 
-def may_hold_back(*, serving: int, waiting: int) -> bool:
+def may_hold_back(*, serving: int, waiting: Waiting, allowance: float) -> bool:
     """Whether a ready replica may warm up before taking traffic: only while `serving` other
-    replicas of its revision take the requests and none is `waiting`, held for want of a
-    replica or queued at a serving one (the new replica would take it at once)."""
-    return serving > 0 and waiting == 0
+    replicas of its revision take the requests, none is held for want of a replica, and their
+    schedulers queue no more than `allowance` requests each.
+
+    A queue past the allowance is a backlog that new arrivals join, and the new replica would
+    take them. One within it is a blip, not a backlog: requests that arrived during a long
+    prefill wait for the next prefill batch at any load. Counted from one queued request, a
+    tripled load of 4,096-token system prompts on two replicas refused the warm-up that came
+    as its third replica was ready (tests/twin/test_prewarm.py's scale-up scenario: a first
+    minute at 84% hits against 97%).
+    """
+    return serving > 0 and waiting.held == 0 and waiting.queued <= allowance * serving
 
 
 class Prewarming:
@@ -171,8 +180,9 @@ class Prewarming:
     popularity of the prompts it was routed, and what each new replica is sent first. The twin's
     autoscaler and the local fleet's replica sets use it alike."""
 
-    def __init__(self, spec: Prewarm) -> None:
+    def __init__(self, spec: Prewarm, *, queue_allowance: float) -> None:
         self.spec = spec
+        self.queue_allowance = queue_allowance  # requests queued per serving replica
         self.popularity = PrefixPopularity()
 
     def record(self, blocks: Sequence[Hashable], now: float) -> None:
@@ -180,9 +190,15 @@ class Prewarming:
         if self.spec.enabled:
             self.popularity.record(blocks, now)
 
-    def warmup(self, *, kv_blocks: int, serving: int, waiting: int, now: float) -> WarmUp | None:
+    def warmup(
+        self, *, kv_blocks: int, serving: int, waiting: Waiting, now: float
+    ) -> WarmUp | None:
         """The hottest prefixes for a new replica, when it may be held back for them."""
-        if not self.spec.enabled or not may_hold_back(serving=serving, waiting=waiting):
+        if not self.spec.enabled or not self.holds_back(serving=serving, waiting=waiting):
             return None
         prefixes = plan(self.popularity, self.spec, kv_blocks=kv_blocks, now=now)
         return WarmUp(prefixes, self.spec.deadline_seconds) if prefixes else None
+
+    def holds_back(self, *, serving: int, waiting: Waiting) -> bool:
+        """Whether a warming replica may stay out of traffic now (`may_hold_back`)."""
+        return may_hold_back(serving=serving, waiting=waiting, allowance=self.queue_allowance)

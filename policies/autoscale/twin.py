@@ -19,7 +19,7 @@ from policies.autoscale.decide import choose_victims, decide
 from policies.autoscale.prewarm import Prewarming
 from policies.autoscale.spec import AutoscalePolicySpec
 from policies.autoscale.state import AutoscaleStatus, Observed, ReplicaMetrics
-from radixfleet.twin.interfaces import ReplicaView, ServiceObservation, WarmUp
+from radixfleet.twin.interfaces import ReplicaView, ServiceObservation, Waiting, WarmUp
 from radixfleet.twin.region import _profile
 from radixfleet.twin.registry import PolicyContext
 
@@ -40,16 +40,22 @@ class TwinAutoscaler:
         self._cached: dict[int, int] = {}  # replica id -> cached_tokens_total at the last tick
         self._last_at: float | None = None
         self._last: Observed | None = None
-        self.prewarming = Prewarming(spec.prewarm)
+        self.prewarming = Prewarming(spec.prewarm, queue_allowance=spec.targets.queue_per_replica)
 
     def record(self, blocks: Sequence[Hashable], now: float) -> None:
         """The gateway routed a prompt: count its prefixes for pre-warming."""
         self.prewarming.record(blocks, now)
 
-    def warmup(self, *, kv_blocks: int, serving: int, waiting: int, now: float) -> WarmUp | None:
+    def warmup(
+        self, *, kv_blocks: int, serving: int, waiting: Waiting, now: float
+    ) -> WarmUp | None:
         """The hottest prefixes for a new replica, when it may be held back for them."""
         return self.prewarming.warmup(kv_blocks=kv_blocks, serving=serving, waiting=waiting,
                                       now=now)  # fmt: skip
+
+    def holds_back(self, *, serving: int, waiting: Waiting) -> bool:
+        """Whether a warming replica may stay out of traffic now."""
+        return self.prewarming.holds_back(serving=serving, waiting=waiting)
 
     def desired_replicas(self, observed: ServiceObservation, now: float) -> int:
         """Observe, decide, keep the status; the twin clamps the answer to the model's bounds."""

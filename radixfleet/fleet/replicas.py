@@ -32,7 +32,7 @@ from radixfleet.fleet.router import WORKER_ID_SEPARATOR, RouterError, RouterGrou
 from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.fleet.spec import FleetSpec, ModelSpec, revision_name
 from radixfleet.profile import resolve_profile
-from radixfleet.twin.interfaces import Prewarmer
+from radixfleet.twin.interfaces import Prewarmer, Waiting
 
 log = logging.getLogger(__name__)
 
@@ -302,12 +302,13 @@ class ReplicaSet:
 
     async def _prewarm(self, replica: Replica) -> None:
         """Send a healthy replica the revision's hottest prefixes before the router knows it,
-        when that delays no request: other replicas serve and none waits for this one (a wake
-        from zero does, and so do requests queued at the ready replicas)."""
-        if self.prewarmer is None:
+        while the pre-warmer may hold it back: other replicas serve, no wake waits for this one,
+        and their queues stay within the allowance (policies/autoscale/prewarm.may_hold_back)."""
+        prewarmer = self.prewarmer
+        if prewarmer is None:
             return
         ready = [r for r in self._replicas.values() if r.state is ReplicaState.READY]
-        warmup = self.prewarmer.warmup(
+        warmup = prewarmer.warmup(
             kv_blocks=kv_blocks(self.launcher.kv_capacity_tokens(self.spec)),
             serving=len(ready), waiting=await self._waiting(ready), now=time.time(),
         )  # fmt: skip
@@ -315,9 +316,11 @@ class ReplicaSet:
             return
         started = time.time()
         warming = asyncio.ensure_future(warm(self.session, replica.url, warmup))
-        while not warming.done():  # a request that comes to wait ends the warm-up
+        while not warming.done():  # requests that come to wait end the warm-up
             await asyncio.wait({warming}, timeout=WAIT_POLL_S)
-            if not warming.done() and await self._waiting(ready):
+            if warming.done():
+                break
+            if not prewarmer.holds_back(serving=len(ready), waiting=await self._waiting(ready)):
                 warming.cancel()
         detail = (
             "ended: a request waited"
@@ -326,10 +329,13 @@ class ReplicaSet:
         )
         self._event("prewarmed", replica.id, seconds=time.time() - started, detail=detail)
 
-    async def _waiting(self, ready: list[Replica]) -> int:
-        """Requests a new replica could take at once: a wake's, or queued at `ready` ones."""
+    async def _waiting(self, ready: list[Replica]) -> Waiting:
+        """Requests held for a wake, and queued at the `ready` replicas. A replica that cannot
+        say counts as a held request, so that an unknown queue never lets a warm-up delay one."""
         queued = [await _queued(self.session, r.url) for r in ready]
-        return int(self._wake_at is not None) + sum(queued)
+        unknown = sum(q is None for q in queued)
+        held = int(self._wake_at is not None) + unknown
+        return Waiting(held=held, queued=sum(q for q in queued if q is not None))
 
     def _mark_ready(self, replica: Replica) -> None:
         replica.state, replica.ready_at = ReplicaState.READY, time.time()
@@ -463,15 +469,14 @@ async def _healthy(session: aiohttp.ClientSession, url: str) -> bool:
         return False
 
 
-async def _queued(session: aiohttp.ClientSession, url: str) -> int:
-    """Requests queued at a replica (its /get_load); 1 when it cannot say, so that an unknown
-    queue never lets a warm-up delay a request."""
+async def _queued(session: aiohttp.ClientSession, url: str) -> int | None:
+    """Requests queued at a replica (its /get_load); None when it cannot say."""
     try:
         async with session.get(f"{url}/get_load", timeout=aiohttp.ClientTimeout(total=5)) as answer:
             loads = await answer.json(content_type=None)
         return sum(int(rank.get("num_waiting_reqs", 0)) for rank in loads)
     except (aiohttp.ClientError, TimeoutError, ValueError, TypeError, AttributeError):
-        return 1
+        return None
 
 
 async def _drain(session: aiohttp.ClientSession, url: str, *, timeout_s: float) -> None:

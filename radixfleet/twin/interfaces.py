@@ -134,6 +134,17 @@ class WarmUp:
     deadline_s: float
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """Requests a warm-up could keep waiting: `held` for want of a replica (a wake from zero,
+    the activator's queue), which a new replica takes at once; `queued` in the serving
+    replicas' schedulers, which stay there (SGLang moves no queued request) but say that new
+    arrivals will queue too once they are many."""
+
+    held: int = 0
+    queued: int = 0
+
+
 @runtime_checkable
 class Prewarmer(Protocol):
     """Optional for a ScalingPolicy: warm a new replica's prefix cache before it serves."""
@@ -142,10 +153,15 @@ class Prewarmer(Protocol):
         """A prompt of `blocks` was routed to the revision at `now`."""
         ...
 
-    def warmup(self, *, kv_blocks: int, serving: int, waiting: int, now: float) -> WarmUp | None:
+    def warmup(
+        self, *, kv_blocks: int, serving: int, waiting: Waiting, now: float
+    ) -> WarmUp | None:
         """What a ready replica with room for `kv_blocks` is sent first; None: nothing, and
-        it takes traffic at once (`serving` replicas take the revision's requests, `waiting`
-        requests wait for one)."""
+        it takes traffic at once (`serving` replicas take the revision's requests)."""
+        ...
+
+    def holds_back(self, *, serving: int, waiting: Waiting) -> bool:
+        """Whether a warming replica may stay out of traffic now; False ends its warm-up."""
         ...
 
 

@@ -28,7 +28,7 @@ from radixfleet.replica import (
     RequestSpec,
     SchedulePolicy,
 )
-from radixfleet.twin.interfaces import CanaryObservation, RegionObservation, UsageMeter
+from radixfleet.twin.interfaces import CanaryObservation, RegionObservation, UsageMeter, Waiting
 from radixfleet.twin.log import DecisionRecord, ReplicaSpan, RequestLog, Sample, Status
 from radixfleet.twin.metrics import CanaryWindow
 from radixfleet.twin.registry import PolicyContext, build
@@ -454,9 +454,14 @@ class Region:
                 self._route(replica, t)
 
     def _end_warm_ups(self, revision: Revision, t: float) -> None:
-        """Warming replicas take traffic as soon as a request waits that they could serve."""
+        """Warming replicas take traffic as soon as the pre-warmer may hold them back no more
+        (requests wait that they could serve)."""
         warming = [r for r in revision.replicas if r.warming and r not in revision.routable]
-        if warming and _waiting(revision, t):
+        prewarmer = revision.prewarmer
+        if not warming or prewarmer is None:
+            return
+        serving = len(revision.routable)
+        if not prewarmer.holds_back(serving=serving, waiting=_waiting(revision, t)):
             for replica in warming:
                 self._route(replica, t)
 
@@ -708,8 +713,7 @@ def _profile(spec: str, scenario: Scenario) -> ReplicaProfile:
     return _PROFILES[key]
 
 
-def _waiting(revision: Revision, t: float) -> int:
-    """Requests a new replica could take at once: held for want of a replica, or queued at the
-    serving ones."""
+def _waiting(revision: Revision, t: float) -> Waiting:
+    """Requests held for want of a replica, and queued at the serving ones."""
     queued = sum(r.model.stats(t).num_queue_reqs for r in revision.routable if r.model)
-    return len(revision.buffer) + queued
+    return Waiting(held=len(revision.buffer), queued=queued)

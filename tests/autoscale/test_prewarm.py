@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from policies.autoscale.prewarm import PrefixPopularity, depths, may_hold_back, plan
 from policies.autoscale.spec import Prewarm
+from radixfleet.twin.interfaces import Waiting
 
 SPEC = Prewarm(kv_fraction=0.5)  # half the KV cache, prefixes seen twice
 
@@ -84,16 +85,18 @@ def test_a_plan_fits_its_budget_and_never_repeats_itself(
 @pytest.mark.parametrize(
     ("serving", "waiting", "held"),
     [
-        pytest.param(2, 0, True, id="peers-serve-nothing-waits"),
-        pytest.param(0, 0, False, id="waking-from-zero"),
-        pytest.param(0, 3, False, id="requests-wait-in-the-activator"),
-        pytest.param(2, 1, False, id="a-request-waits-though-peers-serve"),
+        pytest.param(2, Waiting(), True, id="peers-serve-nothing-waits"),
+        pytest.param(0, Waiting(), False, id="waking-from-zero"),
+        pytest.param(0, Waiting(held=3), False, id="requests-wait-in-the-activator"),
+        pytest.param(2, Waiting(held=1), False, id="a-request-is-held-though-peers-serve"),
+        pytest.param(2, Waiting(queued=4), True, id="queues-within-the-allowance"),
+        pytest.param(2, Waiting(queued=5), False, id="a-backlog-at-the-serving-replicas"),
     ],
 )
 def test_a_replica_is_held_back_only_when_no_request_needs_it(
-    serving: int, waiting: int, held: bool
+    serving: int, waiting: Waiting, held: bool
 ) -> None:
-    assert may_hold_back(serving=serving, waiting=waiting) is held
+    assert may_hold_back(serving=serving, waiting=waiting, allowance=2.0) is held
 
 
 def test_the_ladder_of_depths() -> None:

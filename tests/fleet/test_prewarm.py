@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from policies.autoscale.prewarm import Prewarming
-from policies.autoscale.spec import Prewarm
+from policies.autoscale.spec import Prewarm, Targets
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
 from radixfleet.fleet.prewarm import prompt_blocks
@@ -49,7 +49,9 @@ def spec() -> FleetSpec:
 
 
 def prewarmers(region: str, _model: ModelSpec) -> Prewarmer | None:
-    return Prewarming(Prewarm()) if region == "prewarmed" else None
+    if region != "prewarmed":
+        return None
+    return Prewarming(Prewarm(), queue_allowance=Targets().queue_per_replica)
 
 
 @pytest.fixture(scope="module")
