@@ -8,9 +8,10 @@ No I/O, no clock: the controller, the local fleet and the twin call the same fun
    the last time the model had a request, and what one replica carries (learned).
 3. Demand, in replicas, from each signal: KV usage plus the queue priced at the KV footprint of
    a running request (long-context load); running plus queued requests over the batch a
-   replica should run, set or learned from saturation (compute-bound load); TTFT/ITL p95 over
-   the SLO (push up only); the arrival rate over what a replica serves (learned); the rate's
-   rise one cold start ahead. The largest wins.
+   replica should run, set or learned from saturation (compute-bound load); the inter-token
+   latency (running requests over decode throughput, the median of three ticks) against the
+   aim; TTFT/ITL p95 over the SLO (push up only); the arrival rate over what a replica serves
+   (learned); the rate's rise one cold start ahead. The largest wins.
 4. A recommendation within `tolerance` of the current count keeps it. Recommendations pass the
    HPA's stabilisation: up to the lowest of the scale-up window, down to the highest of the
    (long) scale-down window, read as minute means (the gauges are instants), and never within
@@ -56,6 +57,7 @@ MIN_LEARNING_LOAD = 0.5  # replicas' worth of KV in use before a capacity sample
 EPSILON = 1e-9
 SURGE = 1.5  # a recommendation this many times the count skips the scale-up window
 MIN_ITL_BATCH = 4  # running requests before a replica's inter-token latency counts
+ITL_TICKS = 3  # the ITL signal reads the median of this many ticks' estimates
 MIN_RATE_BATCH = 8  # running requests per ready replica before the fleet teaches a rate
 MAX_GAPS = 32  # idle gaps remembered for the break-even
 MIN_GAPS = 5  # gaps before the break-even replaces the spec's idle window
@@ -156,6 +158,7 @@ def remember(
             "break_even": break_even(spec, gaps, cold),
             "learned": learn(observed, spec, status.learned, backlogged=status.backlogged),
             "backlogged": backlogged(observed, spec),
+            "itl_estimates": _itl_estimates(status.itl_estimates, itl_estimate(observed)),
             "last_active_at": now if observed.busy() else status.last_active_at,
             "last_tick_at": now,
         }
@@ -308,7 +311,7 @@ def demand(
     measured = Demand(
         kv=(kv_in_use + queued * footprint) / spec.targets.kv_usage,
         running=_running_demand(observed, spec, status.learned, running, queued),
-        itl=_itl_demand(observed, spec, status.learned),
+        itl=_itl_demand(observed, spec, status.learned, itl=_itl_now(status)),
         latency=_latency_demand(observed, spec),
         rate=_rate_demand(observed, spec, status.learned),
     )
@@ -367,7 +370,28 @@ def itl_estimate(observed: Observed) -> float | None:
     return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
 
-def _itl_demand(observed: Observed, spec: AutoscalePolicySpec, learned: Learned) -> float:
+def _itl_estimates(before: Sequence[float], estimate: float | None) -> tuple[float, ...]:
+    # A tick without an estimate (no replica runs a batch worth reading) starts them again.
+    return () if estimate is None else (*before, estimate)[-ITL_TICKS:]
+
+
+def _itl_now(status: AutoscaleStatus) -> float | None:
+    """The ITL the signal reads: the median of the latest ticks' estimates.
+
+    One tick's estimate jumps with the 40-step log it divides by: at a steady 45 req/s on the
+    Azure trace, between 15 and 30 ms on five replicas, and one high tick in a minute held a
+    fifth replica for the whole run (2.61 GPU-h against 2.35 on the median). A median of
+    three drops such a tick and follows a real change a tick later. An average carries a
+    burst's swamped readings on after the burst: an exponential one (weight 0.3 a tick) spent
+    7.45 GPU-h on bursts of 30 req/s where the median spends 5.78, at the same attainment.
+    """
+    estimates = status.itl_estimates
+    return statistics.median(estimates) if estimates else None
+
+
+def _itl_demand(
+    observed: Observed, spec: AutoscalePolicySpec, learned: Learned, *, itl: float | None
+) -> float:
     """Replicas that bring the inter-token latency to the aim.
 
     At a steady rate, decode time grows like a queue's wait, floor / (1 - utilisation): the
@@ -376,7 +400,6 @@ def _itl_demand(observed: Observed, spec: AutoscalePolicySpec, learned: Learned)
     replicas: batches as large as the KV cache allows, and a backlog behind them) the step
     grows linearly with the batch, queued requests included, which keeps the proportion.
     """
-    itl = itl_estimate(observed)
     if itl is None or observed.ready == 0:
         return 0.0
     aim = spec.slo.itl_p95_ms / 1000.0 * spec.targets.itl_fraction
@@ -653,7 +676,9 @@ def _scale(
         update={
             "recommendations": recommendations,
             "demand": wanted,
-            "learned": learn_rate(observed, status.learned, _binding(wanted)),
+            "learned": learn_rate(
+                observed, status.learned, _instant(observed, spec, status, wanted)
+            ),
             "last_scale_down_at": now if verb is Verb.SCALE_DOWN else status.last_scale_down_at,
             "last_scale_up_at": now if verb is Verb.SCALE_UP else status.last_scale_up_at,
         }
@@ -666,6 +691,16 @@ def _scale(
 def _binding(wanted: Demand) -> float:
     """The demand of the measured signals (what the arrival rate is compared with)."""
     return max(wanted.kv, wanted.running, wanted.itl)
+
+
+def _instant(
+    observed: Observed, spec: AutoscalePolicySpec, status: AutoscaleStatus, wanted: Demand
+) -> float:
+    """The measured demand of this tick alone, which a replica's rate is learned from, as it
+    was before the median: the median lags a change by a tick, and the rate learned beside it
+    came out lower (at 45 req/s the fifth replica stayed about three minutes longer)."""
+    itl = _itl_demand(observed, spec, status.learned, itl=itl_estimate(observed))
+    return max(wanted.kv, wanted.running, itl)
 
 
 def _keep(

@@ -181,6 +181,7 @@ class AutoscaleStatus(Wire):
     gaps: tuple[float, ...] = ()  # the latest idle gaps, seconds between busy ticks
     backlogged: tuple[str, ...] = ()  # pods whose queue was past the allowance last tick
     break_even: BreakEven | None = None
+    itl_estimates: tuple[float, ...] = ()  # the latest ticks' ITL estimates, seconds
     last_active_at: datetime | None = None
     last_tick_at: datetime | None = None
     last_scale_down_at: datetime | None = None

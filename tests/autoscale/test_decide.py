@@ -410,6 +410,51 @@ def test_replica_capacity_is_not_learned_from_small_batches() -> None:
     assert decide(busy, floor, status(1), T0).status.learned.replica_rps is not None
 
 
+def itl_tick(milliseconds: float) -> Observed:
+    """Five replicas of 20 running requests whose ITL estimate reads `milliseconds`."""
+    return observed(5, kv=0.1, running=20, gen_throughput=5 * 20 / (milliseconds / 1000.0))
+
+
+ITL_SPEC = spec(targets={"itlFloorMs": 8})
+
+
+def test_one_ticks_high_itl_estimate_moves_no_demand() -> None:
+    """SGLang sets its throughput gauge every 40 decode steps, so the estimate jumps from tick
+    to tick: on the twin's Azure trace at 45 req/s, between 15 and 30 ms on five replicas, and
+    one high tick a minute held a fifth replica the whole run."""
+    steady = [d.status.demand.itl for d in run([itl_tick(16)] * 3, ITL_SPEC, status(5))]
+    spiked = run([itl_tick(16), itl_tick(16), itl_tick(30)], ITL_SPEC, status(5))
+    assert spiked[-1].status.demand.itl == pytest.approx(steady[-1])
+    assert math.ceil(steady[-1]) == 4  # 30 ms read alone would ask for 5
+    assert math.ceil(run([itl_tick(30)], ITL_SPEC, status(5))[0].status.demand.itl) == 5
+
+
+def test_a_lasting_itl_rise_moves_the_demand_on_its_second_tick() -> None:
+    ticks = [itl_tick(16), itl_tick(16), itl_tick(30), itl_tick(30)]
+    itl = [d.status.demand.itl for d in run(ticks, ITL_SPEC, status(5))]
+    alone = run([itl_tick(30)], ITL_SPEC, status(5))[0].status.demand.itl
+    assert itl[2] == pytest.approx(itl[1])
+    assert itl[3] == pytest.approx(alone)
+
+
+def test_a_tick_without_an_itl_estimate_forgets_the_earlier_ones() -> None:
+    """Between bursts no replica runs a batch worth reading; the next burst's first estimate
+    is read as it is, not beside the last burst's."""
+    ticks = [itl_tick(30), itl_tick(30), observed(5, kv=0.1, running=1), itl_tick(16)]
+    last = run(ticks, ITL_SPEC, status(5))[-1].status
+    assert last.itl_estimates == pytest.approx((0.016,))
+
+
+def test_a_replicas_rate_is_learned_from_this_ticks_itl_not_the_median() -> None:
+    """The median lags the end of a swamp by a tick; beside it, the arrival rate would be
+    read as a fraction of what a replica serves."""
+    calm = observed(5, kv=0.1, running=20, gen_throughput=5 * 20 / 0.016, arrival_rate=30.0)
+    fresh = decide(calm, ITL_SPEC, status(5), T0).status.learned
+    after_a_swamp = status(5, itl_estimates=(0.2, 0.2))
+    assert decide(calm, ITL_SPEC, after_a_swamp, T0).status.learned == fresh
+    assert fresh.replica_rps is not None
+
+
 def test_steady_rate_predicts_nothing() -> None:
     rates = tuple(Sample(at=T0 - timedelta(seconds=a), value=10.0) for a in range(300, 0, -10))
     decision = decide(observed(5, arrival_rate=10.0), spec(), status(5, rates=rates), T0)

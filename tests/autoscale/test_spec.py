@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from policies.autoscale.decide import ITL_TICKS, decide
 from policies.autoscale.spec import (
     API_VERSION,
     KIND,
@@ -19,6 +20,17 @@ from policies.autoscale.spec import (
     AutoscalePolicySpec,
     ScheduleWindow,
     WarmPool,
+)
+from policies.autoscale.state import (
+    AutoscaleStatus,
+    BreakEven,
+    ColdStarts,
+    Demand,
+    LastDecision,
+    Learned,
+    Observed,
+    ReplicaMetrics,
+    to_wire,
 )
 from radixfleet.validate.crd_schema import to_json_schema
 
@@ -79,6 +91,58 @@ def test_crd_fields_are_the_types_fields(path: tuple[str, ...], model: type[Base
     for key in path:
         schema = schema[key] if key == "items" else schema["properties"][key]
     assert set(schema["properties"]) == _aliases(model)
+
+
+# Kubernetes' convention field: in the schema, though AutoscaleStatus does not write it yet.
+CONVENTION_STATUS_FIELDS = {"observedGeneration"}
+
+
+@pytest.mark.parametrize(
+    ("path", "model"),
+    [
+        ((), AutoscaleStatus),
+        (("learned",), Learned),
+        (("cold",), ColdStarts),
+        (("breakEven",), BreakEven),
+        (("demand",), Demand),
+        (("lastDecision",), LastDecision),
+    ],
+    ids=["status", "learned", "cold", "breakEven", "demand", "lastDecision"],
+)
+def test_crd_status_fields_are_the_types_fields(
+    path: tuple[str, ...], model: type[BaseModel]
+) -> None:
+    """The API server prunes a status field its schema lacks: the controller would forget it
+    at every restart without an error."""
+    schema = _version()["schema"]["openAPIV3Schema"]["properties"]["status"]
+    for key in path:
+        schema = schema["properties"][key]
+    assert set(schema["properties"]) - (
+        CONVENTION_STATUS_FIELDS if not path else set()
+    ) == _aliases(model)
+
+
+def test_a_status_after_busy_ticks_is_one_the_crd_accepts() -> None:
+    """The API server refuses a status write past a list's `maxItems` (422)."""
+    busy = Observed(
+        ready=2,
+        revision="llama-00001",
+        arrival_rate=10.0,
+        replicas=tuple(
+            ReplicaMetrics(f"pod-{i}", 20.0, 9.0, 0.5, gen_throughput=1000.0) for i in range(2)
+        ),
+    )
+    status, start = None, datetime(2026, 11, 27, tzinfo=UTC)
+    for tick in range(40):
+        status = decide(
+            busy,
+            AutoscalePolicySpec(inference_service="llama"),
+            status,
+            start + timedelta(seconds=10 * tick),
+        ).status
+    assert status is not None and len(status.itl_estimates) == ITL_TICKS
+    schema = to_json_schema(_version()["schema"]["openAPIV3Schema"]["properties"]["status"])
+    jsonschema.Draft7Validator(schema).validate(to_wire(status))
 
 
 def test_crd_defaults_equal_the_types_defaults() -> None:
