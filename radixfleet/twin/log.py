@@ -87,7 +87,10 @@ class RequestLog:
 
 @dataclass(frozen=True)
 class ReplicaSpan:
-    """One replica from scheduling to removal: what it cost in GPU time."""
+    """One replica from scheduling to removal: what it cost in GPU time, and where its start
+    went: scheduled (`created_at`), on a node with its GPUs (`booted_at`), healthy
+    (`ready_at`), sent its first request (`routable_at`; later than ready while it warms up).
+    Infinite: it never got there. `initial`: one of the scenario's first replicas."""
 
     region: str
     model: str
@@ -95,6 +98,10 @@ class ReplicaSpan:
     created_at: float
     removed_at: float
     gpus: int
+    initial: bool = False
+    booted_at: float = math.inf
+    ready_at: float = math.inf
+    routable_at: float = math.inf
 
     @property
     def gpu_seconds(self) -> float:

@@ -396,7 +396,7 @@ class Region:
         )
         if replica.revision.faults != HEALTHY:
             replica.model.set_faults(replica.revision.faults, now=t)
-        replica.state = STARTING
+        replica.state, replica.booted_at = STARTING, t
         if self.down:
             replica.model.crash(now=t)
             replica.state = CRASHED
@@ -409,7 +409,7 @@ class Region:
             return
         health = model.health(t)
         if health is Health.READY:
-            replica.state = READY
+            replica.state, replica.ready_at = READY, min(replica.ready_at, t)
             self._warm_up(replica, t)
         elif health is Health.STARTING and model.ready_at > t:
             self._push(model.ready_at, CHECK, replica)
@@ -513,6 +513,10 @@ class Region:
                 created_at=replica.created_at,
                 removed_at=t,
                 gpus=service.profile.gpu_count,
+                initial=replica.initial,
+                booted_at=replica.booted_at,
+                ready_at=replica.ready_at,
+                routable_at=replica.routable_at,
             )
         )
 

@@ -59,8 +59,8 @@ class Replica:
     """One predictor pod: its GPU, its place in the lifecycle and its replica model."""
 
     __slots__ = (
-        "created_at", "id", "initial", "load", "model", "planned", "revision", "routable_at",
-        "service", "state", "warming",
+        "booted_at", "created_at", "id", "initial", "load", "model", "planned", "ready_at",
+        "revision", "routable_at", "service", "state", "warming",
     )  # fmt: skip
 
     def __init__(
@@ -75,6 +75,8 @@ class Replica:
         self.load = 0  # the router's in-flight count
         self.planned: float | None = None  # the model's next event time, as queued
         self.initial = False  # one of the replicas the scenario starts with
+        self.booted_at = math.inf  # when its node and GPUs were there and it began to start
+        self.ready_at = math.inf  # when its health check first passed
         self.routable_at = math.inf  # when the gateway first sent it requests
         self.warming = 0  # warm-up prompts still running before it takes traffic
 
