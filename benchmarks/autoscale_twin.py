@@ -10,7 +10,10 @@ routing:
   within 20% of the oracle's GPU-hours.
 - `bursts`: a scale-to-zero model with a trickle of requests and bursts of `--burst-rps` for two
   minutes every fifteen (longer gaps than the idle window). The model starts as Knative starts a
-  revision, with one replica. Goal: at most 1% of requests wait on a cold start.
+  revision, with one replica. Goal: at most 1% of requests wait on a cold start. Per policy,
+  where each burst's seconds go (radixfleet/twin/scaleup.py): to the first replica scheduled
+  for it, to a node, the cold start, the warm-up, and the attainment of the burst's requests
+  before its first new replica took traffic and after; medians over the bursts.
 
 Writes benchmarks/results/autoscale_twin.json (numbers, ratios, goals, settings, the
 machine's load) and autoscale_twin.png (replicas over time).
@@ -23,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +41,7 @@ import matplotlib.pyplot as plt
 
 from radixfleet.twin.fleet import RunRecord
 from radixfleet.twin.run import Outcome, run_scenario
+from radixfleet.twin.scaleup import ScaleUp, scale_up
 from radixfleet.twin.scenario import Scenario
 
 OURS = "policies.autoscale.twin:radixfleet"
@@ -96,10 +102,21 @@ def steady(*, minutes: float, rate: float, extra: list[str]) -> Scenario:
     )  # fmt: skip
 
 
+BURST_S = 120.0
+
+
+def burst_starts(minutes: float) -> list[float]:
+    """When the bursts begin: five minutes in, then every fifteen."""
+    return [
+        at
+        for at in (300.0 + 900.0 * k for k in range(int(minutes * 60 // 900) + 1))
+        if at < minutes * 60
+    ]
+
+
 def bursts(*, minutes: float, burst_rps: float, extra: list[str]) -> Scenario:
     """A trickle with two-minute bursts every fifteen minutes, from one warm replica."""
     trickle = 0.005
-    starts = [300.0 + 900.0 * k for k in range(int(minutes * 60 // 900) + 1)]
     return Scenario.model_validate(
         {
             "name": "autoscale-bursts",
@@ -116,9 +133,9 @@ def bursts(*, minutes: float, burst_rps: float, extra: list[str]) -> Scenario:
                 "sources": [{"kind": "poisson", "tenant": "batch", "rate_rps": trickle}]
             },
             "faults": [
-                {"kind": "tenant_burst", "tenant": "batch", "at_s": at, "duration_s": 120.0,
+                {"kind": "tenant_burst", "tenant": "batch", "at_s": at, "duration_s": BURST_S,
                  "factor": burst_rps / trickle}
-                for at in starts if at < minutes * 60.0
+                for at in burst_starts(minutes)
             ],
             "policies": _policies(extra),
         }
@@ -149,6 +166,37 @@ def summarize(outcome: Outcome) -> dict[str, Any]:
         "ours_over_oracle": ours["gpu_hours"] / oracle - 1.0 if oracle else None,
         "timing": outcome.timing,
     }
+
+
+PHASES = ("decided_s", "node_s", "cold_start_s", "warm_up_s")
+SCALE_UP_KEYS = (
+    *PHASES, "first_routable_s", "last_routable_s", "replicas", "before_first",
+    "attainment_before", "attainment_after",
+)  # fmt: skip
+
+
+def scale_ups(outcome: Outcome, starts: list[float]) -> dict[str, Any]:
+    """Per policy, where each burst's seconds went, and the medians over the bursts."""
+    summary: dict[str, Any] = {}
+    for policy, record in outcome.records.items():
+        found = [scale_up(record, outcome.workload, start_s=at, length_s=BURST_S) for at in starts]
+        ups = [s for s in found if s is not None]
+        summary[policy] = {
+            "bursts": [_finite(vars(s)) for s in ups],
+            "bursts_without_a_scale_up": len(found) - len(ups),
+            "median": _finite({k: _median_of(ups, k) for k in SCALE_UP_KEYS}),
+        }
+    return summary
+
+
+def _median_of(ups: list[ScaleUp], key: str) -> float | None:
+    values = [v for v in (getattr(s, key) for s in ups) if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _finite(row: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no infinity: a phase never reached is null."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
 
 
 def goals(steady_summary: dict[str, Any], burst_summary: dict[str, Any]) -> dict[str, bool]:
@@ -182,6 +230,27 @@ def plot(outcomes: dict[str, Outcome], path: Path) -> None:
     plt.close(figure)
 
 
+def plot_scale_ups(summary: dict[str, Any], path: Path) -> None:
+    """Per policy, the median burst's seconds to its first new replica's first request, phase
+    by phase, beside the burst's length."""
+    figure, axis = plt.subplots(figsize=(10, 1.2 + 0.8 * len(summary)))
+    for row, found in enumerate(summary.values()):
+        left = 0.0
+        for n, phase in enumerate(PHASES):
+            width = found["median"][phase] or 0.0
+            label = phase.removesuffix("_s").replace("_", " ") if row == 0 else None
+            axis.barh(row, width, left=left, color=f"C{n}", label=label)
+            left += width
+    axis.axvline(BURST_S, linestyle=":", color="grey", label="the burst ends")
+    axis.set_yticks(range(len(summary)), list(summary))
+    axis.set_xlabel("seconds from the burst's start to its first new replica's first request")
+    axis.set_title("where a burst's seconds go (medians over the bursts)")
+    axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def _series(record: RunRecord) -> tuple[list[float], list[int]]:
     samples = sorted(record.samples, key=lambda s: s.at)
     return [s.at / 60.0 for s in samples], [s.active for s in samples]
@@ -205,6 +274,9 @@ def main() -> None:
         ),
     }
     summaries = {name: summarize(outcome) for name, outcome in outcomes.items()}
+    summaries["bursts"]["scale_ups"] = scale_ups(
+        outcomes["bursts"], burst_starts(args.burst_minutes)
+    )
     result = {
         "benchmark": "autoscale_twin",
         "settings": vars(args) | {"out": str(args.out)},
@@ -222,6 +294,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "autoscale_twin.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     plot(outcomes, args.out / "autoscale_twin.png")
+    plot_scale_ups(summaries["bursts"]["scale_ups"], args.out / "autoscale_twin_bursts.png")
     print(json.dumps({"goals": result["goals"]} | _headline(summaries), indent=2))
 
 
