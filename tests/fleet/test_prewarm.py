@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +129,65 @@ def test_a_replica_woken_from_zero_is_never_held_back_to_warm_up(
     kinds = [e.kind for e in scaler.events[seen:]]
     assert woken.failed == 0 and "woken" in kinds
     assert "prewarmed" not in kinds, kinds
+
+
+def _backlog(url: str, *, requests: int, prompt: str) -> threading.Thread:
+    """`requests` long generations sent at once straight to one replica, more than its KV
+    cache admits together: the rest queue in its scheduler."""
+
+    def send() -> None:
+        body = {"model": "m", "prompt": prompt, "max_tokens": 1500, "ignore_eos": True}
+
+        def one(_: int) -> None:
+            headers = {"Content-Type": "application/json"}
+            data = json.dumps(body).encode()
+            request = urllib.request.Request(f"{url}/v1/completions", data=data, headers=headers)
+            with urllib.request.urlopen(request, timeout=300) as answer:
+                answer.read()
+
+        with ThreadPoolExecutor(requests) as pool:
+            list(pool.map(one, range(requests)))
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+def _queued(url: str) -> int:
+    with urllib.request.urlopen(f"{url}/get_load", timeout=10) as answer:
+        return sum(int(rank["num_waiting_reqs"]) for rank in json.loads(answer.read()))
+
+
+def test_a_new_replica_is_not_held_back_while_the_serving_one_has_a_backlog(
+    fleet: LocalFleet, tokenizer: EmulatorTokenizer
+) -> None:
+    """A queue past the allowance (two per serving replica) is a backlog that new arrivals
+    join: the new replica takes traffic at once. Once the queue is gone, the next new replica
+    is warmed up (the control: the prefixes are hot throughout)."""
+    synth = PromptSynth(tokenizer, salt=11)
+    requests = shared_prefix_workload(WORKLOAD)
+    items = [WorkItem(r.at, "prewarmed", "m", synth.prompt(r, index=i), r.output_tokens)
+             for i, r in enumerate(requests)]  # fmt: skip
+    assert fleet.scale("prewarmed", "m", 1)
+    assert summarise(asyncio.run(Replayer(entries=fleet.entry_urls()).run(items))).failed == 0
+    scaler = fleet.scaler("prewarmed", "m")
+    (serving,) = scaler.replicas()
+    backlog = _backlog(serving.url, requests=40, prompt=items[0].prompt)
+    deadline = time.monotonic() + 60
+    while _queued(serving.url) <= 2:
+        assert time.monotonic() < deadline, "no backlog formed at the serving replica"
+        time.sleep(0.2)
+    seen = len(scaler.events)
+    assert fleet.scale("prewarmed", "m", 2)
+    during = [e.kind for e in scaler.events[seen:]]
+    backlog.join(timeout=300)
+    assert not backlog.is_alive()
+    assert fleet.scale("prewarmed", "m", 1)
+    seen = len(scaler.events)
+    assert fleet.scale("prewarmed", "m", 2)
+    after = [e.kind for e in scaler.events[seen:]]
+    assert "ready" in during and "prewarmed" not in during, during
+    assert "prewarmed" in after, after
 
 
 @pytest.mark.parametrize(
