@@ -229,7 +229,8 @@ class Prewarm(Spec):
     The gateway's view of the prompts it routed gives the prefixes most requests began with;
     the hottest fill up to `kvFraction` of the new replica's KV cache, each prefix seen at
     least `minHits` times recently. The replica is held back only while other replicas of its
-    revision serve and no request waits for one, and never past `deadlineSeconds`.
+    revision serve, no request waits for a replica and their queues stay within
+    `targets.queuePerReplica` each, and never past `deadlineSeconds`.
     """
 
     enabled: bool = True

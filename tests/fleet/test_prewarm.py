@@ -116,7 +116,7 @@ def test_a_replica_woken_from_zero_is_never_held_back_to_warm_up(
 ) -> None:
     """At zero, requests wait for the first replica and no other serves: it takes them at
     once, however hot the prefixes it could be sent (policies/autoscale/prewarm.may_hold_back:
-    never while nothing else serves, nor while a request waits)."""
+    never while nothing else serves, nor while a request waits for a replica)."""
     synth = PromptSynth(tokenizer, salt=7)
     requests = shared_prefix_workload(WORKLOAD)
     items = [WorkItem(r.at, "prewarmed", "m", synth.prompt(r, index=i), r.output_tokens)
