@@ -45,7 +45,10 @@ class ScaleUp:
 def scale_up(
     record: RunRecord, workload: Workload, *, start_s: float, length_s: float
 ) -> ScaleUp | None:
-    """The scale-up behind the burst at `start_s`; None when no replica was added for it."""
+    """The scale-up behind the burst at `start_s`; None when no replica was added for it.
+
+    It reads every replica and request of the run: meant for a run of one region and one
+    model, as the bursts benchmark's is."""
     end_s = start_s + length_s
     added = sorted(
         (s for s in record.spans if not s.initial and start_s <= s.created_at < end_s),
