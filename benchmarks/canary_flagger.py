@@ -41,6 +41,8 @@ class FlaggerSettings:
 class Flagger:
     """One Flagger canary analysis; holds its failed-check count and iteration like the CR."""
 
+    baseline = False  # Flagger compares the canary with fixed thresholds, not with a baseline
+
     def __init__(self, settings: FlaggerSettings | None = None) -> None:
         self.settings = settings or FlaggerSettings()
         self.tick_s = self.settings.interval_s

@@ -7,7 +7,8 @@ in the order they apply:
 2. The platform team's abort and promote win over everything else.
 3. A canary revision not ready holds, and is rolled back once the progress deadline passes.
 4. Paused holds. A passed manual gate advances at once.
-5. Every `intervalSeconds` the canary is judged against the stable revision. Metrics that are
+5. Every `intervalSeconds` the canary is judged against the stable revision, or against a
+   baseline (the stable model sent the canary's share of traffic) when one runs. Metrics that are
    missing, empty, NaN, or from too few requests halt: they are neither a pass nor a failure,
    never roll back and never promote (Flagger's "halt, don't fail").
 6. A canary beyond a relative bound fails that check only when the difference is significant,
@@ -184,15 +185,15 @@ def _analyse(
         # The interval is spent: the next analysis judges a fresh window, never the same
         # requests again (retrying each tick on overlapping windows would test until noise
         # passes for significance).
-        return _halt(spec, judged, now, _inconclusive(unsure, spec), measured)
+        return _halt(spec, judged, now, _inconclusive(unsure, spec, measured.against), measured)
     if not failed:
         return _step(observed, spec, judged, now)
-    return _failed(spec, judged, now, failed)
+    return _failed(spec, judged, now, failed, measured.against)
 
 
-def _inconclusive(results: Sequence[CheckResult], spec: CanaryPolicySpec) -> str:
+def _inconclusive(results: Sequence[CheckResult], spec: CanaryPolicySpec, against: str) -> str:
     what = "; ".join(
-        f"{_describe(r)} but p={r.p_value:.2g} >= {spec.significance:g}" for r in results
+        f"{_describe(r, against)} but p={r.p_value:.2g} >= {spec.significance:g}" for r in results
     )
     return f"inconclusive, waiting for more data: {what}"
 
@@ -202,7 +203,7 @@ def halt_reason(spec: CanaryPolicySpec, measured: Measured | None) -> str | None
     if measured is None:
         return "metrics were not measured"
     needs_stable = any(check.needs_stable for check in spec.checks)
-    sides = [("canary", measured.canary)] + [("stable", measured.stable)] * needs_stable
+    sides = [("canary", measured.canary)] + [(measured.against, measured.reference)] * needs_stable
     for side, metrics in sides:
         requests = finite(metrics.requests)
         if requests is None:
@@ -221,7 +222,7 @@ def evaluate(check: MetricCheck, measured: Measured, significance: float) -> Che
     only its relative bound, the canary fails when the difference is significant, and is
     inconclusive when it is not."""
     canary = measured.canary.value(check.metric)
-    stable = measured.stable.value(check.metric)
+    stable = measured.reference.value(check.metric)
     assert canary is not None and (stable is not None or not check.needs_stable)
     bounds = _bounds(check, stable)
     bound = max(bounds) if check.metric.higher_is_better else min(bounds)
@@ -249,7 +250,7 @@ def _p_value(check: MetricCheck, measured: Measured) -> float | None:
     """How likely a canary no worse than the check allows is to look this much worse: for
     latency, no slower than `relativeToStable` times the stable revision (the minimum effect);
     for errors, no more often than the stable revision."""
-    metric, canary, stable = check.metric, measured.canary, measured.stable
+    metric, canary, stable = check.metric, measured.canary, measured.reference
     if metric is Metric.ERROR_RATE:
         canary_counts, stable_counts = _errors_and_total(canary), _errors_and_total(stable)
         if canary_counts is None or stable_counts is None:
@@ -279,10 +280,14 @@ def _bounds(check: MetricCheck, stable: float | None) -> list[float]:
 
 
 def _failed(
-    spec: CanaryPolicySpec, status: RolloutStatus, now: datetime, failed: Sequence[CheckResult]
+    spec: CanaryPolicySpec,
+    status: RolloutStatus,
+    now: datetime,
+    failed: Sequence[CheckResult],
+    against: str,
 ) -> Decision:
     count = status.failed_checks + 1
-    what = "; ".join(_describe(r) for r in failed)
+    what = "; ".join(_describe(r, against) for r in failed)
     counted = status.model_copy(update={"failed_checks": count, "phase": Phase.PROGRESSING})
     if count >= spec.threshold:
         return _rollback(counted, now, f"failed {count} of {spec.threshold}: {what}")
@@ -290,9 +295,10 @@ def _failed(
     return _decide(Verb.HOLD, reason, counted, now)
 
 
-def _describe(result: CheckResult) -> str:
+def _describe(result: CheckResult, against: str) -> str:
+    """One check's numbers; `against` names what the canary was compared with."""
     op = "<" if result.metric.higher_is_better else ">"
-    stable = "" if result.stable is None else f", stable {result.stable:.4g}"
+    stable = "" if result.stable is None else f", {against} {result.stable:.4g}"
     return f"{result.metric} {result.canary:.4g} {op} bound {result.bound:.4g}{stable}"
 
 

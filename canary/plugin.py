@@ -42,7 +42,11 @@ PLUGIN = ControllerPlugin(
     register=_register,
     rules=_rules,
     twin={
-        "canary": {"radixfleet": "canary.twin:radixfleet", "no_analysis": "canary.twin:no_analysis"}
+        "canary": {
+            "radixfleet": "canary.twin:radixfleet",
+            "radixfleet_baseline": "canary.twin:radixfleet_baseline",
+            "no_analysis": "canary.twin:no_analysis",
+        }
     },
     metrics=_metrics,
     cli="canary.cli:canary_app",

@@ -37,6 +37,8 @@ class RadixfleetCanary:
 
     `significance=False` hides the latency histograms from the judge, so it decides on the p95s
     alone, as it did before it tested significance: the baseline of benchmarks/canary_bench.py.
+    `baseline=True` asks the twin for a baseline beside the canary (the stable model on replicas
+    of its own, sent the canary's share of the traffic), which the judge then compares with.
     """
 
     def __init__(
@@ -45,12 +47,14 @@ class RadixfleetCanary:
         *,
         tick_s: float = TICK_S,
         significance: bool = True,
+        baseline: bool = False,
     ) -> None:
         self.spec = spec or CanaryPolicySpec()
         self.tick_s = tick_s
         self.window_s = float(self.spec.interval_seconds)
         self.status: RolloutStatus | None = None
         self.significance = significance
+        self.baseline = baseline
 
     def step(self, observed: CanaryObservation, now: float) -> CanaryStep:
         """One controller pass over the rollout."""
@@ -78,14 +82,18 @@ class RadixfleetCanary:
 
 def _without_histograms(measured: Measured) -> Measured:
     hidden = {"ttft_buckets": None, "itl_buckets": None}
+    baseline = measured.baseline
     return Measured(
         canary=measured.canary.model_copy(update=hidden),
         stable=measured.stable.model_copy(update=hidden),
+        baseline=None if baseline is None else baseline.model_copy(update=hidden),
     )
 
 
 class NoAnalysis:
     """Steps through the same weights every interval once the canary is ready; never judges."""
+
+    baseline = False
 
     def __init__(self, spec: CanaryPolicySpec | None = None, *, tick_s: float = TICK_S) -> None:
         self.spec = spec or CanaryPolicySpec()
@@ -110,6 +118,11 @@ class NoAnalysis:
 def radixfleet(ctx: PolicyContext) -> RadixfleetCanary:
     """Twin factory: the canary controller's decisions with the CanaryPolicy's defaults."""
     return RadixfleetCanary()
+
+
+def radixfleet_baseline(ctx: PolicyContext) -> RadixfleetCanary:
+    """Twin factory: the canary controller's decisions against a baseline of the canary's share."""
+    return RadixfleetCanary(baseline=True)
 
 
 def radixfleet_p95_only(ctx: PolicyContext) -> RadixfleetCanary:

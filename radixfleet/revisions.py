@@ -54,7 +54,26 @@ class RevisionMetrics(Wire):
 
 
 class Measured(Wire):
-    """The canary's and the stable revision's numbers over the same window."""
+    """The canary's and the stable revision's numbers over the same window, and a baseline's
+    when one runs.
+
+    A baseline is the stable model on replicas of their own, sent the canary's share of the
+    traffic (Kayenta's baseline): at 5% a canary's replica runs batches of one or two while the
+    stable's run dozens, so the stable revision's latency is not the canary's yardstick, and a
+    twice-slower canary can look faster than it. Beside a baseline, the canary is judged
+    against the baseline (`reference`); without one, against the stable revision.
+    """
 
     canary: RevisionMetrics = Field(default_factory=RevisionMetrics)
     stable: RevisionMetrics = Field(default_factory=RevisionMetrics)
+    baseline: RevisionMetrics | None = None
+
+    @property
+    def reference(self) -> RevisionMetrics:
+        """What the canary is judged against: the baseline when one runs, else the stable."""
+        return self.stable if self.baseline is None else self.baseline
+
+    @property
+    def against(self) -> str:
+        """The name of `reference`, for the decision's reason."""
+        return "stable" if self.baseline is None else "baseline"

@@ -223,7 +223,7 @@ class TrafficPolicy(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class CanaryObservation:
-    """A rollout at a tick: readiness, the current weight, and both revisions' recent numbers.
+    """A rollout at a tick: readiness, the current weight, and the revisions' recent numbers.
 
     `measured` covers the last `window_s` seconds (the policy's analysis interval), and so do
     the canary's p99 TTFT and p99 request duration (arrival to last token), which judges of
@@ -249,10 +249,12 @@ class CanaryStep:
 
 
 class CanaryPolicy(Protocol):
-    """Steps one rollout; `window_s` is the metrics window it wants at each tick."""
+    """Steps one rollout; `window_s` is the metrics window it wants at each tick, `baseline`
+    whether it wants a baseline revision beside the canary (radixfleet.revisions.Measured)."""
 
     tick_s: float
     window_s: float
+    baseline: bool
 
     def step(self, observed: CanaryObservation, now: float) -> CanaryStep:
         """The next move of the rollout."""

@@ -22,16 +22,21 @@ from radixfleet.revisions import Histogram, Measured, RevisionMetrics
 
 
 class CanaryWindow:
-    """Finished requests and 5xx answers of the stable (0) and canary (1) revisions."""
+    """Finished requests and 5xx answers of the stable (0) and canary (1) revisions, and of the
+    baseline (2) when one runs (radixfleet.revisions.Measured)."""
 
-    def __init__(self, window_s: float) -> None:
+    STABLE, CANARY, BASELINE = 0, 1, 2
+
+    def __init__(self, window_s: float, *, baseline: bool = False) -> None:
         self.window_s = window_s
+        self.baseline = baseline
         # Per finished request: end, TTFT, mean ITL, cached and prompt tokens, duration.
         self._done: tuple[deque[tuple[float, float, float, int, int, float]], ...] = (
             deque(),
             deque(),
+            deque(),
         )
-        self._errors: tuple[deque[float], ...] = (deque(), deque())
+        self._errors: tuple[deque[float], ...] = (deque(), deque(), deque())
 
     def add(
         self, revision: int, t: float, ttft: float, itl: float, cached: int, spec: RequestSpec
@@ -45,8 +50,12 @@ class CanaryWindow:
         self._errors[revision].append(t)
 
     def measure(self, now: float) -> Measured:
-        """Both revisions' numbers over the last `window_s` seconds."""
-        return Measured(canary=self._revision(1, now), stable=self._revision(0, now))
+        """Each revision's numbers over the last `window_s` seconds."""
+        return Measured(
+            canary=self._revision(self.CANARY, now),
+            stable=self._revision(self.STABLE, now),
+            baseline=self._revision(self.BASELINE, now) if self.baseline else None,
+        )
 
     def canary_p99(self, now: float) -> tuple[float | None, float | None]:
         """The canary's p99 TTFT and p99 request duration over the last `window_s` seconds."""

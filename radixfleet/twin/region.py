@@ -627,22 +627,27 @@ class Region:
         faults = Faults(slowdown=fault.regression.slowdown, error_rate=fault.regression.error_rate)
         canary = self._revision(m, 1, faults)
         service.revisions.append(canary)
-        service.canary_policy = build("canary", self.policies.canary, self._context(m))
-        service.window = CanaryWindow(float(service.canary_policy.window_s))
+        policy = service.canary_policy = build("canary", self.policies.canary, self._context(m))
+        # Kayenta's baseline: the stable model on replicas of its own, sent the canary's share.
+        baseline = policy.baseline
+        if baseline:
+            service.revisions.append(self._revision(m, 2, Faults()))
+        service.window = CanaryWindow(float(policy.window_s), baseline=baseline)
         service.canary_started = t
         self._record(t, "canary", fault.model, "new revision created")
-        self._push(t, SCALE, (service, canary))
+        for revision in service.revisions[1:]:
+            self._push(t, SCALE, (service, revision))
         self._push(t, CANARY, service)
 
     def _canary_tick(self, service: Service, t: float) -> None:
         policy = service.canary_policy
-        canary = service.revisions[1]
         assert service.window is not None
         measured = service.window.measure(t)
         ttft_p99, duration_p99 = service.window.canary_p99(t)
         observed = CanaryObservation(
             service=service.model.name,
-            canary_ready=bool(canary.routable),
+            # A baseline not yet serving would buffer its share and look slow: wait for both.
+            canary_ready=all(r.routable for r in service.revisions[1:]),
             weight=service.canary_weight,
             measured=measured,
             canary_ttft_p99_s=ttft_p99,
@@ -660,19 +665,21 @@ class Region:
         self._push(t + policy.tick_s, CANARY, service)
 
     def _finish_rollout(self, service: Service, *, promote: bool, t: float) -> None:
-        """All traffic to the winner; the loser scales to zero, its buffered requests move."""
-        stable, canary = service.revisions
+        """All traffic to the winner; the losers (and a baseline) scale to zero, their
+        buffered requests move."""
+        stable, canary, *baseline = service.revisions
         service.canary_weight = 100 if promote else 0
         loser, winner = (stable, canary) if promote else (canary, stable)
-        loser.retired = True
         service.window = None
-        while loser.buffer:
-            job = loser.buffer.popleft()
-            job.revision = winner.index
-            if winner.routable:
-                service.dispatch(job, winner, t)
-            else:
-                winner.buffer.append(job)
+        for retired in (loser, *baseline):
+            retired.retired = True
+            while retired.buffer:
+                job = retired.buffer.popleft()
+                job.revision = winner.index
+                if winner.routable:
+                    service.dispatch(job, winner, t)
+                else:
+                    winner.buffer.append(job)
 
     # -- samples -----------------------------------------------------------------------------
 

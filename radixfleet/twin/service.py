@@ -131,6 +131,20 @@ class Revision:
         return [r for r in self.replicas if r.state != DRAINING]
 
 
+def pick_revision(u_revision: float, *, weight: int, revisions: int) -> int:
+    """The revision a request drawn `u_revision` (uniform in 0..1) goes to, as the entry splits:
+    the canary's `weight` percent to the canary (1), as much again to a baseline (2) while one
+    runs, never more than the rest, and the rest to the stable revision (0)."""
+    share = u_revision * 100.0
+    if not weight or revisions < 2:
+        return 0
+    if share < weight:
+        return 1
+    if revisions > 2 and share < weight + min(weight, 100 - weight):
+        return 2
+    return 0
+
+
 class Service:
     """A model in a region; see the module docstring."""
 
@@ -163,10 +177,9 @@ class Service:
 
     def arrive(self, job: Job, u_revision: float, now: float) -> None:
         """A request reached this service: pick its revision, then a replica or the buffer."""
-        weight = self.canary_weight
-        revision = self.revisions[0]
-        if weight and len(self.revisions) > 1 and u_revision * 100.0 < weight:
-            revision = self.revisions[1]
+        revision = self.revisions[
+            pick_revision(u_revision, weight=self.canary_weight, revisions=len(self.revisions))
+        ]
         job.revision = revision.index
         revision.arrivals += 1
         if revision.prewarmer is not None:
@@ -278,10 +291,11 @@ class Service:
         return observed
 
     def floor_of(self, revision: Revision) -> int:
-        """The fewest replicas `revision` may have: none once retired, one for a live canary."""
+        """The fewest replicas `revision` may have: none once retired, one for a live canary
+        or baseline."""
         if revision.retired:
             return 0
-        if revision.index == 1:
+        if revision.index > 0:
             return max(1, self.floor)
         return self.floor
 

@@ -467,6 +467,47 @@ def test_a_few_errors_on_a_small_canary_are_not_significant_but_five_percent_are
     assert decision.status is not None and decision.status.failed_checks == 1
 
 
+def _small_batch_window(*, canary_ttfts: list[float], baseline: bool) -> Measured:
+    """The load confound: at 5% the canary's replica runs batches of one or two and answers in
+    60 ms, the busy stable replicas in 200 ms. A baseline at the canary's load answers as fast
+    as a good canary's replica does (60 ms)."""
+    stable = [0.2] * 570 + [0.3] * 30
+    light = [0.06] * 57 + [0.09] * 3
+    window = _latency_window(canary_ttfts, stable)
+    if not baseline:
+        return window
+    return window.model_copy(update={"baseline": _latency_window(light, light).canary})
+
+
+def test_beside_a_baseline_a_twice_slower_canary_fails_where_the_stable_revision_hid_it() -> None:
+    slow = [0.12] * 57 + [0.18] * 3  # twice the light replica's times
+    against_stable = decide(
+        obs(measured=_small_batch_window(canary_ttfts=slow, baseline=False)), SPEC, rollout(), T0
+    )
+    assert against_stable.verb is Verb.ADVANCE, against_stable.reason
+    against_baseline = decide(
+        obs(measured=_small_batch_window(canary_ttfts=slow, baseline=True)), SPEC, rollout(), T0
+    )
+    assert against_baseline.verb is Verb.HOLD, against_baseline.reason
+    assert against_baseline.status is not None and against_baseline.status.failed_checks == 1
+    assert ", baseline 0.06" in against_baseline.reason and "stable" not in against_baseline.reason
+
+
+def test_beside_a_baseline_a_good_canary_passes() -> None:
+    good = [0.06] * 58 + [0.09] * 2
+    decision = decide(
+        obs(measured=_small_batch_window(canary_ttfts=good, baseline=True)), SPEC, rollout(), T0
+    )
+    assert decision.verb is Verb.ADVANCE, decision.reason
+
+
+def test_a_baseline_with_too_few_requests_halts_whatever_the_stable_served() -> None:
+    measured = Measured(canary=GOOD, stable=GOOD, baseline=GOOD.model_copy(update={"requests": 3}))
+    decision = decide(obs(measured=measured), SPEC, rollout(), T0)
+    assert decision.verb is Verb.HALT
+    assert "baseline served 3 of 50" in decision.reason
+
+
 def test_histograms_are_not_written_to_the_policy_status() -> None:
     measured = _latency_window([0.06] * 60, [0.06] * 600)
     decision = decide(obs(measured=measured), SPEC, rollout(), T0)

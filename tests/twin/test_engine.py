@@ -61,6 +61,60 @@ def test_a_good_canary_is_promoted_either_way() -> None:
     assert canary["blind"]["outcome"] == "promoted"
 
 
+BASELINE = """
+name: canary-baseline
+seed: {seed}
+duration_s: 420
+regions: [{{name: r1, gpu_pools: [{{name: h100, gpus: 16, warm_gpus: 16}}]}}]
+models:
+  - {{name: m, pool: h100, min_replicas: 2, initial_replicas: 4, max_replicas: 8}}
+tenants: [{{name: t, model: m}}]
+workload: {{sources: [{{kind: poisson, tenant: t, rate_rps: 30, prompt_tokens_mean: 600,
+  output_tokens_mean: 120}}]}}
+faults: [{{kind: canary, at_s: 10, model: m, regression: {regression}}}]
+policies:
+  - {{name: stable, routing: least_load, autoscale: kpa, traffic: static, canary: radixfleet}}
+  - {{name: baseline, routing: least_load, autoscale: kpa, traffic: static,
+     canary: radixfleet_baseline}}
+"""
+
+
+def _rollouts(regression: str, seed: int) -> dict[str, tuple[str, float | None, list[int]]]:
+    """Per arm: the canary's outcome, the seconds from its first traffic to the end of the
+    rollout, and the requests each revision served (stable, canary, baseline)."""
+    text = BASELINE.format(regression=regression, seed=seed)
+    outcome = run_scenario(parse_scenario(text, source="baseline.yaml"), oracles=False)
+    rollouts = {}
+    for name, record in outcome.records.items():
+        decisions = [d for d in record.decisions if d.kind == "canary"]
+        first = next(d.at for d in decisions if d.detail.startswith("weight"))
+        end = next((d.at for d in decisions if d.detail.startswith(("rollback", "promote"))), None)
+        served = [list(record.log.revision).count(index) for index in range(3)]
+        result = outcome.results["metrics"][name]["canary"][0]["outcome"]
+        rollouts[name] = (result, None if end is None else end - first, served)
+    return rollouts
+
+
+def test_a_twice_slower_canary_is_rolled_back_in_two_intervals_beside_a_baseline() -> None:
+    """Judged against the busy stable revision, a twice-slower canary's replica (batches of one
+    or two at 5%) looks little slower, and on this seed passes its 5% step; judged against a
+    baseline of the canary's share it fails both analyses at 5%, the fewest a rollback needs
+    (threshold 2, 60 s apart). The baseline serves about what the canary serves."""
+    rollouts = _rollouts("{slowdown: 2.0}", seed=2)
+    outcome, seconds, served = rollouts["baseline"]
+    assert outcome == "rolled_back" and seconds == 120.0, rollouts
+    stable_outcome, stable_seconds, stable_served = rollouts["stable"]
+    assert stable_outcome == "rolled_back" and stable_seconds and stable_seconds > 120.0, rollouts
+    assert stable_served[2] == 0
+    assert 0.7 < served[2] / served[1] < 1.4, served
+
+
+def test_a_good_canary_beside_a_baseline_is_promoted_through_every_step() -> None:
+    rollouts = _rollouts("{}", seed=2)
+    assert rollouts["baseline"][0] == "promoted", rollouts
+    assert rollouts["baseline"][1] == 180.0  # three steps of 60 s: 5, 20 and 50%
+
+
 ZERO = """
 name: zero
 duration_s: 200

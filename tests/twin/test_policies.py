@@ -27,6 +27,7 @@ from radixfleet.twin.routing import (
     spill_margin,
 )
 from radixfleet.twin.scenario import RouterSettings
+from radixfleet.twin.service import pick_revision
 from radixfleet.twin.traffic import Route53
 from tests.twin.conftest import SMALL
 
@@ -316,3 +317,19 @@ def test_route53_answers_every_record_when_none_is_healthy() -> None:
     for t in (30.0, 60.0, 90.0):
         weights = route53.decide(fleet({"us-east": False, "eu-west": False}), t).weights
     assert weights["us-east"] == {"us-east": 1.0}
+
+
+@settings(max_examples=200, deadline=None)
+@given(weight=st.integers(0, 100), baseline=st.booleans())
+def test_the_entrys_split_gives_the_baseline_the_canarys_share(weight: int, baseline: bool) -> None:
+    """Over a fine grid of draws the canary gets its weight, a baseline as much again (never
+    more than the rest), the stable revision the rest; without a baseline nothing goes to it."""
+    revisions = 3 if baseline else 2
+    draws = [(i + 0.5) / 10_000 for i in range(10_000)]  # midpoints: no draw on a boundary
+    served = [0, 0, 0]
+    for u in draws:
+        served[pick_revision(u, weight=weight, revisions=revisions)] += 1
+    expected_baseline = min(weight, 100 - weight) if baseline else 0
+    assert served[1] == weight * 100
+    assert served[2] == expected_baseline * 100
+    assert served[0] == 10_000 - served[1] - served[2]
