@@ -124,7 +124,10 @@ class Controller:
         meta = isvc["metadata"]
         if decision.status is not None and _worth_writing(before, decision.status):
             self.policies.write_rollout(
-                meta["namespace"], policy["metadata"]["name"], to_wire(decision.status)
+                meta["namespace"],
+                policy["metadata"]["name"],
+                to_wire(decision.status),
+                generation=policy["metadata"].get("generation"),
             )
         moved = not _traffic_differs(observed, decision) or self._move(meta, observed, decision)
         if not moved:

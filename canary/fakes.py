@@ -74,12 +74,15 @@ class FakeCanaryPolicies:
         found = self.items.get((namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
-    def write_rollout(self, namespace: str, name: str, rollout: dict[str, Any]) -> None:
+    def write_rollout(
+        self, namespace: str, name: str, rollout: dict[str, Any], *, generation: int | None = None
+    ) -> None:
         if self.next_error is not None:
             error, self.next_error = self.next_error, None
             raise error
         policy = self.items[(namespace, name)]
-        policy["status"] = merge_rollout(policy.get("status") or {}, copy.deepcopy(rollout))
+        status = policy.get("status") or {}
+        policy["status"] = merge_rollout(status, copy.deepcopy(rollout), generation)
         self.status_writes.append(copy.deepcopy(rollout))
 
     def annotate(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:

@@ -104,8 +104,12 @@ class KubeCanaryPolicies:
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.status.get(namespace, name)
 
-    def write_rollout(self, namespace: str, name: str, rollout: dict[str, Any]) -> None:
-        self.status.update(namespace, name, lambda status: merge_rollout(status, rollout))
+    def write_rollout(
+        self, namespace: str, name: str, rollout: dict[str, Any], *, generation: int | None = None
+    ) -> None:
+        self.status.update(
+            namespace, name, lambda status: merge_rollout(status, rollout, generation)
+        )
 
     def annotate(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         body = {"metadata": {"annotations": dict(annotations)}}

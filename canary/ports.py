@@ -33,8 +33,11 @@ class InferenceServices(Protocol):
 class CanaryPolicies(Protocol):
     def get(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
-    def write_rollout(self, namespace: str, name: str, rollout: dict[str, Any]) -> None:
-        """Replace the policy's `status.rollouts` entry of `rollout["inferenceService"]`."""
+    def write_rollout(
+        self, namespace: str, name: str, rollout: dict[str, Any], *, generation: int | None = None
+    ) -> None:
+        """Replace the policy's `status.rollouts` entry of `rollout["inferenceService"]`;
+        `generation` is the policy's `metadata.generation` the decision read."""
         ...
 
     def annotate(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
@@ -49,10 +52,15 @@ def policy_name(isvc: Mapping[str, Any]) -> str | None:
     return str(name) if name else None
 
 
-def merge_rollout(status: Mapping[str, Any], rollout: dict[str, Any]) -> dict[str, Any]:
-    """A policy status with `rollout` in place of its InferenceService's entry."""
+def merge_rollout(
+    status: Mapping[str, Any], rollout: dict[str, Any], generation: int | None = None
+) -> dict[str, Any]:
+    """A policy status with `rollout` in place of its InferenceService's entry, and the
+    policy's generation the decision read as `observedGeneration` (Kubernetes' convention:
+    tools such as kstatus read a status as current only when it equals `metadata.generation`)."""
     key = rollout["inferenceService"]
     others = [r for r in status.get("rollouts", []) if r.get("inferenceService") != key]
     rollouts = sorted([*others, rollout], key=lambda r: str(r["inferenceService"]))
     active = sum(r.get("phase") not in ("Promoted", "RolledBack") for r in rollouts)
-    return {**status, "rollouts": rollouts, "activeRollouts": active}
+    seen = {} if generation is None else {"observedGeneration": generation}
+    return {**status, "rollouts": rollouts, "activeRollouts": active, **seen}

@@ -115,7 +115,8 @@ class Controller:
         decision: Decision,
     ) -> None:
         meta = policy["metadata"]
-        self.policies.write_status(meta["namespace"], meta["name"], to_wire(decision.status))
+        seen = decision.status.model_copy(update={"observed_generation": meta.get("generation")})
+        self.policies.write_status(meta["namespace"], meta["name"], to_wire(seen))
         DESIRED.labels(meta["namespace"], spec.inference_service).set(decision.desired)
         if isvc is None or revision is None or spec.paused:
             return

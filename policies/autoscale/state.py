@@ -188,6 +188,10 @@ class AutoscaleStatus(Wire):
     last_scale_up_at: datetime | None = None
     demand: Demand = Field(default_factory=Demand)
     last_decision: LastDecision | None = None
+    # The policy's `metadata.generation` the decision read (Kubernetes' convention: tools such
+    # as kstatus read a status as current only when it equals the generation). The controller
+    # sets it; decide() never reads it.
+    observed_generation: int | None = None
 
 
 def status_of(policy: Mapping[str, Any]) -> AutoscaleStatus | None:

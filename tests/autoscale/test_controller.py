@@ -99,8 +99,10 @@ class World:
             events=self.events, prometheus=self.prometheus, waker=self.waker,
         )  # fmt: skip
 
-    def tick(self, at: datetime, **spec: Any) -> Any:
+    def tick(self, at: datetime, *, generation: int | None = None, **spec: Any) -> Any:
         body = policy(**spec)
+        if generation is not None:
+            body["metadata"]["generation"] = generation
         body["status"] = self.policies.items.get((NS, ISVC), {}).get("status")
         self.policies.items.setdefault((NS, ISVC), body)
         return self.controller.reconcile_policy(body, now=at)
@@ -115,6 +117,17 @@ def test_scale_up_writes_status_then_bounds_on_the_revision() -> None:
     assert call.annotations == {MIN_SCALE: "3", MAX_SCALE: "3"}
     assert world.policies.status_writes[-1]["desired"] == 3
     assert [e.reason for e in world.events.calls] == ["AutoscaleUp"]
+
+
+def test_the_status_says_which_generation_of_the_policy_it_decided_on() -> None:
+    """Kubernetes' convention (kstatus, Argo CD): a status is current for the spec only when
+    its observedGeneration equals metadata.generation."""
+    world = World()
+    world.prometheus.answers = answers({"pod-0": gauges(0.5), "pod-1": gauges(0.5)})
+    world.tick(T0, generation=3)
+    assert world.policies.status_writes[-1]["observedGeneration"] == 3
+    world.tick(T0 + timedelta(minutes=1), generation=4)
+    assert world.policies.status_writes[-1]["observedGeneration"] == 4
 
 
 def test_an_unchanged_decision_writes_nothing_to_the_revision() -> None:

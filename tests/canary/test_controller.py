@@ -224,6 +224,16 @@ def test_other_inference_services_are_left_alone() -> None:
     assert {call.name for call in fleet.isvcs.calls} == {NAME}
 
 
+def test_the_status_says_which_generation_of_the_policy_it_decided_on() -> None:
+    """Kubernetes' convention (kstatus, Argo CD): a status is current for the spec only when
+    its observedGeneration equals metadata.generation."""
+    fleet = Fleet(FakePrometheus(answers(GOOD)))
+    fleet.policies.items[(NS, POLICY)]["metadata"]["generation"] = 7
+    fleet.tick(2)
+    current = fleet.policies.get(NS, POLICY)
+    assert current is not None and current["status"]["observedGeneration"] == 7
+
+
 def test_status_on_the_wire_has_no_nulls_or_nans() -> None:
     fleet = Fleet(FakePrometheus(answers(GOOD | {Metric.ITL_P95: float("nan")})))
     fleet.tick(8)
