@@ -303,36 +303,48 @@ class ReplicaSet:
     async def _prewarm(self, replica: Replica) -> None:
         """Send a healthy replica the revision's hottest prefixes before the router knows it,
         while the pre-warmer may hold it back: other replicas serve, no wake waits for this one,
-        and their queues stay within the allowance (policies/autoscale/prewarm.may_hold_back)."""
+        and their queues stay within the allowance (policies/autoscale/prewarm.may_hold_back).
+        A replica taken down mid-warm-up, or a replica set torn down, ends it too."""
         prewarmer = self.prewarmer
         if prewarmer is None:
             return
-        ready = [r for r in self._replicas.values() if r.state is ReplicaState.READY]
         warmup = prewarmer.warmup(
             kv_blocks=kv_blocks(self.launcher.kv_capacity_tokens(self.spec)),
-            serving=len(ready), waiting=await self._waiting(ready), now=time.time(),
+            serving=len(self._ready()), waiting=await self._waiting(), now=time.time(),
         )  # fmt: skip
         if warmup is None:
             return
         started = time.time()
         warming = asyncio.ensure_future(warm(self.session, replica.url, warmup))
-        while not warming.done():  # requests that come to wait end the warm-up
-            await asyncio.wait({warming}, timeout=WAIT_POLL_S)
-            if warming.done():
-                break
-            if not prewarmer.holds_back(serving=len(ready), waiting=await self._waiting(ready)):
+        try:
+            while not warming.done():  # requests that come to wait end the warm-up
+                await asyncio.wait({warming}, timeout=WAIT_POLL_S)
+                if warming.done():
+                    break
+                needed = not prewarmer.holds_back(
+                    serving=len(self._ready()), waiting=await self._waiting()
+                )
+                if needed or replica.state is not ReplicaState.STARTING:
+                    warming.cancel()
+        finally:  # cancelled itself (the replica set stopping): leave no warm-up behind
+            if not warming.done():
                 warming.cancel()
-        detail = (
-            "ended: a request waited"
-            if warming.cancelled()
-            else f"{warming.result()} of {len(warmup.prefixes)} prefixes"
-        )
+        if not warming.cancelled():
+            detail = f"{warming.result()} of {len(warmup.prefixes)} prefixes"
+        elif replica.state is ReplicaState.STARTING:
+            detail = "ended: a request waited"
+        else:
+            detail = "ended: the replica was taken down"
         self._event("prewarmed", replica.id, seconds=time.time() - started, detail=detail)
 
-    async def _waiting(self, ready: list[Replica]) -> Waiting:
-        """Requests held for a wake, and queued at the `ready` replicas. A replica that cannot
-        say counts as a held request, so that an unknown queue never lets a warm-up delay one."""
-        queued = [await _queued(self.session, r.url) for r in ready]
+    def _ready(self) -> list[Replica]:
+        return [r for r in self._replicas.values() if r.state is ReplicaState.READY]
+
+    async def _waiting(self) -> Waiting:
+        """Requests held for a wake, and queued at the ready replicas (asked at once). A
+        replica that cannot say counts as a held request, so that an unknown queue never lets
+        a warm-up delay one."""
+        queued = await asyncio.gather(*(_queued(self.session, r.url) for r in self._ready()))
         unknown = sum(q is None for q in queued)
         held = int(self._wake_at is not None) + unknown
         return Waiting(held=held, queued=sum(q for q in queued if q is not None))

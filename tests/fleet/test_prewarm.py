@@ -190,6 +190,44 @@ def test_a_new_replica_is_not_held_back_while_the_serving_one_has_a_backlog(
     assert "prewarmed" in after, after
 
 
+def test_a_replica_taken_down_mid_warm_up_ends_its_warm_up(cache_dir: Path) -> None:
+    """A scale-down that takes a warming replica (starting ones go first) ends its warm-up at
+    the next look, rather than letting it send every prefix to a replica on its way out. Each
+    prefill pass costs 5 s here, so the four hot prefixes would take two passes or more."""
+    prewarmer = Prewarming(Prewarm(), queue_allowance=Targets().queue_per_replica)
+    for group in range(4):
+        blocks = prompt_blocks({"prompt": str(group) * 4096})
+        for _ in range(3):
+            prewarmer.record(blocks, time.time())
+    model = ModelSpec(name="m", replicas=1, max_replicas=2,
+                      profile_overrides={"prefill_overhead_s": 5.0})  # fmt: skip
+    slow = FleetSpec(regions=[RegionSpec(name="slow", models=[model])], cold_start_s=1.0)
+    with LocalFleet(slow, cache_dir=cache_dir, prewarmers=lambda _r, _m: prewarmer) as local:
+        scaler = local.scaler("slow", "m")
+        (first,) = scaler.replicas()
+        assert local.scale("slow", "m", 2, wait=False)
+        deadline = time.monotonic() + 60
+        while not (new := [r for r in scaler.replicas() if r.id != first.id]) or not _health(
+            new[0].url
+        ):
+            assert time.monotonic() < deadline, "the new replica never became healthy"
+            time.sleep(0.1)
+        time.sleep(1.0)  # its warm-up is under way: the first pass alone takes 5 s
+        assert local.scale("slow", "m", 1, wait=False)
+        while not (warmed := [e for e in scaler.events if e.kind == "prewarmed"]):
+            assert time.monotonic() < deadline, "the warm-up never ended"
+            time.sleep(0.1)
+        assert warmed[0].detail == "ended: the replica was taken down", warmed
+
+
+def _health(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
 @pytest.mark.parametrize(
     ("body", "blocks"),
     [
