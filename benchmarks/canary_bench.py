@@ -20,6 +20,9 @@ Policies, each on the same seeded arrivals in one twin run:
   1 point, at least 50 requests per revision per window, else halt), a check beyond its bound
   failing only when significant (Mann-Whitney U on the latency histograms, Fisher's exact test
   on errors, one-sided p < 0.01), else halting for more data;
+- `radixfleet-baseline`: the same controller judging the canary against a baseline (the stable
+  model on replicas of its own, sent as much traffic as the canary: Kayenta's), which the twin
+  runs beside the canary from its creation to the end of the rollout;
 - `radixfleet-p95`: the same controller judging the p95s alone (before significance tests);
 - `flagger`: Flagger's defaults (benchmarks/canary_flagger.py): 60 s, threshold 1, 10% steps to
   50%, success rate >= 99% and request duration p99 <= 500 ms; `flagger-ttft`: the same with the
@@ -29,7 +32,8 @@ Policies, each on the same seeded arrivals in one twin run:
 Per bad canary: time to detect (from the canary's creation, and from its first traffic, to its
 rollback) and exposure (requests the canary served, and their share of the model's requests from
 the creation to the end of the run). Per good and near canary: the false-rollback rate over
-`--seeds` seeds, and the time to promote. Medians are over seeds.
+`--seeds` seeds, and the time to promote. Per arm, the run's GPU-hours (a baseline's replicas
+included). Medians are over seeds.
 
 Writes benchmarks/results/canary_bench.json and canary_bench.png.
 
@@ -118,8 +122,9 @@ def run_one(kind: str, *, seed: int, rate: float, duration_s: float) -> dict[str
     outcome = run_scenario(built, oracles=False)
     rows = {}
     for name in POLICIES:
-        canary = outcome.results["metrics"][name]["canary"][0]
-        rows[name] = _row(canary, outcome.records[name])
+        metrics = outcome.results["metrics"][name]
+        rows[name] = _row(metrics["canary"][0], outcome.records[name])
+        rows[name]["gpu_hours"] = metrics["gpu_hours"]
     return {"seed": seed, "policies": rows, "wall_s": outcome.timing["total_s"]}
 
 
@@ -154,6 +159,8 @@ def summarize(runs: list[dict[str, Any]], *, bad: bool) -> dict[str, Any]:
             "promoted": sum(row["outcome"] == "promoted" for row in rows),
             "median_exposure": _median([row["exposure"] for row in rows]),
             "median_exposure_share": _median([row["exposure_share"] for row in rows]),
+            # The whole run's, baseline replicas included: what judging against one costs.
+            "median_gpu_hours": _median([row["gpu_hours"] for row in rows]),
         }
         if bad:
             entry |= {

@@ -646,8 +646,7 @@ class Region:
         ttft_p99, duration_p99 = service.window.canary_p99(t)
         observed = CanaryObservation(
             service=service.model.name,
-            # A baseline not yet serving would buffer its share and look slow: wait for both.
-            canary_ready=all(r.routable for r in service.revisions[1:]),
+            canary_ready=bool(service.revisions[1].routable),
             weight=service.canary_weight,
             measured=measured,
             canary_ttft_p99_s=ttft_p99,

@@ -131,16 +131,19 @@ class Revision:
         return [r for r in self.replicas if r.state != DRAINING]
 
 
-def pick_revision(u_revision: float, *, weight: int, revisions: int) -> int:
+def pick_revision(u_revision: float, *, weight: int, canary: bool, baseline: bool) -> int:
     """The revision a request drawn `u_revision` (uniform in 0..1) goes to, as the entry splits:
-    the canary's `weight` percent to the canary (1), as much again to a baseline (2) while one
-    runs, never more than the rest, and the rest to the stable revision (0)."""
+    the canary's `weight` percent to the canary (1) while there is one, as much again to a
+    `baseline` (2) that serves, never more than the rest, and the rest to the stable revision
+    (0). A baseline not serving yet (or at all: no GPU for it) leaves its share to the stable
+    revision; the judge then halts on the baseline's too few requests, and never blames the
+    canary for it."""
     share = u_revision * 100.0
-    if not weight or revisions < 2:
+    if not (weight and canary):
         return 0
     if share < weight:
         return 1
-    if revisions > 2 and share < weight + min(weight, 100 - weight):
+    if baseline and share < weight + min(weight, 100 - weight):
         return 2
     return 0
 
@@ -177,9 +180,12 @@ class Service:
 
     def arrive(self, job: Job, u_revision: float, now: float) -> None:
         """A request reached this service: pick its revision, then a replica or the buffer."""
-        revision = self.revisions[
-            pick_revision(u_revision, weight=self.canary_weight, revisions=len(self.revisions))
-        ]
+        revisions = self.revisions
+        baseline = len(revisions) > 2 and bool(revisions[2].routable)
+        index = pick_revision(
+            u_revision, weight=self.canary_weight, canary=len(revisions) > 1, baseline=baseline
+        )
+        revision = revisions[index]
         job.revision = revision.index
         revision.arrivals += 1
         if revision.prewarmer is not None:

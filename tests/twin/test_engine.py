@@ -115,6 +115,35 @@ def test_a_good_canary_beside_a_baseline_is_promoted_through_every_step() -> Non
     assert rollouts["baseline"][1] == 180.0  # three steps of 60 s: 5, 20 and 50%
 
 
+NO_GPU_FOR_A_BASELINE = """
+name: canary-baseline-no-gpu
+seed: 2
+duration_s: 420
+regions: [{name: r1, gpu_pools: [{name: h100, gpus: 5, warm_gpus: 5}]}]
+models: [{name: m, pool: h100, min_replicas: 4, initial_replicas: 4, max_replicas: 4}]
+tenants: [{name: t, model: m}]
+workload: {sources: [{kind: poisson, tenant: t, rate_rps: 20, prompt_tokens_mean: 600,
+  output_tokens_mean: 120}]}
+faults: [{kind: canary, at_s: 10, model: m, regression: {}}]
+policies:
+  - {name: baseline, routing: least_load, autoscale: fixed, traffic: static,
+     canary: radixfleet_baseline}
+"""
+
+
+def test_a_baseline_that_never_serves_halts_the_rollout_and_blames_no_canary() -> None:
+    """Five GPUs: four stable replicas and the canary's. The baseline never gets one; its share
+    stays with the stable revision, and the judge halts on its missing requests: the canary is
+    neither rolled back for it nor promoted without a comparison."""
+    scenario = parse_scenario(NO_GPU_FOR_A_BASELINE, source="no-gpu.yaml")
+    outcome = run_scenario(scenario, oracles=False)
+    record = outcome.records["baseline"]
+    assert outcome.results["metrics"]["baseline"]["canary"][0]["outcome"] == "open"
+    assert 2 not in set(record.log.revision)  # nothing sent to a baseline with no replica
+    weights = [d.detail for d in record.decisions if d.kind == "canary"]
+    assert weights[-1].startswith("weight 5%"), weights
+
+
 ZERO = """
 name: zero
 duration_s: 200

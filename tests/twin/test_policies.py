@@ -322,13 +322,12 @@ def test_route53_answers_every_record_when_none_is_healthy() -> None:
 @settings(max_examples=200, deadline=None)
 @given(weight=st.integers(0, 100), baseline=st.booleans())
 def test_the_entrys_split_gives_the_baseline_the_canarys_share(weight: int, baseline: bool) -> None:
-    """Over a fine grid of draws the canary gets its weight, a baseline as much again (never
-    more than the rest), the stable revision the rest; without a baseline nothing goes to it."""
-    revisions = 3 if baseline else 2
+    """Over a fine grid of draws the canary gets its weight, a serving baseline as much again
+    (never more than the rest), the stable revision the rest; without one nothing goes to it."""
     draws = [(i + 0.5) / 10_000 for i in range(10_000)]  # midpoints: no draw on a boundary
     served = [0, 0, 0]
     for u in draws:
-        served[pick_revision(u, weight=weight, revisions=revisions)] += 1
+        served[pick_revision(u, weight=weight, canary=True, baseline=baseline)] += 1
     expected_baseline = min(weight, 100 - weight) if baseline else 0
     assert served[1] == weight * 100
     assert served[2] == expected_baseline * 100
