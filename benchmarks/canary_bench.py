@@ -19,7 +19,7 @@ Policies, each on the same seeded arrivals in one twin run:
   5/20/50%, 60 s interval, threshold 2, TTFT and ITL p95 within 1.25x of stable, errors within
   1 point, at least 50 requests per revision per window, else halt), a check beyond its bound
   failing only when significant (Mann-Whitney U on the latency histograms, Fisher's exact test
-  on errors, one-sided p < 0.01), else halting for more data;
+  on errors, one-sided p < 0.05), else halting for more data;
 - `radixfleet-baseline`: the same controller judging the canary against a baseline (the stable
   model on replicas of its own, sent as much traffic as the canary: Kayenta's), which the twin
   runs beside the canary from its creation to the end of the rollout;

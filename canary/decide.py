@@ -7,8 +7,10 @@ in the order they apply:
 2. The platform team's abort and promote win over everything else.
 3. A canary revision not ready holds, and is rolled back once the progress deadline passes.
 4. Paused holds. A passed manual gate advances at once.
-5. Every `intervalSeconds` the canary is judged against the stable revision, or against a
-   baseline (the stable model sent the canary's share of traffic) when one runs. Metrics that are
+5. Every `intervalSeconds` the canary is judged against the stable revision, or, when one runs,
+   against a baseline (the stable model sent the canary's share of traffic): latency and cache
+   hit rate against the baseline, errors against the stable revision and the baseline pooled
+   (radixfleet.revisions.Measured). Metrics that are
    missing, empty, NaN, or from too few requests halt: they are neither a pass nor a failure,
    never roll back and never promote (Flagger's "halt, don't fail").
 6. A canary beyond a relative bound fails that check only when the difference is significant,
@@ -185,15 +187,17 @@ def _analyse(
         # The interval is spent: the next analysis judges a fresh window, never the same
         # requests again (retrying each tick on overlapping windows would test until noise
         # passes for significance).
-        return _halt(spec, judged, now, _inconclusive(unsure, spec, measured.against), measured)
+        return _halt(spec, judged, now, _inconclusive(unsure, spec, measured), measured)
     if not failed:
         return _step(observed, spec, judged, now)
-    return _failed(spec, judged, now, failed, measured.against)
+    return _failed(spec, judged, now, failed, measured)
 
 
-def _inconclusive(results: Sequence[CheckResult], spec: CanaryPolicySpec, against: str) -> str:
+def _inconclusive(
+    results: Sequence[CheckResult], spec: CanaryPolicySpec, measured: Measured
+) -> str:
     what = "; ".join(
-        f"{_describe(r, against)} but p={r.p_value:.2g} >= {spec.significance:g}" for r in results
+        f"{_describe(r, measured)} but p={r.p_value:.2g} >= {spec.significance:g}" for r in results
     )
     return f"inconclusive, waiting for more data: {what}"
 
@@ -222,7 +226,7 @@ def evaluate(check: MetricCheck, measured: Measured, significance: float) -> Che
     only its relative bound, the canary fails when the difference is significant, and is
     inconclusive when it is not."""
     canary = measured.canary.value(check.metric)
-    stable = measured.reference.value(check.metric)
+    stable = measured.reference_for(check.metric).value(check.metric)
     assert canary is not None and (stable is not None or not check.needs_stable)
     bounds = _bounds(check, stable)
     bound = max(bounds) if check.metric.higher_is_better else min(bounds)
@@ -250,7 +254,7 @@ def _p_value(check: MetricCheck, measured: Measured) -> float | None:
     """How likely a canary no worse than the check allows is to look this much worse: for
     latency, no slower than `relativeToStable` times the stable revision (the minimum effect);
     for errors, no more often than the stable revision."""
-    metric, canary, stable = check.metric, measured.canary, measured.reference
+    metric, canary, stable = check.metric, measured.canary, measured.reference_for(check.metric)
     if metric is Metric.ERROR_RATE:
         canary_counts, stable_counts = _errors_and_total(canary), _errors_and_total(stable)
         if canary_counts is None or stable_counts is None:
@@ -284,10 +288,10 @@ def _failed(
     status: RolloutStatus,
     now: datetime,
     failed: Sequence[CheckResult],
-    against: str,
+    measured: Measured,
 ) -> Decision:
     count = status.failed_checks + 1
-    what = "; ".join(_describe(r, against) for r in failed)
+    what = "; ".join(_describe(r, measured) for r in failed)
     counted = status.model_copy(update={"failed_checks": count, "phase": Phase.PROGRESSING})
     if count >= spec.threshold:
         return _rollback(counted, now, f"failed {count} of {spec.threshold}: {what}")
@@ -295,9 +299,10 @@ def _failed(
     return _decide(Verb.HOLD, reason, counted, now)
 
 
-def _describe(result: CheckResult, against: str) -> str:
-    """One check's numbers; `against` names what the canary was compared with."""
+def _describe(result: CheckResult, measured: Measured) -> str:
+    """One check's numbers, naming what the canary was compared with."""
     op = "<" if result.metric.higher_is_better else ">"
+    against = measured.against_for(result.metric)
     stable = "" if result.stable is None else f", {against} {result.stable:.4g}"
     return f"{result.metric} {result.canary:.4g} {op} bound {result.bound:.4g}{stable}"
 

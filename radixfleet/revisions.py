@@ -12,11 +12,13 @@ from pydantic import Field
 
 from radixfleet.kit.wire import Wire, finite
 
+ERROR_RATE = "errorRate"
+
 #: The field of `RevisionMetrics` that holds each metric a check can judge.
 FIELD_OF: dict[str, str] = {
     "ttftP95": "ttft_p95",
     "itlP95": "itl_p95",
-    "errorRate": "error_rate",
+    ERROR_RATE: "error_rate",
     "cacheHitRate": "cache_hit_rate",
 }
 
@@ -60,8 +62,11 @@ class Measured(Wire):
     A baseline is the stable model on replicas of their own, sent the canary's share of the
     traffic (Kayenta's baseline): at 5% a canary's replica runs batches of one or two while the
     stable's run dozens, so the stable revision's latency is not the canary's yardstick, and a
-    twice-slower canary can look faster than it. Beside a baseline, the canary is judged
-    against the baseline (`reference`); without one, against the stable revision.
+    twice-slower canary can look faster than it. Beside a baseline, the canary's latency and
+    cache hit rate are judged against the baseline (`reference`); without one, against the
+    stable revision. Errors do not depend on load: they are judged against the stable revision
+    and the baseline together (`reference_for`), both the stable model, whose many requests
+    make the error test far stronger than the baseline's few alone.
     """
 
     canary: RevisionMetrics = Field(default_factory=RevisionMetrics)
@@ -77,3 +82,31 @@ class Measured(Wire):
     def against(self) -> str:
         """The name of `reference`, for the decision's reason."""
         return "stable" if self.baseline is None else "baseline"
+
+    def reference_for(self, metric: str) -> RevisionMetrics:
+        """What the canary's `metric` is judged against: for errors beside a baseline, the
+        stable revision and the baseline pooled; else `reference`."""
+        if metric != ERROR_RATE or self.baseline is None:
+            return self.reference
+        return _pooled_errors(self.stable, self.baseline)
+
+    def against_for(self, metric: str) -> str:
+        """The name of `reference_for(metric)`, for the decision's reason."""
+        if metric != ERROR_RATE or self.baseline is None:
+            return self.against
+        return "stable and baseline"
+
+
+def _pooled_errors(stable: RevisionMetrics, baseline: RevisionMetrics) -> RevisionMetrics:
+    """The stable revision and the baseline as one, for the error rate: the requests and
+    errors of those that say them summed (at 50% the stable revision may serve nothing), the
+    baseline alone when the stable does not say."""
+    counts = [
+        (requests, rate)
+        for m in (stable, baseline)
+        if (requests := finite(m.requests)) and (rate := finite(m.error_rate)) is not None
+    ]
+    if not counts:
+        return baseline
+    requests = sum(n for n, _ in counts)
+    return RevisionMetrics(requests=requests, error_rate=sum(n * r for n, r in counts) / requests)

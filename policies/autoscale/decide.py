@@ -343,8 +343,10 @@ def _running_demand(
         return (running + queued) / batch
     if queued <= 0 or learned.footprint is not None:
         return 0.0  # the KV signal prices the queue at the footprint of a running request
-    # Nothing known yet: price the queue at what a replica runs now (a guess at zero).
-    per_replica = running / observed.ready if running >= 1 else FALLBACK_REQUESTS_PER_REPLICA
+    # Nothing known yet: price the queue at what a replica runs now (a guess at zero). A pod
+    # that reports a batch while Knative counts none ready (it just turned unready) is one.
+    serving = max(observed.ready, 1)
+    per_replica = running / serving if running >= 1 else FALLBACK_REQUESTS_PER_REPLICA
     return observed.ready + queued / per_replica
 
 

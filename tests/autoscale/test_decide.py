@@ -626,6 +626,18 @@ def test_never_below_the_floor_nor_above_the_ceiling(
     assert decision.status.desired == decision.desired
 
 
+def test_a_pod_reporting_a_batch_while_none_is_ready_prices_the_queue() -> None:
+    """Hypothesis found it: Knative counts no pod ready (one just turned unready) while its
+    metrics still show a running and a queued request; pricing the queue divided by zero."""
+    seen = Observed(
+        ready=0,
+        replicas=(ReplicaMetrics(name="a", running=1.0, queued=1.0, kv_usage=0.0),),
+        revision="r1",
+    )
+    policy = AutoscalePolicySpec(inferenceService="llama", minReplicas=0, maxReplicas=1)
+    assert decide(seen, policy, None, T0).desired == 1
+
+
 @settings(max_examples=100, deadline=None)
 @given(observations(), specs(), statuses())
 def test_never_to_zero_while_requests_are_queued(

@@ -25,6 +25,7 @@ from canary.state import (
     read_manual,
 )
 from radixfleet.metrics_names import EMULATED_TTFT_BUCKETS
+from radixfleet.significance import fisher_greater
 from radixfleet.twin.metrics import histogram, quantile
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -508,6 +509,24 @@ def test_a_baseline_with_too_few_requests_halts_whatever_the_stable_served() -> 
     assert "baseline served 3 of 50" in decision.reason
 
 
+def test_beside_a_baseline_errors_are_judged_against_stable_and_baseline_pooled() -> None:
+    """Errors do not depend on load. Four errors in 90 against none in the baseline's 90 alone
+    are not significant (Fisher p about 0.06); against none in the 1,800 the stable model
+    served on both, they are, and the analysis fails at once."""
+    clean = GOOD.model_copy(update={"requests": 90.0, "error_rate": 0.0})
+    measured = Measured(
+        canary=GOOD.model_copy(update={"requests": 90.0, "error_rate": 4 / 90}),
+        stable=GOOD.model_copy(update={"requests": 1710.0, "error_rate": 0.0}),
+        baseline=clean,
+    )
+    decision = decide(obs(measured=measured), SPEC, rollout(), T0)
+    assert decision.verb is Verb.HOLD, decision.reason
+    assert decision.status is not None and decision.status.failed_checks == 1
+    assert "stable and baseline 0" in decision.reason
+    # Against the baseline's 90 alone the same errors would only halt for more data.
+    assert fisher_greater(4, 90, 0, 90) >= SPEC.significance
+
+
 def test_histograms_are_not_written_to_the_policy_status() -> None:
     measured = _latency_window([0.06] * 60, [0.06] * 600)
     decision = decide(obs(measured=measured), SPEC, rollout(), T0)
@@ -746,3 +765,21 @@ def test_a_good_canary_is_promoted_after_every_step(spec: CanaryPolicySpec) -> N
             break
     assert decision.verb is Verb.PROMOTE, decision.reason
     assert weights == spec.analysed_steps
+
+
+@pytest.mark.parametrize(
+    ("stable", "expected_rate"),
+    [
+        pytest.param(RevisionMetrics(), 0.5, id="stable-serving-nothing-at-50pct"),
+        pytest.param(RevisionMetrics(requests=300.0, error_rate=0.0), 0.125, id="pooled"),
+        pytest.param(RevisionMetrics(requests=300.0, error_rate=math.nan), 0.5, id="stable-nan"),
+    ],
+)
+def test_the_pooled_error_reference_uses_the_sides_that_say(
+    stable: RevisionMetrics, expected_rate: float
+) -> None:
+    baseline = RevisionMetrics(requests=100.0, error_rate=0.5)
+    measured = Measured(canary=GOOD, stable=stable, baseline=baseline)
+    pooled = measured.reference_for(Metric.ERROR_RATE)
+    assert pooled.error_rate == pytest.approx(expected_rate)
+    assert measured.reference_for(Metric.TTFT_P95) == baseline
