@@ -105,6 +105,10 @@ def test_a_full_cache_scales_a_real_revision_up(one_replica: Cluster, kube_clien
         timeout_s=READY_TIMEOUT_S,
         what=f"Knative to run a second pod of {REV}",
     )
-    status = status_of(get(one_replica, "autoscalepolicy", ISVC, "-n", NAMESPACE))
+    stored = get(one_replica, "autoscalepolicy", ISVC, "-n", NAMESPACE)
+    status = status_of(stored)
     assert status is not None and status.desired == 2 and status.revision == REV
-    assert status == decision.status
+    # The generation the API server gave the policy, which the decision read (kstatus's rule).
+    generation = policy["metadata"]["generation"]
+    assert status.observed_generation == generation == stored["metadata"]["generation"]
+    assert status == decision.status.model_copy(update={"observed_generation": generation})
