@@ -664,8 +664,8 @@ class Region:
         self._push(t + policy.tick_s, CANARY, service)
 
     def _finish_rollout(self, service: Service, *, promote: bool, t: float) -> None:
-        """All traffic to the winner; the losers (and a baseline) scale to zero, their
-        buffered requests move."""
+        """All traffic to the winner; the loser (and a baseline, if one ran) scale to zero,
+        and their buffered requests move to the winner."""
         stable, canary, *baseline = service.revisions
         service.canary_weight = 100 if promote else 0
         loser, winner = (stable, canary) if promote else (canary, stable)
