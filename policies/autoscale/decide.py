@@ -536,14 +536,14 @@ def stabilize(
     if up_to > reference:
         return up_to  # the smoothing is the scale-down's: it never holds a scale-up back
     down = _smoothed(recommendations, now, spec)
-    window = timedelta(seconds=spec.scale_down_window)
+    window = timedelta(seconds=spec.scale_down.stabilization_seconds)
     if not _covers(recommendations, now, spec) or (raised_at and now - raised_at < window):
         down.append(float(reference))
     return min(reference, int(max(down)))
 
 
 def _covers(recommendations: Sequence[Sample], now: datetime, spec: AutoscalePolicySpec) -> bool:
-    window = spec.scale_down_window
+    window = spec.scale_down.stabilization_seconds
     start = now - timedelta(seconds=max(0, window - spec.interval_seconds))
     return window == 0 or (bool(recommendations) and recommendations[0].at <= start)
 
@@ -562,12 +562,12 @@ def _smoothed(
     return [
         float(math.ceil(statistics.fmean(_span(recommendations, sample.at, span)) - EPSILON))
         for sample in recommendations
-        if sample.at >= now - timedelta(seconds=spec.scale_down_window)
+        if sample.at >= now - timedelta(seconds=spec.scale_down.stabilization_seconds)
     ]
 
 
 def _smoothing_seconds(spec: AutoscalePolicySpec) -> int:
-    return min(spec.scale_down.smoothing_seconds, spec.scale_down_window)
+    return min(spec.scale_down.smoothing_seconds, spec.scale_down.stabilization_seconds)
 
 
 def _span(recommendations: Sequence[Sample], end: datetime, span: timedelta) -> list[float]:
@@ -708,7 +708,7 @@ def _instant(
 def _keep(
     recommendations: Sequence[Sample], spec: AutoscalePolicySpec, now: datetime, new: int
 ) -> tuple[Sample, ...]:
-    down = spec.scale_down_window + _smoothing_seconds(spec)
+    down = spec.scale_down.stabilization_seconds + _smoothing_seconds(spec)
     longest = max(spec.scale_up.stabilization_seconds, down)
     since = now - timedelta(seconds=longest)
     kept = [s for s in recommendations if since <= s.at < now]

@@ -33,9 +33,7 @@ def test_crd_defaults_fill_in_and_match_the_type(
     assert AutoscalePolicySpec.model_validate(created["spec"]) == AutoscalePolicySpec(
         inference_service="llama"
     )
-    # unset: the window follows the cold start (twice its default of 90 s)
-    assert "stabilizationSeconds" not in created["spec"]["scaleDown"]
-    assert AutoscalePolicySpec.model_validate(created["spec"]).scale_down_window == 180
+    assert created["spec"]["scaleDown"]["stabilizationSeconds"] == 300
 
 
 def test_crd_refuses_min_above_max(api: client.CustomObjectsApi, namespace: str) -> None:

@@ -215,21 +215,20 @@ def test_a_queue_behind_one_prefill_teaches_no_batch() -> None:
 @pytest.mark.parametrize(
     ("fields", "window_s"),
     [
-        pytest.param({}, 180, id="unset-twice-the-default-90s-cold-start"),
-        pytest.param({"coldStart": {"seconds": 60}}, 120, id="unset-twice-a-60s-cold-start"),
-        pytest.param({"scaleDown": {"stabilizationSeconds": 300}}, 300, id="chosen-300s"),
+        pytest.param({}, 300, id="default-300s"),
+        pytest.param({"scaleDown": {"stabilizationSeconds": 120}}, 120, id="chosen-120s"),
     ],
 )
 def test_scale_down_waits_for_the_window_then_steps(fields: dict[str, Any], window_s: int) -> None:
     policy = spec(intervalSeconds=10, **fields)
-    assert policy.scale_down_window == window_s
+    assert policy.scale_down.stabilization_seconds == window_s
     desired, current, count = [], status(8), 8
     for i in range(60):
         seen = observed(count, kv=0.8 / count, running=2)  # 1.14 replicas of KV in all
         decision = decide(seen, policy, current, T0 + timedelta(seconds=10 * i))
         current, count = decision.status, decision.desired
         desired.append(count)
-    window_ticks = window_s // policy.interval_seconds
+    window_ticks = policy.scale_down.stabilization_seconds // policy.interval_seconds
     # a whole window of lower recommendations first (the first tick's is one of them)
     assert desired[: window_ticks - 1] == [8] * (window_ticks - 1)
     assert desired[window_ticks - 1] < 8  # and not a tick more
