@@ -22,6 +22,12 @@ MANAGER = "radixfleet"
 COMPONENT = "app.kubernetes.io/component"
 ROUTER_COMPONENT = "router"
 REVISION = f"{GROUP}/revision"
+# Which of a revision's pods its router sends to (policies/routers: smg's selector): `serving`,
+# as every predictor pod starts; `warming` while the autoscaler pre-warms a new pod's prefix
+# cache (policies/autoscale/warming.py), after which it is `serving` again.
+POOL = f"{GROUP}/pool"
+SERVING_POOL = "serving"
+WARMING_POOL = "warming"
 
 # Pod Security admission in tenant namespaces, judged by the rules of the Kubernetes minor the
 # platform targets (an upgrade cannot loosen them). `baseline` is enforced; `restricted` (non-root,

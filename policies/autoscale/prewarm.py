@@ -1,14 +1,10 @@
 """Pre-warming: which prompt prefixes a new replica is sent before it takes traffic, and when.
 
 A new replica starts with an empty prefix cache, so its first minute misses what its peers hit.
-The gateway sees every prompt: `PrefixPopularity` counts, for each prompt, its prefixes at a
-ladder of depths (1, 2, 3, 4, 6, 8, 12, ... cache blocks), each count decaying with a half-life,
-so the prefixes that many recent requests began with score highest. `plan` picks the prefixes
-worth most (score times depth: the prefill a future request would skip) that fit the share of
-the new replica's KV cache the spec allows, counting blocks that picks share once. The replica
-is sent one short request per pick (one output token) and joins the gateway when they are done.
-A hot prefix is first lengthened through the blocks the prompts that went on past it agree on,
-so a shared prefix is sent whole, wherever between two depths of the ladder it ends.
+The gateway sees every prompt and counts their prefixes (`radixfleet.prefixes.PrefixPopularity`);
+`plan` picks the prefixes worth most that fit the share of the new replica's KV cache the spec
+allows (`radixfleet.prefixes.hottest`). The replica is sent one short request per pick (one
+output token) and joins the gateway when they are done.
 
 `may_hold_back` keeps warm-up from delaying any request it could serve: a replica is held back
 only while another replica of its revision serves, no request is held for want of a replica
@@ -16,148 +12,35 @@ only while another replica of its revision serves, no request is held for want o
 and the serving replicas' queues are within the autoscaler's allowance (`queuePerReplica`). The
 spec's deadline ends warm-up in any case.
 
+In a cluster a pod is held back by its labels: `gate` says which pods of the serving revision
+leave their router's selection, which are warmed, and which come back
+(policies/autoscale/warming.py carries it out).
+
 Pure: no I/O, no clock; the twin, the local fleet and the controller use the same functions.
 """
 
 from __future__ import annotations
 
-import functools
-import math
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 from policies.autoscale.spec import Prewarm
+from radixfleet.labels import SERVING_POOL, WARMING_POOL
+from radixfleet.prefixes import Prefix, PrefixPopularity, hottest
 from radixfleet.twin.interfaces import Waiting, WarmUp
 
-Prefix = tuple[Hashable, ...]
-
-DEFAULT_HALF_LIFE_S = 300.0
-DEFAULT_CAPACITY = 4096  # prefixes remembered; the coldest half goes when it is full
-_MAX_EXPONENT = 512.0  # 2^512 x counts stays far from a float's 2^1024
-
-
-@functools.lru_cache(maxsize=4096)
-def depths(longest: int) -> tuple[int, ...]:
-    """The ladder of prefix depths up to `longest`: 1, 2, 3, 4, 6, 8, 12, 16, ... (x1.5 and
-    x4/3 in turn), fine enough that a shared system prompt is caught within a third."""
-    ladder, depth = [], 1
-    while depth <= longest:
-        ladder.append(depth)
-        if depth < 2:
-            depth += 1
-        else:  # a power of two grows by half, the step between by a third
-            depth = depth * 3 // 2 if depth & (depth - 1) == 0 else depth * 4 // 3
-    return tuple(ladder)
-
-
-class PrefixPopularity:
-    """Decayed counts of the prefixes prompts began with (see the module docstring).
-
-    Counted with forward decay: a prompt at `now` adds 2^((now - origin) / half-life) to each
-    of its prefixes, and a score is read back divided by the same factor, so a record costs one
-    power of two however many prefixes it touches (it runs on every routed request). The origin
-    moves forward, rescaling every count, before the factor could overflow.
-    """
-
-    def __init__(
-        self, *, half_life_s: float = DEFAULT_HALF_LIFE_S, capacity: int = DEFAULT_CAPACITY
-    ) -> None:
-        self.half_life_s = half_life_s
-        self.capacity = capacity
-        self._counts: dict[Prefix, float] = {}
-        self._origin = 0.0
-
-    def __len__(self) -> int:
-        return len(self._counts)
-
-    def record(self, blocks: Sequence[Hashable], now: float) -> None:
-        """One prompt of `blocks` (its full cache blocks) was routed at `now`."""
-        prompt = blocks if isinstance(blocks, tuple) else tuple(blocks)
-        weight = self._weight(now)
-        counts = self._counts
-        for depth in depths(len(prompt)):
-            prefix = prompt[:depth]
-            counts[prefix] = counts.get(prefix, 0.0) + weight
-        if len(counts) > self.capacity:
-            coldest = sorted(counts, key=counts.__getitem__)
-            for prefix in coldest[: len(coldest) - self.capacity // 2]:
-                del counts[prefix]
-
-    def scores(self, now: float) -> dict[Prefix, float]:
-        """Every remembered prefix with its score at `now`."""
-        scale = math.exp2(-(now - self._origin) / self.half_life_s)
-        return {prefix: count * scale for prefix, count in self._counts.items()}
-
-    def _weight(self, now: float) -> float:
-        exponent = (now - self._origin) / self.half_life_s
-        if exponent > _MAX_EXPONENT:
-            scale = math.exp2(-exponent)
-            self._counts = {prefix: count * scale for prefix, count in self._counts.items()}
-            self._origin, exponent = now, 0.0
-        return math.exp2(exponent)
+__all__ = [
+    "Gate", "PodView", "Prefix", "PrefixPopularity", "Prewarming", "gate", "may_hold_back", "plan",
+]  # fmt: skip
 
 
 def plan(
     popularity: PrefixPopularity, spec: Prewarm, *, kv_blocks: int, now: float
 ) -> list[Prefix]:
-    """The prefixes to send a new replica whose KV cache holds `kv_blocks` blocks: the most
-    valuable first, none covered by another pick, within `spec.kv_fraction` of the cache."""
-    budget = int(kv_blocks * spec.kv_fraction)
-    scores = popularity.scores(now)
-    deeper = _one_step_deeper(scores)
-    hot = [(_extend(p, deeper, spec.min_hits), s) for p, s in scores.items() if s >= spec.min_hits]
-    hot.sort(key=lambda item: (-item[1] * len(item[0]), len(item[0])))
-    picked: list[Prefix] = []
-    used = 0
-    for prefix, _ in hot:
-        if any(p[: len(prefix)] == prefix for p in picked):
-            continue  # a deeper pick already holds it
-        extra = len(prefix) - max((_common(prefix, p) for p in picked), default=0)
-        if used + extra > budget:
-            continue
-        picked = [p for p in picked if prefix[: len(p)] != p] + [prefix]  # it covers those
-        used += extra
-    return picked
-
-
-Scored = list[tuple[Prefix, float]]
-
-
-def _one_step_deeper(scores: dict[Prefix, float]) -> dict[Prefix, Scored]:
-    """Each remembered prefix's records at the next depth of the ladder: one per prompt that
-    went on past it, each prompt counted once."""
-    deeper: dict[Prefix, Scored] = {}
-    for prefix, score in scores.items():
-        ladder = depths(len(prefix))
-        if len(ladder) > 1:
-            deeper.setdefault(prefix[: ladder[-2]], []).append((prefix, score))
-    return deeper
-
-
-def _extend(prefix: Prefix, deeper: dict[Prefix, Scored], min_hits: float) -> Prefix:
-    """`prefix` lengthened block by block while the prompts that went on past it, worth at
-    least `min_hits`, agree on the next block. The ladder's depths are a third apart and a
-    shared prefix (a system prompt) rarely ends on one: without this, up to a third of it went
-    unwarmed (a new replica on the local fleet had 75% of its prompts cached, 97% shared)."""
-    followers, depth = deeper.get(prefix, []), len(prefix)
-    while True:
-        by_block: dict[Hashable, float] = {}
-        for follower, score in followers:
-            if len(follower) > depth:
-                by_block[follower[depth]] = by_block.get(follower[depth], 0.0) + score
-        block, score = max(by_block.items(), key=lambda item: item[1], default=(None, 0.0))
-        if score < min_hits:
-            return followers[0][0][:depth] if depth > len(prefix) else prefix
-        followers = [(f, s) for f, s in followers if len(f) > depth and f[depth] == block]
-        depth += 1
-
-
-def _common(a: Prefix, b: Prefix) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+    """The prefixes to send a new replica whose KV cache holds `kv_blocks` blocks, as the
+    spec allows (`radixfleet.prefixes.hottest`)."""
+    return hottest(popularity, kv_blocks=kv_blocks, kv_fraction=spec.kv_fraction,
+                   min_hits=spec.min_hits, now=now)  # fmt: skip
 
 
 def may_hold_back(*, serving: int, waiting: Waiting, allowance: float) -> bool:
@@ -202,3 +85,60 @@ class Prewarming:
     def holds_back(self, *, serving: int, waiting: Waiting) -> bool:
         """Whether a warming replica may stay out of traffic now (`may_hold_back`)."""
         return may_hold_back(serving=serving, waiting=waiting, allowance=self.queue_allowance)
+
+
+# ---- in a cluster: which pods are taken out of their router's selection, and put back -------
+
+
+@dataclass(frozen=True)
+class PodView:
+    """A pod of the serving revision as pre-warming sees it (policies/autoscale/warming.py).
+
+    `pool` is its `radixfleet.io/pool` label ("" without one: a revision made before it, never
+    gated); `ready_for_s` how long it has been ready (None: not ready); `warmed` whether it
+    was taken out once already (it never is twice)."""
+
+    name: str
+    pool: str
+    ready_for_s: float | None
+    warmed: bool = False
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What to do with the revision's pods this tick."""
+
+    hold: tuple[str, ...] = ()  # not ready yet: out of the router's selection before it is
+    warm: tuple[str, ...] = ()  # held and ready: send it the hottest prefixes
+    release: tuple[tuple[str, str], ...] = ()  # back to `serving`, and why
+
+
+def gate(
+    pods: Sequence[PodView],
+    *,
+    waiting: Waiting | None,
+    spec: Prewarm,
+    allowance: float,
+    warming_now: frozenset[str] = frozenset(),
+) -> Gate:
+    """Hold a new pod out of its router's selection while `may_hold_back` allows, warm it once
+    ready, release it when it may no longer wait or its deadline has passed since it was
+    ready. `waiting` None (no metrics yet) holds nothing back: a pod serves cold rather than
+    wait on what is not known. `warming_now` are pods whose warm-up runs already."""
+    serving = sum(1 for p in pods if p.pool == SERVING_POOL and p.ready_for_s is not None)
+    allowed = waiting is not None and spec.enabled and may_hold_back(
+        serving=serving, waiting=waiting, allowance=allowance
+    )  # fmt: skip
+    hold, warm, release = [], [], []
+    for pod in pods:
+        if pod.pool == SERVING_POOL and pod.ready_for_s is None and not pod.warmed and allowed:
+            hold.append(pod.name)
+        elif pod.pool != WARMING_POOL:
+            continue
+        elif not allowed:
+            release.append((pod.name, "needed: another request would wait for it"))
+        elif pod.ready_for_s is not None and pod.ready_for_s > spec.deadline_seconds:
+            release.append((pod.name, f"deadline: ready for {pod.ready_for_s:.0f} s"))
+        elif pod.ready_for_s is not None and pod.name not in warming_now:
+            warm.append(pod.name)
+    return Gate(hold=tuple(hold), warm=tuple(warm), release=tuple(release))

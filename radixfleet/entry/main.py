@@ -19,6 +19,7 @@ from prometheus_client import start_http_server
 
 from radixfleet.entry import DRAIN_S
 from radixfleet.entry.kube import KubeDataPlaneKeys, keep_in_sync
+from radixfleet.entry.prefixes import HotPrefixes
 from radixfleet.entry.server import ClusterEntry, Upstreams
 from radixfleet.entry.signals import TOKEN_ENV, SignalsRelay
 from radixfleet.kit.kube import KubeInferenceServices, api_client
@@ -62,6 +63,7 @@ async def serve(options: EntryOptions) -> None:
         upstreams = Upstreams(cluster_domain=options.cluster_domain)
         entry = ClusterEntry(gate=gate, session=session, upstreams=upstreams,
                              signals=signals_relay(options, session, os.environ))  # fmt: skip
+        entry.prefixes = HotPrefixes(key_of=entry.key_of)
         listed, keys = KubeInferenceServices(api), KubeDataPlaneKeys(api)
         sync = asyncio.create_task(
             keep_in_sync(entry, listed, keys, interval_s=options.sync_seconds)

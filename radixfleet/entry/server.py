@@ -27,6 +27,7 @@ from aiohttp import web
 from radixfleet import dataplane
 from radixfleet.emulator.protocol import ApiError
 from radixfleet.entry.gate import TENANT, EntryGate
+from radixfleet.entry.prefixes import HotPrefixes
 from radixfleet.entry.routes import ModelRoute, Routes, Target
 from radixfleet.entry.signals import SignalsRelay
 from radixfleet.fleet.entry import (
@@ -76,6 +77,7 @@ class ClusterEntry:
     routes: Routes | None = None  # None until the first sync: every request gets 503
     keys: dict[str, str] = field(default_factory=dict)  # by namespace: the data plane's key
     signals: SignalsRelay | None = None  # the fleet's failover reads this region's Prometheus
+    prefixes: HotPrefixes | None = None  # what each model's prompts began with (pre-warming)
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[error_middleware], client_max_size=64 * 1024**2)
@@ -86,6 +88,8 @@ class ClusterEntry:
         self.gate.install(app, model_of=lambda tenant, body: self._route(tenant, body).model)
         if self.signals is not None:
             self.signals.install(app)
+        if self.prefixes is not None:
+            self.prefixes.install(app)
         return app
 
     async def proxy(self, request: web.Request) -> web.StreamResponse:
@@ -96,6 +100,8 @@ class ClusterEntry:
         if request.path.startswith("/v1/") and body.get("model") != route.model:
             raw = json.dumps({**body, "model": route.model}).encode()
         target = route.pick(self.draw() * 100)
+        if self.prefixes is not None:
+            self.prefixes.record(route.namespace, route.model, body)
         if target is None:
             raise self._unavailable(f"The model '{route.model}' has no ready revision yet.")
         return await self._forward(request, target, raw)
@@ -170,6 +176,10 @@ class ClusterEntry:
                 return await relay(request, up, {**served, "x-radixfleet-path": "knative"})
         except (aiohttp.ClientConnectorError, TimeoutError):
             raise self._unavailable(f"Revision {target.revision} is not reachable.") from None
+
+    def key_of(self, namespace: str) -> str | None:
+        """The data plane's key of `namespace`, as last read from the cluster."""
+        return self.keys.get(namespace)
 
     def _upstream_headers(self, target: Target) -> dict[str, str]:
         """The body's type and the data plane's key of the target's namespace (never the

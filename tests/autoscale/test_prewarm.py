@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.autoscale.prewarm import PrefixPopularity, depths, may_hold_back, plan
+from policies.autoscale.prewarm import may_hold_back, plan
 from policies.autoscale.spec import Prewarm
+from radixfleet.prefixes import PrefixPopularity, depths
 from radixfleet.twin.interfaces import Waiting
 
 SPEC = Prewarm(kv_fraction=0.5)  # half the KV cache, prefixes seen twice
