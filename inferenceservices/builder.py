@@ -134,6 +134,10 @@ def _predictor(model: Model) -> dict[str, Any]:
         # KServe pins every new predictor revision at 0 % until the canary controller steps it;
         # without the field a new revision takes all traffic as soon as it is ready.
         predictor["canaryTrafficPercent"] = 0
+    if model.nodes == 1:
+        # Knative's pods, each behind its revision's router, which sends only to `serving`
+        # ones: a new pod pre-warming is taken out meanwhile (radixfleet/labels.py).
+        predictor["labels"] = {labels.POOL: labels.SERVING_POOL}
     if model.nodes > 1:
         predictor["workerSpec"] = {
             "pipelineParallelSize": model.nodes,

@@ -21,6 +21,11 @@ KUBERNETES_VERSION = "1.35"
 PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
 PROMETHEUS_URL_ENV = "RADIXFLEET_PROMETHEUS_URL"
 
+# The region entry as the operator reaches it (the autoscaler asks it for each model's hottest
+# prompt prefixes when it pre-warms a pod); `RADIXFLEET_ENTRY_URL` overrides it.
+ENTRY_URL = "http://radixfleet-entry.radixfleet-system.svc"
+ENTRY_URL_ENV = "RADIXFLEET_ENTRY_URL"
+
 # Where the platform's own parts run, as the tenant namespaces' NetworkPolicies let them in:
 # radixfleet's operator and region entry; the Prometheus that scrapes the models; Knative's
 # activator and autoscaler (a model at zero is woken through the activator).

@@ -11,6 +11,10 @@ Each tick of an AutoscalePolicy (a kopf timer) observes its InferenceService's s
 4. a revision at zero that a floor wants up gets one request through the activator (min-scale
    alone does not wake it).
 
+Between ticks, at every timer call, new pods of the serving revision are pre-warmed
+(policies/autoscale/warming.py): out of their router's selection until their prefix cache
+holds the model's hottest prefixes.
+
 When the serving revision changes (a rollout), the previous one is released to min-scale 0 so
 that Knative can retire it. kopf watches the AutoscalePolicy only, never the InferenceService:
 kopf keeps bookkeeping in annotations of what it handles, and KServe copies InferenceService
@@ -36,14 +40,16 @@ from policies.autoscale.ports import AutoscalePolicies, InferenceServices, Pods,
 from policies.autoscale.queries import QueryConfig
 from policies.autoscale.spec import API_VERSION, MIN_INTERVAL_SECONDS, PLURAL, AutoscalePolicySpec
 from policies.autoscale.state import AutoscaleStatus, Observed, Verb, status_of, to_wire
+from policies.autoscale.warming import Warmer
 from radixfleet import metrics_names as m
 from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
 from radixfleet.kit import kopfglue
+from radixfleet.kit.errors import KubeError
 from radixfleet.kit.events import Events
 from radixfleet.kit.kube import Resource
 from radixfleet.kit.plugin import OperatorOptions
 from radixfleet.labels import GROUP
-from radixfleet.platform import PROMETHEUS_URL, PROMETHEUS_URL_ENV
+from radixfleet.platform import ENTRY_URL, ENTRY_URL_ENV, PROMETHEUS_URL, PROMETHEUS_URL_ENV
 
 log = logging.getLogger(__name__)
 
@@ -72,16 +78,21 @@ class Controller:
     prometheus: Prometheus
     waker: Waker | None = None
     queries: QueryConfig = field(default_factory=QueryConfig)
+    warmer: Warmer | None = None
+    # Each policy's last observation, which pre-warming reads between ticks.
+    seen: dict[tuple[str, str], Observed] = field(default_factory=dict)
 
     def reconcile_policy(self, policy: Mapping[str, Any], *, now: datetime) -> Decision | None:
         """Decide and act for the policy's InferenceService; None when no decision is due."""
         spec = AutoscalePolicySpec.model_validate(policy.get("spec") or {})
         before = status_of(policy)
+        namespace = policy["metadata"]["namespace"]
+        self._prewarm(policy, spec, before, now)
         if not due(spec, before, now):
             return None
-        namespace = policy["metadata"]["namespace"]
         isvc = self.isvcs.get(namespace, spec.inference_service)
         observed, revision = self.observe(namespace, spec, isvc, now=now)
+        self.seen[(namespace, policy["metadata"]["name"])] = observed
         decision = decide(observed, spec, before, now)
         self.act(policy, spec, isvc, revision, observed, before, decision)
         return decision
@@ -133,6 +144,20 @@ class Controller:
                 involved=isvc, reason=EVENT_REASONS[decision.verb], message=decision.reason,
                 warning=decision.warning,
             )  # fmt: skip
+
+    def _prewarm(
+        self, policy: Mapping[str, Any], spec: AutoscalePolicySpec,
+        before: AutoscaleStatus | None, now: datetime,
+    ) -> None:  # fmt: skip
+        """New pods of the revision the last tick served, held out and warmed (warming.py)."""
+        if self.warmer is None or spec.paused or before is None:
+            return
+        meta = policy["metadata"]
+        seen = self.seen.get((meta["namespace"], meta["name"]))
+        try:
+            self.warmer.tick(meta["namespace"], spec, before.revision, seen, now=now)
+        except KubeError as error:  # the next call tries again; scaling goes on meanwhile
+            log.warning("pre-warming in %s skipped: %s", meta["namespace"], error)
 
     def _wake_if_at_zero(
         self, isvc: Mapping[str, Any], observed: Observed, decision: Decision
@@ -210,7 +235,9 @@ def kube_controller(options: OperatorOptions | None = None) -> Controller:
     from policies.autoscale.kube import (
         FIELD_MANAGER,
         HttpWaker,
+        HttpWarmUp,
         KubeAutoscalePolicies,
+        KubeDataPlaneKeys,
         KubeInferenceServices,
         KubePods,
         KubeRevisions,
@@ -220,12 +247,15 @@ def kube_controller(options: OperatorOptions | None = None) -> Controller:
     options = options or OperatorOptions()
     api = api_client()
     url = options.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV, PROMETHEUS_URL)
+    pods = KubePods(api)
+    warm_up = HttpWarmUp(os.environ.get(ENTRY_URL_ENV, ENTRY_URL))
     return Controller(
         isvcs=KubeInferenceServices(api),
         revisions=KubeRevisions(api),
-        pods=KubePods(api),
+        pods=pods,
         policies=KubeAutoscalePolicies(api),
         events=KubeEvents(api, clock=lambda: datetime.now(UTC), component=FIELD_MANAGER),
         prometheus=HttpPrometheus(url),
         waker=HttpWaker(),
+        warmer=Warmer(pods=pods, keys=KubeDataPlaneKeys(api), http=warm_up),
     )

@@ -15,8 +15,18 @@ from kubernetes import client
 
 from policies.autoscale.knative import DELETION_COST, REVISION_LABEL
 from policies.autoscale.spec import API_VERSION, PLURAL
+from policies.autoscale.warming import WARMED
+from radixfleet import dataplane, labels
 from radixfleet.kit.errors import KubeError
-from radixfleet.kit.kube import KubeEvents, KubeStatus, Resource, absent_as_none, as_dict, kube_call
+from radixfleet.kit.kube import (
+    KubeEvents,
+    KubeStatus,
+    Resource,
+    absent_as_none,
+    as_dict,
+    kube_call,
+    read_secret_value,
+)
 from radixfleet.kit.rbac import KOPF_TIMER, PolicyRule, rule
 from radixfleet.labels import GROUP
 
@@ -31,6 +41,9 @@ RULES: tuple[PolicyRule, ...] = (
     REVISIONS.rule("get", "patch"),
     PODAUTOSCALERS.rule("patch"),
     rule("", "pods", "list", "patch"),
+    # Pre-warming: the data plane's key of a tenant namespace, by its one name, to warm its
+    # pods and ask the entry for their model's hottest prefixes (policies/autoscale/warming.py).
+    rule("", "secrets", "get"),
     OURS.rule(*KOPF_TIMER),  # kopf's timer on the policies
     *KubeStatus.rules(OURS),
     *KubeEvents.RULES,
@@ -108,6 +121,69 @@ class KubePods:
                 name, namespace, body, field_manager=FIELD_MANAGER
             ),
         )
+
+    def set_pool(self, namespace: str, name: str, pool: str, note: str | None = None) -> None:
+        body: dict[str, Any] = {"metadata": {"labels": {labels.POOL: pool}}}
+        if note is not None:
+            body["metadata"]["annotations"] = {WARMED: note}
+        kube_call(
+            f"set pool of {namespace}/{name}",
+            lambda: self.api.patch_namespaced_pod(
+                name, namespace, body, field_manager=FIELD_MANAGER
+            ),
+        )
+
+
+class KubeDataPlaneKeys:
+    """Each tenant namespace's data-plane key, read from its Secret (radixfleet/dataplane.py)."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api_client = api_client
+
+    def key(self, namespace: str) -> str | None:
+        return read_secret_value(self.api_client, namespace, dataplane.SECRET, dataplane.KEY)
+
+
+class HttpWarmUp:
+    """A warm-up's calls: the region entry's hottest prefixes, a pod's KV size and prefills."""
+
+    def __init__(self, entry_url: str, *, timeout_s: float = 10.0) -> None:
+        self.entry_url = entry_url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def hottest(
+        self, namespace: str, model: str, *, key: str, kv_blocks: int, kv_fraction: float,
+        min_hits: float,
+    ) -> list[str]:  # fmt: skip
+        import requests
+
+        answer = requests.get(
+            f"{self.entry_url}/fleet/v1/prefixes/{namespace}/{model}",
+            params={"kvBlocks": kv_blocks, "kvFraction": kv_fraction, "minHits": min_hits},
+            headers=dataplane.bearer(key), timeout=self.timeout_s,
+        )  # fmt: skip
+        answer.raise_for_status()
+        prefixes = answer.json().get("prefixes")
+        return [p for p in prefixes if isinstance(p, str)] if isinstance(prefixes, list) else []
+
+    def kv_tokens(self, pod_url: str, *, key: str) -> int:
+        """The pod's KV cache in tokens, as SGLang's `/server_info` reports it."""
+        import requests
+
+        answer = requests.get(
+            f"{pod_url}/server_info", headers=dataplane.bearer(key), timeout=self.timeout_s
+        )
+        answer.raise_for_status()
+        return int(answer.json()["internal_states"][0]["max_total_num_tokens"])
+
+    def prefill(self, pod_url: str, text: str, *, key: str, timeout_s: float) -> None:
+        import requests
+
+        body = {"text": text, "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+        answer = requests.post(
+            f"{pod_url}/generate", json=body, headers=dataplane.bearer(key), timeout=timeout_s
+        )
+        answer.raise_for_status()
 
 
 class KubeAutoscalePolicies:

@@ -16,7 +16,15 @@ from typing import Any, Protocol
 
 import kopf
 
-from policies.routers.decide import Existing, Key, Plan, decide, keyed_namespaces, wanted
+from policies.routers.decide import (
+    Existing,
+    Key,
+    Plan,
+    RevisionRef,
+    decide,
+    keyed_namespaces,
+    wanted,
+)
 from policies.routers.spec import NAME, Router
 from radixfleet.kit.errors import KubeError
 from radixfleet.kit.kube import INFERENCE_SERVICES
@@ -35,7 +43,7 @@ class InferenceServices(Protocol):
 
 
 class Revisions(Protocol):
-    def uids(self) -> dict[Key, str]: ...
+    def listed(self) -> dict[Key, RevisionRef]: ...
 
 
 class Routers(Protocol):
@@ -68,7 +76,7 @@ class Controller:
             log.warning("no router image (--router-image): routers are not managed")
             return Plan()
         existing = self.routers.existing()
-        plan = decide(isvcs, self.revisions.uids(), existing, image=self.image)
+        plan = decide(isvcs, self.revisions.listed(), existing, image=self.image)
         for router in plan.apply:
             self.routers.apply(router, image=self.image)
             log.info("router %s/%s applied", router.namespace, router.name)

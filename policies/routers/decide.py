@@ -29,6 +29,15 @@ Key = tuple[str, str]  # (namespace, name): a router's, or a revision's
 
 
 @dataclass(frozen=True)
+class RevisionRef:
+    """What a router needs of its Knative Revision: its UID (the router's owner) and whether
+    its pods carry `radixfleet.io/pool` (the revision's labels are its template's)."""
+
+    uid: str
+    pooled: bool = False
+
+
+@dataclass(frozen=True)
 class Existing:
     """A router found in the cluster: whose it is, which image it runs, how many replicas."""
 
@@ -76,7 +85,7 @@ def wanted(isvc: Mapping[str, Any]) -> set[Router] | None:
 
 def decide(
     isvcs: Iterable[Mapping[str, Any]],
-    revision_uids: Mapping[Key, str],
+    revisions: Mapping[Key, RevisionRef],
     existing: Mapping[Key, Existing],
     *,
     image: str,
@@ -92,9 +101,9 @@ def decide(
         reported.add((meta["namespace"], meta["name"]))
         want |= {(r.namespace, r.name): r for r in routers}
     apply = [
-        replace(r, revision_uid=revision_uids[(r.namespace, r.revision)])
+        replace(r, revision_uid=ref.uid, pooled=ref.pooled)
         for key, r in want.items()
-        if (r.namespace, r.revision) in revision_uids and _stale(existing.get(key), image)
+        if (ref := revisions.get((r.namespace, r.revision))) and _stale(existing.get(key), image)
     ]
     park = [
         key for key, found in existing.items()

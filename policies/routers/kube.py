@@ -12,7 +12,7 @@ from typing import Any
 
 from kubernetes import client
 
-from policies.routers.decide import Existing, Key
+from policies.routers.decide import Existing, Key, RevisionRef
 from policies.routers.manifests import IMAGE_ANNOTATION, deployment, service
 from policies.routers.spec import COMPONENT, ROLE, Router
 from radixfleet import dataplane, labels
@@ -43,15 +43,19 @@ class KubeRevisions:
     def __init__(self, api_client: Any) -> None:
         self.api = client.CustomObjectsApi(api_client)
 
-    def uids(self) -> dict[Key, str]:
-        """(namespace, revision) -> UID of every revision KServe made."""
+    def listed(self) -> dict[Key, RevisionRef]:
+        """(namespace, revision) -> UID and pool label of every revision KServe made."""
         group, version, plural = REVISIONS.group, REVISIONS.version, REVISIONS.plural
         found = kube_call("list revisions", lambda: self.api.list_cluster_custom_object(
             group, version, plural, label_selector=KSERVE_REVISIONS,
         ))  # fmt: skip
         items = found.get("items", []) if isinstance(found, dict) else []
         metas = [item.get("metadata") or {} for item in items]
-        return {(m["namespace"], m["name"]): m["uid"] for m in metas}
+        return {(m["namespace"], m["name"]): _ref(m) for m in metas}
+
+
+def _ref(meta: dict[str, Any]) -> RevisionRef:
+    return RevisionRef(uid=meta["uid"], pooled=labels.POOL in (meta.get("labels") or {}))
 
 
 class KubeRouters:

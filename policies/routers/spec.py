@@ -36,6 +36,9 @@ class Router:
     isvc: str
     tenant: str = ""
     revision_uid: str = ""
+    # The revision's pods carry `radixfleet.io/pool`: smg sends only to `serving` ones (a pod
+    # warming up is not one yet). A revision made before the label has none and is not gated.
+    pooled: bool = False
 
     @property
     def name(self) -> str:
@@ -56,6 +59,7 @@ def smg_args(router: Router) -> list[str]:
         "--policy", "cache_aware",
         "--service-discovery",
         "--selector", f"{REVISION_LABEL}={router.revision}",
+        *([f"{labels.POOL}={labels.SERVING_POOL}"] if router.pooled else []),
         "--service-discovery-namespace", router.namespace,
         "--service-discovery-port", str(QUEUE_PROXY_PORT),
         "--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT),

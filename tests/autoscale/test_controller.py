@@ -270,3 +270,39 @@ def test_tick_errors_map_to_kopf(status: int, expected: type[Exception]) -> None
 def test_invalid_spec_is_permanent() -> None:
     with pytest.raises(kopf.PermanentError):
         run_tick(World().controller, policy(minReplicas=9, maxReplicas=2), now=T0)
+
+
+class RecordingWarmer:
+    """Records what pre-warming was asked each timer call; fails when told to."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[str, str | None, int | None]] = []
+        self.fail = fail
+
+    def tick(self, namespace: str, spec: Any, revision: str | None, observed: Any, *,
+             now: datetime) -> None:  # fmt: skip
+        self.calls.append((namespace, revision, observed.ready if observed else None))
+        if self.fail:
+            raise KubeError("pods: connection refused", status=None)
+
+
+def test_pre_warming_runs_at_every_timer_call_on_the_last_ticks_revision_and_view() -> None:
+    world = World()
+    warmer = RecordingWarmer()
+    world.controller.warmer = warmer  # type: ignore[assignment]
+    world.prometheus.answers = answers({"pod-0": gauges(0.5), "pod-1": gauges(0.5)})
+    world.tick(T0)  # no status yet: nothing to warm for
+    assert world.tick(T0 + timedelta(seconds=1)) is None  # not due: pre-warming runs all the same
+    assert warmer.calls == [(NS, REV, 2)]
+
+
+def test_a_pre_warming_error_never_stops_the_scaling_tick() -> None:
+    world = World()
+    warmer = RecordingWarmer(fail=True)
+    world.controller.warmer = warmer  # type: ignore[assignment]
+    world.prometheus.answers = answers({"pod-0": gauges(0.95), "pod-1": gauges(0.95)})
+    world.tick(T0)
+    decision = world.tick(T0 + timedelta(seconds=10))
+    assert len(warmer.calls) == 1  # it failed ...
+    assert decision is not None  # ... and the tick decided, and wrote its status, all the same
+    assert status_of(world.policies.items[(NS, ISVC)]) == decision.status

@@ -23,14 +23,20 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from inferenceservices.builder import pod_security_labels
+from policies.autoscale.knative import scale_annotations
+from policies.autoscale.kube import HttpWarmUp, KubeDataPlaneKeys, KubePods, KubeRevisions
+from policies.autoscale.spec import AutoscalePolicySpec
+from policies.autoscale.state import Observed, ReplicaMetrics
+from policies.autoscale.warming import WARMED, Warmer
 from policies.routers.manifests import access
 from policies.routers.spec import ROUTES_FOR
-from radixfleet import dataplane
+from radixfleet import dataplane, labels
 from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
 from radixfleet.workload.records import RequestResult, WorkItem
@@ -453,3 +459,115 @@ def test_a_model_at_zero_is_woken_by_a_request_through_the_entry(
     assert answer.headers["x-radixfleet-path"] == "knative"
     assert [p["status"]["phase"] for p in _predictor_pods(cluster, BLUE.namespace)] == ["Running"]
     print(f"woken from zero through the entry and answered in {woke_s:.1f} s")
+
+
+# ---- pre-warming: a new pod out of its router until its cache holds the hot prefixes ---------
+
+AMBER = Team("amber", "sk-amber-0c4e", 6_000_000, {})
+SYSTEM = "You answer questions about the radixfleet platform, briefly and exactly. " * 16
+
+
+def _pooled_model(image: str) -> dict[str, Any]:
+    """AMBER's `chat` as the catalog renders a model now: its pods labelled `pool: serving`."""
+    isvc = emulated_isvc(
+        image, name=MODEL, namespace=AMBER.namespace, mode="Knative", min_replicas=1,
+        max_replicas=2, labels={"radixfleet.io/tenant": AMBER.name},
+        annotations={"radixfleet.io/gpu-type": "H100", "radixfleet.io/gpus-per-replica": "1"},
+    )  # fmt: skip
+    isvc["spec"]["predictor"]["labels"] = {labels.POOL: labels.SERVING_POOL}
+    return isvc
+
+
+def _generate(url: str, key: str, text: str) -> Any:
+    body = json.dumps({"model": MODEL, "text": text, "sampling_params": {"max_new_tokens": 1}})
+    headers = {"Content-Type": "application/json", **dataplane.bearer(key)}
+    request = urllib.request.Request(f"{url}/generate", data=body.encode(), headers=headers)
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        return json.load(answer)
+
+
+def _pods_of(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    return [p for p in _predictor_pods(cluster, namespace) if p["status"].get("podIP")]
+
+
+def test_a_new_pod_is_warmed_out_of_its_routers_selection_and_then_joins_it(
+    plane: tuple[Cluster, str], kube_client: Any
+) -> None:
+    """The path of pre-warming in a cluster, on the test cluster's API server, Knative, kubelet,
+    smg and entry: a revision whose pods carry the pool label gets a router selecting `serving`
+    pods; a second pod is taken out before it is ready, and the router does not list it while it
+    warms; the entry gives the hot prefix (the system prompt of the requests it routed); the pod
+    is sent it and joins the router; a new question is then served mostly from its cache. The
+    warmer runs in the test process with the operator's adapters; the queues it reads come from
+    a stand-in for the autoscaler's Prometheus reading (none scrapes this cluster's pods)."""
+    cluster, url = plane
+    # The image the other tenants' models run (loaded into the node by the fixture)
+    image = get(cluster, "isvc", MODEL, "-n", BLUE.namespace)["spec"]["predictor"]["model"]["image"]
+    session.apply(cluster, [_namespace(AMBER)])
+    cluster.kubectl("create", "secret", "generic", "api-keys", "-n", AMBER.namespace,
+                    f"--from-literal=api-key={AMBER.key}")  # fmt: skip
+    session.apply(cluster, [*access(AMBER.namespace), _tenant(AMBER)])
+    wait_accounted(cluster, AMBER.namespace)
+    volume = model_volume(cluster, namespace=AMBER.namespace, model=MODEL, data_plane_key=False)
+    session.apply(cluster, [*volume, _pooled_model(image)])
+    try:
+        _wait_ready(cluster, AMBER)
+        revision = get(cluster, "revision", REVISION, "-n", AMBER.namespace)
+        assert revision["metadata"]["labels"][labels.POOL] == labels.SERVING_POOL
+        _wait_router(cluster, AMBER.namespace)
+        router = get(cluster, "deployment", ROUTER, "-n", AMBER.namespace)
+        args = " ".join(router["spec"]["template"]["spec"]["containers"][0]["args"])
+        assert f"--selector serving.knative.dev/revision={REVISION} radixfleet.io/pool=serving" in (
+            args
+        )
+        session.wait_for(lambda: len(_router_workers(cluster, AMBER.namespace)) == 1,
+                         timeout_s=TIMEOUT_S, what="the router lists the first pod")  # fmt: skip
+        # The entry counts their prefixes; each of its two replicas sees about half of them
+        for i in range(16):
+            _generate(url, AMBER.key, f"{SYSTEM}Question {i}: what does a router do?")
+        _warm_a_second_pod(cluster, kube_client, url)
+    finally:
+        cluster.kubectl("delete", "tenant", AMBER.name, "--wait=false", check=False)
+        cluster.kubectl("delete", "namespace", AMBER.namespace, "--wait=false", check=False)
+
+
+def _warm_a_second_pod(cluster: Cluster, kube_client: Any, url: str) -> None:
+    (first,) = _pods_of(cluster, AMBER.namespace)
+    quiet = Observed(ready=1, waiting=0, replicas=(
+        ReplicaMetrics(first["metadata"]["name"], running=0, queued=0, kv_usage=0.1),))  # fmt: skip
+    spec = AutoscalePolicySpec(inference_service=MODEL)
+    pods = KubePods(kube_client)
+    warmer = Warmer(pods=pods, keys=KubeDataPlaneKeys(kube_client), http=HttpWarmUp(url))
+    KubeRevisions(kube_client).set_scale(AMBER.namespace, REVISION, scale_annotations(2, 2))
+    workers_while_warming: list[int] = []
+
+    def joined() -> bool:
+        warmer.tick(AMBER.namespace, spec, REVISION, quiet, now=datetime.now(UTC))
+        second = [p for p in _pods_of(cluster, AMBER.namespace)
+                  if p["metadata"]["name"] != first["metadata"]["name"]]  # fmt: skip
+        if not second:
+            return False
+        meta = second[0]["metadata"]
+        if meta["labels"].get(labels.POOL) == labels.WARMING_POOL:
+            workers_while_warming.append(len(_router_workers(cluster, AMBER.namespace)))
+        return WARMED in (meta.get("annotations") or {})
+
+    session.wait_for(joined, timeout_s=TIMEOUT_S, what="a second pod warmed and put back")
+    (second,) = [p for p in _pods_of(cluster, AMBER.namespace)
+                 if p["metadata"]["name"] != first["metadata"]["name"]]  # fmt: skip
+    note = second["metadata"]["annotations"][WARMED]
+    assert second["metadata"]["labels"][labels.POOL] == labels.SERVING_POOL
+    sent, _, total = note.partition(" prefixes")[0].partition(" of ")
+    assert sent == total and int(total) >= 1, note
+    assert workers_while_warming and set(workers_while_warming) == {1}, workers_while_warming
+    session.wait_for(lambda: len(_router_workers(cluster, AMBER.namespace)) == 2,
+                     timeout_s=60, what="the router lists the warmed pod")  # fmt: skip
+    key = _data_plane_key(cluster, AMBER.namespace)
+    pod_url = f"http://{second['status']['podIP']}:8012"
+    answer = _generate(pod_url, key, f"{SYSTEM}Question 9: what is a revision?")
+    cached, prompt = answer["meta_info"]["cached_tokens"], answer["meta_info"]["prompt_tokens"]
+    assert cached >= 0.8 * prompt * len(SYSTEM) / len(SYSTEM + "Question 9: what is a revision?")
+    print(
+        f"pre-warmed a second pod: {note}; a new question then found {cached} of {prompt} "
+        "prompt tokens in its cache"
+    )

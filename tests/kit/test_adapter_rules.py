@@ -44,6 +44,7 @@ def canary(api: Any, rec: Recorder) -> None:
 def autoscale(api: Any, rec: Recorder) -> None:
     from policies.autoscale.kube import (
         KubeAutoscalePolicies,
+        KubeDataPlaneKeys,
         KubeInferenceServices,
         KubePods,
         KubeRevisions,
@@ -57,6 +58,9 @@ def autoscale(api: Any, rec: Recorder) -> None:
     pods = KubePods(api)
     pods.of_revision("ns", "r")
     pods.set_deletion_cost("ns", "pod", 10)
+    pods.set_pool("ns", "pod", "warming")
+    rec.answers[("", "secrets", "get")] = Answer(data={"api-key": "ZHAta2V5"})
+    assert KubeDataPlaneKeys(api).key("ns") == "dp-key"
     policies = KubeAutoscalePolicies(api)
     rec.fail[("radixfleet.io", "autoscalepolicies/status", "update")] = [409]
     policies.write_status("ns", "p", {"desired": 1})
@@ -108,7 +112,7 @@ def routers(api: Any, rec: Recorder) -> None:
     isvcs = KubeInferenceServices(api)
     isvcs.everywhere()
     isvcs.get("ns", "m")
-    KubeRevisions(api).uids()
+    KubeRevisions(api).listed()
     found = KubeRouters(api)
     found.existing()
     found.apply(Router(namespace="ns", revision="m-predictor-00001", isvc="m"), image="smg@x")

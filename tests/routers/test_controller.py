@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from policies.routers.controller import Controller
-from policies.routers.decide import Existing, Key
+from policies.routers.decide import Existing, Key, RevisionRef
 from policies.routers.spec import Router, router_name
 from radixfleet.kit.errors import KubeError
 from tests.routers.test_decide import IMAGE, UIDS, isvc
@@ -33,7 +33,7 @@ class FakeInferenceServices:
 
 @dataclass
 class FakeRevisions:
-    def uids(self) -> dict[Key, str]:
+    def listed(self) -> dict[Key, RevisionRef]:
         return dict(UIDS)
 
 

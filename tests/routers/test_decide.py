@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.routers.decide import Existing, Key, Plan, decide, wanted
+from policies.routers.decide import Existing, Key, Plan, RevisionRef, decide, wanted
 from policies.routers.spec import Router, router_name, smg_args
 
 IMAGE = "smg@sha256:aa"
@@ -41,8 +41,8 @@ def key(revision: str, namespace: str = "team-a") -> Key:
     return namespace, router_name(revision)
 
 
-UIDS = {("team-a", f"r{i}"): f"uid-r{i}" for i in range(1, 5)}
-UIDS[("team-a", "chat-predictor-00001")] = "uid-1"
+UIDS = {("team-a", f"r{i}"): RevisionRef(f"uid-r{i}") for i in range(1, 5)}
+UIDS[("team-a", "chat-predictor-00001")] = RevisionRef("uid-1")
 
 
 def test_a_serving_revision_gets_a_router_named_after_it_and_owned_by_the_revision() -> None:
@@ -112,6 +112,29 @@ def test_smg_finds_the_revisions_pods_and_sends_to_their_queue_proxy() -> None:
     assert "--service-discovery-namespace team-a" in joined
     assert "--service-discovery-port 8012" in joined
     assert "--policy cache_aware" in joined
+
+
+@pytest.mark.parametrize(
+    ("pooled", "selector"),
+    [
+        pytest.param(
+            True,
+            "--selector serving.knative.dev/revision=r5 radixfleet.io/pool=serving --",
+            id="pods-with-a-pool-label-only-serving-ones",
+        ),
+        pytest.param(
+            False, "--selector serving.knative.dev/revision=r5 --", id="made-before-the-label-all"
+        ),
+    ],
+)
+def test_a_revision_whose_pods_carry_the_pool_label_is_routed_to_its_serving_pods_only(
+    pooled: bool, selector: str
+) -> None:
+    """A pod pre-warming (`radixfleet.io/pool: warming`) is out of its router's selection."""
+    revisions = {("team-a", "r5"): RevisionRef("uid-r5", pooled=pooled)}
+    (router,) = decide([isvc(traffic=[("r5", 100)])], revisions, {}, image=IMAGE).apply
+    assert router.pooled is pooled
+    assert selector in " ".join(smg_args(router))
 
 
 revisions = st.sampled_from(["r1", "r2", "r3", "r4"])

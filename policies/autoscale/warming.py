@@ -1,0 +1,203 @@
+"""Pre-warming in a cluster: a new pod of the serving revision leaves its router's selection
+before it is ready, is sent the model's hottest prefixes once ready, and comes back.
+
+Every predictor pod starts `radixfleet.io/pool: serving` (the InferenceService's predictor
+labels), and a revision's router, smg, sends only to `serving` pods of it (policies/routers:
+its Kubernetes discovery drops a pod that leaves the selector and adds one that joins it). At
+each of the autoscaler's timer calls (every second) `Warmer.tick` reads the serving revision's
+pods and carries out `prewarm.gate`:
+
+- a pod not ready yet, never taken out, while the others may serve without it: relabelled
+  `warming`, so that when it turns ready no request reaches it through the router;
+- a `warming` pod, ready: warmed in the background. The region entry gives the hottest
+  prefixes of the model's prompts (radixfleet/entry/prefixes.py, within the spec's share of the
+  pod's KV cache, which the pod's `/server_info` says), and the pod is sent each as one request
+  of one output token, through its queue-proxy with the data plane's key; then it is
+  `serving` again, `radixfleet.io/prewarmed` saying what it got;
+- a `warming` pod that may no longer be held back, or is past the deadline: `serving` at once.
+
+State lives on the pods (label and annotation), so a restarted controller releases or warms
+again what it finds. What fails (no entry, no key, a pod that does not answer) releases the pod
+cold: pre-warming only ever delays a pod's first request by the deadline, and a request that
+would wait for the pod ends the delay. Knative's own path (the activator, the revision's
+Service) does not look at the label: while the router has no pod at all the entry sends that
+way, and `gate` never holds back a model's only pod.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from policies.autoscale.prewarm import PodView, gate
+from policies.autoscale.spec import AutoscalePolicySpec
+from policies.autoscale.state import Observed
+from radixfleet import labels
+from radixfleet.fleet.prewarm import kv_blocks
+from radixfleet.kit.errors import KubeError
+from radixfleet.twin.interfaces import Waiting
+
+log = logging.getLogger(__name__)
+
+WARMED = f"{labels.GROUP}/prewarmed"  # annotation: what a pod was sent, or why not
+QUEUE_PROXY_PORT = 8012
+WARMERS = 4  # pods warmed at once, fleet-wide
+
+
+class WarmPods(Protocol):
+    def of_revision(self, namespace: str, revision: str) -> list[dict[str, Any]]: ...
+
+    def set_pool(self, namespace: str, name: str, pool: str, note: str | None = None) -> None:
+        """Label the pod's pool (and annotate `WARMED` with `note`)."""
+        ...
+
+
+class DataPlaneKeys(Protocol):
+    def key(self, namespace: str) -> str | None: ...
+
+
+class WarmUpClient(Protocol):
+    """The HTTP calls of a warm-up (policies/autoscale/kube.py: HttpWarmUp)."""
+
+    def hottest(
+        self, namespace: str, model: str, *, key: str, kv_blocks: int, kv_fraction: float,
+        min_hits: float,
+    ) -> list[str]: ...  # fmt: skip
+
+    def kv_tokens(self, pod_url: str, *, key: str) -> int: ...
+
+    def prefill(self, pod_url: str, text: str, *, key: str, timeout_s: float) -> None: ...
+
+
+@dataclass
+class Warmer:
+    """Carries out `prewarm.gate` on a cluster; `tick` once per timer call and policy."""
+
+    pods: WarmPods
+    keys: DataPlaneKeys
+    http: WarmUpClient
+    clock: Callable[[], float] = time.monotonic
+    pod_port: int = QUEUE_PROXY_PORT  # Knative counts the warm-up's requests as the pod's
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(WARMERS, thread_name_prefix="prewarm")
+    )
+    running: dict[tuple[str, str], Future[None]] = field(default_factory=dict)
+
+    def tick(
+        self, namespace: str, spec: AutoscalePolicySpec, revision: str | None,
+        observed: Observed | None, *, now: datetime,
+    ) -> None:  # fmt: skip
+        """Hold, warm or release the serving revision's pods (see the module docstring)."""
+        if revision is None:
+            return
+        found = self.pods.of_revision(namespace, revision)
+        self._forget_finished()
+        warming = frozenset(name for (ns, name) in self.running if ns == namespace)
+        decided = gate(
+            [pod_view(p, now) for p in found], waiting=waiting_of(observed, found),
+            spec=spec.prewarm, allowance=spec.targets.queue_per_replica, warming_now=warming,
+        )  # fmt: skip
+        for name in decided.hold:
+            self.pods.set_pool(namespace, name, labels.WARMING_POOL)
+            log.info("pod %s/%s out of its router until warmed", namespace, name)
+        for name, why in decided.release:
+            self.pods.set_pool(namespace, name, labels.SERVING_POOL, why)
+            log.info("pod %s/%s back to its router: %s", namespace, name, why)
+        by_name = {p["metadata"]["name"]: p for p in found}
+        for name in decided.warm:
+            ip = (by_name[name].get("status") or {}).get("podIP")
+            job = self.executor.submit(self._warm, namespace, spec, name, str(ip))
+            self.running[(namespace, name)] = job
+
+    def _warm(self, namespace: str, spec: AutoscalePolicySpec, name: str, ip: str) -> None:
+        """Send the pod the model's hottest prefixes, then put it back, whatever happened."""
+        started, note = self.clock(), "nothing sent"
+        try:
+            note = self._send(namespace, spec, f"http://{ip}:{self.pod_port}", started)
+        except Exception as error:  # anything at all: the pod must not stay out
+            note = f"not warmed: {error}"[:200]
+            log.warning("warm-up of %s/%s failed: %s", namespace, name, error)
+        finally:
+            self._release(namespace, name, note)
+
+    def _send(self, namespace: str, spec: AutoscalePolicySpec, url: str, started: float) -> str:
+        key = self.keys.key(namespace)
+        if key is None:
+            return "not warmed: no data-plane key"
+        blocks = kv_blocks(self.http.kv_tokens(url, key=key))
+        texts = self.http.hottest(
+            namespace, spec.inference_service, key=key, kv_blocks=blocks,
+            kv_fraction=spec.prewarm.kv_fraction, min_hits=spec.prewarm.min_hits,
+        )  # fmt: skip
+        sent = 0
+        for text in texts:
+            left = spec.prewarm.deadline_seconds - (self.clock() - started)
+            if left <= 0:
+                break
+            self.http.prefill(url, text, key=key, timeout_s=left)
+            sent += 1
+        return f"{sent} of {len(texts)} prefixes in {self.clock() - started:.1f} s"
+
+    def _release(self, namespace: str, name: str, note: str) -> None:
+        try:
+            self.pods.set_pool(namespace, name, labels.SERVING_POOL, note)
+            log.info("pod %s/%s warmed (%s)", namespace, name, note)
+        except KubeError as error:  # the next tick finds it `warming` and releases it
+            log.warning("pod %s/%s not put back yet: %s", namespace, name, error)
+
+    def _forget_finished(self) -> None:
+        for key in [k for k, job in self.running.items() if job.done()]:
+            del self.running[key]
+
+
+def pod_view(pod: Mapping[str, Any], now: datetime) -> PodView:
+    """A pod as `prewarm.gate` reads it: pool label, how long ready, warmed once already."""
+    meta = pod.get("metadata") or {}
+    ready = next(
+        (c for c in (pod.get("status") or {}).get("conditions") or []
+         if c.get("type") == "Ready" and c.get("status") == "True"),
+        None,
+    )  # fmt: skip
+    ready_for = None
+    if ready is not None and not meta.get("deletionTimestamp"):
+        since = _time(ready.get("lastTransitionTime"))
+        ready_for = max(0.0, (now - since).total_seconds()) if since else 0.0
+    return PodView(
+        name=str(meta.get("name", "")),
+        pool=str((meta.get("labels") or {}).get(labels.POOL, "")),
+        ready_for_s=ready_for,
+        warmed=WARMED in (meta.get("annotations") or {}),
+    )
+
+
+def waiting_of(observed: Observed | None, pods: Sequence[Mapping[str, Any]]) -> Waiting | None:
+    """Requests held for want of a replica and queued at the serving pods, from the
+    autoscaler's last look; None when it had none or its metrics were missing. Held requests
+    unmeasured (no `waiting` query set) count none: Knative's activator holds a revision's
+    requests while no pod can take them, and a pod is only held back while others serve."""
+    if observed is None or observed.metrics_error is not None:
+        return None
+    serving = {
+        (p.get("metadata") or {}).get("name")
+        for p in pods
+        if ((p.get("metadata") or {}).get("labels") or {}).get(labels.POOL) == labels.SERVING_POOL
+    }
+    queued = sum(r.queued or 0.0 for r in observed.replicas if r.name in serving)
+    return Waiting(held=math.ceil(observed.waiting or 0.0), queued=math.ceil(queued))
+
+
+def _time(value: object) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None

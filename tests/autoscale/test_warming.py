@@ -1,0 +1,282 @@
+"""Pre-warming in a cluster: which pods leave their router's selection and come back
+(`prewarm.gate`, pure), and the warm-up itself (`warming.Warmer`) against a real emulated
+replica (SGLang's `/server_info`, `/generate` and `--api-key`) and the region entry's real
+hot-prefix route. The pods' labels are an in-memory stand-in for the API server here;
+tests/cluster/test_prewarm.py runs it on the test cluster's kubelet, Knative and smg."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
+
+from policies.autoscale.kube import HttpWarmUp
+from policies.autoscale.prewarm import Gate, PodView, gate, may_hold_back
+from policies.autoscale.spec import AutoscalePolicySpec, Prewarm
+from policies.autoscale.state import Observed, ReplicaMetrics
+from policies.autoscale.warming import WARMED, Warmer, pod_view, waiting_of
+from radixfleet import labels
+from radixfleet.emulator.server import EmulatorConfig
+from radixfleet.emulator.testing import serve_in_thread
+from radixfleet.emulator.tokenizer import EmulatorTokenizer
+from radixfleet.entry.prefixes import HotPrefixes
+from radixfleet.profile import ReplicaProfile
+from radixfleet.twin.interfaces import Waiting
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+SPEC = Prewarm()  # 30 s deadline
+QUIET = Waiting(held=0, queued=0)
+KEY = "data-plane-key-of-the-test"
+SYSTEM = "You answer questions about the radixfleet platform, briefly and exactly. " * 16
+
+
+def serving(name: str, ready_for: float | None = 120.0) -> PodView:
+    return PodView(name, labels.SERVING_POOL, ready_for)
+
+
+def warming(name: str, ready_for: float | None = None) -> PodView:
+    return PodView(name, labels.WARMING_POOL, ready_for, warmed=False)
+
+
+@pytest.mark.parametrize(
+    ("pods", "waiting", "expected"),
+    [
+        pytest.param([serving("a"), serving("new", None)], QUIET, Gate(hold=("new",)),
+                     id="a-new-pod-beside-a-serving-one-is-held"),
+        pytest.param([serving("new", None)], QUIET, Gate(),
+                     id="the-only-pod-is-never-held"),
+        pytest.param([serving("a"), serving("new", None)], None, Gate(),
+                     id="no-metrics-yet-holds-nothing"),
+        pytest.param([serving("a"), PodView("new", "", None)], QUIET, Gate(),
+                     id="a-revision-made-before-the-pool-label-is-never-gated"),
+        pytest.param([serving("a"), PodView("new", labels.SERVING_POOL, None, warmed=True)],
+                     QUIET, Gate(), id="a-pod-warmed-once-is-not-held-again"),
+        pytest.param([serving("a"), warming("new")], QUIET, Gate(),
+                     id="held-and-not-ready-waits"),
+        pytest.param([serving("a"), warming("new", 1.0)], QUIET, Gate(warm=("new",)),
+                     id="held-and-ready-is-warmed"),
+        pytest.param([serving("a"), warming("new", 31.0)], QUIET,
+                     Gate(release=(("new", "deadline: ready for 31 s"),)),
+                     id="past-the-deadline-is-released"),
+        pytest.param([serving("a"), warming("new", 1.0)], Waiting(held=1, queued=0),
+                     Gate(release=(("new", "needed: another request would wait for it"),)),
+                     id="a-request-held-for-a-replica-releases-it"),
+        pytest.param([serving("a"), warming("new", 1.0)], Waiting(held=0, queued=3),
+                     Gate(release=(("new", "needed: another request would wait for it"),)),
+                     id="a-backlog-past-the-allowance-releases-it"),
+        pytest.param([warming("new", 1.0)], QUIET,
+                     Gate(release=(("new", "needed: another request would wait for it"),)),
+                     id="no-other-pod-serves-releases-it"),
+    ],
+)  # fmt: skip
+def test_gate(pods: list[PodView], waiting: Waiting | None, expected: Gate) -> None:
+    assert gate(pods, waiting=waiting, spec=SPEC, allowance=2) == expected
+
+
+def test_a_warm_up_under_way_is_not_started_twice() -> None:
+    pods = [serving("a"), warming("new", 1.0)]
+    assert gate(pods, waiting=QUIET, spec=SPEC, allowance=2, warming_now=frozenset({"new"})) == (
+        Gate()
+    )
+
+
+def test_pre_warming_switched_off_holds_nothing_and_releases_what_it_held() -> None:
+    off = Prewarm(enabled=False)
+    pods = [serving("a"), serving("b", None), warming("c", 1.0)]
+    assert gate(pods, waiting=QUIET, spec=off, allowance=2) == Gate(
+        release=(("c", "needed: another request would wait for it"),)
+    )
+
+
+pool_views = st.builds(
+    PodView,
+    name=st.sampled_from("abcdefgh"),
+    pool=st.sampled_from([labels.SERVING_POOL, labels.WARMING_POOL, ""]),
+    ready_for_s=st.none() | st.floats(0, 100),
+    warmed=st.booleans(),
+)
+waits = st.none() | st.builds(Waiting, held=st.integers(0, 3), queued=st.integers(0, 20))
+
+
+@given(st.lists(pool_views, max_size=8, unique_by=lambda p: p.name), waits)
+def test_warm_up_never_delays_a_request_it_could_serve(
+    pods: list[PodView], waiting: Waiting | None
+) -> None:
+    """Whenever a request would wait for another replica (or that is not known), no pod is
+    taken out and every pod that was is put back; each pod gets at most one action."""
+    decided = gate(pods, waiting=waiting, spec=SPEC, allowance=2)
+    serving_now = sum(
+        1 for p in pods if p.pool == labels.SERVING_POOL and p.ready_for_s is not None
+    )
+    if waiting is None or not may_hold_back(serving=serving_now, waiting=waiting, allowance=2):
+        assert decided.hold == () and decided.warm == ()
+        assert {name for name, _ in decided.release} == {
+            p.name for p in pods if p.pool == labels.WARMING_POOL
+        }
+    acted = [*decided.hold, *decided.warm, *(name for name, _ in decided.release)]
+    assert len(acted) == len(set(acted))
+    assert not set(decided.hold) & {p.name for p in pods if p.ready_for_s is not None or p.warmed}
+
+
+# ---- the Kubernetes objects as the Warmer reads them ---------------------------------------
+
+
+def pod(
+    name: str, pool: str, *, ready_since: datetime | None = None, ip: str = "127.0.0.1",
+    note: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    conditions = []
+    if ready_since is not None:
+        since = ready_since.isoformat().replace("+00:00", "Z")
+        conditions.append({"type": "Ready", "status": "True", "lastTransitionTime": since})
+    return {
+        "metadata": {"name": name, "labels": {labels.POOL: pool},
+                     "annotations": {WARMED: note} if note is not None else {}},
+        "status": {"podIP": ip, "conditions": conditions},
+    }  # fmt: skip
+
+
+def test_a_pod_is_read_with_its_pool_how_long_it_has_been_ready_and_whether_warmed() -> None:
+    view = pod_view(pod("p", labels.WARMING_POOL, ready_since=NOW - timedelta(seconds=7)), NOW)
+    assert view == PodView("p", labels.WARMING_POOL, 7.0, warmed=False)
+    assert pod_view(pod("q", labels.SERVING_POOL, note="3 of 3"), NOW).warmed
+    assert pod_view(pod("q", labels.SERVING_POOL), NOW).ready_for_s is None
+
+
+def test_the_queue_counted_is_the_serving_pods_only() -> None:
+    pods = [pod("a", labels.SERVING_POOL), pod("w", labels.WARMING_POOL)]
+    metrics = (ReplicaMetrics("a", running=4, queued=1.5, kv_usage=0.2),
+               ReplicaMetrics("w", running=0, queued=9, kv_usage=0.0))  # fmt: skip
+    observed = Observed(ready=2, replicas=metrics, waiting=None)
+    assert waiting_of(observed, pods) == Waiting(held=0, queued=2)
+    assert waiting_of(Observed(ready=0, metrics_error="no series"), pods) is None
+    assert waiting_of(None, pods) is None
+
+
+@dataclass
+class MemoryPods:
+    """The revision's pods as the API server would hold them; `set_pool` patches them."""
+
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    changes: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    def of_revision(self, namespace: str, revision: str) -> list[dict[str, Any]]:
+        return [json.loads(json.dumps(p)) for p in self.pods.values()]
+
+    def set_pool(self, namespace: str, name: str, pool: str, note: str | None = None) -> None:
+        meta = self.pods[name]["metadata"]
+        meta["labels"][labels.POOL] = pool
+        if note is not None:
+            meta["annotations"][WARMED] = note
+        self.changes.append((name, pool, note))
+
+
+@dataclass
+class OneKey:
+    value: str | None = KEY
+
+    def key(self, namespace: str) -> str | None:
+        return self.value
+
+
+@contextmanager
+def entry_prefixes(hot: HotPrefixes) -> Iterator[str]:
+    """The entry's hot-prefix route, served on a thread."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    app = web.Application()
+    hot.install(app)
+    runner = web.AppRunner(app)
+
+    async def start() -> int:
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+
+    try:
+        port = asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=30)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+
+
+def _cached_tokens(url: str, text: str) -> int:
+    body = json.dumps({"text": text, "sampling_params": {"max_new_tokens": 1}}).encode()
+    request = urllib.request.Request(f"{url}/generate", data=body, headers={
+        "Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return int(json.load(answer)["meta_info"]["cached_tokens"])
+
+
+def _policy() -> AutoscalePolicySpec:
+    return AutoscalePolicySpec(inference_service="chat")
+
+
+QUIET_FLEET = Observed(ready=1, replicas=(ReplicaMetrics("a", 1, 0, 0.1),), waiting=0)
+
+
+def test_a_new_pod_is_held_warmed_with_the_hot_prefixes_and_put_back(
+    tokenizer: EmulatorTokenizer,
+) -> None:
+    profile = ReplicaProfile().scaled(time_factor=0.01)
+    config = EmulatorConfig(profile=profile, port=0, warm=True, served_model_name="chat",
+                            api_key=KEY)  # fmt: skip
+    hot = HotPrefixes(key_of=lambda namespace: KEY if namespace == "team-a" else None)
+    for i in range(4):
+        hot.record("team-a", "chat", {"text": f"{SYSTEM}Question {i}: what is a revision?"})
+    pods = MemoryPods({"a": pod("a", labels.SERVING_POOL, ready_since=NOW),
+                       "new": pod("new", labels.SERVING_POOL)})  # fmt: skip
+    with serve_in_thread(config, tokenizer=tokenizer) as replica, entry_prefixes(hot) as entry:
+        warmer = Warmer(pods=pods, keys=OneKey(), http=HttpWarmUp(entry), pod_port=replica.port)
+        warmer.tick("team-a", _policy(), "chat-00001", QUIET_FLEET, now=NOW)
+        assert pods.changes == [("new", labels.WARMING_POOL, None)]  # out before it is ready
+        pods.pods["new"]["status"]["conditions"] = pod("x", "", ready_since=NOW)["status"][
+            "conditions"
+        ]
+        warmer.tick("team-a", _policy(), "chat-00001", QUIET_FLEET, now=NOW)
+        for job in list(warmer.running.values()):
+            job.result(timeout=60)
+        name, pool, note = pods.changes[-1]
+        assert (name, pool) == ("new", labels.SERVING_POOL)
+        assert note is not None and note.startswith("1 of 1 prefixes in")
+        # its cache holds the system prompt: a new question is served mostly from it
+        cached = _cached_tokens(replica.url, f"{SYSTEM}Question 9: what is a router?")
+        assert cached >= 0.8 * len(tokenizer.encode(SYSTEM))
+
+
+def test_a_warm_up_that_fails_puts_the_pod_back_cold_and_says_why() -> None:
+    pods = MemoryPods({"a": pod("a", labels.SERVING_POOL, ready_since=NOW),
+                       "new": pod("new", labels.WARMING_POOL, ready_since=NOW)})  # fmt: skip
+    closed = HttpWarmUp("http://127.0.0.1:9", timeout_s=2)  # nothing listens on the discard port
+    warmer = Warmer(pods=pods, keys=OneKey(), http=closed, pod_port=9)
+    warmer.tick("team-a", _policy(), "chat-00001", QUIET_FLEET, now=NOW)
+    for job in list(warmer.running.values()):
+        job.result(timeout=60)
+    name, pool, note = pods.changes[-1]
+    assert (name, pool) == ("new", labels.SERVING_POOL)
+    assert note is not None and note.startswith("not warmed:")
+
+
+def test_without_the_data_plane_key_the_pod_is_put_back_unwarmed() -> None:
+    pods = MemoryPods({"a": pod("a", labels.SERVING_POOL, ready_since=NOW),
+                       "new": pod("new", labels.WARMING_POOL, ready_since=NOW)})  # fmt: skip
+    warmer = Warmer(pods=pods, keys=OneKey(None), http=HttpWarmUp("http://127.0.0.1:9"))
+    warmer.tick("team-a", _policy(), "chat-00001", QUIET_FLEET, now=NOW)
+    for job in list(warmer.running.values()):
+        job.result(timeout=60)
+    assert pods.changes[-1] == ("new", labels.SERVING_POOL, "not warmed: no data-plane key")
