@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -88,6 +89,8 @@ class Warmer:
         default_factory=lambda: ThreadPoolExecutor(WARMERS, thread_name_prefix="prewarm")
     )
     running: dict[tuple[str, str], Future[None]] = field(default_factory=dict)
+    # kopf runs each policy's timer on its own thread: the running warm-ups are shared.
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def tick(
         self, namespace: str, spec: AutoscalePolicySpec, revision: str | None,
@@ -96,9 +99,11 @@ class Warmer:
         """Hold, warm or release the serving revision's pods (see the module docstring)."""
         if revision is None:
             return
+        with self.lock:  # before the pods are read: a warm-up done since has put its pod back
+            for key in [k for k, job in self.running.items() if job.done()]:
+                del self.running[key]
+            warming = frozenset(name for (ns, name) in self.running if ns == namespace)
         found = self.pods.of_revision(namespace, revision)
-        self._forget_finished()
-        warming = frozenset(name for (ns, name) in self.running if ns == namespace)
         decided = gate(
             [pod_view(p, now) for p in found], waiting=waiting_of(observed, found),
             spec=spec.prewarm, allowance=spec.targets.queue_per_replica, warming_now=warming,
@@ -113,7 +118,8 @@ class Warmer:
         for name in decided.warm:
             ip = (by_name[name].get("status") or {}).get("podIP")
             job = self.executor.submit(self._warm, namespace, spec, name, str(ip))
-            self.running[(namespace, name)] = job
+            with self.lock:
+                self.running[(namespace, name)] = job
 
     def _warm(self, namespace: str, spec: AutoscalePolicySpec, name: str, ip: str) -> None:
         """Send the pod the model's hottest prefixes, then put it back, whatever happened."""
@@ -148,12 +154,8 @@ class Warmer:
         try:
             self.pods.set_pool(namespace, name, labels.SERVING_POOL, note)
             log.info("pod %s/%s warmed (%s)", namespace, name, note)
-        except KubeError as error:  # the next tick finds it `warming` and releases it
+        except KubeError as error:  # the next tick finds it `warming`: warmed again, then back
             log.warning("pod %s/%s not put back yet: %s", namespace, name, error)
-
-    def _forget_finished(self) -> None:
-        for key in [k for k, job in self.running.items() if job.done()]:
-            del self.running[key]
 
 
 def pod_view(pod: Mapping[str, Any], now: datetime) -> PodView:
