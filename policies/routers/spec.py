@@ -2,7 +2,8 @@
 
 A router is an smg Deployment and its Service, named after the Knative revision it routes to
 (`<revision>-router`, in the revision's namespace). smg finds the revision's pods itself through
-Kubernetes discovery (`serving.knative.dev/revision=<revision>`) and sends requests to each pod's
+Kubernetes discovery (`serving.knative.dev/revision=<revision>`, and `radixfleet.io/pool=serving`
+where the pods carry that label: a pod pre-warming is left out) and sends requests to each pod's
 queue-proxy port, not to the SGLang container: Knative's autoscaler counts concurrency at the
 queue-proxy, so a router that bypassed it would leave a busy revision looking idle, and Knative
 would scale it to zero while it served.
