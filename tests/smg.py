@@ -21,7 +21,7 @@ from typing import Any
 import openai
 
 from radixfleet.emulator.testing import RunningEmulator
-from radixfleet.fleet.procs import free_port
+from radixfleet.fleet.procs import free_ports
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -44,7 +44,7 @@ def running_smg(
     worker_urls: Sequence[str], *, log: Path, policy: str = "cache_aware", extra: Sequence[str] = ()
 ) -> Iterator[Gateway]:
     """smg routing to `worker_urls`, ready (every worker healthy) until the block ends."""
-    port, metrics = free_port(), free_port()
+    port, metrics = free_ports(2)
     command = [
         sys.executable, "-m", "smg", "launch",
         "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *worker_urls,

@@ -39,7 +39,7 @@ from radixfleet.emulator.tokenizer import ensure_tokenizer_dir
 from radixfleet.entry.signals import PREFIX as SIGNALS_PREFIX
 from radixfleet.entry.signals import SignalsRelay
 from radixfleet.fleet.entry import Canary, Gate, RegionEntry, RouterPool
-from radixfleet.fleet.procs import Supervisor, free_port, stop_async
+from radixfleet.fleet.procs import Supervisor, free_ports, stop_async
 from radixfleet.fleet.prometheus import (
     PrometheusServer,
     Target,
@@ -223,7 +223,7 @@ class LocalFleet:
         return RouterGroup(members)
 
     def _spawn_one_router(self, region: RegionRuntime, revision: str, index: int) -> Router:
-        port, metrics_port = free_port(self.host), free_port(self.host)
+        port, metrics_port = free_ports(2, self.host)
         argv = router_command(
             host=self.host,
             port=port,

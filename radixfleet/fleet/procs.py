@@ -219,6 +219,17 @@ async def stop_async(supervisor: Supervisor, child: Child, *, grace_s: float = 5
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on `host` right now (the kernel's pick)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` different TCP ports free on `host` right now. Each socket stays bound until all
+    are picked: two picks in a row, each closed at once, may be the same port (a CI run's smg
+    was given one port for its HTTP and its metrics listener, and refused to start)."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(count):
+            sock = held.enter_context(socket.socket())
+            sock.bind((host, 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports

@@ -27,7 +27,7 @@ import aiohttp
 import yaml
 
 from radixfleet.fleet.prewarm import kv_blocks, prompt_blocks, warm
-from radixfleet.fleet.procs import Child, Supervisor, free_port, stop_async
+from radixfleet.fleet.procs import Child, Supervisor, free_ports, stop_async
 from radixfleet.fleet.router import WORKER_ID_SEPARATOR, RouterError, RouterGroup
 from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.fleet.spec import FleetSpec, ModelSpec, revision_name
@@ -261,8 +261,9 @@ class ReplicaSet:
         self._serial += 1
         name = f"{self.region}-{self.revision}-{self._serial}"
         host = self.launcher.host
-        port = free_port(host)
-        grpc_port = free_port(host) if self.router.transport == "grpc" else None
+        grpc = self.router.transport == "grpc"
+        port, *others = free_ports(2 if grpc else 1, host)
+        grpc_port = others[0] if grpc else None
         warm = self.warm_start and self._serial <= self.spec.replicas
         child = self.launcher.launch(
             name=name, port=port, model=self.spec, warm=warm, seed=self._serial, grpc_port=grpc_port

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import time
 import urllib.error
@@ -37,6 +36,7 @@ from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
 from radixfleet.entry.routes import Routes, Target, build_routes
 from radixfleet.entry.server import ClusterEntry, Upstreams, router_has_no_worker
+from radixfleet.fleet.procs import free_port, free_ports
 from radixfleet.profile import ReplicaProfile
 
 pytestmark = pytest.mark.fleet
@@ -46,16 +46,10 @@ REVISION = "chat-predictor-00001"
 DATA_PLANE_KEY = "data-plane-key-of-the-test"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _smg(port: int, workers: list[str], log: Path) -> subprocess.Popen[bytes]:
+def _smg(port: int, metrics: int, workers: list[str], log: Path) -> subprocess.Popen[bytes]:
     command = [
         str(SMG), "launch", "--host", "127.0.0.1", "--port", str(port),
-        "--policy", "cache_aware", "--prometheus-port", str(_free_port()),
+        "--policy", "cache_aware", "--prometheus-port", str(metrics),
         "--log-level", "warn", "--api-key", DATA_PLANE_KEY,
         *(["--worker-urls", *workers] if workers else []),
     ]  # fmt: skip
@@ -88,9 +82,10 @@ def gateways(
     config = EmulatorConfig(profile=profile, port=0, warm=True, served_model_name="chat",
                             api_key=DATA_PLANE_KEY)  # fmt: skip
     with serve_in_thread(config, tokenizer=tokenizer) as replica:
-        ports = _free_port(), _free_port()
-        processes = [_smg(ports[0], [replica.url], logs / "serving.log"),
-                     _smg(ports[1], [], logs / "empty.log")]  # fmt: skip
+        ports = free_ports(4)  # both gateways' HTTP and metrics listeners, all different
+        processes = [_smg(ports[0], ports[2], [replica.url], logs / "serving.log"),
+                     _smg(ports[1], ports[3], [], logs / "empty.log")]  # fmt: skip
+        ports = ports[:2]
         try:
             urls = [f"http://127.0.0.1:{p}" for p in ports]
             deadline = time.monotonic() + 60
@@ -158,7 +153,7 @@ async def _entry(gateways: Gateways) -> AsyncIterator[tuple[str, KnativeStandIn,
     knative = KnativeStandIn()
     stand_in = web.Application()
     stand_in.add_routes([web.post("/v1/chat/completions", knative.chat)])
-    closed = f"http://127.0.0.1:{_free_port()}"  # a router with no pod yet
+    closed = f"http://127.0.0.1:{free_port()}"  # a router with no pod yet
     async with TestServer(stand_in) as knative_server, aiohttp.ClientSession() as session:
         upstreams = LocalUpstreams(
             routers={"team-blue": gateways.serving, "team-green": gateways.empty,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from radixfleet.fleet.procs import Supervisor, processes_with_marker
+from radixfleet.fleet.procs import Supervisor, free_ports, processes_with_marker
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -90,3 +91,14 @@ def test_nothing_outlives_a_parent_that_is_signalled(
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+def test_ports_picked_together_are_all_different_and_free() -> None:
+    """Two picks in a row, each socket closed at once, may be the same port: a CI run's smg was
+    given one port for its HTTP and its metrics listener and refused to start. Picked together,
+    each socket stays bound until the last is picked."""
+    ports = free_ports(64)
+    assert len(set(ports)) == 64
+    for port in ports:  # and each is free for its caller to bind
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
