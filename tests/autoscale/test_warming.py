@@ -259,24 +259,25 @@ def test_a_new_pod_is_held_warmed_with_the_hot_prefixes_and_put_back(
         assert cached >= 0.8 * len(tokenizer.encode(SYSTEM))
 
 
-def test_a_warm_up_that_fails_puts_the_pod_back_cold_and_says_why() -> None:
+@pytest.mark.parametrize(
+    ("key", "note"),
+    [
+        pytest.param(KEY, "not warmed: ", id="nothing-answers"),  # the discard port
+        pytest.param(None, "not warmed: no data-plane key", id="no-data-plane-key"),
+    ],
+)
+def test_a_warm_up_that_cannot_happen_puts_the_pod_back_cold_and_says_why(
+    key: str | None, note: str
+) -> None:
     pods = MemoryPods({"a": pod("a", labels.SERVING_POOL, ready_since=NOW),
                        "new": pod("new", labels.WARMING_POOL, ready_since=NOW)})  # fmt: skip
-    closed = HttpWarmUp("http://127.0.0.1:9", timeout_s=2)  # nothing listens on the discard port
-    warmer = Warmer(pods=pods, keys=OneKey(), http=closed, pod_port=9)
+    closed = HttpWarmUp("http://127.0.0.1:9", timeout_s=2)
+    warmer = Warmer(pods=pods, keys=OneKey(key), http=closed, pod_port=9)
     warmer.tick("team-a", _policy(), "chat-00001", QUIET_FLEET, now=NOW)
     for job in list(warmer.running.values()):
         job.result(timeout=60)
-    name, pool, note = pods.changes[-1]
+    name, pool, said = pods.changes[-1]
     assert (name, pool) == ("new", labels.SERVING_POOL)
-    assert note is not None and note.startswith("not warmed:")
-
-
-def test_without_the_data_plane_key_the_pod_is_put_back_unwarmed() -> None:
-    pods = MemoryPods({"a": pod("a", labels.SERVING_POOL, ready_since=NOW),
-                       "new": pod("new", labels.WARMING_POOL, ready_since=NOW)})  # fmt: skip
-    warmer = Warmer(pods=pods, keys=OneKey(None), http=HttpWarmUp("http://127.0.0.1:9"))
-    warmer.tick("team-a", _policy(), "chat-00001", QUIET_FLEET, now=NOW)
-    for job in list(warmer.running.values()):
-        job.result(timeout=60)
-    assert pods.changes[-1] == ("new", labels.SERVING_POOL, "not warmed: no data-plane key")
+    assert said is not None and said.startswith(note)
+    if key is None:
+        assert said == note

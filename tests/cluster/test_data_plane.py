@@ -115,8 +115,9 @@ def _namespace(team: Team) -> dict[str, Any]:
             "metadata": {"name": team.namespace, "labels": tenant_labels}}  # fmt: skip
 
 
-def _onboard(cluster: Cluster, team: Team, image: str) -> None:
-    """What a platform team applies for a tenant: namespace, router access, key, Tenant, model."""
+def _onboard(cluster: Cluster, team: Team, image: str, model: dict[str, Any] | None = None) -> None:
+    """What a platform team applies for a tenant: namespace, router access, key, Tenant, model
+    (`chat` from `image` unless another is given)."""
     session.apply(cluster, [_namespace(team)])
     cluster.kubectl("create", "secret", "generic", "api-keys", "-n", team.namespace,
                     f"--from-literal=api-key={team.key}")  # fmt: skip
@@ -124,7 +125,7 @@ def _onboard(cluster: Cluster, team: Team, image: str) -> None:
     wait_accounted(cluster, team.namespace)
     # No data-plane key from the test bed: the operator must create it.
     volume = model_volume(cluster, namespace=team.namespace, model=MODEL, data_plane_key=False)
-    session.apply(cluster, [*volume, _model(image, team)])
+    session.apply(cluster, [*volume, model or _model(image, team)])
 
 
 @pytest.fixture(scope="module")
@@ -503,13 +504,7 @@ def test_a_new_pod_is_warmed_out_of_its_routers_selection_and_then_joins_it(
     cluster, url = plane
     # The image the other tenants' models run (loaded into the node by the fixture)
     image = get(cluster, "isvc", MODEL, "-n", BLUE.namespace)["spec"]["predictor"]["model"]["image"]
-    session.apply(cluster, [_namespace(AMBER)])
-    cluster.kubectl("create", "secret", "generic", "api-keys", "-n", AMBER.namespace,
-                    f"--from-literal=api-key={AMBER.key}")  # fmt: skip
-    session.apply(cluster, [*access(AMBER.namespace), _tenant(AMBER)])
-    wait_accounted(cluster, AMBER.namespace)
-    volume = model_volume(cluster, namespace=AMBER.namespace, model=MODEL, data_plane_key=False)
-    session.apply(cluster, [*volume, _pooled_model(image)])
+    _onboard(cluster, AMBER, image, model=_pooled_model(image))
     try:
         _wait_ready(cluster, AMBER)
         revision = get(cluster, "revision", REVISION, "-n", AMBER.namespace)
