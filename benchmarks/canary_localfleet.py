@@ -1,5 +1,6 @@
 """Canary judgement on the local fleet: false rollbacks of good canaries on a busy machine, and
-how fast bad ones are caught, judged by significance tests against the p95s alone (issue 18).
+how fast bad ones are caught, judged against the stable revision and against a baseline, by
+significance tests and by the p95s alone (issue 18).
 
 The real controller rolls out new revisions of one emulated model (its own replica beside the
 stable one's, both on this machine's cores) under `canary.localfleet.NoisyTraffic`, judged from a
@@ -10,6 +11,10 @@ real Prometheus scraping them, with the CanaryPolicy's default checks (TTFT and 
   busy-looping process per core), so that one replica's latencies jitter more than the other's;
 - `slow` (every step twice as long) and `errors` (5% of answers are 500s).
 
+Two judges side by side, each seed rolled out once under each, alternating: against the stable
+revision (`stable`), and against a baseline (`baseline`: the policy's `baseline: true`, the
+stable model on fresh replicas of its own sent the canary's share, `LocalFleet.set_baseline`).
+
 Side by side on the same windows: the controller decides with significance tests (Mann-Whitney U
 on the latency histograms, Fisher's exact test on errors); for the p95-only judge, every window
 the controller analysed is judged again without its histograms, and a rollout counts as one it
@@ -19,7 +24,7 @@ judge would have stopped at its rollback, so it never sees windows after it.)
 Writes benchmarks/results/canary_localfleet.json.
 
     uv run python benchmarks/canary_localfleet.py              # 100 good, 10 slow, 10 errors
-    uv run python benchmarks/canary_localfleet.py --good 10 --bad 2
+    uv run python benchmarks/canary_localfleet.py --good 10 --bad 2 --judges baseline
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from radixfleet.machine import describe_machine
 REGION, MODEL, NS = "local", "llama", "team-a"
 # The local fleet's scrape is every second: 4 s windows, a few dozen canary requests each.
 POLICY: dict[str, Any] = {"steps": [20, 35, 50], "intervalSeconds": 4, "minRequests": 10}
+JUDGES = ("stable", "baseline")
 KINDS: dict[str, dict[str, float]] = {
     "good": {},
     "slow": {"slowdown": 2.0},
@@ -89,24 +95,30 @@ def analysed_windows(run: RolloutRun) -> list[tuple[Decision, Measured]]:
 def p95_only_fails(measured: Measured, spec: CanaryPolicySpec) -> bool:
     """Whether the judge without significance tests fails this window."""
     hidden = {"ttft_buckets": None, "itl_buckets": None}
+    baseline = measured.baseline
     bare = Measured(
         canary=measured.canary.model_copy(update=hidden),
         stable=measured.stable.model_copy(update=hidden),
+        baseline=None if baseline is None else baseline.model_copy(update=hidden),
     )
     return any(not evaluate(c, bare, spec.significance).passed for c in spec.checks)
 
 
-def one(fleet: LocalFleet, prometheus: str, kind: str, seed: int, hog: bool) -> dict[str, Any]:
-    spec = CanaryPolicySpec.parse(POLICY, min_interval_seconds=1)
+def one(
+    fleet: LocalFleet, prometheus: str, *, kind: str, seed: int, hog: bool, judge: str
+) -> dict[str, Any]:
+    policy = {**POLICY, "baseline": judge == "baseline"}
+    spec = CanaryPolicySpec.parse(policy, min_interval_seconds=1)
     started = time.monotonic()
     with cpu_hog(hog):
         run = roll_out(
-            fleet, prometheus, region=REGION, model=MODEL, namespace=NS, spec=POLICY, seed=seed,
+            fleet, prometheus, region=REGION, model=MODEL, namespace=NS, spec=policy, seed=seed,
             max_s=90.0, **KINDS[kind],
         )  # fmt: skip
     windows = analysed_windows(run)
     old_failures = sum(p95_only_fails(measured, spec) for _, measured in windows)
     return {
+        "judge": judge,
         "kind": kind,
         "seed": seed,
         "cpu_hog": hog,
@@ -123,6 +135,15 @@ def one(fleet: LocalFleet, prometheus: str, kind: str, seed: int, hog: bool) -> 
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per judge, per kind of canary."""
+    return {
+        judge: _by_kind([r for r in rows if r["judge"] == judge])
+        for judge in JUDGES
+        if any(r["judge"] == judge for r in rows)
+    }
+
+
+def _by_kind(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kind in KINDS:
         mine = [r for r in rows if r["kind"] == kind]
@@ -145,9 +166,16 @@ def main() -> None:
     parser.add_argument("--good", type=int, default=100, help="good canaries (half with a hog)")
     parser.add_argument("--bad", type=int, default=10, help="slow and erroring canaries, each")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument(
+        "--judges", default=",".join(JUDGES), help="comma-separated, of: " + ", ".join(JUDGES)
+    )
     args = parser.parse_args()
-    plan = [("good", s, s % 2 == 1) for s in range(args.good)]
-    plan += [(kind, 1000 + s, False) for kind in ("slow", "errors") for s in range(args.bad)]
+    judges = [j for j in args.judges.split(",") if j]
+    if not judges or set(judges) - set(JUDGES):
+        parser.error(f"--judges: each of {', '.join(JUDGES)}, got {args.judges!r}")
+    seeds = [("good", s, s % 2 == 1) for s in range(args.good)]
+    seeds += [(kind, 1000 + s, False) for kind in ("slow", "errors") for s in range(args.bad)]
+    plan = [(kind, seed, hog, judge) for kind, seed, hog in seeds for judge in judges]
     spec = FleetSpec(
         # HTTP workers: the canary counts the replicas' HTTP responses (see the local-fleet test)
         regions=[
@@ -166,12 +194,17 @@ def main() -> None:
             raise SystemExit("canary_localfleet: Prometheus is not installed")
         with Progress() as progress:
             task = progress.add_task("rollouts", total=len(plan))
-            for kind, seed, hog in plan:
-                rows.append(one(fleet, prometheus, kind, seed, hog))
+            for kind, seed, hog, judge in plan:
+                rows.append(one(fleet, prometheus, kind=kind, seed=seed, hog=hog, judge=judge))
                 progress.advance(task)
     result = {
         "benchmark": "canary_localfleet",
-        "settings": {"policy": POLICY, "kinds": KINDS, "traffic": "NoisyTraffic, 40 req/s"},
+        "settings": {
+            "policy": POLICY,
+            "judges": judges,
+            "kinds": KINDS,
+            "traffic": "NoisyTraffic, 40 req/s",
+        },
         "summary": summarize(rows),
         "runs": rows,
         "machine": describe_machine() | {"load_average_1m_before": load_before},

@@ -26,7 +26,13 @@ import kopf
 from canary.decide import Decision, analysis_due, decide
 from canary.metrics import CanaryMetrics
 from canary.observe import commands, measure, observe_isvc
-from canary.ports import CanaryPolicies, InferenceServices, StaleRevisionError, policy_name
+from canary.ports import (
+    Baselines,
+    CanaryPolicies,
+    InferenceServices,
+    StaleRevisionError,
+    policy_name,
+)
 from canary.queries import QueryConfig
 from canary.spec import API_VERSION, MIN_INTERVAL_SECONDS, PLURAL, CanaryPolicySpec
 from canary.state import Observed, RolloutStatus, Verb, rollout_of
@@ -52,7 +58,9 @@ class Controller:
     """The act layer: ports in, decisions carried out. `reconcile_policy` is one tick.
 
     `min_interval_seconds` lowers the analysis interval's floor where Prometheus scrapes every
-    second (the local fleet); `metrics`, when set, exports the rollouts' series.
+    second (the local fleet); `metrics`, when set, exports the rollouts' series; `baselines`,
+    where the fleet can run one, the baselines of policies that ask for them (`spec.baseline`;
+    without the port such a policy judges against the stable revision, and its reasons say so).
     """
 
     isvcs: InferenceServices
@@ -62,6 +70,7 @@ class Controller:
     queries: QueryConfig = field(default_factory=QueryConfig)
     metrics: CanaryMetrics | None = None
     min_interval_seconds: int = MIN_INTERVAL_SECONDS
+    baselines: Baselines | None = None
 
     def reconcile_policy(self, policy: Mapping[str, Any], *, now: datetime) -> list[Decision]:
         """Decide and act for every InferenceService that names this policy."""
@@ -87,6 +96,7 @@ class Controller:
         observed = self.observe(isvc, policy, spec, before, now=now)
         decision = decide(observed, spec, before, now)
         done = self.act(isvc, policy, observed, before, decision)
+        self.keep_baseline(isvc, spec, observed, decision)
         if done and self.metrics is not None:
             meta = isvc["metadata"]
             self.metrics.record(namespace=meta["namespace"], isvc=meta["name"], decision=decision)
@@ -108,9 +118,37 @@ class Controller:
             return observed  # Prometheus is asked only when an analysis will use the answer
         measured, error = measure(
             self.prometheus, namespace=isvc["metadata"]["namespace"], observed=observed,
-            spec=spec, at=now, config=self.queries,
+            spec=spec, at=now, config=self.queries, with_baseline=self._with_baseline(spec),
         )  # fmt: skip
         return replace(observed, measured=measured, metrics_error=error)
+
+    def _with_baseline(self, spec: CanaryPolicySpec) -> bool:
+        return spec.baseline and self.baselines is not None
+
+    def keep_baseline(
+        self,
+        isvc: Mapping[str, Any],
+        spec: CanaryPolicySpec,
+        observed: Observed,
+        decision: Decision,
+    ) -> None:
+        """A baseline while a rollout that wants one goes on; none otherwise (idempotent, every
+        tick, so a restarted controller ends a baseline its predecessor started)."""
+        if self.baselines is None:
+            return
+        meta = isvc["metadata"]
+        status = decision.status
+        ongoing = status is not None and not status.phase.final
+        canary, stable = observed.canary_revision, observed.stable_revision
+        if self._with_baseline(spec) and ongoing and canary and stable:
+            try:
+                self.baselines.ensure(meta["namespace"], meta["name"], stable_revision=stable,
+                                      canary_revision=canary)  # fmt: skip
+            except StaleRevisionError:
+                log.info("%s/%s: the revisions moved on; the baseline follows next tick",
+                         *_ns_name(meta))  # fmt: skip
+            return
+        self.baselines.release(meta["namespace"], meta["name"])
 
     def act(
         self,

@@ -3,6 +3,7 @@
 They keep every call they saw and can be told to fail the next one. `FakeInferenceServices`
 also plays KServe's part where the controller depends on it: removing canaryTrafficPercent
 rolls the latest revision out, and a JSON-patch re-check fails when the canary has changed.
+`FakeBaselines` keeps which baselines run.
 """
 
 from __future__ import annotations
@@ -112,3 +113,28 @@ class FakeEvents:
         self, *, involved: Mapping[str, Any], reason: str, message: str, warning: bool
     ) -> None:
         self.calls.append(EventCall(involved["metadata"]["name"], reason, message, warning))
+
+
+@dataclass
+class FakeBaselines:
+    """Baselines by (namespace, name): the stable revision each runs beside which canary, with
+    `ready` replicas. Calls are kept as ("ensure" | "release", namespace, name)."""
+
+    running: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    calls: list[tuple[str, str, str]] = field(default_factory=list)
+    ready: int = 1
+    next_error: KubeError | None = None
+
+    def ensure(
+        self, namespace: str, name: str, *, stable_revision: str, canary_revision: str
+    ) -> int:
+        self.calls.append(("ensure", namespace, name))
+        if self.next_error is not None:
+            error, self.next_error = self.next_error, None
+            raise error
+        self.running[(namespace, name)] = (stable_revision, canary_revision)
+        return self.ready
+
+    def release(self, namespace: str, name: str) -> None:
+        self.calls.append(("release", namespace, name))
+        self.running.pop((namespace, name), None)

@@ -6,6 +6,9 @@ KServe would: `latestCreatedRevision` is the canary while there is one, `latestR
 the stable one, `latestReadyRevision` the canary once one of its replicas is ready; its
 `canaryTrafficPercent` is the entry's split. Setting the percent moves the split, removing it
 promotes (the old revision is retired), 0 rolls back and keeps the canary pinned.
+`FleetBaselines` is the Baselines port: a policy with `baseline: true` gets the stable revision
+on as many fresh replicas as the canary has ready, behind a router of their own
+(`LocalFleet.set_baseline`).
 
 `LocalRollouts` ticks the real `Controller` over that port on a thread, as kopf's timer does in a
 cluster, with the CanaryPolicy and the Events held in memory (`canary.fakes`) and the fleet's
@@ -100,6 +103,25 @@ class FleetInferenceServices:
         }
 
 
+class FleetBaselines:
+    """The Baselines port over one region of a local fleet."""
+
+    def __init__(self, fleet: LocalFleet, *, region: str) -> None:
+        self.fleet = fleet
+        self.region = region
+
+    def ensure(
+        self, namespace: str, name: str, *, stable_revision: str, canary_revision: str
+    ) -> int:
+        revisions = self.fleet.revisions(self.region, name)
+        if (revisions.stable, revisions.canary) != (stable_revision, canary_revision):
+            raise StaleRevisionError(f"{name}: the revisions are now {revisions}", status=422)
+        return self.fleet.set_baseline(self.region, name, max(1, revisions.canary_ready))
+
+    def release(self, namespace: str, name: str) -> None:
+        self.fleet.set_baseline(self.region, name, 0)
+
+
 @dataclass
 class LocalRollouts:
     """The canary controller ticking over one region of a local fleet, on its own thread."""
@@ -133,6 +155,7 @@ class LocalRollouts:
             prometheus=HttpPrometheus(prometheus_url),
             metrics=CanaryMetrics(),
             min_interval_seconds=LOCAL_MIN_INTERVAL_S,
+            baselines=FleetBaselines(fleet, region=region),
         )
         return cls(controller, policies, namespace, tick_s=tick_s)
 

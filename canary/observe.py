@@ -66,19 +66,24 @@ def measure(
     spec: CanaryPolicySpec,
     at: datetime,
     config: QueryConfig,
+    with_baseline: bool = False,
 ) -> tuple[Measured | None, str | None]:
-    """The canary's and the stable revision's window, or None and why Prometheus failed."""
+    """The canary's and the stable revision's window, and the baseline's `with_baseline` (the
+    stable revision's replicas in the baseline pool), or None and why Prometheus failed."""
     assert observed.canary_revision is not None
     window = Window(prometheus, namespace, spec, at, config)
     needs_stable = any(c.needs_stable for c in spec.checks) and observed.stable_revision
     try:
         canary = window.revision(observed.canary_revision)
         stable = window.revision(observed.stable_revision) if needs_stable else RevisionMetrics()
+        baseline = None
+        if needs_stable and with_baseline:
+            baseline = window.revision(observed.stable_revision, baseline=True)
     except MetricsUnavailable as error:
         return None, f"Prometheus failed: {error}"
     except PrometheusError as error:  # e.g. a query that does not aggregate: a config problem
         return None, f"unusable Prometheus answer: {error}"
-    return Measured(canary=canary, stable=stable), None
+    return Measured(canary=canary, stable=stable, baseline=baseline), None
 
 
 @dataclass(frozen=True)
@@ -91,13 +96,14 @@ class Window:
     at: datetime
     config: QueryConfig
 
-    def revision(self, revision: str | None) -> RevisionMetrics:
+    def revision(self, revision: str | None, *, baseline: bool = False) -> RevisionMetrics:
         assert revision is not None
         queries = revision_queries(
             namespace=self.namespace,
             revision=revision,
             window_seconds=self.spec.interval_seconds,
             config=self.config,
+            baseline=baseline,
         )
         values: dict[str, object] = {
             FIELD_OF[c.metric]: self._value(queries[c.metric]) for c in self.spec.checks
@@ -107,6 +113,7 @@ class Window:
             revision=revision,
             window_seconds=self.spec.interval_seconds,
             config=self.config,
+            baseline=baseline,
         )
         for check in self.spec.checks:
             if check.needs_stable and check.metric in histograms:

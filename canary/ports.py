@@ -1,10 +1,11 @@
-"""The canary controller's Kubernetes ports: two small Protocols and the canary's own error.
+"""The canary controller's Kubernetes ports: three small Protocols and the canary's own error.
 
-InferenceServices (list, move traffic) and CanaryPolicies (read, write one rollout's status,
-annotate commands); Events and the `KubeError` family (HTTP status kept, a 409 re-read and
-retried) are the controller kit's (`radixfleet.kit`). `StaleRevisionError` is the canary's: the
-canary changed under us, so the action is dropped. No client library is imported here, so the
-CLI and the fakes stay light; `canary/kube.py` implements the ports on the kubernetes client.
+InferenceServices (list, move traffic), CanaryPolicies (read, write one rollout's status,
+annotate commands) and Baselines (the stable replicas a canary is judged against); Events and
+the `KubeError` family (HTTP status kept, a 409 re-read and retried) are the controller kit's
+(`radixfleet.kit`). `StaleRevisionError` is the canary's: the canary changed under us, so the
+action is dropped. No client library is imported here, so the CLI and the fakes stay light;
+`canary/kube.py` implements the ports on the kubernetes client.
 """
 
 from __future__ import annotations
@@ -27,6 +28,23 @@ class InferenceServices(Protocol):
         self, namespace: str, name: str, *, percent: int | None, canary_revision: str
     ) -> None:
         """Set canaryTrafficPercent (None removes it) only if `canary_revision` is still latest."""
+        ...
+
+
+class Baselines(Protocol):
+    """Kayenta's baseline beside a canary: the stable model on as many replicas as the canary
+    has ready (at least one), their metrics labelled `pool="baseline"`, sent as much traffic
+    as the canary. Both methods are idempotent: the controller calls one of them every tick."""
+
+    def ensure(
+        self, namespace: str, name: str, *, stable_revision: str, canary_revision: str
+    ) -> int:
+        """Size the baseline to the canary; the baseline replicas ready. Raises
+        StaleRevisionError when the revisions are no longer these."""
+        ...
+
+    def release(self, namespace: str, name: str) -> None:
+        """End the baseline, if there is one: its replicas serve as the stable's, or stop."""
         ...
 
 

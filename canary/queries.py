@@ -8,6 +8,12 @@ label `serving.knative.dev/revision`; the Prometheus scrape of SGLang replicas r
       target_label: revision
     - source_labels: [__meta_kubernetes_namespace]
       target_label: namespace
+    - source_labels: [__meta_kubernetes_pod_label_radixfleet_io_pool]
+      target_label: pool
+
+A revision's numbers are those of its replicas outside a canary's baseline (`pool!="baseline"`,
+which series without the label match too); the baseline's are the stable revision's with
+`pool="baseline"`.
 
 The label names are settings (`QueryConfig`), so another relabeling only changes config.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from canary.spec import Metric
+from radixfleet.labels import BASELINE_POOL
 
 TTFT_BUCKETS = "sglang:time_to_first_token_seconds_bucket"
 ITL_BUCKETS = "sglang:inter_token_latency_seconds_bucket"
@@ -36,15 +43,28 @@ class QueryConfig:
 
     revision_label: str = "revision"
     namespace_label: str = "namespace"
+    pool_label: str = "pool"
     endpoints: str = "/generate|/v1/completions|/v1/chat/completions"
     quantile: float = 0.95
 
 
+def selector(*, namespace: str, revision: str, config: QueryConfig, baseline: bool) -> str:
+    """The label matchers of a revision's replicas: those of its baseline, or all but them."""
+    pool = f"{config.pool_label}{'=' if baseline else '!='}{_quote(BASELINE_POOL)}"
+    ns, rev = config.namespace_label, config.revision_label
+    return f"{ns}={_quote(namespace)},{rev}={_quote(revision)},{pool}"
+
+
 def revision_queries(
-    *, namespace: str, revision: str, window_seconds: int, config: QueryConfig
+    *,
+    namespace: str,
+    revision: str,
+    window_seconds: int,
+    config: QueryConfig,
+    baseline: bool = False,
 ) -> dict[str, str]:
     """PromQL for requests and every metric a check can judge, keyed by `requests` or Metric."""
-    sel = f"{config.namespace_label}={_quote(namespace)},{config.revision_label}={_quote(revision)}"
+    sel = selector(namespace=namespace, revision=revision, config=config, baseline=baseline)
     win = f"[{window_seconds}s]"
     gen = f"{sel},endpoint=~{_quote(config.endpoints)}"
     responses = f"sum(increase({RESPONSES}{{{gen}}}{win}))"
@@ -62,11 +82,16 @@ def revision_queries(
 
 
 def histogram_queries(
-    *, namespace: str, revision: str, window_seconds: int, config: QueryConfig
+    *,
+    namespace: str,
+    revision: str,
+    window_seconds: int,
+    config: QueryConfig,
+    baseline: bool = False,
 ) -> dict[str, str]:
     """PromQL for the window's latency histograms (one series per `le`), keyed by Metric: what
     the judge's significance test reads."""
-    sel = f"{config.namespace_label}={_quote(namespace)},{config.revision_label}={_quote(revision)}"
+    sel = selector(namespace=namespace, revision=revision, config=config, baseline=baseline)
     win = f"[{window_seconds}s]"
     return {
         metric: f"sum by (le) (increase({buckets}{{{sel}}}{win}))"

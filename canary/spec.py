@@ -122,7 +122,8 @@ class CanaryPolicySpec(Spec):
     `steps` only says so explicitly: with 100% on the canary the stable revision serves nothing
     and cannot be compared with. Defaults follow Flagger (interval 60 s, at least 10 s;
     progress deadline 600 s) except `threshold`, 2 rather than 1: one noisy interval of a p95
-    on a few dozen requests should not roll back a good model.
+    on a few dozen requests should not roll back a good model. `baseline` asks for Kayenta's
+    baseline: the stable model on as many replicas as the canary has, sent as much traffic.
     """
 
     steps: list[Weight] = Field(default_factory=lambda: [5, 20, 50, 100], min_length=1)
@@ -135,6 +136,8 @@ class CanaryPolicySpec(Spec):
     manual_gates: list[Weight] = Field(default_factory=list)
     paused: bool = False
     progress_deadline_seconds: Annotated[int, Field(ge=MIN_INTERVAL_SECONDS)] = 600
+    # Judge latency and hit rate against a baseline (canary/README.md) where the fleet runs one.
+    baseline: bool = False
 
     @classmethod
     def parse(

@@ -24,10 +24,13 @@ ROUTER_COMPONENT = "router"
 REVISION = f"{GROUP}/revision"
 # Which of a revision's pods its router sends to (policies/routers: smg's selector): `serving`,
 # as every predictor pod starts; `warming` while the autoscaler pre-warms a new pod's prefix
-# cache (policies/autoscale/warming.py), after which it is `serving` again.
+# cache (policies/autoscale/warming.py), after which it is `serving` again; `baseline` while a
+# canary's rollout judges the canary against them (the stable model sent the canary's share of
+# requests: canary/README.md). Prometheus's scrape copies it into a `pool` label.
 POOL = f"{GROUP}/pool"
 SERVING_POOL = "serving"
 WARMING_POOL = "warming"
+BASELINE_POOL = "baseline"
 
 # Pod Security admission in tenant namespaces, judged by the rules of the Kubernetes minor the
 # platform targets (an upgrade cannot loosen them). `baseline` is enforced; `restricted` (non-root,

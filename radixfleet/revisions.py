@@ -4,6 +4,8 @@ The canary controller reads them from Prometheus and judges them (`canary.decide
 twin computes the same numbers from its requests (`radixfleet.twin.metrics`). They live in the
 kernel so that the twin needs no controller to speak of them. Metric names are the canary
 spec's (`ttftP95`, `itlP95`, `errorRate`, `cacheHitRate`), as stored in a CanaryPolicy.
+`pick_revision` is the split of a model's requests between its revisions, which the twin's entry
+and the local fleet's entry both follow.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from pydantic import Field
 from radixfleet.kit.wire import Wire, finite
 
 ERROR_RATE = "errorRate"
+
+STABLE, CANARY, BASELINE = 0, 1, 2  # what `pick_revision` answers
 
 #: The field of `RevisionMetrics` that holds each metric a check can judge.
 FIELD_OF: dict[str, str] = {
@@ -110,3 +114,20 @@ def _pooled_errors(stable: RevisionMetrics, baseline: RevisionMetrics) -> Revisi
         return baseline
     requests = sum(n for n, _ in counts)
     return RevisionMetrics(requests=requests, error_rate=sum(n * r for n, r in counts) / requests)
+
+
+def pick_revision(u_revision: float, *, weight: int, canary: bool, baseline: bool) -> int:
+    """The revision a request drawn `u_revision` (uniform in 0..1) goes to, as the entry splits:
+    the canary's `weight` percent to the CANARY while there is one, as much again to a
+    `baseline` that serves (BASELINE), never more than the rest, and the rest to the STABLE
+    revision. A baseline not serving yet (or at all: no GPU for it) leaves its share to the stable
+    revision; the judge then halts on the baseline's too few requests, and never blames the
+    canary for it."""
+    share = u_revision * 100.0
+    if not (weight and canary):
+        return STABLE
+    if share < weight:
+        return CANARY
+    if baseline and share < weight + min(weight, 100 - weight):
+        return BASELINE
+    return STABLE

@@ -13,7 +13,10 @@ sharing a system prompt meet the same replica's approximate tree, or at random.
 A model may have a canary revision beside its stable one, each behind its own router (a
 router's prefix tree is per revision, as each revision's pods are). The entry then splits the
 model's requests at random by the canary's percent, as Knative's route does for KServe's
-`canaryTrafficPercent`; the split is per request, not per session.
+`canaryTrafficPercent`; the split is per request, not per session. While a rollout runs a
+baseline (the stable model on replicas of its own, canary/README.md), the baseline is sent as
+much as the canary once one of its replicas is ready (`radixfleet.revisions.pick_revision`, the
+twin's split too).
 
 Bad input gets SGLang's status and error body, never a traceback: malformed JSON 400, an unknown
 model 404, an unknown path 404.
@@ -40,6 +43,7 @@ from radixfleet.entry.gate import ModelOf
 from radixfleet.entry.signals import SignalsRelay
 from radixfleet.fleet.scaler import PromptRecorder, Scaler
 from radixfleet.fleet.spec import RouterSpread
+from radixfleet.revisions import BASELINE, CANARY, pick_revision
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +123,14 @@ def _weight(url: str, opening: str) -> bytes:
     return hashlib.blake2b(f"{url}\n{opening}".encode(), digest_size=8).digest()
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """The stable model on replicas and a router of their own, beside a canary."""
+
+    router: str | RouterPool
+    scaler: Scaler
+
+
 @dataclass
 class Canary:
     """A model's canary revision as the entry routes to it: routers, replicas, traffic share."""
@@ -127,6 +139,7 @@ class Canary:
     router: str | RouterPool
     scaler: Scaler
     percent: int = 0  # of the model's requests, 0..100
+    baseline: Baseline | None = None
 
 
 class Gate(Protocol):
@@ -222,8 +235,17 @@ class RegionEntry:
 
     def _revision_for(self, model: str) -> tuple[Scaler, RouterPool]:
         canary = self.canaries.get(model)
-        if canary is not None and self._split.random() * 100 < canary.percent:
+        if canary is None:
+            return self.scalers[model], self.routers[model]
+        baseline = canary.baseline
+        serving = baseline is not None and baseline.scaler.ready_count() > 0
+        which = pick_revision(
+            self._split.random(), weight=canary.percent, canary=True, baseline=serving
+        )
+        if which == CANARY:
             return canary.scaler, as_pool(canary.router)
+        if which == BASELINE and baseline is not None:
+            return baseline.scaler, as_pool(baseline.router)
         return self.scalers[model], self.routers[model]
 
     def _model_for(self, body: dict[str, Any]) -> str:

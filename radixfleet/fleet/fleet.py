@@ -38,7 +38,7 @@ from aiohttp import web
 from radixfleet.emulator.tokenizer import ensure_tokenizer_dir
 from radixfleet.entry.signals import PREFIX as SIGNALS_PREFIX
 from radixfleet.entry.signals import SignalsRelay
-from radixfleet.fleet.entry import Canary, Gate, RegionEntry, RouterPool
+from radixfleet.fleet.entry import Baseline, Canary, Gate, RegionEntry, RouterPool
 from radixfleet.fleet.procs import Supervisor, free_ports, stop_async
 from radixfleet.fleet.prometheus import (
     PrometheusServer,
@@ -52,6 +52,7 @@ from radixfleet.fleet.replicas import EmulatorLauncher, ReplicaSet, ScaleEvent
 from radixfleet.fleet.router import Router, RouterGroup, router_command
 from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.fleet.spec import FleetSpec, ModelSpec, RegionSpec, revision_name
+from radixfleet.labels import BASELINE_POOL, SERVING_POOL
 from radixfleet.profile import resolve_profile
 from radixfleet.twin.interfaces import Prewarmer
 
@@ -83,6 +84,7 @@ class RevisionStatus:
     canary: str | None
     canary_percent: int
     canary_ready: int
+    baseline_ready: int | None = None  # the canary's baseline's ready replicas, while one runs
 
     @property
     def latest(self) -> str:
@@ -101,12 +103,13 @@ class RegionRuntime:
     routers: dict[str, RouterGroup] = field(default_factory=dict)  # per model: the stable's
     sets: dict[str, ReplicaSet] = field(default_factory=dict)  # per model: the stable revision's
     canaries: dict[str, Revision] = field(default_factory=dict)
+    baselines: dict[str, Revision] = field(default_factory=dict)  # the stable's, beside a canary
     retiring: list[Revision] = field(default_factory=list)  # draining, then stopped
     generations: dict[str, int] = field(default_factory=dict)  # per model: the newest revision
 
     def side_revisions(self) -> list[Revision]:
-        """Every revision beside the stable ones: canaries and those being retired."""
-        return [*self.canaries.values(), *self.retiring]
+        """Every replica set beside the stable ones: canaries, baselines, those being retired."""
+        return [*self.canaries.values(), *self.baselines.values(), *self.retiring]
 
 
 class LocalFleet:
@@ -216,13 +219,18 @@ class LocalFleet:
         live = [r.wait_live(self._session, timeout_s=60) for r in self._all_routers()]
         await asyncio.gather(*live)
 
-    def _spawn_router(self, region: RegionRuntime, revision: str) -> RouterGroup:
+    def _spawn_router(
+        self, region: RegionRuntime, revision: str, *, pool: str = SERVING_POOL
+    ) -> RouterGroup:
         members = [
-            self._spawn_one_router(region, revision, index) for index in range(region.spec.routers)
+            self._spawn_one_router(region, revision, index, pool=pool)
+            for index in range(region.spec.routers)
         ]
         return RouterGroup(members)
 
-    def _spawn_one_router(self, region: RegionRuntime, revision: str, index: int) -> Router:
+    def _spawn_one_router(
+        self, region: RegionRuntime, revision: str, index: int, *, pool: str
+    ) -> Router:
         port, metrics_port = free_ports(2, self.host)
         argv = router_command(
             host=self.host,
@@ -233,7 +241,10 @@ class LocalFleet:
             health_interval_s=self.spec.router_health_interval_s,
             transport=region.spec.router_workers,
         )
-        name = f"router-{region.spec.name}-{revision}" + (f"-{index}" if index else "")
+        name = f"router-{region.spec.name}-{revision}" + (
+            "" if pool == SERVING_POOL else f"-{pool}"
+        )
+        name += f"-{index}" if index else ""
         child = self.supervisor.spawn(name, argv, log_path=self.workdir / "logs" / f"{name}.log")
         return Router(
             url=f"http://{self.host}:{port}",
@@ -242,6 +253,7 @@ class LocalFleet:
             revision=revision,
             transport=region.spec.router_workers,
             argv=tuple(argv),
+            pool=pool,
         )
 
     def _start_sets(self, region: RegionRuntime) -> None:
@@ -252,7 +264,13 @@ class LocalFleet:
             )
 
     def _replica_set(
-        self, region: RegionRuntime, model: ModelSpec, router: RouterGroup, *, warm_start: bool
+        self,
+        region: RegionRuntime,
+        model: ModelSpec,
+        router: RouterGroup,
+        *,
+        warm_start: bool,
+        pool: str = SERVING_POOL,
     ) -> ReplicaSet:
         """A reconciling replica set of one revision (the router's), running from now on."""
         assert self._session is not None and self._launcher is not None
@@ -266,6 +284,7 @@ class LocalFleet:
             revision=router.revision,
             warm_start=warm_start,
             prewarmer=self.prewarmers(region.spec.name, model) if self.prewarmers else None,
+            pool=pool,
         )
         self._tasks.append(asyncio.get_running_loop().create_task(replica_set.run()))
         return replica_set
@@ -512,7 +531,10 @@ class LocalFleet:
             self._retire(region, previous)
         region.canaries[model] = Revision(router.revision, router, replica_set)
         entry = self.entry(region_name)
-        entry.canaries[model] = Canary(router.revision, self._pool(region, router), replica_set)
+        baseline = entry.canaries[model].baseline if model in entry.canaries else None
+        entry.canaries[model] = Canary(
+            router.revision, self._pool(region, router), replica_set, baseline=baseline
+        )
         self._write_router_targets()
         return router.revision, replica_set
 
@@ -540,8 +562,52 @@ class LocalFleet:
             old = Revision(router.revision, router, runtime.sets[model])
             runtime.routers[model], runtime.sets[model] = canary.router, canary.replicas
             self._retire(runtime, old)
+            baseline = runtime.baselines.pop(model, None)  # the old revision's too
+            if baseline is not None:
+                self._retire(runtime, baseline)
 
         self.run(act())
+
+    def set_baseline(self, region: str, model: str, replicas: int) -> int:
+        """Run `replicas` replicas of `model`'s stable revision as its canary's baseline, behind
+        a router of their own (0 stops it); returns how many of them are ready.
+
+        The entry sends the baseline as much as the canary once one of them is ready; their
+        metrics carry the stable revision's name and `pool="baseline"`. They start cold, as the
+        canary's did, so the two are compared at the same load and from the same start.
+        """
+        if replicas < 0:
+            raise ValueError(f"replicas must be at least 0, got {replicas}")
+        return self.run(self._set_baseline(region, model, replicas), timeout_s=60)
+
+    async def _set_baseline(self, region_name: str, model: str, replicas: int) -> int:
+        region = self.regions[region_name]
+        entry = self.entry(region_name)
+        running = region.baselines.get(model)
+        if replicas == 0:
+            if running is not None:
+                if model in entry.canaries:
+                    entry.canaries[model].baseline = None
+                self._retire(region, region.baselines.pop(model))
+            return 0
+        if model not in entry.canaries:
+            raise KeyError(f"{model} in {region_name} has no canary for a baseline to stand beside")
+        if running is None:
+            running = self._start_baseline(region, model, replicas)
+            entry.canaries[model].baseline = Baseline(
+                self._pool(region, running.router), running.replicas
+            )
+        running.replicas.scale_to(replicas)
+        return running.replicas.ready_count()
+
+    def _start_baseline(self, region: RegionRuntime, model: str, replicas: int) -> Revision:
+        stable = region.sets[model].revision
+        spec = region.spec.model(model).model_copy(update={"replicas": replicas})
+        router = self._spawn_router(region, stable, pool=BASELINE_POOL)
+        replica_set = self._replica_set(region, spec, router, warm_start=False, pool=BASELINE_POOL)
+        region.baselines[model] = Revision(stable, router, replica_set)
+        self._write_router_targets()
+        return region.baselines[model]
 
     def revisions(self, region: str, model: str) -> RevisionStatus:
         """The model's stable and canary revisions, and the canary's share and readiness."""
@@ -549,12 +615,14 @@ class LocalFleet:
         async def read() -> RevisionStatus:
             runtime = self.regions[region]
             canary = runtime.canaries.get(model)
+            baseline = runtime.baselines.get(model)
             split = self.entry(region).canaries.get(model)
             return RevisionStatus(
                 stable=runtime.sets[model].revision,
                 canary=None if canary is None else canary.name,
                 canary_percent=0 if split is None else split.percent,
                 canary_ready=0 if canary is None else canary.replicas.ready_count(),
+                baseline_ready=None if baseline is None else baseline.replicas.ready_count(),
             )
 
         return self.run(read())
@@ -698,7 +766,7 @@ class LocalFleet:
 
     def _write_replica_targets(self) -> None:
         targets = [
-            Target(_address(info.url), rs.region, rs.model, rs.spec.namespace, rs.revision)
+            Target(_address(info.url), rs.region, rs.model, rs.spec.namespace, rs.revision, rs.pool)
             for rs in self._all_sets()
             for info in rs.replicas()
             if info.state is ReplicaState.READY
@@ -707,7 +775,14 @@ class LocalFleet:
 
     def _write_router_targets(self) -> None:
         targets = [
-            Target(_router_address(self.host, router), region, model, "default", router.revision)
+            Target(
+                _router_address(self.host, router),
+                region,
+                model,
+                "default",
+                router.revision,
+                router.pool,
+            )
             for region, model, router in self._routers_by_model()
         ]
         write_targets(self.router_targets_file, targets)

@@ -1,9 +1,10 @@
 """Prometheus for the local fleet: the scrape config it writes, and Debian's server if present.
 
 The fleet keeps two file_sd target files up to date, one for its replicas and one for its
-routers, each target labelled with `region`, `model`, `namespace` and `revision` (the Knative
-revision, which a cluster's scrape relabels from the pod's label) as the dashboards and the
-controllers' PromQL expect. The replica job's name matches the dashboards' `.*sglang.*` job
+routers, each target labelled with `region`, `model`, `namespace`, `revision` (the Knative
+revision, which a cluster's scrape relabels from the pod's label) and `pool` (`serving`, or
+`baseline` for a canary's baseline: the pod label `radixfleet.io/pool`) as the dashboards and
+the controllers' PromQL expect. The replica job's name matches the dashboards' `.*sglang.*` job
 selector.
 `prometheus.yml` points at both files, so Prometheus follows replicas as they come and go.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from radixfleet.fleet.procs import Child, Supervisor, free_port
+from radixfleet.labels import SERVING_POOL
 
 REPLICA_JOB = "sglang-replicas"
 ROUTER_JOB = "smg-router"  # its metrics are smg_*; kept out of the .*sglang.* replica jobs
@@ -36,6 +38,7 @@ class Target:
     model: str
     namespace: str
     revision: str
+    pool: str = SERVING_POOL
 
     def group(self) -> dict[str, Any]:
         """The file_sd form of this target."""
@@ -44,6 +47,7 @@ class Target:
             "model": self.model,
             "namespace": self.namespace,
             "revision": self.revision,
+            "pool": self.pool,
         }
         return {"targets": [self.address], "labels": labels}
 

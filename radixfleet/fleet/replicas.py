@@ -31,6 +31,7 @@ from radixfleet.fleet.procs import Child, Supervisor, free_ports, stop_async
 from radixfleet.fleet.router import WORKER_ID_SEPARATOR, RouterError, RouterGroup
 from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.fleet.spec import FleetSpec, ModelSpec, revision_name
+from radixfleet.labels import SERVING_POOL
 from radixfleet.profile import resolve_profile
 from radixfleet.twin.interfaces import Prewarmer, Waiting
 
@@ -153,10 +154,12 @@ class ReplicaSet:
         revision: str | None = None,
         warm_start: bool = True,
         prewarmer: Prewarmer | None = None,
+        pool: str = SERVING_POOL,
     ) -> None:
         self._region = region
         self.spec = spec
         self.revision = revision or revision_name(spec.name, 1)
+        self.pool = pool  # `baseline`: the stable revision's replicas beside a canary
         # The first `spec.replicas` replicas skip the cold start: true of the fleet's initial
         # replicas (a cluster that was up before), not of a new revision's.
         self.warm_start = warm_start
@@ -259,7 +262,8 @@ class ReplicaSet:
 
     def _start_one(self) -> None:
         self._serial += 1
-        name = f"{self.region}-{self.revision}-{self._serial}"
+        pool = "" if self.pool == SERVING_POOL else f"{self.pool}-"
+        name = f"{self.region}-{self.revision}-{pool}{self._serial}"
         host = self.launcher.host
         grpc = self.router.transport == "grpc"
         port, *others = free_ports(2 if grpc else 1, host)

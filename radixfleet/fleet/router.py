@@ -22,6 +22,7 @@ import aiohttp
 
 from radixfleet.fleet.procs import Child, Supervisor
 from radixfleet.fleet.spec import WorkerTransport
+from radixfleet.labels import SERVING_POOL
 
 DECISION_SERIES = re.compile(
     r'^smg_cache_aware_policy_branch_total\{branch="([a-z_]+)"\} ([0-9.e+]+)$', re.MULTILINE
@@ -78,6 +79,7 @@ class Router:
     child: Child
     revision: str  # the model revision whose replicas it routes to
     transport: WorkerTransport = "http"  # how it reaches its replicas
+    pool: str = SERVING_POOL  # which of the revision's replicas: a baseline's router has its own
     argv: tuple[str, ...] = ()  # its command line, to start it again
     restarts: int = 0
 

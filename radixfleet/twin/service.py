@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from radixfleet.profile import ReplicaProfile
 from radixfleet.replica import Faults, RejectedError, RejectReason, ReplicaModel, RequestSpec
+from radixfleet.revisions import pick_revision
 from radixfleet.twin.breaker import BreakerSettings, CircuitBreaker
 from radixfleet.twin.interfaces import (
     DrainChooser,
@@ -129,23 +130,6 @@ class Revision:
     def active(self) -> list[Replica]:
         """Replicas that exist and are not being drained."""
         return [r for r in self.replicas if r.state != DRAINING]
-
-
-def pick_revision(u_revision: float, *, weight: int, canary: bool, baseline: bool) -> int:
-    """The revision a request drawn `u_revision` (uniform in 0..1) goes to, as the entry splits:
-    the canary's `weight` percent to the canary (1) while there is one, as much again to a
-    `baseline` (2) that serves, never more than the rest, and the rest to the stable revision
-    (0). A baseline not serving yet (or at all: no GPU for it) leaves its share to the stable
-    revision; the judge then halts on the baseline's too few requests, and never blames the
-    canary for it."""
-    share = u_revision * 100.0
-    if not (weight and canary):
-        return 0
-    if share < weight:
-        return 1
-    if baseline and share < weight + min(weight, 100 - weight):
-        return 2
-    return 0
 
 
 class Service:

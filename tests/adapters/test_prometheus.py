@@ -37,6 +37,7 @@ pytestmark = pytest.mark.prometheus
 
 NS = "team-a"
 CANARY, STABLE, IDLE, ABSENT = "llama-00002", "llama-00001", "llama-00003", "llama-00009"
+BASELINE = "baseline"  # a key of REVISIONS: the stable revision's baseline replicas
 STEP_S = 15
 END = datetime.fromtimestamp(1_780_000_000 - 1_780_000_000 % 3600, tz=UTC)  # a whole hour
 POINTS = 21  # five minutes of samples every 15 s, ending at END
@@ -47,6 +48,16 @@ REVISIONS: dict[str, dict[str, Any]] = {
     CANARY: {"ttft": (50, 90, 100, 100, 100), "ok": 95, "err": 5, "cached": 30, "prompt": 100},
     STABLE: {"ttft": (80, 100, 100, 100, 100), "ok": 100, "err": 0, "cached": 50, "prompt": 100},
     IDLE: {"ttft": (0, 0, 0, 0, 0), "ok": 0, "err": 0, "cached": 0, "prompt": 0},
+    # The stable revision's replicas in a canary's baseline: its name, another pool.
+    BASELINE: {
+        "ttft": (60, 100, 100, 100, 100),
+        "ok": 45,
+        "err": 5,
+        "cached": 20,
+        "prompt": 100,
+        "revision": STABLE,
+        "pool": "baseline",
+    },
 }
 
 
@@ -59,8 +70,10 @@ def _series(name: str, labels: str, per_step: float, *, base: float = 0) -> list
 
 def _families() -> list[Family]:
     ttft, responses, cached, prompt = [], [], [], []
-    for revision, r in REVISIONS.items():
-        sel = f'namespace="{NS}",revision="{revision}",model_name="llama"'
+    for key, r in REVISIONS.items():
+        revision = r.get("revision", key)
+        pool = f',pool="{r["pool"]}"' if "pool" in r else ""  # the stable's have no pool label
+        sel = f'namespace="{NS}",revision="{revision}",model_name="llama"{pool}'
         # An idle revision served once before the data starts: its series exist but stand still.
         base = 7.0 if revision == IDLE else 0.0
         for le, count in [*zip(TTFT_LE, r["ttft"], strict=True), ("+Inf", 100 * (base == 0))]:
@@ -102,9 +115,11 @@ def prom(prometheus_url: str) -> HttpPrometheus:
 
 
 def _query(revision: str, key: str) -> str:
+    baseline = revision == BASELINE
     queries = revision_queries(
-        namespace=NS, revision=revision, window_seconds=60, config=QueryConfig()
-    )
+        namespace=NS, revision=STABLE if baseline else revision, window_seconds=60,
+        config=QueryConfig(), baseline=baseline,
+    )  # fmt: skip
     return queries[key]
 
 
@@ -118,6 +133,12 @@ EXPECTED = [
     (STABLE, Metric.TTFT_P95, 0.175),
     (STABLE, Metric.ERROR_RATE, 0.0),  # no 5xx series at all is no errors, not missing data
     (STABLE, Metric.CACHE_HIT_RATE, 0.5),
+    # The baseline's p95: rank 95 of 100 in (0.1, 0.2] holding 40 -> 0.1 + 0.1 * 35/40; the
+    # stable revision's numbers above leave its baseline's replicas out.
+    (BASELINE, REQUESTS, 200.0),
+    (BASELINE, Metric.TTFT_P95, 0.1875),
+    (BASELINE, Metric.ERROR_RATE, 0.1),
+    (BASELINE, Metric.CACHE_HIT_RATE, 0.2),
     (IDLE, REQUESTS, 0.0),
     (IDLE, Metric.CACHE_HIT_RATE, math.nan),  # 0 / 0 over no traffic
 ]
@@ -154,7 +175,7 @@ def test_a_revision_without_series_has_no_data(prom: HttpPrometheus, key: str) -
 def test_vector_keeps_labels_and_nan(prom: HttpPrometheus) -> None:
     promql = 'sum by (revision) (rate(sglang:prompt_tokens_total{namespace="team-a"}[1m]))'
     samples = {s.labels["revision"]: s.value for s in prom.vector(promql, at=END)}
-    assert samples == pytest.approx({CANARY: 100 / 15, STABLE: 100 / 15, IDLE: 0.0})
+    assert samples == pytest.approx({CANARY: 100 / 15, STABLE: 200 / 15, IDLE: 0.0})
     assert prom.vector('sglang:prompt_tokens_total{revision="none"}', at=END) == []
 
 
@@ -204,6 +225,24 @@ def test_the_canary_window_measured_on_real_series(prometheus_url: str) -> None:
     )  # fmt: skip
     assert measured is not None and measured.canary.requests == 0.0
     assert measured.canary.ttft_p95 is None and measured.canary.error_rate is None
+
+
+def test_beside_a_baseline_the_window_measures_it_apart_from_the_stable(
+    prometheus_url: str,
+) -> None:
+    observed = Observed("llama", CANARY, STABLE, canary_ready=True, weight=20)
+    measured, error = measure(
+        HttpPrometheus(prometheus_url), namespace=NS, observed=observed,
+        spec=CanaryPolicySpec(interval_seconds=60), at=END, config=QueryConfig(),
+        with_baseline=True,
+    )  # fmt: skip
+    assert error is None and measured is not None and measured.baseline is not None
+    assert (measured.stable.requests, measured.baseline.requests) == (400.0, 200.0)
+    assert measured.stable.ttft_p95 == pytest.approx(0.175)
+    assert measured.baseline.ttft_p95 == pytest.approx(0.1875)
+    assert measured.baseline.error_rate == pytest.approx(0.1)
+    assert measured.baseline.ttft_buckets is not None  # what the significance test reads
+    assert measured.baseline.ttft_buckets[-1] == (math.inf, 400.0)
 
 
 # --- HTTP failures and the retry policy, against a stub that answers with chosen statuses ---

@@ -9,7 +9,7 @@ import kopf
 import pytest
 
 from canary.controller import Controller, register, run_tick, to_wire
-from canary.fakes import FakeCanaryPolicies, FakeEvents, FakeInferenceServices
+from canary.fakes import FakeBaselines, FakeCanaryPolicies, FakeEvents, FakeInferenceServices
 from canary.ports import StaleRevisionError
 from canary.queries import REQUESTS, QueryConfig, histogram_queries, revision_queries
 from canary.spec import POLICY_ANNOTATION, Metric
@@ -51,13 +51,21 @@ def policy(**spec: Any) -> dict[str, Any]:
 
 
 def answers(
-    canary: dict[str, float], stable: dict[str, float] = GOOD, *, namespace: str = NS
+    canary: dict[str, float],
+    stable: dict[str, float] = GOOD,
+    *,
+    namespace: str = NS,
+    baseline: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for revision, values in ((CANARY, canary), (STABLE, stable)):
+    sides = [(CANARY, canary, False), (STABLE, stable, False)]
+    if baseline is not None:
+        sides.append((STABLE, baseline, True))
+    for revision, values, pool in sides:
         queries = revision_queries(
-            namespace=namespace, revision=revision, window_seconds=60, config=QueryConfig()
-        )
+            namespace=namespace, revision=revision, window_seconds=60, config=QueryConfig(),
+            baseline=pool,
+        )  # fmt: skip
         out |= {queries[key]: value for key, value in values.items()}
     return out
 
@@ -65,10 +73,17 @@ def answers(
 class Fleet:
     """The fakes and a controller over them, ticking in virtual time."""
 
-    def __init__(self, prometheus: FakePrometheus, *, spec: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        prometheus: FakePrometheus,
+        *,
+        spec: dict[str, Any] | None = None,
+        baselines: FakeBaselines | None = None,
+    ) -> None:
         self.isvcs, self.policies, self.events = (
             FakeInferenceServices(), FakeCanaryPolicies(), FakeEvents(),
         )  # fmt: skip
+        self.baselines = baselines
         self.isvcs.add(isvc())
         self.policies.add(policy(**(spec or {})))
         self.prometheus = prometheus
@@ -76,7 +91,9 @@ class Fleet:
         self.controller = self.restart()
 
     def restart(self) -> Controller:
-        self.controller = Controller(self.isvcs, self.policies, self.events, self.prometheus)
+        self.controller = Controller(
+            self.isvcs, self.policies, self.events, self.prometheus, baselines=self.baselines
+        )
         return self.controller
 
     def tick(self, n: int = 1) -> list[Verb]:
@@ -232,6 +249,63 @@ def test_the_status_says_which_generation_of_the_policy_it_decided_on() -> None:
     fleet.tick(2)
     current = fleet.policies.get(NS, POLICY)
     assert current is not None and current["status"]["observedGeneration"] == 7
+
+
+# A twice-slower canary at 5%: as slow as the busy stable replicas, twice its baseline's.
+BUSY = GOOD | {Metric.TTFT_P95: 0.40, Metric.ITL_P95: 0.040}
+AT_THE_CANARYS_LOAD = GOOD | {REQUESTS: 60.0}
+
+
+@pytest.mark.parametrize(
+    ("asks", "port", "verdict"),
+    [
+        (True, True, Phase.ROLLED_BACK),
+        (False, True, Phase.PROMOTED),
+        (True, False, Phase.PROMOTED),
+    ],
+    ids=["baseline-asked-and-run", "not-asked", "asked-where-none-can-run"],
+)
+def test_a_policy_with_a_baseline_judges_the_canary_against_it(
+    asks: bool, port: bool, verdict: Phase
+) -> None:
+    prometheus = FakePrometheus(answers(BUSY, BUSY, baseline=AT_THE_CANARYS_LOAD))
+    fleet = Fleet(prometheus, spec={"baseline": asks}, baselines=FakeBaselines() if port else None)
+    fleet.tick(40)
+    rollout = fleet.rollout()
+    assert rollout.phase is verdict
+    if verdict is Phase.ROLLED_BACK:
+        assert "baseline 0.2" in rollout.last_decision.reason
+        assert rollout.measured.baseline.requests == 60.0
+    else:  # against the stable revision (the reasons say so), as before the baseline
+        assert rollout.measured.baseline is None
+        assert not any('pool="baseline"' in q for q, _ in prometheus.queries)
+
+
+def test_the_baseline_runs_while_the_rollout_does_and_is_released_after() -> None:
+    baselines = FakeBaselines()
+    fleet = Fleet(FakePrometheus(answers(GOOD, baseline=GOOD)), spec={"baseline": True},
+                  baselines=baselines)  # fmt: skip
+    fleet.tick(3)
+    assert baselines.running == {(NS, NAME): (STABLE, CANARY)}
+    assert [call for call, *_ in baselines.calls] == ["ensure"] * 3
+    fleet.tick(30)
+    assert fleet.rollout().phase is Phase.PROMOTED
+    assert baselines.running == {}
+    assert baselines.calls[-1] == ("release", NS, NAME)  # every tick after: idempotent
+    fleet.restart()
+    baselines.running[(NS, NAME)] = (STABLE, CANARY)  # one the last process left behind
+    fleet.tick()
+    assert baselines.running == {}
+
+
+def test_a_baseline_that_cannot_follow_a_moved_revision_waits_for_the_next_tick() -> None:
+    baselines = FakeBaselines(next_error=StaleRevisionError("a newer canary", status=422))
+    fleet = Fleet(FakePrometheus(answers(GOOD, baseline=GOOD)), spec={"baseline": True},
+                  baselines=baselines)  # fmt: skip
+    assert fleet.tick() == [Verb.ADVANCE]  # the rollout goes on; the baseline follows next
+    assert baselines.running == {}
+    fleet.tick()
+    assert baselines.running == {(NS, NAME): (STABLE, CANARY)}
 
 
 def test_status_on_the_wire_has_no_nulls_or_nans() -> None:

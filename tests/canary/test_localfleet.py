@@ -18,6 +18,7 @@ ones allowed to are the 5%-error canary's, on its own injected error.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -71,11 +72,18 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalFleet
 
 
 def roll_out(
-    fleet: LocalFleet, prometheus: str, *, seed: int, slowdown: float = 1.0, errors: float = 0.0
+    fleet: LocalFleet,
+    prometheus: str,
+    *,
+    seed: int,
+    slowdown: float = 1.0,
+    errors: float = 0.0,
+    baseline: bool = False,
 ) -> RolloutRun:
     return roll_out_on_fleet(
-        fleet, prometheus, region=REGION, model=MODEL, namespace=NS, spec=POLICY, seed=seed,
-        slowdown=slowdown, errors=errors, max_s=MAX_S,
+        fleet, prometheus, region=REGION, model=MODEL, namespace=NS,
+        spec={**POLICY, "baseline": baseline}, seed=seed, slowdown=slowdown, errors=errors,
+        max_s=MAX_S,
     )  # fmt: skip
 
 
@@ -121,3 +129,37 @@ def test_a_canary_returning_5_percent_errors_is_rolled_back(
     revisions = local.revisions(REGION, MODEL)
     assert f'"revision": "{revisions.stable}"' in targets
     assert f'"revision": "{revisions.canary}"' in targets
+
+
+@pytest.mark.parametrize(
+    ("slowdown", "verdict"),
+    [(1.0, Phase.PROMOTED), (2.0, Phase.ROLLED_BACK)],
+    ids=["good", "twice-slower"],
+)
+def test_beside_a_baseline_the_canary_is_judged_against_it_and_the_baseline_ends_with_it(
+    fleet: tuple[LocalFleet, str], slowdown: float, verdict: Phase
+) -> None:
+    """The stable model on fresh replicas of its own gets the canary's share; its replicas are
+    scraped as the stable revision's with pool "baseline", and stop when the rollout ends."""
+    local, prometheus = fleet
+    stable = local.revisions(REGION, MODEL).stable
+    run = roll_out(local, prometheus, seed=4, slowdown=slowdown, baseline=True)
+    assert run.status.phase is verdict, run.history()
+    assert run.status.measured is not None and run.status.measured.baseline is not None
+    # The last window's baseline served about what the canary did (the same share).
+    served = run.status.measured.baseline.requests or 0.0
+    assert 0.5 <= served / (run.status.measured.canary.requests or 1.0) <= 2.0, run.history()
+    judged = [
+        d.status.measured for _, d in run.rollouts.decisions if d.status and d.status.measured
+    ]
+    assert judged and all(m.baseline is not None for m in judged), run.history()
+    assert run.lost == []
+    # Released with the rollout: its replicas and router stop, and are no longer scraped.
+    assert local.revisions(REGION, MODEL).baseline_ready is None
+    deadline = time.monotonic() + 60
+    while '"baseline"' in local.replica_targets_file.read_text() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert '"baseline"' not in local.replica_targets_file.read_text()
+    assert '"baseline"' not in local.router_targets_file.read_text()
+    after = local.revisions(REGION, MODEL).stable
+    assert after == (run.revision if verdict is Phase.PROMOTED else stable)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,7 +17,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from radixfleet.fleet.entry import Canary, RegionEntry, RouterPool
+from radixfleet.fleet.entry import Baseline, Canary, RegionEntry, RouterPool
 from radixfleet.fleet.scaler import ReplicaInfo
 
 
@@ -250,6 +251,38 @@ def test_the_canary_gets_its_percent_of_requests_and_all_once_promoted() -> None
                 assert entry.promote("m") is split
                 assert set(await served(20)) == {"canary"}
                 assert entry.in_flight_by_router == {stable: 0, canary: 0}
+
+    asyncio.run(main())
+
+
+def test_a_baseline_that_serves_gets_as_much_as_the_canary_and_none_before() -> None:
+    async def main() -> None:
+        async with (
+            serve(labelled("stable")) as stable,
+            serve(labelled("canary")) as canary,
+            serve(labelled("baseline")) as baseline,
+            aiohttp.ClientSession() as session,
+        ):
+            entry = RegionEntry(
+                region="test", scalers={"m": FakeScaler("m", ready=1)}, routers={"m": stable},
+                session=session, wake_timeout_s=5, retry_after_s=7, split_seed=0,
+            )  # fmt: skip
+            starting = FakeScaler("m", ready=0, wake_s=None)
+            split = Canary("m-predictor-00002", canary, FakeScaler("m", ready=1), percent=20,
+                           baseline=Baseline(baseline, starting))  # fmt: skip
+            entry.canaries["m"] = split
+            async with serve(entry.app) as url:
+
+                async def served(n: int) -> Counter[str]:
+                    answers = [await post(session, url, {"model": "m"}) for _ in range(n)]
+                    return Counter(json.loads(text)["revision"] for _, text, _ in answers)
+
+                # Not ready: its share stays with the stable revision, and it is never woken.
+                assert (await served(100))["baseline"] == 0 and starting.scale_calls == []
+                split.baseline = Baseline(baseline, FakeScaler("m", ready=1))
+                counts = await served(300)
+                assert 0.12 < counts["canary"] / 300 < 0.28
+                assert 0.12 < counts["baseline"] / 300 < 0.28
 
     asyncio.run(main())
 

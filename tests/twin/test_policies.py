@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from radixfleet.replica import RequestSpec
+from radixfleet.revisions import pick_revision
 from radixfleet.twin.autoscale import Kpa, KpaSettings
 from radixfleet.twin.interfaces import (
     FleetObservation,
@@ -27,7 +28,6 @@ from radixfleet.twin.routing import (
     spill_margin,
 )
 from radixfleet.twin.scenario import RouterSettings
-from radixfleet.twin.service import pick_revision
 from radixfleet.twin.traffic import Route53
 from tests.twin.conftest import SMALL
 
