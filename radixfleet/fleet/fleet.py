@@ -106,6 +106,7 @@ class RegionRuntime:
     baselines: dict[str, Revision] = field(default_factory=dict)  # the stable's, beside a canary
     retiring: list[Revision] = field(default_factory=list)  # draining, then stopped
     generations: dict[str, int] = field(default_factory=dict)  # per model: the newest revision
+    baselines_started: int = 0
 
     def side_revisions(self) -> list[Revision]:
         """Every replica set beside the stable ones: canaries, baselines, those being retired."""
@@ -220,16 +221,16 @@ class LocalFleet:
         await asyncio.gather(*live)
 
     def _spawn_router(
-        self, region: RegionRuntime, revision: str, *, pool: str = SERVING_POOL
+        self, region: RegionRuntime, revision: str, *, pool: str = SERVING_POOL, tag: str = ""
     ) -> RouterGroup:
         members = [
-            self._spawn_one_router(region, revision, index, pool=pool)
+            self._spawn_one_router(region, revision, index, pool=pool, tag=tag)
             for index in range(region.spec.routers)
         ]
         return RouterGroup(members)
 
     def _spawn_one_router(
-        self, region: RegionRuntime, revision: str, index: int, *, pool: str
+        self, region: RegionRuntime, revision: str, index: int, *, pool: str, tag: str
     ) -> Router:
         port, metrics_port = free_ports(2, self.host)
         argv = router_command(
@@ -241,9 +242,7 @@ class LocalFleet:
             health_interval_s=self.spec.router_health_interval_s,
             transport=region.spec.router_workers,
         )
-        name = f"router-{region.spec.name}-{revision}" + (
-            "" if pool == SERVING_POOL else f"-{pool}"
-        )
+        name = f"router-{region.spec.name}-{revision}" + (f"-{tag}" if tag else "")
         name += f"-{index}" if index else ""
         child = self.supervisor.spawn(name, argv, log_path=self.workdir / "logs" / f"{name}.log")
         return Router(
@@ -271,6 +270,7 @@ class LocalFleet:
         *,
         warm_start: bool,
         pool: str = SERVING_POOL,
+        tag: str = "",
     ) -> ReplicaSet:
         """A reconciling replica set of one revision (the router's), running from now on."""
         assert self._session is not None and self._launcher is not None
@@ -285,6 +285,7 @@ class LocalFleet:
             warm_start=warm_start,
             prewarmer=self.prewarmers(region.spec.name, model) if self.prewarmers else None,
             pool=pool,
+            tag=tag,
         )
         self._tasks.append(asyncio.get_running_loop().create_task(replica_set.run()))
         return replica_set
@@ -603,8 +604,13 @@ class LocalFleet:
     def _start_baseline(self, region: RegionRuntime, model: str, replicas: int) -> Revision:
         stable = region.sets[model].revision
         spec = region.spec.model(model).model_copy(update={"replicas": replicas})
-        router = self._spawn_router(region, stable, pool=BASELINE_POOL)
-        replica_set = self._replica_set(region, spec, router, warm_start=False, pool=BASELINE_POOL)
+        # Each baseline's processes are named apart: the last one may still be draining.
+        region.baselines_started += 1
+        tag = f"{BASELINE_POOL}{region.baselines_started}"
+        router = self._spawn_router(region, stable, pool=BASELINE_POOL, tag=tag)
+        replica_set = self._replica_set(
+            region, spec, router, warm_start=False, pool=BASELINE_POOL, tag=tag
+        )
         region.baselines[model] = Revision(stable, router, replica_set)
         self._write_router_targets()
         return region.baselines[model]

@@ -155,11 +155,15 @@ class ReplicaSet:
         warm_start: bool = True,
         prewarmer: Prewarmer | None = None,
         pool: str = SERVING_POOL,
+        tag: str = "",
     ) -> None:
         self._region = region
         self.spec = spec
         self.revision = revision or revision_name(spec.name, 1)
         self.pool = pool  # `baseline`: the stable revision's replicas beside a canary
+        self.tag = (
+            tag  # in its replicas' names, after the revision's: one set's apart from another's
+        )
         # The first `spec.replicas` replicas skip the cold start: true of the fleet's initial
         # replicas (a cluster that was up before), not of a new revision's.
         self.warm_start = warm_start
@@ -262,8 +266,8 @@ class ReplicaSet:
 
     def _start_one(self) -> None:
         self._serial += 1
-        pool = "" if self.pool == SERVING_POOL else f"{self.pool}-"
-        name = f"{self.region}-{self.revision}-{pool}{self._serial}"
+        tag = f"{self.tag}-" if self.tag else ""
+        name = f"{self.region}-{self.revision}-{tag}{self._serial}"
         host = self.launcher.host
         grpc = self.router.transport == "grpc"
         port, *others = free_ports(2 if grpc else 1, host)
