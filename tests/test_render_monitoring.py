@@ -85,3 +85,4 @@ def test_the_predictor_monitor_writes_the_labels_the_canary_queries() -> None:
     (endpoint,) = sglang_predictors()["spec"]["podMetricsEndpoints"]
     written = {rule["targetLabel"] for rule in endpoint["relabelings"] if "targetLabel" in rule}
     assert QueryConfig().revision_label in written
+    assert QueryConfig().pool_label in written  # a canary's baseline is told from its stable

@@ -11,7 +11,9 @@ dashboards query are written once, here:
 - `revision`: the Knative revision of a serverless predictor (the canary compares revisions);
 - `model`: the InferenceService (`serving.kserve.io/inferenceservice`);
 - `tenant`: the tenant label the catalog puts on every InferenceService, which KServe copies
-  onto its pods.
+  onto its pods;
+- `pool`: the predictor pod's `radixfleet.io/pool` (`serving`, `warming`, or `baseline` while a
+  canary is judged against it: canary/queries.py leaves `baseline` out of the stable revision).
 
 SGLang serves `/metrics` on the port of its HTTP API, in the `kserve-container` container; a
 Knative pod also declares the queue-proxy's ports, so only that container's ports are kept.
@@ -63,6 +65,7 @@ def sglang_predictors() -> Manifest:
             _from_pod_label(REVISION_LABEL, "revision"),
             _from_pod_label(ISVC_LABEL, "model"),
             _from_pod_label(labels.TENANT, "tenant"),
+            _from_pod_label(labels.POOL, "pool"),
         ],
     }
     selector = {
