@@ -524,10 +524,9 @@ def stabilize(
     the highest of the scale-down window's, each of these read as the mean of the smoothing
     span up to it (`_smoothed`). Each window includes the current recommendation.
 
-    Recommendations that do not yet reach back `_first_hold` (a new revision, a first tick)
-    count the reference as well: the starting count is not cut on a minute's readings. Nor is
-    anything removed within a window of the last scale-up (`raised_at`): what was added stays
-    a window.
+    A scale-down window not yet covered by recommendations (a new revision, a first tick)
+    counts the reference for the rest: nothing is removed on less than a window's evidence.
+    Nor within a window of the last scale-up (`raised_at`): what was added stays a window.
     """
     # The up window filters a noisy reading; a surge (half again the count, or a wake from
     # zero) is no noise, and a cold start is long enough without waiting for it.
@@ -544,21 +543,9 @@ def stabilize(
 
 
 def _covers(recommendations: Sequence[Sample], now: datetime, spec: AutoscalePolicySpec) -> bool:
-    hold = _first_hold(spec)
-    start = now - timedelta(seconds=max(0.0, hold - spec.interval_seconds))
-    return hold == 0 or (bool(recommendations) and recommendations[0].at <= start)
-
-
-def _first_hold(spec: AutoscalePolicySpec) -> float:
-    """How long a new autoscaler keeps the count it starts with: the scale-down window, at
-    most twice the cold start. The HPA keeps it a whole window because it holds its history
-    in memory, and a restarted controller would otherwise scale down on one reading; ours is
-    in the status and survives restarts, so this guards only a new revision's first readings,
-    and a replica removed too early is back in a cold start. The whole window cost the Azure
-    trace at 45 req/s its first five minutes at 8 replicas where 4 serve: 2.35 GPU-hours, 2.15
-    with 120 s (twice the twin's cold start), at the same 99.99% attainment. Later peaks are
-    held as before: the window's readings are what holds them, not the starting count."""
-    return min(float(spec.scale_down.stabilization_seconds), 2.0 * spec.cold_start.seconds)
+    window = spec.scale_down.stabilization_seconds
+    start = now - timedelta(seconds=max(0, window - spec.interval_seconds))
+    return window == 0 or (bool(recommendations) and recommendations[0].at <= start)
 
 
 def _smoothed(

@@ -213,17 +213,13 @@ def test_a_queue_behind_one_prefill_teaches_no_batch() -> None:
 
 
 @pytest.mark.parametrize(
-    ("fields", "window_s", "hold_s"),
+    ("fields", "window_s"),
     [
-        pytest.param({}, 300, 180, id="default-window-300s-cold-start-90s"),
-        pytest.param({"scaleDown": {"stabilizationSeconds": 120}}, 120, 120, id="window-120s"),
-        pytest.param({"coldStart": {"seconds": 400}}, 300, 300, id="cold-start-past-the-window"),
+        pytest.param({}, 300, id="default-300s"),
+        pytest.param({"scaleDown": {"stabilizationSeconds": 120}}, 120, id="chosen-120s"),
     ],
 )
-def test_a_new_autoscaler_keeps_its_starting_count_then_steps_down(
-    fields: dict[str, Any], window_s: int, hold_s: int
-) -> None:
-    """The starting count stays twice the cold start, at most the scale-down window."""
+def test_scale_down_waits_for_the_window_then_steps(fields: dict[str, Any], window_s: int) -> None:
     policy = spec(intervalSeconds=10, **fields)
     assert policy.scale_down.stabilization_seconds == window_s
     desired, current, count = [], status(8), 8
@@ -232,10 +228,10 @@ def test_a_new_autoscaler_keeps_its_starting_count_then_steps_down(
         decision = decide(seen, policy, current, T0 + timedelta(seconds=10 * i))
         current, count = decision.status, decision.desired
         desired.append(count)
-    hold_ticks = hold_s // policy.interval_seconds
-    # that long of lower recommendations first (the first tick's is one of them)
-    assert desired[: hold_ticks - 1] == [8] * (hold_ticks - 1)
-    assert desired[hold_ticks - 1] < 8  # and not a tick more
+    window_ticks = policy.scale_down.stabilization_seconds // policy.interval_seconds
+    # a whole window of lower recommendations first (the first tick's is one of them)
+    assert desired[: window_ticks - 1] == [8] * (window_ticks - 1)
+    assert desired[window_ticks - 1] < 8  # and not a tick more
     assert desired[-1] == 2
     # then a quarter of the replicas (at least one) per 30 s
     steps = [(i, a - b) for i, (a, b) in enumerate(itertools.pairwise(desired)) if b < a]
@@ -276,14 +272,6 @@ def test_the_smoothing_never_holds_a_scale_up_back() -> None:
     # A burst: four minutes of one replica, then two ticks asking for six.
     values = [1] * 24 + [6, 6]
     assert stabilize(1, window_of(values), spec(), T0) == 6
-
-
-def test_past_the_first_hold_the_readings_hold_replicas_not_the_starting_count() -> None:
-    # A new autoscaler that started at eight, 200 s ago (the default first hold is 180 s): a
-    # minute asking for six, then two. The six stay the window; the eight it started with go.
-    values = [6] * 7 + [2] * 14
-    assert stabilize(8, window_of(values), spec(), T0) == 6
-    assert stabilize(8, window_of(values[-17:]), spec(), T0) == 8  # 160 s: still held
 
 
 def test_nothing_added_by_a_scale_up_goes_within_the_window() -> None:
