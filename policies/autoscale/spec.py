@@ -103,10 +103,13 @@ class ScaleDown(Spec):
     warm prefix cache, so the default waits five minutes (the HPA's default too). Twice the cold
     start (120 s in the twin) was measured and not kept: it saved GPU-hours where the load is
     steady or comes in one burst (45 req/s on the Azure trace 2.35 -> 2.15, two-minute bursts
-    5.78 -> 4.01, at the same attainment), but long-context traffic, whose prefill peaks come a
-    few minutes apart, lost the replicas its next peak needed: SLO attainment 99.98% -> 91.8%
-    and GPU-hours 0.86 -> 1.56 (`benchmarks/prewarm_twin.py`'s long-contexts shape, median of
-    three seeds; 240 s still 92.1%). Then at most
+    5.78 -> 4.01, at the same attainment), but `benchmarks/prewarm_twin.py`'s long contexts
+    fell from 99.98% to 91.8% SLO attainment (GPU-hours 0.86 -> 1.56; median of three seeds;
+    240 s still 92.1%), and so did keeping a new autoscaler's starting count for twice the cold
+    start instead of the window (2.35 -> 2.15 at 45 req/s). Why, looked at: that shape's load
+    triples 240 s in; a shorter hold has gone down to one replica by then, and the step waits a
+    cold start on it. Today's rules meet the same step at 360 s with one replica too (95.3%),
+    so what it asks for is a faster answer to a step, not a longer window. Then at most
     `maxFraction` of the replicas (at least one) go per `periodSeconds`: a signal that
     under-reads the load (KV usage of a compute-bound model) meets the queue on the way down
     instead of at the bottom.
