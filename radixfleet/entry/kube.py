@@ -57,6 +57,8 @@ async def keep_in_sync(
         try:
             namespaces = await asyncio.to_thread(entry.gate.sync)
             entry.routes = build_routes(namespaces, await asyncio.to_thread(isvcs.everywhere))
+            if entry.prefixes is not None:
+                entry.prefixes.keep_only(entry.routes.served())
             entry.keys = await asyncio.to_thread(_read_keys, keys, entry.routes.namespaces())
         except KubeError as error:
             log.warning("cluster read failed (%s); serving on the last table", error)

@@ -12,7 +12,8 @@ is about to serve, the autoscaler asks for the hottest (policies/autoscale/warmi
 
 Prompts are tenant data: only the data plane's key of that namespace opens the route (the
 operator holds it to warm replicas; tenants never see it). Each entry replica counts the requests
-it served: behind a Service of two replicas, each sees about half of them.
+it served: behind a Service of two replicas, each sees about half of them. A model no route leads
+to any more is forgotten at the entry's next sync (`keep_only`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ class HotPrefixes:
 
     def install(self, app: web.Application) -> None:
         app.add_routes([web.get(PATH, self.hottest)])
+
+    def keep_only(self, served: set[tuple[str, str]]) -> None:
+        """Forget the models no route leads to any more (deleted, or their tenant gone): their
+        prompts are tenant data, and the entry runs for months."""
+        for gone in set(self.models) - served:
+            del self.models[gone]
 
     def record(self, namespace: str, model: str, body: dict[str, Any]) -> None:
         """The entry sends `body` to `model` of `namespace`: count its prompt's prefixes."""

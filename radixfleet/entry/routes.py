@@ -63,6 +63,10 @@ class Routes:
         """Every namespace a route leads to."""
         return {route.namespace for route in self.models.values()}
 
+    def served(self) -> set[tuple[str, str]]:
+        """Every (namespace, model) a route leads to."""
+        return {(route.namespace, route.model) for route in self.models.values()}
+
 
 def _name(route: ModelRoute) -> str:
     return route.model

@@ -12,6 +12,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from radixfleet.entry.kube import keep_in_sync
+from radixfleet.entry.prefixes import HotPrefixes
 from radixfleet.entry.server import ClusterEntry
 from radixfleet.kit.errors import KubeError
 
@@ -75,3 +76,20 @@ def test_a_failed_read_is_retried_and_the_routes_come(error: BaseException) -> N
     assert route is not None and route.targets[0].revision == "chat-predictor-00001"
     assert gate.calls >= 3
     assert entry.keys == {"team-a": "k"}
+
+
+def test_the_prompts_of_a_model_no_route_leads_to_are_forgotten() -> None:
+    prefixes = HotPrefixes(key_of=lambda _ns: "k")
+    body = {"prompt": "You are a helpful assistant. " * 20}
+    for namespace, model in (("team-a", "chat"), ("team-a", "deleted"), ("team-b", "chat")):
+        prefixes.record(namespace, model, body)
+
+    async def go() -> None:
+        entry = ClusterEntry(gate=FlakyGate([]), session=None, prefixes=prefixes)  # type: ignore[arg-type]
+        task = asyncio.create_task(keep_in_sync(entry, Listed(), Keys(), interval_s=0.01))
+        while entry.routes is None:
+            await asyncio.sleep(0.01)
+        task.cancel()
+
+    asyncio.run(asyncio.wait_for(go(), timeout=30))
+    assert set(prefixes.models) == {("team-a", "chat")}
