@@ -37,8 +37,9 @@ class RadixfleetCanary:
 
     `significance=False` hides the latency histograms from the judge, so it decides on the p95s
     alone, as it did before it tested significance: the baseline of benchmarks/canary_bench.py.
-    `baseline=True` asks the twin for a baseline beside the canary (the stable model on replicas
-    of its own, sent the canary's share of the traffic), which the judge then compares with.
+    A spec with `baseline: true` asks the twin for a baseline beside the canary (the stable
+    model on replicas of its own, sent the canary's share of the traffic), which the judge then
+    compares with, as the controller's `Baselines` port does on the local fleet.
     """
 
     def __init__(
@@ -47,14 +48,17 @@ class RadixfleetCanary:
         *,
         tick_s: float = TICK_S,
         significance: bool = True,
-        baseline: bool = False,
     ) -> None:
         self.spec = spec or CanaryPolicySpec()
         self.tick_s = tick_s
         self.window_s = float(self.spec.interval_seconds)
         self.status: RolloutStatus | None = None
         self.significance = significance
-        self.baseline = baseline
+
+    @property
+    def baseline(self) -> bool:
+        """Whether the twin runs a baseline beside the canary (the policy's `baseline`)."""
+        return self.spec.baseline
 
     def step(self, observed: CanaryObservation, now: float) -> CanaryStep:
         """One controller pass over the rollout."""
@@ -122,7 +126,7 @@ def radixfleet(ctx: PolicyContext) -> RadixfleetCanary:
 
 def radixfleet_baseline(ctx: PolicyContext) -> RadixfleetCanary:
     """Twin factory: the canary controller's decisions against a baseline of the canary's share."""
-    return RadixfleetCanary(baseline=True)
+    return RadixfleetCanary(CanaryPolicySpec(baseline=True))
 
 
 def radixfleet_p95_only(ctx: PolicyContext) -> RadixfleetCanary:
