@@ -5,6 +5,9 @@ Rules, in order:
 1. Only a model of a tenant (`radixfleet.io/tenant` on the InferenceService) gets routers.
 2. A revision gets a router while it takes traffic (a non-zero percent in KServe's traffic
    status) or is the latest ready one (a canary at 0% has its router before its first step).
+   Its smg selects the revision's pods, and of those only the `serving` pool when the
+   revision's pods carry `radixfleet.io/pool` (`RevisionRef.pooled`, read from the Revision's
+   labels): a pod the autoscaler is pre-warming stays out until it is warm.
 3. An InferenceService without a predictor status yet says nothing: its routers stay as they
    are (halt, don't guess). A revision not listed yet (no UID to own its router) waits for the
    next pass.
