@@ -35,7 +35,7 @@ from canary.ports import (
 )
 from canary.queries import QueryConfig
 from canary.spec import API_VERSION, MIN_INTERVAL_SECONDS, PLURAL, CanaryPolicySpec
-from canary.state import Observed, RolloutStatus, Verb, rollout_of
+from canary.state import BaselineStatus, Observed, RolloutStatus, Verb, rollout_of
 from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
 from radixfleet.kit import kopfglue
 from radixfleet.kit.events import Events
@@ -94,9 +94,8 @@ class Controller:
     ) -> Decision:
         before = rollout_of(policy, isvc["metadata"]["name"])
         observed = self.observe(isvc, policy, spec, before, now=now)
-        decision = decide(observed, spec, before, now)
+        decision = self.keep_baseline(isvc, spec, observed, decide(observed, spec, before, now))
         done = self.act(isvc, policy, observed, before, decision)
-        self.keep_baseline(isvc, spec, observed, decision)
         if done and self.metrics is not None:
             meta = isvc["metadata"]
             self.metrics.record(namespace=meta["namespace"], isvc=meta["name"], decision=decision)
@@ -131,24 +130,32 @@ class Controller:
         spec: CanaryPolicySpec,
         observed: Observed,
         decision: Decision,
-    ) -> None:
-        """A baseline while a rollout that wants one goes on; none otherwise (idempotent, every
-        tick, so a restarted controller ends a baseline its predecessor started)."""
+    ) -> Decision:
+        """A baseline while a rollout that wants one goes on, none otherwise (idempotent, every
+        tick, so a restarted controller ends a baseline its predecessor started); `decision`
+        with the baseline in its status, which is written before traffic moves."""
         if self.baselines is None:
-            return
+            return decision
         meta = isvc["metadata"]
         status = decision.status
         ongoing = status is not None and not status.phase.final
         canary, stable = observed.canary_revision, observed.stable_revision
+        baseline = status.baseline if status is not None else None
         if self._with_baseline(spec) and ongoing and canary and stable:
             try:
-                self.baselines.ensure(meta["namespace"], meta["name"], stable_revision=stable,
-                                      canary_revision=canary)  # fmt: skip
+                ready = self.baselines.ensure(
+                    meta["namespace"], meta["name"], stable_revision=stable, canary_revision=canary
+                )
+                baseline = BaselineStatus(revision=stable, ready=ready)
             except StaleRevisionError:
                 log.info("%s/%s: the revisions moved on; the baseline follows next tick",
                          *_ns_name(meta))  # fmt: skip
-            return
-        self.baselines.release(meta["namespace"], meta["name"])
+        else:
+            self.baselines.release(meta["namespace"], meta["name"])
+            baseline = None
+        if status is None or status.baseline == baseline:
+            return decision
+        return replace(decision, status=status.model_copy(update={"baseline": baseline}))
 
     def act(
         self,

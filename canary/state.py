@@ -93,6 +93,14 @@ class CheckResult(Wire):
     inconclusive: bool = False
 
 
+class BaselineStatus(Wire):
+    """The baseline beside a rollout: the stable revision it is made of, its replicas ready.
+    The region entry reads it to send the baseline the canary's share (once one is ready)."""
+
+    revision: str
+    ready: int = Field(ge=0)
+
+
 class RolloutStatus(Wire):
     """The progress of one InferenceService's rollout of one canary revision."""
 
@@ -108,6 +116,7 @@ class RolloutStatus(Wire):
     last_decision: LastDecision | None = None
     measured: Measured | None = None
     checks: tuple[CheckResult, ...] = ()
+    baseline: BaselineStatus | None = None
 
     @property
     def passed_last_analysis(self) -> bool:

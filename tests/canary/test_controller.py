@@ -13,7 +13,7 @@ from canary.fakes import FakeBaselines, FakeCanaryPolicies, FakeEvents, FakeInfe
 from canary.ports import StaleRevisionError
 from canary.queries import REQUESTS, QueryConfig, histogram_queries, revision_queries
 from canary.spec import POLICY_ANNOTATION, Metric
-from canary.state import Phase, Verb, rollout_of
+from canary.state import BaselineStatus, Phase, Verb, rollout_of
 from radixfleet.adapters.prometheus import MetricsUnavailable
 from radixfleet.adapters.prometheus_fake import FakePrometheus
 from radixfleet.kit.errors import KubeError
@@ -288,9 +288,11 @@ def test_the_baseline_runs_while_the_rollout_does_and_is_released_after() -> Non
     fleet.tick(3)
     assert baselines.running == {(NS, NAME): (STABLE, CANARY)}
     assert [call for call, *_ in baselines.calls] == ["ensure"] * 3
+    # recorded for the entry, which sends the baseline the canary's share once one is ready
+    assert fleet.rollout().baseline == BaselineStatus(revision=STABLE, ready=1)
     fleet.tick(30)
     assert fleet.rollout().phase is Phase.PROMOTED
-    assert baselines.running == {}
+    assert baselines.running == {} and fleet.rollout().baseline is None
     assert baselines.calls[-1] == ("release", NS, NAME)  # every tick after: idempotent
     fleet.restart()
     baselines.running[(NS, NAME)] = (STABLE, CANARY)  # one the last process left behind
