@@ -112,12 +112,14 @@ class Controller:
     ) -> Observed:
         observed = observe_isvc(isvc)
         observed = replace(observed, manual=commands(policy, observed))
-        same = before is not None and before.canary_revision == observed.canary_revision
-        if not (same and observed.canary_ready and analysis_due(spec, before, now)):
+        if before is None or before.canary_revision != observed.canary_revision:
+            return observed
+        if not (observed.canary_ready and analysis_due(spec, before, now)):
             return observed  # Prometheus is asked only when an analysis will use the answer
         measured, error = measure(
             self.prometheus, namespace=isvc["metadata"]["namespace"], observed=observed,
-            spec=spec, at=now, config=self.queries, with_baseline=self._with_baseline(spec),
+            spec=spec, at=now, config=self.queries,
+            with_baseline=self._with_baseline(spec) and before.baseline is not None,
         )  # fmt: skip
         return replace(observed, measured=measured, metrics_error=error)
 
@@ -146,7 +148,8 @@ class Controller:
                 ready = self.baselines.ensure(
                     meta["namespace"], meta["name"], stable_revision=stable, canary_revision=canary
                 )
-                baseline = BaselineStatus(revision=stable, ready=ready)
+                made = ready is not None
+                baseline = BaselineStatus(revision=stable, ready=ready) if made else None
             except StaleRevisionError:
                 log.info("%s/%s: the revisions moved on; the baseline follows next tick",
                          *_ns_name(meta))  # fmt: skip

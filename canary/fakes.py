@@ -118,16 +118,17 @@ class FakeEvents:
 @dataclass
 class FakeBaselines:
     """Baselines by (namespace, name): the stable revision each runs beside which canary, with
-    `ready` replicas. Calls are kept as ("ensure" | "release", namespace, name)."""
+    `ready` replicas (None: none can be made). Calls are kept as ("ensure" | "release",
+    namespace, name)."""
 
     running: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
     calls: list[tuple[str, str, str]] = field(default_factory=list)
-    ready: int = 1
+    ready: int | None = 1
     next_error: KubeError | None = None
 
     def ensure(
         self, namespace: str, name: str, *, stable_revision: str, canary_revision: str
-    ) -> int:
+    ) -> int | None:
         self.calls.append(("ensure", namespace, name))
         if self.next_error is not None:
             error, self.next_error = self.next_error, None

@@ -2,7 +2,9 @@
 
 Traffic moves by a JSON patch whose `test` re-checks the canary revision in the same request;
 policy status goes through the kit's one status writer (`radixfleet.kit.kube.KubeStatus`: the
-resourceVersion read, re-read on a 409). `RULES` is every call below, as RBAC.
+resourceVersion read, re-read on a 409). A baseline is the stable revision's predictor pods
+relabelled (`KubeBaselines`; which ones, `canary/baseline.py`). `RULES` is every call below, as
+RBAC.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from typing import Any
 
 from kubernetes import client
 
+from canary import baseline
 from canary.ports import StaleRevisionError, merge_rollout
 from canary.spec import API_VERSION, PLURAL
 from radixfleet.kit.errors import KubeError
 from radixfleet.kit.kube import KubeEvents, KubeStatus, Resource, as_dict, kube_call
-from radixfleet.kit.rbac import KOPF_TIMER, PolicyRule
-from radixfleet.labels import GROUP
+from radixfleet.kit.rbac import KOPF_TIMER, PolicyRule, rule
+from radixfleet.labels import BASELINE_POOL, GROUP, POOL
 
 KSERVE_GROUP, KSERVE_VERSION, ISVC_PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"
 PERCENT_PATH = "/spec/predictor/canaryTrafficPercent"
@@ -32,7 +35,10 @@ RULES: tuple[PolicyRule, ...] = (
     POLICIES.rule(*KOPF_TIMER),
     *KubeStatus.rules(POLICIES),
     *KubeEvents.RULES,
+    rule("", "pods", "list", "patch"),  # a baseline: the stable revision's pods' pool label
 )
+ISVC_LABEL = "serving.kserve.io/inferenceservice"
+REVISION_LABEL = "serving.knative.dev/revision"
 
 
 class KubeInferenceServices:
@@ -119,3 +125,63 @@ class KubeCanaryPolicies:
                 GROUP, API_VERSION, namespace, PLURAL, name, body, field_manager=FIELD_MANAGER
             ),
         )
+
+
+class KubeBaselines:
+    """The Baselines port on the predictor pods' `radixfleet.io/pool` label."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api = client.CoreV1Api(api_client)
+        self.serializer = client.ApiClient() if api_client is None else api_client
+
+    def ensure(
+        self, namespace: str, name: str, *, stable_revision: str, canary_revision: str
+    ) -> int | None:
+        selector = f"{REVISION_LABEL} in ({stable_revision},{canary_revision})"
+        carving = baseline.carve(
+            self._pods(namespace, selector), stable=stable_revision, canary=canary_revision
+        )
+        self._relabel(namespace, carving.moves)
+        return carving.ready if carving.possible else None
+
+    def release(self, namespace: str, name: str) -> None:
+        selector = f"{ISVC_LABEL}={name},{POOL}={BASELINE_POOL}"
+        self._relabel(namespace, baseline.release(self._pods(namespace, selector)))
+
+    def _pods(self, namespace: str, selector: str) -> list[baseline.Pod]:
+        found = kube_call(
+            f"list pods of {namespace} ({selector})",
+            lambda: self.api.list_namespaced_pod(namespace, label_selector=selector),
+        )
+        items = self.serializer.sanitize_for_serialization(found)["items"]
+        return [_pod(item) for item in items]
+
+    def _relabel(self, namespace: str, moves: tuple[tuple[str, str], ...]) -> None:
+        for pod, pool in moves:
+            try:
+                self._set_pool(namespace, pod, pool)
+            except KubeError as error:
+                if error.status != 404:  # a pod gone since the list: the next tick sees it
+                    raise
+
+    def _set_pool(self, namespace: str, pod: str, pool: str) -> None:
+        body = {"metadata": {"labels": {POOL: pool}}}
+        kube_call(
+            f"set pool of {namespace}/{pod}",
+            lambda: self.api.patch_namespaced_pod(
+                pod, namespace, body, field_manager=FIELD_MANAGER
+            ),
+        )
+
+
+def _pod(item: Mapping[str, Any]) -> baseline.Pod:
+    meta, status = item.get("metadata") or {}, item.get("status") or {}
+    labels = meta.get("labels") or {}
+    conditions = status.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return baseline.Pod(
+        name=meta.get("name", ""),
+        revision=labels.get(REVISION_LABEL, ""),
+        pool=labels.get(POOL, ""),
+        ready=ready and not meta.get("deletionTimestamp"),
+    )

@@ -38,8 +38,9 @@ class Baselines(Protocol):
 
     def ensure(
         self, namespace: str, name: str, *, stable_revision: str, canary_revision: str
-    ) -> int:
-        """Size the baseline to the canary; the baseline replicas ready. Raises
+    ) -> int | None:
+        """Size the baseline to the canary; the baseline replicas ready, None when no baseline
+        can be made now (the canary is then judged against the stable revision). Raises
         StaleRevisionError when the revisions are no longer these."""
         ...
 

@@ -257,19 +257,20 @@ AT_THE_CANARYS_LOAD = GOOD | {REQUESTS: 60.0}
 
 
 @pytest.mark.parametrize(
-    ("asks", "port", "verdict"),
+    ("asks", "baselines", "verdict"),
     [
-        (True, True, Phase.ROLLED_BACK),
-        (False, True, Phase.PROMOTED),
-        (True, False, Phase.PROMOTED),
+        (True, FakeBaselines(), Phase.ROLLED_BACK),
+        (False, FakeBaselines(), Phase.PROMOTED),
+        (True, None, Phase.PROMOTED),
+        (True, FakeBaselines(ready=None), Phase.PROMOTED),
     ],
-    ids=["baseline-asked-and-run", "not-asked", "asked-where-none-can-run"],
+    ids=["baseline-asked-and-run", "not-asked", "asked-where-none-can-run", "none-can-be-made"],
 )
 def test_a_policy_with_a_baseline_judges_the_canary_against_it(
-    asks: bool, port: bool, verdict: Phase
+    asks: bool, baselines: FakeBaselines | None, verdict: Phase
 ) -> None:
     prometheus = FakePrometheus(answers(BUSY, BUSY, baseline=AT_THE_CANARYS_LOAD))
-    fleet = Fleet(prometheus, spec={"baseline": asks}, baselines=FakeBaselines() if port else None)
+    fleet = Fleet(prometheus, spec={"baseline": asks}, baselines=baselines)
     fleet.tick(40)
     rollout = fleet.rollout()
     assert rollout.phase is verdict

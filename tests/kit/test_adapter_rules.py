@@ -25,7 +25,7 @@ Scenario = Callable[[Any, Recorder], None]
 
 
 def canary(api: Any, rec: Recorder) -> None:
-    from canary.kube import KubeCanaryPolicies, KubeInferenceServices
+    from canary.kube import KubeBaselines, KubeCanaryPolicies, KubeInferenceServices
 
     isvcs, policies = KubeInferenceServices(api), KubeCanaryPolicies(api)
     isvcs.in_namespace("ns")
@@ -39,6 +39,18 @@ def canary(api: Any, rec: Recorder) -> None:
     KubeEvents(api, clock=lambda: NOW, component="c").emit(
         involved=obj("m"), reason="R", message="m", warning=False
     )
+    rec.answers[("", "pods", "list")] = Answer({"items": [_pod("s1", "r1"), _pod("s2", "r1"),
+                                                          _pod("c1", "r2")]})  # fmt: skip
+    baselines = KubeBaselines(api)
+    rec.fail[("", "pods", "patch")] = [404]  # a pod gone since the list: skipped
+    assert baselines.ensure("ns", "m", stable_revision="r1", canary_revision="r2") == 1
+    baselines.release("ns", "m")
+
+
+def _pod(name: str, revision: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"serving.knative.dev/revision": revision,
+                                                  "radixfleet.io/pool": "serving"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
 
 
 def autoscale(api: Any, rec: Recorder) -> None:
