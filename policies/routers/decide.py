@@ -8,14 +8,18 @@ Rules, in order:
    Its smg selects the revision's pods, and of those only the `serving` pool when the
    revision's pods carry `radixfleet.io/pool` (`RevisionRef.pooled`, read from the Revision's
    labels): a pod the autoscaler is pre-warming stays out until it is warm.
-3. An InferenceService without a predictor status yet says nothing: its routers stay as they
+3. While a canary takes traffic beside the stable revision (`latestCreatedRevision` and
+   `latestRolledoutRevision` both with a share), the stable revision also gets a baseline
+   router, selecting its pods of the `baseline` pool, if its pods carry the pool label at all.
+   A canary rolled back to 0% has none: its baseline router is parked.
+4. An InferenceService without a predictor status yet says nothing: its routers stay as they
    are (halt, don't guess). A revision not listed yet (no UID to own its router) waits for the
    next pass.
-4. A router is applied (one replica) when it is missing, runs another image or was parked; it
+5. A router is applied (one replica) when it is missing, runs another image or was parked; it
    is parked (zero replicas) when its InferenceService reports a status without its revision.
    Routers are never deleted: each is owned by its Knative Revision, and Kubernetes' garbage
    collector removes it with the revision (so the operator needs no delete permission).
-5. Every namespace with a model of a tenant holds the data plane's key (radixfleet/dataplane.py)
+6. Every namespace with a model of a tenant holds the data plane's key (radixfleet/dataplane.py)
    from the first sight of the model, status or not: its predictor pods cannot start without it.
 """
 
@@ -77,13 +81,17 @@ def wanted(isvc: Mapping[str, Any]) -> set[Router] | None:
     predictor = ((isvc.get("status") or {}).get("components") or {}).get("predictor") or {}
     if not predictor:
         return None
-    serving = {t.get("revisionName") for t in predictor.get("traffic") or [] if t.get("percent")}
-    serving.add(predictor.get("latestReadyRevision"))
-    revisions = {r for r in serving if isinstance(r, str) and r}
-    return {
-        Router(namespace=meta["namespace"], revision=r, isvc=meta["name"], tenant=tenant)
-        for r in revisions
-    }
+    traffic = {t.get("revisionName") for t in predictor.get("traffic") or [] if t.get("percent")}
+    serving = {*traffic, predictor.get("latestReadyRevision")}
+    place = {"namespace": meta["namespace"], "isvc": meta["name"], "tenant": tenant}
+    routers = {Router(revision=r, **place) for r in serving if isinstance(r, str) and r}
+    stable, canary = (
+        predictor.get("latestRolledoutRevision"),
+        predictor.get("latestCreatedRevision"),
+    )
+    if isinstance(stable, str) and stable != canary and {stable, canary} <= traffic:
+        routers.add(Router(revision=stable, pool=labels.BASELINE_POOL, **place))
+    return routers
 
 
 def decide(
@@ -106,7 +114,9 @@ def decide(
     apply = [
         replace(r, revision_uid=ref.uid, pooled=ref.pooled)
         for key, r in want.items()
-        if (ref := revisions.get((r.namespace, r.revision))) and _stale(existing.get(key), image)
+        if (ref := revisions.get((r.namespace, r.revision)))
+        and (ref.pooled or r.pool == labels.SERVING_POOL)
+        and _stale(existing.get(key), image)
     ]
     park = [
         key for key, found in existing.items()

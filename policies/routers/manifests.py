@@ -30,7 +30,7 @@ def router_labels(router: Router) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "radixfleet-router",
         spec.COMPONENT: spec.ROLE,
-        ROUTES_FOR: router.revision,
+        ROUTES_FOR: router.routes_for,
         labels.MODEL: router.isvc,
         labels.TENANT: router.tenant,
         labels.MANAGED_BY: labels.MANAGER,
@@ -53,7 +53,7 @@ def _meta(router: Router, image: str) -> Manifest:
 def deployment(router: Router, *, image: str, replicas: int = 1) -> Manifest:
     """One smg replica for the revision (its prefix tree is the routing state; one tree), or
     none for a parked router."""
-    selector = {ROUTES_FOR: router.revision, spec.COMPONENT: spec.ROLE}
+    selector = {ROUTES_FOR: router.routes_for, spec.COMPONENT: spec.ROLE}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -104,7 +104,7 @@ def service(router: Router, *, image: str) -> Manifest:
         "kind": "Service",
         "metadata": _meta(router, image),
         "spec": {
-            "selector": {ROUTES_FOR: router.revision, spec.COMPONENT: spec.ROLE},
+            "selector": {ROUTES_FOR: router.routes_for, spec.COMPONENT: spec.ROLE},
             "ports": [{"name": "http", "port": spec.ROUTER_PORT, "targetPort": "http"}],
         },
     }

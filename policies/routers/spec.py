@@ -7,6 +7,12 @@ where the pods carry that label: a pod pre-warming is left out) and sends reques
 queue-proxy port, not to the SGLang container: Knative's autoscaler counts concurrency at the
 queue-proxy, so a router that bypassed it would leave a busy revision looking idle, and Knative
 would scale it to zero while it served.
+
+While a canary rolls out, the stable revision also has a baseline router
+(`<revision>-baseline-router`) selecting its `radixfleet.io/pool=baseline` pods: the stable
+model at the canary's load, which the canary controller carves out of the stable revision when
+its policy asks for a baseline (canary/baseline.py), and the region entry sends the canary's
+share. Until then it has no worker.
 """
 
 from __future__ import annotations
@@ -40,16 +46,22 @@ class Router:
     # The revision's pods carry `radixfleet.io/pool`: smg sends only to `serving` ones (a pod
     # warming up is not one yet). A revision made before the label has none and is not gated.
     pooled: bool = False
+    pool: str = labels.SERVING_POOL  # `baseline`: the router of a canary's baseline
+
+    @property
+    def routes_for(self) -> str:
+        """What it routes to: the revision, or `<revision>-baseline` (its objects' label)."""
+        return self.revision if self.pool == labels.SERVING_POOL else f"{self.revision}-{self.pool}"
 
     @property
     def name(self) -> str:
         """The Deployment's and the Service's name."""
-        return router_name(self.revision)
+        return router_name(self.routes_for)
 
 
-def router_name(revision: str) -> str:
-    """`<revision>-router`: where the entry finds a revision's router."""
-    return f"{revision}{SUFFIX}"
+def router_name(routes_for: str) -> str:
+    """`<revision>-router` (`<revision>-baseline-router`): where the entry finds a router."""
+    return f"{routes_for}{SUFFIX}"
 
 
 def smg_args(router: Router) -> list[str]:
@@ -60,7 +72,9 @@ def smg_args(router: Router) -> list[str]:
         "--policy", "cache_aware",
         "--service-discovery",
         "--selector", f"{REVISION_LABEL}={router.revision}",
-        *([f"{labels.POOL}={labels.SERVING_POOL}"] if router.pooled else []),
+        # A baseline's router selects its pool always: without the label it would take them all.
+        *([f"{labels.POOL}={router.pool}"] if router.pooled or router.pool != labels.SERVING_POOL
+          else []),
         "--service-discovery-namespace", router.namespace,
         "--service-discovery-port", str(QUEUE_PROXY_PORT),
         "--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT),

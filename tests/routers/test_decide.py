@@ -21,6 +21,8 @@ def isvc(
     tenant: str | None = "a",
     traffic: list[tuple[str, int]] | None = None,
     latest_ready: str | None = None,
+    rolled_out: str | None = None,
+    created: str | None = None,
 ) -> dict[str, Any]:
     """An InferenceService as KServe reports it; `traffic=None`: no predictor status yet."""
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-{name}"}
@@ -33,6 +35,10 @@ def isvc(
         }
         if latest_ready:
             predictor["latestReadyRevision"] = latest_ready
+        if rolled_out:
+            predictor["latestRolledoutRevision"] = rolled_out
+        if created:
+            predictor["latestCreatedRevision"] = created
         found["status"] = {"components": {"predictor": predictor}}
     return found
 
@@ -159,3 +165,56 @@ def test_after_acting_on_a_plan_the_next_is_empty_and_exactly_the_serving_router
     after |= {(r.namespace, r.name): Existing(r.isvc, IMAGE) for r in plan.apply}
     assert decide([found], UIDS, after, image=IMAGE) == Plan()
     assert {k for k, v in after.items() if v.replicas} == {key(r) for r in serving}
+
+
+POOLED = {("team-a", r): RevisionRef(f"uid-{r}", pooled=True) for r in ("r1", "r2")}
+
+
+@pytest.mark.parametrize(
+    ("traffic", "baseline"),
+    [
+        pytest.param([("r1", 90), ("r2", 10)], True, id="canary-taking-traffic"),
+        pytest.param([("r1", 100), ("r2", 0)], False, id="canary-at-0-before-or-after"),
+        pytest.param([("r2", 100)], False, id="promoted"),
+    ],
+)
+def test_while_a_canary_takes_traffic_the_stable_revision_has_a_baseline_router(
+    traffic: list[tuple[str, int]], baseline: bool
+) -> None:
+    found = isvc(traffic=traffic, latest_ready="r2", rolled_out="r1", created="r2")
+    plan = decide([found], POOLED, {}, image=IMAGE)
+    baselines = [r for r in plan.apply if r.pool == "baseline"]
+    assert bool(baselines) is baseline
+    if baselines:
+        (router,) = baselines
+        assert (router.revision, router.name) == ("r1", "r1-baseline-router")
+        selector = "--selector serving.knative.dev/revision=r1 radixfleet.io/pool=baseline --"
+        assert selector in " ".join(smg_args(router))
+
+
+def test_a_baseline_router_is_apart_from_its_revisions_own_and_parked_after_the_rollout() -> None:
+    from policies.routers.manifests import deployment, service
+
+    found = isvc(traffic=[("r1", 80), ("r2", 20)], latest_ready="r2", rolled_out="r1", created="r2")
+    plan = decide([found], POOLED, {}, image=IMAGE)
+    own, base = (next(r for r in plan.apply if r.revision == "r1" and r.pool == pool)
+                 for pool in ("serving", "baseline"))  # fmt: skip
+    # Neither Service selects the other's smg pods (a Service picks every pod its labels match).
+    for a, b in ((own, base), (base, own)):
+        selector = service(a, image=IMAGE)["spec"]["selector"].items()
+        labels = deployment(b, image=IMAGE)["spec"]["template"]["metadata"]["labels"].items()
+        assert not selector <= labels
+    existing = {(r.namespace, r.name): Existing(r.isvc, IMAGE) for r in plan.apply}
+    rolled_back = isvc(traffic=[("r1", 100), ("r2", 0)], latest_ready="r2", rolled_out="r1",
+                       created="r2")  # fmt: skip
+    assert decide([rolled_back], POOLED, existing, image=IMAGE).park == (
+        ("team-a", "r1-baseline-router"),
+    )
+
+
+def test_a_revision_without_the_pool_label_gets_no_baseline_router() -> None:
+    """Its smg would select every pod of the revision: the stable's whole load."""
+    found = isvc(traffic=[("r1", 90), ("r2", 10)], rolled_out="r1", created="r2")
+    assert {(r.revision, r.pool) for r in decide([found], UIDS, {}, image=IMAGE).apply} == {
+        ("r1", "serving"), ("r2", "serving"),
+    }  # fmt: skip
