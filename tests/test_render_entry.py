@@ -51,10 +51,11 @@ def test_the_entry_pod_is_unprivileged_and_probed() -> None:
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"
 
 
-def test_the_entry_may_only_read_models_tenants_and_named_secrets() -> None:
+def test_the_entry_may_only_read_models_tenants_rollouts_and_named_secrets() -> None:
     role = of_kind(kustomize(BASE), "ClusterRole")
     assert triples(role["rules"]) == {
         ("serving.kserve.io", "inferenceservices", "list"),
         ("radixfleet.io", "tenants", "list"),
+        ("radixfleet.io", "canarypolicies", "list"),  # which rollouts run a baseline
         ("", "secrets", "get"),
     }

@@ -1,11 +1,12 @@
 """The entry's view of the cluster, re-read every few seconds, and the RBAC it needs.
 
 Polling keeps the entry simple and its replicas independent: each lists the InferenceServices
-(KServe's traffic status), asks the gate to re-read the tenants, and reads the data plane's key
-of each namespace it routes to (radixfleet/dataplane.py). A failed read keeps the last table
-(requests keep flowing on what was known) and is retried at the next interval. Each pass is one
-list of InferenceServices, one of Tenants, one read per API-key Secret and one per namespace's
-data-plane Secret; a fleet with many tenants would want watches instead (not built yet).
+(KServe's traffic status) and the CanaryPolicies (which rollouts run a baseline), asks the gate
+to re-read the tenants, and reads the data plane's key of each namespace it routes to
+(radixfleet/dataplane.py). A failed read keeps the last table (requests keep flowing on what was
+known) and is retried at the next interval. Each pass is one list of InferenceServices, one of
+CanaryPolicies, one of Tenants, one read per API-key Secret and one per namespace's data-plane
+Secret; a fleet with many tenants would want watches instead (not built yet).
 """
 
 from __future__ import annotations
@@ -14,22 +15,32 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
-from radixfleet import dataplane
-from radixfleet.entry.routes import build_routes
+from kubernetes import client
+
+from radixfleet import dataplane, labels
+from radixfleet.entry.routes import baselines_of, build_routes
 from radixfleet.entry.server import ClusterEntry
 from radixfleet.kit.errors import KubeError
-from radixfleet.kit.kube import INFERENCE_SERVICES, read_secret_value
+from radixfleet.kit.kube import INFERENCE_SERVICES, Resource, kube_call, read_secret_value
 from radixfleet.kit.rbac import PolicyRule, rule
 
 log = logging.getLogger(__name__)
 
+# The canary controller's CRD (canary/spec.py; the kernel names it without importing it).
+CANARY_POLICIES = Resource(labels.GROUP, "v1alpha1", "canarypolicies")
+
 RULES: tuple[PolicyRule, ...] = (
     INFERENCE_SERVICES.rule("list"),
+    CANARY_POLICIES.rule("list"),  # which rollouts run a baseline, from their status
     rule("", "secrets", "get"),  # each namespace's data-plane key, by its one name
 )
 
 
 class InferenceServices(Protocol):
+    def everywhere(self) -> list[dict[str, Any]]: ...
+
+
+class CanaryPolicies(Protocol):
     def everywhere(self) -> list[dict[str, Any]]: ...
 
 
@@ -49,14 +60,36 @@ class KubeDataPlaneKeys:
         return read_secret_value(self.api_client, namespace, dataplane.SECRET, dataplane.KEY)
 
 
+class KubeCanaryPolicies:
+    """Every CanaryPolicy in the cluster (list on `CANARY_POLICIES`)."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api = client.CustomObjectsApi(api_client)
+
+    def everywhere(self) -> list[dict[str, Any]]:
+        r = CANARY_POLICIES
+        found = kube_call(
+            "list canarypolicies",
+            lambda: self.api.list_cluster_custom_object(r.group, r.version, r.plural),
+        )
+        return list(found.get("items", [])) if isinstance(found, dict) else []
+
+
 async def keep_in_sync(
-    entry: ClusterEntry, isvcs: InferenceServices, keys: DataPlaneKeys, *, interval_s: float
+    entry: ClusterEntry,
+    isvcs: InferenceServices,
+    keys: DataPlaneKeys,
+    *,
+    interval_s: float,
+    policies: CanaryPolicies | None = None,
 ) -> None:
     """Refresh the entry's routes, keys and budgets every `interval_s`, until cancelled."""
     while True:
         try:
             namespaces = await asyncio.to_thread(entry.gate.sync)
-            entry.routes = build_routes(namespaces, await asyncio.to_thread(isvcs.everywhere))
+            listed = await asyncio.to_thread(isvcs.everywhere)
+            rollouts = await asyncio.to_thread(policies.everywhere) if policies else []
+            entry.routes = build_routes(namespaces, listed, baselines_of(rollouts))
             if entry.prefixes is not None:
                 entry.prefixes.keep_only(entry.routes.served())
             entry.keys = await asyncio.to_thread(_read_keys, keys, entry.routes.namespaces())

@@ -18,7 +18,7 @@ from aiohttp import web
 from prometheus_client import start_http_server
 
 from radixfleet.entry import DRAIN_S
-from radixfleet.entry.kube import KubeDataPlaneKeys, keep_in_sync
+from radixfleet.entry.kube import KubeCanaryPolicies, KubeDataPlaneKeys, keep_in_sync
 from radixfleet.entry.prefixes import HotPrefixes
 from radixfleet.entry.server import ClusterEntry, Upstreams
 from radixfleet.entry.signals import TOKEN_ENV, SignalsRelay
@@ -66,7 +66,13 @@ async def serve(options: EntryOptions) -> None:
         entry.prefixes = HotPrefixes(key_of=entry.key_of)
         listed, keys = KubeInferenceServices(api), KubeDataPlaneKeys(api)
         sync = asyncio.create_task(
-            keep_in_sync(entry, listed, keys, interval_s=options.sync_seconds)
+            keep_in_sync(
+                entry,
+                listed,
+                keys,
+                interval_s=options.sync_seconds,
+                policies=KubeCanaryPolicies(api),
+            )
         )
         runner = web.AppRunner(entry.app(), shutdown_timeout=DRAIN_S)
         await runner.setup()

@@ -6,14 +6,22 @@ called `chat`: the table is keyed by (tenant, model), and a tenant's key never r
 another tenant's model.
 A model's targets are KServe's traffic status of its predictor (the revisions with a share), so
 the entry splits a canary exactly as KServe says; a model whose status has no share yet has no
-target, and its requests wait for one.
+target, and its requests wait for one. While a canary's rollout runs a baseline with a ready
+pod (its CanaryPolicy's status, canary/README.md), the baseline (the stable revision's
+`baseline` pods, behind their own router) is sent as much as the canary, out of the stable
+revision's share (`radixfleet.revisions.pick_revision`, as the twin and the local fleet split).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from radixfleet.labels import BASELINE_POOL, SERVING_POOL
+from radixfleet.revisions import BASELINE, CANARY, pick_revision
+
+FINAL_PHASES = ("Promoted", "RolledBack")  # a CanaryPolicy rollout's, as its status writes them
 
 
 @dataclass(frozen=True)
@@ -23,6 +31,7 @@ class Target:
     namespace: str
     revision: str
     percent: int
+    pool: str = SERVING_POOL  # `baseline`: the revision's baseline pods, behind their router
 
 
 @dataclass(frozen=True)
@@ -33,9 +42,17 @@ class ModelRoute:
     model: str
     namespace: str
     targets: tuple[Target, ...] = ()
+    baseline: str | None = None  # the stable revision, while its baseline serves a canary
 
     def pick(self, draw: float) -> Target | None:
         """The target whose share holds `draw` (in [0, 100)); None with no target."""
+        split = self._canary_split()
+        if split is not None:
+            stable, canary = split
+            which = pick_revision(draw / 100, weight=canary.percent, canary=True, baseline=True)
+            if which == BASELINE:
+                return replace(stable, pool=BASELINE_POOL)
+            return canary if which == CANARY else stable
         total = sum(t.percent for t in self.targets)
         point = draw * total / 100
         for target in self.targets:
@@ -43,6 +60,14 @@ class ModelRoute:
                 return target
             point -= target.percent
         return self.targets[-1] if self.targets else None
+
+    def _canary_split(self) -> tuple[Target, Target] | None:
+        """(stable, canary) when a baseline serves beside a canary of this model."""
+        if self.baseline is None or len(self.targets) != 2:
+            return None
+        stable = [t for t in self.targets if t.revision == self.baseline]
+        canary = [t for t in self.targets if t.revision != self.baseline]
+        return (stable[0], canary[0]) if stable and canary else None
 
 
 @dataclass(frozen=True)
@@ -73,10 +98,14 @@ def _name(route: ModelRoute) -> str:
 
 
 def build_routes(
-    namespaces: Mapping[str, Iterable[str]], isvcs: Iterable[Mapping[str, Any]]
+    namespaces: Mapping[str, Iterable[str]],
+    isvcs: Iterable[Mapping[str, Any]],
+    baselines: Mapping[tuple[str, str], str] | None = None,
 ) -> Routes:
     """The table of each tenant's namespaces and the InferenceServices as listed from the API
-    server. A namespace two tenants claim serves neither (the quota controller reports it)."""
+    server; `baselines` are the stable revisions, by (namespace, InferenceService), whose
+    baseline serves (`baselines_of`). A namespace two tenants claim serves neither (the quota
+    controller reports it)."""
     owner = _namespace_owners(namespaces)
     models: dict[tuple[str, str], ModelRoute] = {}
     for isvc in sorted(isvcs, key=_where):
@@ -84,8 +113,10 @@ def build_routes(
         tenant = owner.get(str(meta.get("namespace", "")))
         if tenant is None:
             continue
-        route = ModelRoute(tenant=tenant, model=str(meta.get("name", "")),
-                           namespace=str(meta["namespace"]), targets=targets_of(isvc))  # fmt: skip
+        name, namespace = str(meta.get("name", "")), str(meta["namespace"])
+        route = ModelRoute(tenant=tenant, model=name, namespace=namespace,
+                           targets=targets_of(isvc),
+                           baseline=(baselines or {}).get((namespace, name)))  # fmt: skip
         models.setdefault((tenant, route.model), route)  # first namespace of a tenant wins
     return Routes(models)
 
@@ -113,3 +144,19 @@ def targets_of(isvc: Mapping[str, Any]) -> tuple[Target, ...]:
         if isinstance(revision, str) and isinstance(percent, int) and percent > 0:
             shares[revision] = shares.get(revision, 0) + percent
     return tuple(Target(namespace, r, p) for r, p in sorted(shares.items()))
+
+
+def baselines_of(policies: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], str]:
+    """The stable revision of each (namespace, InferenceService) whose rollout in progress has a
+    baseline with a ready pod, from the CanaryPolicies' statuses."""
+    found: dict[tuple[str, str], str] = {}
+    for policy in policies:
+        namespace = str((policy.get("metadata") or {}).get("namespace", ""))
+        for rollout in (policy.get("status") or {}).get("rollouts") or []:
+            baseline = rollout.get("baseline") or {}
+            revision, ready = baseline.get("revision"), baseline.get("ready")
+            if rollout.get("phase") in FINAL_PHASES or not isinstance(revision, str):
+                continue
+            if isinstance(ready, int) and ready > 0:
+                found[(namespace, str(rollout.get("inferenceService", "")))] = revision
+    return found

@@ -38,6 +38,7 @@ from radixfleet.fleet.entry import (
     parse_body,
     relay,
 )
+from radixfleet.labels import SERVING_POOL
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,8 @@ class Upstreams:
     router_port: int = ROUTER_PORT
 
     def router(self, target: Target) -> str:
-        return f"http://{target.revision}-router.{self._svc(target)}:{self.router_port}"
+        routes_for = target.revision + ("" if target.pool == SERVING_POOL else f"-{target.pool}")
+        return f"http://{routes_for}-router.{self._svc(target)}:{self.router_port}"
 
     def knative(self, target: Target) -> str:
         return f"http://{target.revision}.{self._svc(target)}"
@@ -137,6 +139,8 @@ class ClusterEntry:
         self, request: web.Request, target: Target, raw: bytes
     ) -> web.StreamResponse:
         served = {"x-radixfleet-revision": f"{target.namespace}/{target.revision}"}
+        if target.pool != SERVING_POOL:
+            served["x-radixfleet-pool"] = target.pool
         try:
             answer = await self._through_router(request, target, raw, served, may_resend=True)
         except StreamFailedEarlyError as err:  # the client has seen nothing: once more

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from radixfleet.entry.routes import ModelRoute, Target, build_routes, targets_of
+from radixfleet.entry.routes import ModelRoute, Target, baselines_of, build_routes, targets_of
+from radixfleet.entry.server import Upstreams
 
 
 def isvc(name: str, namespace: str, traffic: list[tuple[str, int]] | None) -> dict[str, Any]:
@@ -77,3 +78,55 @@ def test_each_revision_gets_draws_in_proportion_to_its_share(
         low = sum(shares[: targets.index(picked)]) * 100 / total
         assert low <= draw < low + picked.percent * 100 / total + 1e-9
     assert ModelRoute("t", "m", "ns").pick(50.0) is None
+
+
+def policy(namespace: str, *rollouts: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": "default", "namespace": namespace},
+            "status": {"rollouts": list(rollouts)}}  # fmt: skip
+
+
+def rollout(isvc: str, phase: str, baseline: dict[str, Any] | None) -> dict[str, Any]:
+    found: dict[str, Any] = {"inferenceService": isvc, "phase": phase}
+    return found if baseline is None else found | {"baseline": baseline}
+
+
+def test_a_rollout_in_progress_with_a_ready_baseline_names_its_stable_revision() -> None:
+    policies = [
+        policy("team-blue", rollout("chat", "Progressing", {"revision": "r1", "ready": 1}),
+               rollout("code", "Progressing", {"revision": "r7", "ready": 0}),  # not yet
+               rollout("done", "Promoted", {"revision": "r4", "ready": 1}),
+               rollout("plain", "Progressing", None)),
+        policy("team-green", rollout("chat", "Halted", {"revision": "r2", "ready": 2})),
+        {"metadata": {"namespace": "x"}},  # no status yet
+    ]  # fmt: skip
+    assert baselines_of(policies) == {("team-blue", "chat"): "r1", ("team-green", "chat"): "r2"}
+
+
+def test_beside_a_baseline_the_canarys_share_goes_to_it_out_of_the_stables() -> None:
+    found = isvc("chat", "team-blue", [("r1", 80), ("r2", 20)])
+    routes = build_routes(NAMESPACES, [found], {("team-blue", "chat"): "r1"})
+    route = routes.resolve("blue", "chat")
+    assert route is not None
+    picked = [route.pick(draw + 0.5) for draw in range(100)]
+    assert picked.count(Target("team-blue", "r2", 20)) == 20
+    assert picked.count(Target("team-blue", "r1", 80, pool="baseline")) == 20
+    assert picked.count(Target("team-blue", "r1", 80)) == 60
+    # the baseline's router is its own; the Knative way is the stable revision's
+    upstreams = Upstreams()
+    baseline = Target("team-blue", "r1", 80, pool="baseline")
+    assert upstreams.router(baseline).startswith("http://r1-baseline-router.team-blue.svc.")
+    assert upstreams.knative(baseline) == upstreams.knative(Target("team-blue", "r1", 80))
+
+
+@pytest.mark.parametrize(
+    "traffic",
+    [pytest.param([("r1", 100)], id="no-canary-any-more"),
+     pytest.param([("r2", 60), ("r3", 40)], id="the-baselines-revision-serves-no-more")],
+)  # fmt: skip
+def test_without_a_canary_beside_its_revision_a_baseline_gets_nothing(
+    traffic: list[tuple[str, int]],
+) -> None:
+    route = build_routes(NAMESPACES, [isvc("chat", "team-blue", traffic)],
+                         {("team-blue", "chat"): "r1"}).resolve("blue", "chat")  # fmt: skip
+    assert route is not None
+    assert all(route.pick(d + 0.5) in route.targets for d in range(100))

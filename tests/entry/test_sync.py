@@ -93,3 +93,28 @@ def test_the_prompts_of_a_model_no_route_leads_to_are_forgotten() -> None:
 
     asyncio.run(asyncio.wait_for(go(), timeout=30))
     assert set(prefixes.models) == {("team-a", "chat")}
+
+
+class Rollouts:
+    """A CanaryPolicy of team-a whose rollout of chat runs a baseline with a ready pod."""
+
+    def everywhere(self) -> list[dict[str, Any]]:
+        rollout = {"inferenceService": "chat", "phase": "Progressing",
+                   "baseline": {"revision": "chat-predictor-00001", "ready": 1}}  # fmt: skip
+        return [{"metadata": {"namespace": "team-a"}, "status": {"rollouts": [rollout]}}]
+
+
+def test_the_routes_know_which_rollouts_run_a_baseline() -> None:
+    async def go() -> ClusterEntry:
+        entry = ClusterEntry(gate=FlakyGate([]), session=None)  # type: ignore[arg-type]
+        task = asyncio.create_task(
+            keep_in_sync(entry, Listed(), Keys(), interval_s=0.01, policies=Rollouts())
+        )
+        while entry.routes is None:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        return entry
+
+    entry = asyncio.run(asyncio.wait_for(go(), timeout=30))
+    route = entry.routes.resolve("a", "chat") if entry.routes else None
+    assert route is not None and route.baseline == "chat-predictor-00001"
