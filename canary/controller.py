@@ -263,7 +263,12 @@ def run_tick(
 
 def kube_controller(options: OperatorOptions | None = None) -> Controller:
     """A Controller on the in-cluster (or kubeconfig) credentials and the given Prometheus."""
-    from canary.kube import FIELD_MANAGER, KubeCanaryPolicies, KubeInferenceServices
+    from canary.kube import (
+        FIELD_MANAGER,
+        KubeBaselines,
+        KubeCanaryPolicies,
+        KubeInferenceServices,
+    )
     from radixfleet.kit.kube import KubeEvents, api_client
 
     options = options or OperatorOptions()
@@ -275,4 +280,5 @@ def kube_controller(options: OperatorOptions | None = None) -> Controller:
         events=KubeEvents(api, clock=lambda: datetime.now(UTC), component=FIELD_MANAGER),
         prometheus=HttpPrometheus(url),
         metrics=CanaryMetrics(),
+        baselines=KubeBaselines(api),
     )

@@ -68,6 +68,7 @@ class Team:
     key: str
     tokens_per_minute: int
     scale_down: dict[str, str]
+    gpus: int = 2  # its guaranteed H100s
 
     @property
     def namespace(self) -> str:
@@ -88,7 +89,7 @@ def _tenant(team: Team) -> dict[str, Any]:
         "metadata": {"name": team.name},
         "spec": {
             "namespaces": [team.namespace],
-            "gpuBudget": {"H100": {"guaranteed": 2}},
+            "gpuBudget": {"H100": {"guaranteed": team.gpus}},
             "tokenBudget": {"tokensPerMinute": team.tokens_per_minute},
             "apiKeys": [{"name": "api-keys", "namespace": team.namespace}],
         },
@@ -193,9 +194,9 @@ def _chat(
         return Answer(error.code, dict(error.headers), error.read().decode())
 
 
-def _router_workers(cluster: Cluster, namespace: str) -> list[str]:
+def _router_workers(cluster: Cluster, namespace: str, router: str = ROUTER) -> list[str]:
     """The worker URLs the revision's router lists ([] before its pod is up)."""
-    found = cluster.kubectl("get", "service", ROUTER, "-n", namespace, "-o", "json", check=False)
+    found = cluster.kubectl("get", "service", router, "-n", namespace, "-o", "json", check=False)
     if found.returncode != 0:
         return []
     ip = json.loads(found.stdout)["spec"]["clusterIP"]
@@ -468,11 +469,11 @@ AMBER = Team("amber", "sk-amber-0c4e", 6_000_000, {})
 SYSTEM = "You answer questions about the radixfleet platform, briefly and exactly. " * 16
 
 
-def _pooled_model(image: str) -> dict[str, Any]:
-    """AMBER's `chat` as the catalog renders a model now: its pods labelled `pool: serving`."""
+def _pooled_model(image: str, team: Team = AMBER) -> dict[str, Any]:
+    """The team's `chat` as the catalog renders a model now: its pods labelled `pool: serving`."""
     isvc = emulated_isvc(
-        image, name=MODEL, namespace=AMBER.namespace, mode="Knative", min_replicas=1,
-        max_replicas=2, labels={"radixfleet.io/tenant": AMBER.name},
+        image, name=MODEL, namespace=team.namespace, mode="Knative", min_replicas=1,
+        max_replicas=2, labels={"radixfleet.io/tenant": team.name},
         annotations={"radixfleet.io/gpu-type": "H100", "radixfleet.io/gpus-per-replica": "1"},
     )  # fmt: skip
     isvc["spec"]["predictor"]["labels"] = {labels.POOL: labels.SERVING_POOL}
@@ -566,3 +567,112 @@ def _warm_a_second_pod(cluster: Cluster, kube_client: Any, url: str) -> None:
         f"pre-warmed a second pod: {note}; a new question then found {cached} of {prompt} "
         "prompt tokens in its cache"
     )
+
+
+# ---- a canary's baseline: carved out of the stable revision, sent the canary's share ---------
+
+TEAL = Team("teal", "sk-teal-9b21", 6_000_000, {}, gpus=4)
+CANARY_REVISION = f"{MODEL}-predictor-00002"
+BASELINE_ROUTER = f"{REVISION}-baseline-router"
+
+
+def _canary_policy() -> dict[str, Any]:
+    spec = {"steps": [50], "intervalSeconds": 10, "baseline": True}
+    return {"apiVersion": "radixfleet.io/v1alpha1", "kind": "CanaryPolicy",
+            "metadata": {"name": "default", "namespace": TEAL.namespace}, "spec": spec}  # fmt: skip
+
+
+def _rollout(cluster: Cluster) -> dict[str, Any]:
+    policy = get(cluster, "canarypolicy", "default", "-n", TEAL.namespace)
+    rollouts = (policy.get("status") or {}).get("rollouts") or [{}]
+    found: dict[str, Any] = rollouts[0]
+    return found
+
+
+def _pools(cluster: Cluster) -> list[str]:
+    return sorted(
+        p["metadata"]["labels"].get(labels.POOL, "") for p in _pods_of(cluster, TEAL.namespace)
+    )
+
+
+def test_a_canary_is_judged_beside_a_baseline_carved_out_of_the_stable_revision(
+    plane: tuple[Cluster, str], kube_client: Any
+) -> None:
+    """The cluster path of a canary's baseline, with the deployed operator and entry: under a
+    policy with `baseline: true`, one of the stable revision's two pods is relabelled
+    `baseline` as the canary comes up (never the last serving one), the routers controller gives
+    the stable revision a baseline router that lists that pod alone, the rollout's status
+    records it, and the entry sends it the canary's share through that router; a rollback puts
+    the pod back and parks the router. The operator's judge has no Prometheus here, so the
+    rollout halts at its first step (50%): what is tested is the baseline's plumbing."""
+    cluster, url = plane
+    image = get(cluster, "isvc", MODEL, "-n", BLUE.namespace)["spec"]["predictor"]["model"]["image"]
+    model = _pooled_model(image, TEAL)
+    model["metadata"]["annotations"]["radixfleet.io/canary-policy"] = "default"
+    model["spec"]["predictor"]["canaryTrafficPercent"] = 0
+    _onboard(cluster, TEAL, image, model=model)
+    try:
+        _wait_ready(cluster, TEAL)
+        KubeRevisions(kube_client).set_scale(TEAL.namespace, REVISION, scale_annotations(2, 2))
+        session.wait_for(lambda: _pools(cluster) == ["serving", "serving"], timeout_s=TIMEOUT_S,
+                         what="two serving pods of the stable revision")  # fmt: skip
+        session.apply(cluster, [_canary_policy()])
+        model["spec"]["predictor"]["model"]["env"] = [
+            *model["spec"]["predictor"]["model"].get("env", []),
+            {"name": "MODEL_VERSION", "value": "v2"},
+        ]
+        session.apply(cluster, [model])
+        _judged_beside_the_baseline(cluster, url)
+        _rolled_back_and_released(cluster)
+    finally:
+        cluster.kubectl("delete", "tenant", TEAL.name, "--wait=false", check=False)
+        cluster.kubectl("delete", "namespace", TEAL.namespace, "--wait=false", check=False)
+
+
+def _judged_beside_the_baseline(cluster: Cluster, url: str) -> None:
+    def carved() -> bool:
+        baseline = _rollout(cluster).get("baseline") or {}
+        return baseline == {"revision": REVISION, "ready": 1} and _pools(cluster) == [
+            "baseline", "serving"
+        ]  # fmt: skip
+
+    session.wait_for(carved, timeout_s=TIMEOUT_S, what="a baseline of one stable pod, recorded")
+    session.wait_for(
+        lambda: len(_router_workers(cluster, TEAL.namespace, BASELINE_ROUTER)) == 1,
+        timeout_s=TIMEOUT_S, what=f"{BASELINE_ROUTER} lists the baseline pod",
+    )  # fmt: skip
+    router = get(cluster, "deployment", BASELINE_ROUTER, "-n", TEAL.namespace)
+    args = " ".join(router["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert f"--selector serving.knative.dev/revision={REVISION} radixfleet.io/pool=baseline" in args
+    assert len(_router_workers(cluster, TEAL.namespace)) == 1  # the stable's: its other pod
+    served: list[tuple[str, str, str]] = []
+
+    def baseline_served() -> bool:
+        answer = _chat(url, TEAL.key)
+        assert answer.status == 200, answer.body
+        served.append((answer.headers["x-radixfleet-revision"],
+                       answer.headers.get("x-radixfleet-pool", "serving"),
+                       answer.headers["x-radixfleet-path"]))  # fmt: skip
+        return (f"{TEAL.namespace}/{REVISION}", "baseline", "router") in served
+
+    session.wait_for(baseline_served, timeout_s=TIMEOUT_S, what="a request served by the baseline")
+    print(f"beside a baseline, {len(served)} requests through the entry went to: {served}")
+
+
+def _rolled_back_and_released(cluster: Cluster) -> None:
+    cluster.kubectl("annotate", "canarypolicy", "default", "-n", TEAL.namespace,
+                    f"abort.canary.radixfleet.io/{MODEL}={CANARY_REVISION}")  # fmt: skip
+
+    def released() -> bool:
+        rollout = _rollout(cluster)
+        return rollout.get("phase") == "RolledBack" and "baseline" not in rollout and _pools(
+            cluster
+        ) == ["serving", "serving"]  # fmt: skip
+
+    session.wait_for(released, timeout_s=TIMEOUT_S, what="rolled back, the baseline pod put back")
+
+    def parked() -> bool:
+        router = get(cluster, "deployment", BASELINE_ROUTER, "-n", TEAL.namespace)
+        return router["spec"]["replicas"] == 0
+
+    session.wait_for(parked, timeout_s=TIMEOUT_S, what=f"{BASELINE_ROUTER} parked")
