@@ -133,9 +133,11 @@ class Controller:
         observed: Observed,
         decision: Decision,
     ) -> Decision:
-        """A baseline while a rollout that wants one goes on, none otherwise (idempotent, every
-        tick, so a restarted controller ends a baseline its predecessor started); `decision`
-        with the baseline in its status, which is written before traffic moves."""
+        """A baseline while a rollout that wants one goes on, from the moment its canary is
+        ready (until then the stable revision keeps every pod), none otherwise: idempotent,
+        every tick, so a restarted controller ends a baseline its predecessor started.
+        Returns `decision` with the baseline in its status, which is written before traffic
+        moves."""
         if self.baselines is None:
             return decision
         meta = isvc["metadata"]
@@ -143,7 +145,8 @@ class Controller:
         ongoing = status is not None and not status.phase.final
         canary, stable = observed.canary_revision, observed.stable_revision
         baseline = status.baseline if status is not None else None
-        if self._with_baseline(spec) and ongoing and canary and stable:
+        started = observed.canary_ready or baseline is not None
+        if self._with_baseline(spec) and ongoing and canary and stable and started:
             try:
                 ready = self.baselines.ensure(
                     meta["namespace"], meta["name"], stable_revision=stable, canary_revision=canary

@@ -301,6 +301,18 @@ def test_the_baseline_runs_while_the_rollout_does_and_is_released_after() -> Non
     assert baselines.running == {}
 
 
+def test_the_stable_revision_keeps_every_pod_until_the_canary_is_ready() -> None:
+    baselines = FakeBaselines()
+    fleet = Fleet(FakePrometheus(answers(GOOD, baseline=GOOD)), spec={"baseline": True},
+                  baselines=baselines)  # fmt: skip
+    fleet.isvcs.add(isvc(percent=0, ready=False))
+    fleet.tick(3)
+    assert baselines.running == {} and fleet.rollout().baseline is None
+    fleet.isvcs.add(isvc(percent=0, ready=True))
+    fleet.tick()
+    assert baselines.running == {(NS, NAME): (STABLE, CANARY)}
+
+
 def test_a_baseline_that_cannot_follow_a_moved_revision_waits_for_the_next_tick() -> None:
     baselines = FakeBaselines(next_error=StaleRevisionError("a newer canary", status=422))
     fleet = Fleet(FakePrometheus(answers(GOOD, baseline=GOOD)), spec={"baseline": True},
