@@ -1,15 +1,17 @@
 """The region entry's HTTP application in a cluster.
 
 A request names a model; its API key names the tenant (the gate, `gate.py`). The entry finds
-that tenant's model (`routes.py`), picks a revision by KServe's traffic split, and sends the
-request to the revision's router (`<revision>-router:8000`, smg, cache-aware). A router with no
-worker says so (or has no pod yet): the entry then sends the request
-the Knative way, to the revision's Service with the headers an ingress adds, where Knative's
+that tenant's model (`routes.py`), picks a revision by KServe's traffic split (and a canary's
+baseline beside it, `routes.py`), and sends the request to the revision's router
+(`<revision>-router:8000`, `<revision>-baseline-router` for a baseline; smg, cache-aware). A
+router with no worker says so (or has no pod yet): the entry then sends the request the Knative
+way, to the revision's Service with the headers an ingress adds, where Knative's
 activator holds it and wakes the revision from zero, so no request is lost while the router
 finds the new pod. Answers stream through; the tenant's credentials are never sent upstream.
 
 Every answer says which revision served it and how (`x-radixfleet-revision`,
-`x-radixfleet-path: router|knative`), for the platform team's debugging and the tests.
+`x-radixfleet-path: router|knative`, and `x-radixfleet-pool: baseline` from a canary's
+baseline), for the platform team's debugging and the tests.
 """
 
 from __future__ import annotations
