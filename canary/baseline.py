@@ -12,8 +12,9 @@ queue-proxies count the baseline's requests too.
 A pod of the baseline that is no longer ready goes back to `serving` (its replacement is carved
 at the next tick); a revision whose pods carry no pool label, or whose last serving pod would be
 taken, has no baseline (`Carving.possible` is False) and the canary is judged against the stable
-revision. Knative may remove a baseline pod when it scales the revision down (the autoscaler's
-drain order, not the canary, ranks pods); the next tick carves another.
+revision. When the stable revision scales down, the autoscaler drains a baseline's pods last
+(their deletion cost is the highest: `policies.autoscale.decide.drain_last`); one removed all
+the same (a scale to fewer pods than the baseline holds) is replaced at the next tick.
 """
 
 from __future__ import annotations

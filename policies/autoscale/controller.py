@@ -33,7 +33,7 @@ from typing import Any
 import kopf
 from prometheus_client import Gauge
 
-from policies.autoscale.decide import Decision, choose_victims, decide, due
+from policies.autoscale.decide import Decision, choose_victims, decide, drain_last, due
 from policies.autoscale.knative import DELETION_COST, deletion_costs, scale_annotations
 from policies.autoscale.observe import ceiling, observe, serving_revision
 from policies.autoscale.ports import AutoscalePolicies, InferenceServices, Pods, Revisions, Waker
@@ -48,7 +48,7 @@ from radixfleet.kit.errors import KubeError
 from radixfleet.kit.events import Events
 from radixfleet.kit.kube import Resource
 from radixfleet.kit.plugin import OperatorOptions
-from radixfleet.labels import GROUP
+from radixfleet.labels import BASELINE_POOL, GROUP, POOL
 from radixfleet.platform import ENTRY_URL, ENTRY_URL_ENV, PROMETHEUS_URL, PROMETHEUS_URL_ENV
 
 log = logging.getLogger(__name__)
@@ -178,11 +178,15 @@ class Controller:
         self.revisions.set_scale(namespace, old, scale_annotations(0, top))
 
     def _order_drain(self, namespace: str, observed: Observed, spec: AutoscalePolicySpec) -> None:
-        """Deletion costs on the revision's pods: lowest on the first to drain."""
+        """Deletion costs on the revision's pods: lowest on the first to drain, highest on a
+        canary's baseline (a rollout is judged against it)."""
         assert observed.revision is not None
+        pods = self.pods.of_revision(namespace, observed.revision)
+        baseline = {p["metadata"]["name"] for p in pods
+                    if (p["metadata"].get("labels") or {}).get(POOL) == BASELINE_POOL}  # fmt: skip
         order = choose_victims(observed, 0, cache_aware=spec.cache_aware_drain)
-        costs = deletion_costs(order)
-        for pod in self.pods.of_revision(namespace, observed.revision):
+        costs = deletion_costs(drain_last(order, baseline))
+        for pod in pods:
             name = pod["metadata"]["name"]
             current = (pod["metadata"].get("annotations") or {}).get(DELETION_COST)
             if name in costs and current != str(costs[name]):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -769,6 +769,12 @@ def choose_victims(observed: Observed, desired: int, *, cache_aware: bool) -> tu
         return ()
     ranked = sorted(observed.replicas, key=lambda r: _drain_order(r, cache_aware))
     return tuple(r.name for r in ranked[:count])
+
+
+def drain_last(order: Sequence[str], kept: Collection[str]) -> tuple[str, ...]:
+    """`order` with the pods of `kept` moved to its end, each group in its order: a canary's
+    baseline (canary/baseline.py) is drained only after every other pod of the revision."""
+    return (*(p for p in order if p not in kept), *(p for p in order if p in kept))
 
 
 def cache_value(replica: ReplicaMetrics) -> float:

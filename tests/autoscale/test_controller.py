@@ -24,6 +24,7 @@ from policies.autoscale.fakes import (
 from policies.autoscale.knative import DELETION_COST, MAX_SCALE, MIN_SCALE
 from policies.autoscale.queries import QueryConfig, model_queries, pod_queries
 from policies.autoscale.state import Verb, status_of
+from radixfleet import labels
 from radixfleet.adapters.prometheus import MetricsUnavailable, Sample
 from radixfleet.adapters.prometheus_fake import FakePrometheus
 from radixfleet.kit.errors import KubeError
@@ -175,6 +176,25 @@ def test_scale_down_orders_the_drain_before_lowering_the_count() -> None:
     assert decision.victims == ("pod-1",)
     assert costs_when_scaled == [{"pod-1": "0", "pod-2": "10", "pod-0": "20"}]
     assert world.revisions.calls[-1].annotations[MIN_SCALE] == str(decision.desired)
+
+
+def test_a_canarys_baseline_pods_are_drained_last() -> None:
+    """The stable revision's pods in a canary's baseline (canary/baseline.py) cost the most to
+    delete, whatever their cache is worth: the rollout is judged against them."""
+    world = World(ready=3, bounds=(3, 3))
+    baseline = world.pods.items[(NS, "pod-1")]["metadata"]
+    baseline["labels"][labels.POOL] = labels.BASELINE_POOL
+    world.prometheus.answers = answers(
+        {
+            "pod-0": gauges(0.05, cached=900.0),
+            "pod-1": gauges(0.05, cached=3.0),  # the least cache: first to go, but a baseline
+            "pod-2": gauges(0.05, cached=400.0),
+        }
+    )
+    world.tick(T0, scaleDown={"stabilizationSeconds": 0})
+    costs = {p["metadata"]["name"]: p["metadata"]["annotations"][DELETION_COST]
+             for p in world.pods.of_revision(NS, REV)}  # fmt: skip
+    assert costs == {"pod-2": "0", "pod-0": "10", "pod-1": "20"}
 
 
 def test_scale_to_zero_hands_the_last_replica_to_the_kpa() -> None:
