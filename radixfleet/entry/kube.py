@@ -21,7 +21,12 @@ from radixfleet import dataplane, labels
 from radixfleet.entry.routes import baselines_of, build_routes
 from radixfleet.entry.server import ClusterEntry
 from radixfleet.kit.errors import KubeError
-from radixfleet.kit.kube import INFERENCE_SERVICES, Resource, kube_call, read_secret_value
+from radixfleet.kit.kube import (
+    INFERENCE_SERVICES,
+    Resource,
+    list_everywhere,
+    read_secret_value,
+)
 from radixfleet.kit.rbac import PolicyRule, rule
 
 log = logging.getLogger(__name__)
@@ -67,12 +72,7 @@ class KubeCanaryPolicies:
         self.api = client.CustomObjectsApi(api_client)
 
     def everywhere(self) -> list[dict[str, Any]]:
-        r = CANARY_POLICIES
-        found = kube_call(
-            "list canarypolicies",
-            lambda: self.api.list_cluster_custom_object(r.group, r.version, r.plural),
-        )
-        return list(found.get("items", [])) if isinstance(found, dict) else []
+        return list_everywhere(self.api, CANARY_POLICIES)
 
 
 async def keep_in_sync(

@@ -241,6 +241,15 @@ class KubeEvents:
 INFERENCE_SERVICES = Resource("serving.kserve.io", "v1beta1", "inferenceservices")
 
 
+def list_everywhere(api: client.CustomObjectsApi, resource: Resource) -> list[dict[str, Any]]:
+    """Every object of a custom resource, in every namespace (list on `resource`)."""
+    found = kube_call(
+        f"list {resource.plural}",
+        lambda: api.list_cluster_custom_object(resource.group, resource.version, resource.plural),
+    )
+    return list(found.get("items", [])) if isinstance(found, dict) else []
+
+
 class KubeInferenceServices:
     """Every InferenceService in the cluster, and one re-read: list (and get) on
     `INFERENCE_SERVICES`, declared in the RULES of each module that uses this."""
@@ -249,12 +258,7 @@ class KubeInferenceServices:
         self.api = client.CustomObjectsApi(api_client)
 
     def everywhere(self) -> list[dict[str, Any]]:
-        r = INFERENCE_SERVICES
-        found = kube_call(
-            "list inferenceservices",
-            lambda: self.api.list_cluster_custom_object(r.group, r.version, r.plural),
-        )
-        return list(found.get("items", [])) if isinstance(found, dict) else []
+        return list_everywhere(self.api, INFERENCE_SERVICES)
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         r = INFERENCE_SERVICES
