@@ -11,10 +11,18 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from radixfleet.entry.kube import keep_in_sync
+from radixfleet.entry.kube import (
+    RULES,
+    KubeCanaryPolicies,
+    KubeDataPlaneKeys,
+    keep_in_sync,
+)
 from radixfleet.entry.prefixes import HotPrefixes
 from radixfleet.entry.server import ClusterEntry
 from radixfleet.kit.errors import KubeError
+from radixfleet.kit.kube import KubeInferenceServices
+from radixfleet.kit.rbac import covers
+from tests.kit.recording import Recorder, RecordingApiClient
 
 ISVC = {"metadata": {"name": "chat", "namespace": "team-a"},
         "status": {"components": {"predictor": {"traffic": [
@@ -55,6 +63,21 @@ class Keys:
         return "k" if namespace == "team-a" else None
 
 
+def synced(entry: ClusterEntry, policies: Any = None) -> ClusterEntry:
+    """`entry` once its sync loop has built the routes (the loop then stops)."""
+
+    async def go() -> ClusterEntry:
+        task = asyncio.create_task(
+            keep_in_sync(entry, Listed(), Keys(), interval_s=0.01, policies=policies)
+        )
+        while entry.routes is None:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        return entry
+
+    return asyncio.run(asyncio.wait_for(go(), timeout=30))
+
+
 @pytest.mark.parametrize(
     "error",
     [pytest.param(KubeError("list tenants: HTTP 503", status=503), id="api-error"),
@@ -62,16 +85,7 @@ class Keys:
 )  # fmt: skip
 def test_a_failed_read_is_retried_and_the_routes_come(error: BaseException) -> None:
     gate = FlakyGate([error, error])
-
-    async def go() -> ClusterEntry:
-        entry = ClusterEntry(gate=gate, session=None)  # type: ignore[arg-type]
-        task = asyncio.create_task(keep_in_sync(entry, Listed(), Keys(), interval_s=0.01))
-        while entry.routes is None:
-            await asyncio.sleep(0.01)
-        task.cancel()
-        return entry
-
-    entry = asyncio.run(asyncio.wait_for(go(), timeout=30))
+    entry = synced(ClusterEntry(gate=gate, session=None))  # type: ignore[arg-type]
     route = entry.routes.resolve("a", "chat") if entry.routes else None
     assert route is not None and route.targets[0].revision == "chat-predictor-00001"
     assert gate.calls >= 3
@@ -84,14 +98,7 @@ def test_the_prompts_of_a_model_no_route_leads_to_are_forgotten() -> None:
     for namespace, model in (("team-a", "chat"), ("team-a", "deleted"), ("team-b", "chat")):
         prefixes.record(namespace, model, body)
 
-    async def go() -> None:
-        entry = ClusterEntry(gate=FlakyGate([]), session=None, prefixes=prefixes)  # type: ignore[arg-type]
-        task = asyncio.create_task(keep_in_sync(entry, Listed(), Keys(), interval_s=0.01))
-        while entry.routes is None:
-            await asyncio.sleep(0.01)
-        task.cancel()
-
-    asyncio.run(asyncio.wait_for(go(), timeout=30))
+    synced(ClusterEntry(gate=FlakyGate([]), session=None, prefixes=prefixes))  # type: ignore[arg-type]
     assert set(prefixes.models) == {("team-a", "chat")}
 
 
@@ -105,16 +112,19 @@ class Rollouts:
 
 
 def test_the_routes_know_which_rollouts_run_a_baseline() -> None:
-    async def go() -> ClusterEntry:
-        entry = ClusterEntry(gate=FlakyGate([]), session=None)  # type: ignore[arg-type]
-        task = asyncio.create_task(
-            keep_in_sync(entry, Listed(), Keys(), interval_s=0.01, policies=Rollouts())
-        )
-        while entry.routes is None:
-            await asyncio.sleep(0.01)
-        task.cancel()
-        return entry
-
-    entry = asyncio.run(asyncio.wait_for(go(), timeout=30))
+    entry = synced(ClusterEntry(gate=FlakyGate([]), session=None), Rollouts())  # type: ignore[arg-type]
     route = entry.routes.resolve("a", "chat") if entry.routes else None
     assert route is not None and route.baseline == "chat-predictor-00001"
+
+
+def test_the_entrys_cluster_reads_are_its_declared_rules() -> None:
+    """Every call of the entry's adapters is in `RULES`, and every rule is called (on the kit's
+    recording client)."""
+    recorder = Recorder()
+    api = RecordingApiClient(recorder)
+    KubeInferenceServices(api).everywhere()
+    KubeCanaryPolicies(api).everywhere()
+    KubeDataPlaneKeys(api).key("team-a")
+    called = set(recorder.calls)
+    assert called == {t for r in RULES for t in r.triples()}
+    assert all(covers(list(RULES), *t) for t in called)
