@@ -1,4 +1,10 @@
-"""Which of the stable revision's pods make a canary's baseline in a cluster; pure.
+"""When a rollout runs a baseline (`action`, every path), and which of the stable revision's
+pods make it in a cluster (`carve`); pure.
+
+A baseline is ensured while a rollout that asks for one goes on, from the moment its canary is
+ready (until then the stable revision keeps every pod), and released when one may be left: the
+policy asks for baselines (one a previous controller started may be unrecorded), or the last
+status recorded one. A policy that never asked costs no call at all.
 
 In a cluster the baseline costs no GPU: it is carved out of the stable revision, whose pods
 carry `radixfleet.io/pool` (rendered InferenceServices give it to their predictor pods). While
@@ -21,8 +27,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
+from canary.state import Observed, RolloutStatus
 from radixfleet.labels import BASELINE_POOL, SERVING_POOL
+
+Action = Literal["ensure", "release"] | None
+
+
+def action(
+    *, asked: bool, observed: Observed, before: RolloutStatus | None, status: RolloutStatus | None
+) -> Action:
+    """What to do with the rollout's baseline this tick; `status` is the one being decided."""
+    runs = status is not None and status.baseline is not None
+    ongoing = status is not None and not status.phase.final
+    both = observed.canary_revision is not None and observed.stable_revision is not None
+    if asked and ongoing and both and (observed.canary_ready or runs):
+        return "ensure"
+    recorded = runs or (before is not None and before.baseline is not None)
+    return "release" if asked or recorded else None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from typing import Any
 
 import kopf
 
+from canary.baseline import action
 from canary.decide import Decision, analysis_due, decide
 from canary.metrics import CanaryMetrics
 from canary.observe import commands, measure, observe_isvc
@@ -94,7 +95,8 @@ class Controller:
     ) -> Decision:
         before = rollout_of(policy, isvc["metadata"]["name"])
         observed = self.observe(isvc, policy, spec, before, now=now)
-        decision = self.keep_baseline(isvc, spec, observed, decide(observed, spec, before, now))
+        decision = decide(observed, spec, before, now)
+        decision = self.keep_baseline(isvc, spec, observed, before, decision)
         done = self.act(isvc, policy, observed, before, decision)
         if done and self.metrics is not None:
             meta = isvc["metadata"]
@@ -131,22 +133,20 @@ class Controller:
         isvc: Mapping[str, Any],
         spec: CanaryPolicySpec,
         observed: Observed,
+        before: RolloutStatus | None,
         decision: Decision,
     ) -> Decision:
-        """A baseline while a rollout that wants one goes on, from the moment its canary is
-        ready (until then the stable revision keeps every pod), none otherwise: idempotent,
-        every tick, so a restarted controller ends a baseline its predecessor started.
-        Returns `decision` with the baseline in its status, which is written before traffic
-        moves."""
+        """Carry out `canary.baseline.action` (idempotent, so a restarted controller ends a
+        baseline its predecessor started); `decision` with the baseline in its status, which
+        is written before traffic moves."""
         if self.baselines is None:
             return decision
         meta = isvc["metadata"]
         status = decision.status
-        ongoing = status is not None and not status.phase.final
         canary, stable = observed.canary_revision, observed.stable_revision
         baseline = status.baseline if status is not None else None
-        started = observed.canary_ready or baseline is not None
-        if self._with_baseline(spec) and ongoing and canary and stable and started:
+        todo = action(asked=spec.baseline, observed=observed, before=before, status=status)
+        if todo == "ensure" and canary and stable:
             try:
                 ready = self.baselines.ensure(
                     meta["namespace"], meta["name"], stable_revision=stable, canary_revision=canary
@@ -156,7 +156,7 @@ class Controller:
             except StaleRevisionError:
                 log.info("%s/%s: the revisions moved on; the baseline follows next tick",
                          *_ns_name(meta))  # fmt: skip
-        else:
+        elif todo == "release":
             self.baselines.release(meta["namespace"], meta["name"])
             baseline = None
         if status is None or status.baseline == baseline:

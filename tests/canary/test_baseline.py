@@ -1,5 +1,5 @@
-"""Which stable pods make a canary's baseline in a cluster: the cases by name, then the rules
-over any mix of pods (Hypothesis)."""
+"""When a rollout runs its baseline, and which stable pods make it in a cluster: the cases by
+name, then the carving's rules over any mix of pods (Hypothesis)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from canary.baseline import Carving, Pod, carve, release
+from canary.baseline import Carving, Pod, action, carve, release
+from canary.state import BaselineStatus, Observed, Phase, RolloutStatus
+from tests.canary.test_decide import obs, rollout
 
 S, C = "llama-predictor-00001", "llama-predictor-00002"
 
@@ -87,3 +89,32 @@ def test_the_stable_revision_keeps_a_serving_pod_and_the_carving_settles(
     assert carving.ready <= max(1, canary_ready)
     assert carving.possible == (carving.ready > 0)
     assert carve(after, stable=S, canary=C) == Carving((), carving.ready, carving.possible)
+
+
+RUNS = BaselineStatus(revision=S, ready=1)
+ACTIONS = [
+    (True, obs(), rollout(), rollout(), "ensure", "asked-and-the-canary-is-ready"),
+    (True, obs(canary_ready=False), None, rollout(), "release", "not-before-the-canary-is-ready"),
+    (True, obs(canary_ready=False), rollout(baseline=RUNS), rollout(baseline=RUNS), "ensure",
+     "kept-while-the-canary-restarts"),
+    (True, obs(), rollout(), rollout(phase=Phase.PROMOTED), "release", "the-rollout-ended"),
+    (True, obs(stable_revision=None), None, rollout(), "release", "no-stable-revision"),
+    (False, obs(), rollout(), rollout(), None, "never-asked-no-call"),
+    (False, obs(), rollout(baseline=RUNS), rollout(), "release", "asked-no-more-one-recorded"),
+    (False, obs(), None, None, None, "no-rollout"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("asked", "observed", "before", "status", "expected"),
+    [a[:5] for a in ACTIONS],
+    ids=[a[5] for a in ACTIONS],
+)
+def test_when_a_rollout_runs_its_baseline(
+    asked: bool,
+    observed: Observed,
+    before: RolloutStatus | None,
+    status: RolloutStatus | None,
+    expected: str | None,
+) -> None:
+    assert action(asked=asked, observed=observed, before=before, status=status) == expected
