@@ -25,6 +25,9 @@ Writes benchmarks/results/canary_localfleet.json.
 
     uv run python benchmarks/canary_localfleet.py              # 100 good, 10 slow, 10 errors
     uv run python benchmarks/canary_localfleet.py --good 10 --bad 2 --judges baseline
+    uv run python benchmarks/canary_localfleet.py --interval 10 --good 20   # the CRD's floor
+
+A window other than 4 s writes canary_localfleet-<N>s.json instead.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ REGION, MODEL, NS = "local", "llama", "team-a"
 # The local fleet's scrape is every second: 4 s windows, a few dozen canary requests each.
 POLICY: dict[str, Any] = {"steps": [20, 35, 50], "intervalSeconds": 4, "minRequests": 10}
 JUDGES = ("stable", "baseline")
+# A rollout not final after this many windows is cut off (90 s at 4 s windows).
+MAX_WINDOWS = 22.5
 KINDS: dict[str, dict[str, float]] = {
     "good": {},
     "slow": {"slowdown": 2.0},
@@ -105,15 +110,22 @@ def p95_only_fails(measured: Measured, spec: CanaryPolicySpec) -> bool:
 
 
 def one(
-    fleet: LocalFleet, prometheus: str, *, kind: str, seed: int, hog: bool, judge: str
+    fleet: LocalFleet,
+    prometheus: str,
+    *,
+    kind: str,
+    seed: int,
+    hog: bool,
+    judge: str,
+    interval_s: int,
 ) -> dict[str, Any]:
-    policy = {**POLICY, "baseline": judge == "baseline"}
+    policy = {**POLICY, "intervalSeconds": interval_s, "baseline": judge == "baseline"}
     spec = CanaryPolicySpec.parse(policy, min_interval_seconds=1)
     started = time.monotonic()
     with cpu_hog(hog):
         run = roll_out(
             fleet, prometheus, region=REGION, model=MODEL, namespace=NS, spec=policy, seed=seed,
-            max_s=90.0, **KINDS[kind],
+            max_s=MAX_WINDOWS * interval_s, **KINDS[kind],
         )  # fmt: skip
     windows = analysed_windows(run)
     old_failures = sum(p95_only_fails(measured, spec) for _, measured in windows)
@@ -169,10 +181,15 @@ def main() -> None:
     parser.add_argument(
         "--judges", default=",".join(JUDGES), help="comma-separated, of: " + ", ".join(JUDGES)
     )
+    parser.add_argument(
+        "--interval", type=int, default=POLICY["intervalSeconds"], help="window, seconds (>= 1)"
+    )
     args = parser.parse_args()
     judges = [j for j in args.judges.split(",") if j]
     if not judges or set(judges) - set(JUDGES):
         parser.error(f"--judges: each of {', '.join(JUDGES)}, got {args.judges!r}")
+    if args.interval < 1:
+        parser.error(f"--interval: at least 1 s, got {args.interval}")
     seeds = [("good", s, s % 2 == 1) for s in range(args.good)]
     seeds += [(kind, 1000 + s, False) for kind in ("slow", "errors") for s in range(args.bad)]
     plan = [(kind, seed, hog, judge) for kind, seed, hog in seeds for judge in judges]
@@ -195,12 +212,14 @@ def main() -> None:
         with Progress() as progress:
             task = progress.add_task("rollouts", total=len(plan))
             for kind, seed, hog, judge in plan:
-                rows.append(one(fleet, prometheus, kind=kind, seed=seed, hog=hog, judge=judge))
+                row = one(fleet, prometheus, kind=kind, seed=seed, hog=hog, judge=judge,
+                          interval_s=args.interval)  # fmt: skip
+                rows.append(row)
                 progress.advance(task)
     result = {
         "benchmark": "canary_localfleet",
         "settings": {
-            "policy": POLICY,
+            "policy": {**POLICY, "intervalSeconds": args.interval},
             "judges": judges,
             "kinds": KINDS,
             "traffic": "NoisyTraffic, 40 req/s",
@@ -211,7 +230,9 @@ def main() -> None:
         "wall_s": round(time.perf_counter() - started, 1),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "canary_localfleet.json").write_text(json.dumps(result, indent=2) + "\n")
+    default = args.interval == POLICY["intervalSeconds"]
+    name = "canary_localfleet" + ("" if default else f"-{args.interval}s")
+    (args.out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["summary"], indent=2))
 
 
