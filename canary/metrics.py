@@ -31,7 +31,14 @@ DECISION_LABELS: Mapping[Verb, str] = {
     Verb.PROMOTE: "promote",
     Verb.ROLLBACK: "rollback",
 }
-CANARY, STABLE = "canary", "stable"  # the `revision` label of radixfleet_canary_check_value
+# The `revision` label of radixfleet_canary_check_value: the canary, and what it was compared
+# with (Measured.against_for: the stable revision, a baseline, or both pooled for errors).
+CANARY = "canary"
+REFERENCE_LABELS: Mapping[str, str] = {
+    "stable": "stable",
+    "baseline": "baseline",
+    "stable and baseline": "stable+baseline",
+}
 
 
 def _gauge(metric: names.Metric, registry: CollectorRegistry) -> Gauge:
@@ -69,6 +76,19 @@ class CanaryMetrics:
         for result in status.checks:
             check = CHECK_LABELS[result.metric]
             self.check_value.labels(namespace, isvc, check, CANARY).set(result.canary)
-            if result.stable is not None:
-                self.check_value.labels(namespace, isvc, check, STABLE).set(result.stable)
+            against = (
+                "stable" if status.measured is None else status.measured.against_for(result.metric)
+            )
+            self._reference(namespace, isvc, check, REFERENCE_LABELS[against], result.stable)
             self.check_failed.labels(namespace, isvc, check).set(0 if result.passed else 1)
+
+    def _reference(
+        self, namespace: str, isvc: str, check: str, label: str, value: float | None
+    ) -> None:
+        """The compared value under its own label; the other references' last values go, so a
+        rollout that starts or ends a baseline never leaves a stale line on the dashboard."""
+        for other in REFERENCE_LABELS.values():
+            if other != label or value is None:
+                self.check_value.remove(namespace, isvc, check, other)
+        if value is not None:
+            self.check_value.labels(namespace, isvc, check, label).set(value)

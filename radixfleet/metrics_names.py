@@ -103,7 +103,8 @@ CANARY_CHECK_VALUE = Metric(
     "radixfleet_canary_check_value",
     "gauge",
     (NAMESPACE, ISVC, "check", REVISION),
-    "The value of one canary check at the last analysis, for revision=canary and revision=stable.",
+    "The value of one canary check at the last analysis: revision=canary, and what it was"
+    " compared with (stable, baseline, or stable+baseline for errors beside a baseline).",
 )
 CANARY_CHECK_FAILED = Metric(
     "radixfleet_canary_check_failed",

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from canary.fakes import FakeBaselines
 from canary.metrics import CHECK_LABELS, DECISION_LABELS, CanaryMetrics
 from canary.spec import Metric
 from canary.state import Verb
 from radixfleet import metrics_names
 from radixfleet.adapters.prometheus_fake import FakePrometheus
-from tests.canary.test_controller import GOOD, NAME, NS, Fleet, answers
+from tests.canary.test_controller import AT_THE_CANARYS_LOAD, BUSY, GOOD, NAME, NS, Fleet, answers
 
 LABELS = {"namespace": NS, "isvc": NAME}
 
@@ -70,3 +71,25 @@ def test_a_rolled_back_rollout_flags_the_failed_check() -> None:
     assert _value(metrics, "radixfleet_canary_weight") == 0
     assert _value(metrics, "radixfleet_canary_check_failed", check="error_ratio") == 1
     assert _value(metrics, "radixfleet_canary_check_failed", check="ttft_p95") == 0
+
+
+def test_the_compared_value_is_labelled_with_what_the_canary_was_compared_with() -> None:
+    metrics, value = CanaryMetrics(), "radixfleet_canary_check_value"
+    against_stable = Fleet(FakePrometheus(answers(GOOD)))
+    against_stable.controller.metrics = metrics
+    against_stable.tick(8)
+    assert _value(metrics, value, check="ttft_p95", revision="stable") == pytest.approx(0.2)
+    beside_a_baseline = Fleet(
+        FakePrometheus(answers(BUSY, BUSY, baseline=AT_THE_CANARYS_LOAD)),
+        spec={"baseline": True},
+        baselines=FakeBaselines(),
+    )
+    beside_a_baseline.controller.metrics = metrics
+    beside_a_baseline.tick(40)
+    assert _value(metrics, value, check="ttft_p95", revision="baseline") == pytest.approx(0.2)
+    assert _value(metrics, value, check="ttft_p95", revision="canary") == pytest.approx(0.4)
+    # errors are judged against the stable revision and the baseline pooled
+    assert _value(metrics, value, check="error_ratio", revision="stable+baseline") == 0
+    # the line the first rollout drew against the stable revision is gone, not left stale
+    assert _value(metrics, value, check="ttft_p95", revision="stable") is None
+    assert _value(metrics, value, check="error_ratio", revision="stable") is None
