@@ -43,7 +43,6 @@ from radixfleet.fleet.spec import demo_spec
 from radixfleet.fleet.workloads import demo_workload
 from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
-from radixfleet.render.monitoring import pod_monitors
 from radixfleet.workload.records import RequestResult
 from radixfleet.workload.replay import Replayer
 from radixfleet.workload.stats import breakdown
@@ -189,9 +188,7 @@ def _platform(
     smg: images.ImageRecord,
     server: images.ImageRecord,
 ) -> None:
-    monitoring = prometheus.objects(pod_monitors(), image_ref=server.pinned,
-                                    discovery_image_ref=image.pinned)  # fmt: skip
-    session.apply(cluster, monitoring)
+    session.apply(cluster, prometheus.for_radixfleet(server=server, radixfleet=image))
     cluster.kubectl("apply", "--server-side", "--field-manager=radixfleet",
                     "-k", str(REPO / "runtimes"))  # fmt: skip
     apply_overlay(cluster, overlay(folder / "operator", "operator", image,

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from radixfleet.render.monitoring import pod_monitors
 from testbed import images, pod_discovery
 
 Manifest = dict[str, Any]
@@ -155,6 +156,13 @@ def objects(
         _deployment(image_ref, discovery_image_ref),
         _service(),
     ]
+
+
+def for_radixfleet(*, server: images.ImageRecord, radixfleet: images.ImageRecord) -> list[Manifest]:
+    """:func:`objects` for radixfleet's own PodMonitors (`deploy/monitoring/`), as a platform
+    team's prometheus-operator would scrape them: `server` is :func:`image`, and radixfleet's
+    image runs the discovery sidecar (it has python3)."""
+    return objects(pod_monitors(), image_ref=server.pinned, discovery_image_ref=radixfleet.pinned)
 
 
 def _cluster_role() -> Manifest:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -41,7 +42,7 @@ from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
 from radixfleet.workload.records import RequestResult, WorkItem
 from radixfleet.workload.replay import Replayer
-from testbed import images, session
+from testbed import images, prometheus, session
 from testbed.cluster import Cluster, ClusterError
 from testbed.deploy import (
     OPERATOR_SELECTOR,
@@ -134,8 +135,10 @@ def plane(
     kserve: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Cluster, str]]:
     """The operator, the entry and two tenants' models, Ready; the entry's URL."""
-    image, smg = images.radixfleet(), images.smg()
-    session.load_images(kserve, [image, smg])
+    image, smg, server = images.radixfleet(), images.smg(), prometheus.image()
+    session.load_images(kserve, [image, smg, server])
+    # The canary's judge (the baseline's test below); nothing else here reads it.
+    session.apply(kserve, prometheus.for_radixfleet(server=server, radixfleet=image))
     kserve.kubectl("apply", "--server-side", "--field-manager=radixfleet",
                    "-k", str(REPO / "runtimes"))  # fmt: skip
     root = tmp_path_factory.mktemp("overlays")
@@ -148,6 +151,7 @@ def plane(
         for team in TEAMS:
             _wait_ready(kserve, team)
         session.wait_rollout(kserve, namespace=operator.NAMESPACE, deployment=entry_base.NAME)
+        session.wait_rollout(kserve, namespace=prometheus.NAMESPACE, deployment=prometheus.NAME)
         service = get(kserve, "service", entry_base.NAME, "-n", operator.NAMESPACE)
         yield kserve, f"http://{service['spec']['clusterIP']}"
     finally:
@@ -574,12 +578,14 @@ def _warm_a_second_pod(cluster: Cluster, kube_client: Any, url: str) -> None:
 TEAL = Team("teal", "sk-teal-9b21", 6_000_000, {}, gpus=4)
 CANARY_REVISION = f"{MODEL}-predictor-00002"
 BASELINE_ROUTER = f"{REVISION}-baseline-router"
+# One judged step; intervals at the CRD's floor and few requests, to fit a test.
+CANARY_POLICY = {"steps": [50], "intervalSeconds": 10, "minRequests": 5, "baseline": True}
 
 
 def _canary_policy() -> dict[str, Any]:
-    spec = {"steps": [50], "intervalSeconds": 10, "baseline": True}
     return {"apiVersion": "radixfleet.io/v1alpha1", "kind": "CanaryPolicy",
-            "metadata": {"name": "default", "namespace": TEAL.namespace}, "spec": spec}  # fmt: skip
+            "metadata": {"name": "default", "namespace": TEAL.namespace},
+            "spec": CANARY_POLICY}  # fmt: skip
 
 
 def _rollout(cluster: Cluster) -> dict[str, Any]:
@@ -595,16 +601,58 @@ def _pools(cluster: Cluster) -> list[str]:
     )
 
 
+def _twice_slower(model: dict[str, Any]) -> None:
+    """A new version of `model` whose every prefill and decode takes twice as long."""
+    container = model["spec"]["predictor"]["model"]
+    container["env"] = [
+        *container.get("env", []),
+        {"name": "MODEL_VERSION", "value": "v2"},
+        {"name": "RADIXFLEET_EMULATOR_TIME_SCALE", "value": "2"},
+    ]
+
+
+class Chats:
+    """Two clients chatting with TEAL's `chat` through the entry until the block ends; what
+    each answer's headers said served it, and any failure."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.stop = url, threading.Event()
+        self.served: list[tuple[str, str, str]] = []
+        self.failures: list[str] = []
+        self.threads = [threading.Thread(target=self._send) for _ in range(2)]
+
+    def __enter__(self) -> Chats:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=300)
+
+    def _send(self) -> None:
+        while not self.stop.is_set():
+            answer = _chat(self.url, TEAL.key)
+            if answer.status != 200:
+                self.failures.append(f"{answer.status}: {answer.body[:200]}")
+                continue
+            self.served.append((answer.headers["x-radixfleet-revision"],
+                                answer.headers.get("x-radixfleet-pool", "serving"),
+                                answer.headers["x-radixfleet-path"]))  # fmt: skip
+
+
 def test_a_canary_is_judged_beside_a_baseline_carved_out_of_the_stable_revision(
     plane: tuple[Cluster, str], kube_client: Any
 ) -> None:
-    """The cluster path of a canary's baseline, with the deployed operator and entry: under a
-    policy with `baseline: true`, one of the stable revision's two pods is relabelled
-    `baseline` as the canary comes up (never the last serving one), the routers controller gives
-    the stable revision a baseline router that lists that pod alone, the rollout's status
-    records it, and the entry sends it the canary's share through that router; a rollback puts
-    the pod back and parks the router. The operator's judge has no Prometheus here, so the
-    rollout halts at its first step (50%): what is tested is the baseline's plumbing."""
+    """The cluster path of a canary's baseline, with the deployed operator, entry and the
+    cluster's Prometheus: under a policy with `baseline: true`, one of the stable revision's two
+    pods is relabelled `baseline` as the canary comes up (never the last serving one), the
+    routers controller gives the stable revision a baseline router that lists that pod alone,
+    the rollout's status records it, and the entry sends it the canary's share through that
+    router; the operator judges a twice-slower canary against the baseline's series (scraped
+    with `pool="baseline"` by the predictors' PodMonitor) and rolls it back; the pod goes back
+    and the router is parked."""
     cluster, url = plane
     image = get(cluster, "isvc", MODEL, "-n", BLUE.namespace)["spec"]["predictor"]["model"]["image"]
     model = _pooled_model(image, TEAL)
@@ -617,19 +665,19 @@ def test_a_canary_is_judged_beside_a_baseline_carved_out_of_the_stable_revision(
         session.wait_for(lambda: _pools(cluster) == ["serving", "serving"], timeout_s=TIMEOUT_S,
                          what="two serving pods of the stable revision")  # fmt: skip
         session.apply(cluster, [_canary_policy()])
-        model["spec"]["predictor"]["model"]["env"] = [
-            *model["spec"]["predictor"]["model"].get("env", []),
-            {"name": "MODEL_VERSION", "value": "v2"},
-        ]
+        _twice_slower(model)
         session.apply(cluster, [model])
-        _judged_beside_the_baseline(cluster, url)
-        _rolled_back_and_released(cluster)
+        _carved(cluster)
+        with Chats(url) as chats:
+            _rolled_back_against_the_baseline(cluster, chats)
+        assert not chats.failures, chats.failures[:5]
+        _released(cluster)
     finally:
         cluster.kubectl("delete", "tenant", TEAL.name, "--wait=false", check=False)
         cluster.kubectl("delete", "namespace", TEAL.namespace, "--wait=false", check=False)
 
 
-def _judged_beside_the_baseline(cluster: Cluster, url: str) -> None:
+def _carved(cluster: Cluster) -> None:
     def carved() -> bool:
         baseline = _rollout(cluster).get("baseline") or {}
         return baseline == {"revision": REVISION, "ready": 1} and _pools(cluster) == [
@@ -645,34 +693,33 @@ def _judged_beside_the_baseline(cluster: Cluster, url: str) -> None:
     args = " ".join(router["spec"]["template"]["spec"]["containers"][0]["args"])
     assert f"--selector serving.knative.dev/revision={REVISION} radixfleet.io/pool=baseline" in args
     assert len(_router_workers(cluster, TEAL.namespace)) == 1  # the stable's: its other pod
-    served: list[tuple[str, str, str]] = []
-
-    def baseline_served() -> bool:
-        answer = _chat(url, TEAL.key)
-        assert answer.status == 200, answer.body
-        served.append((answer.headers["x-radixfleet-revision"],
-                       answer.headers.get("x-radixfleet-pool", "serving"),
-                       answer.headers["x-radixfleet-path"]))  # fmt: skip
-        return (f"{TEAL.namespace}/{REVISION}", "baseline", "router") in served
-
-    session.wait_for(baseline_served, timeout_s=TIMEOUT_S, what="a request served by the baseline")
-    print(f"beside a baseline, {len(served)} requests through the entry went to: {served}")
 
 
-def _rolled_back_and_released(cluster: Cluster) -> None:
-    cluster.kubectl("annotate", "canarypolicy", "default", "-n", TEAL.namespace,
-                    f"abort.canary.radixfleet.io/{MODEL}={CANARY_REVISION}")  # fmt: skip
+def _rolled_back_against_the_baseline(cluster: Cluster, chats: Chats) -> None:
+    session.wait_for(lambda: _rollout(cluster).get("phase") == "RolledBack" or bool(chats.failures),
+                     timeout_s=TIMEOUT_S, what="the judge to roll the canary back")  # fmt: skip
+    rollout, served = _rollout(cluster), list(chats.served)
+    print(f"\nrolled back: {rollout['lastDecision']['reason']}; measured {rollout['measured']}; "
+          f"{len(served)} answers, {len(set(served))} paths: {sorted(set(served))}")  # fmt: skip
+    assert not chats.failures, chats.failures[:5]
+    assert (f"{TEAL.namespace}/{REVISION}", "baseline", "router") in served
+    assert (f"{TEAL.namespace}/{CANARY_REVISION}", "serving", "router") in served
+    # judged on the baseline's own series, read from Prometheus, not on a deadline or an abort
+    reason = rollout["lastDecision"]["reason"]
+    assert reason.startswith(f"rolling back {CANARY_REVISION}: failed 2 of 2"), reason
+    assert ", baseline " in reason, reason
+    assert rollout["measured"]["baseline"]["requests"] >= CANARY_POLICY["minRequests"]
 
+
+def _released(cluster: Cluster) -> None:
     def released() -> bool:
         rollout = _rollout(cluster)
-        return rollout.get("phase") == "RolledBack" and "baseline" not in rollout and _pools(
-            cluster
-        ) == ["serving", "serving"]  # fmt: skip
+        return "baseline" not in rollout and _pools(cluster) == ["serving", "serving"]
 
-    session.wait_for(released, timeout_s=TIMEOUT_S, what="rolled back, the baseline pod put back")
+    session.wait_for(released, timeout_s=TIMEOUT_S, what="the baseline pod put back")
 
     def parked() -> bool:
         router = get(cluster, "deployment", BASELINE_ROUTER, "-n", TEAL.namespace)
-        return router["spec"]["replicas"] == 0
+        return bool(router["spec"]["replicas"] == 0)
 
     session.wait_for(parked, timeout_s=TIMEOUT_S, what=f"{BASELINE_ROUTER} parked")

@@ -32,7 +32,6 @@ from typing import Any
 import pytest
 
 from radixfleet.render import operator
-from radixfleet.render.monitoring import pod_monitors
 from testbed import images, prometheus, session
 from testbed.cluster import Cluster, ClusterError, restart_apiserver
 from testbed.deploy import OPERATOR_SELECTOR, apply_overlay, overlay, remove_operator
@@ -63,10 +62,7 @@ def deployed(kserve: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """Prometheus and the operator running in the cluster, one operator replica leading."""
     image, server = images.radixfleet(), prometheus.image()
     session.load_images(kserve, [image, server])
-    monitoring = prometheus.objects(
-        pod_monitors(), image_ref=server.pinned, discovery_image_ref=image.pinned
-    )
-    session.apply(kserve, monitoring)
+    session.apply(kserve, prometheus.for_radixfleet(server=server, radixfleet=image))
     session.wait_rollout(kserve, namespace=prometheus.NAMESPACE, deployment=prometheus.NAME)
     folder = overlay(tmp_path_factory.mktemp("operator-overlay"), "operator", image)
     apply_overlay(kserve, folder)
