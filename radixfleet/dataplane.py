@@ -25,6 +25,21 @@ KEY = "api-key"
 ENV = "RADIXFLEET_DATA_PLANE_KEY"
 
 
+ROUTER_SUFFIX = "-router"
+
+
+def routes_for(revision: str, pool: str = labels.SERVING_POOL) -> str:
+    """What a router routes to, as its objects are labelled: the revision's `serving` pods, or
+    `<revision>-<pool>` for a pool with a router of its own (a canary's `baseline`)."""
+    return revision if pool == labels.SERVING_POOL else f"{revision}-{pool}"
+
+
+def router_name(revision: str, pool: str = labels.SERVING_POOL) -> str:
+    """`<revision>-router` (`<revision>-baseline-router`): the Deployment and Service the
+    routers controller makes, where the region entry sends the revision's requests."""
+    return routes_for(revision, pool) + ROUTER_SUFFIX
+
+
 def env_var() -> dict[str, Any]:
     """The container environment variable holding the key (from the namespace's Secret)."""
     return {"name": ENV, "valueFrom": {"secretKeyRef": {"name": SECRET, "key": KEY}}}

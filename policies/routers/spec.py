@@ -30,7 +30,6 @@ REVISION_LABEL = "serving.knative.dev/revision"
 COMPONENT = labels.COMPONENT
 ROLE = labels.ROUTER_COMPONENT
 ROUTES_FOR = labels.REVISION  # the revision a router serves, on its objects
-SUFFIX = "-router"
 
 
 @dataclass(frozen=True, order=True)
@@ -51,17 +50,12 @@ class Router:
     @property
     def routes_for(self) -> str:
         """What it routes to: the revision, or `<revision>-baseline` (its objects' label)."""
-        return self.revision if self.pool == labels.SERVING_POOL else f"{self.revision}-{self.pool}"
+        return dataplane.routes_for(self.revision, self.pool)
 
     @property
     def name(self) -> str:
-        """The Deployment's and the Service's name."""
-        return router_name(self.routes_for)
-
-
-def router_name(routes_for: str) -> str:
-    """`<revision>-router` (`<revision>-baseline-router`): where the entry finds a router."""
-    return f"{routes_for}{SUFFIX}"
+        """The Deployment's and the Service's name (where the entry finds it)."""
+        return dataplane.router_name(self.revision, self.pool)
 
 
 def smg_args(router: Router) -> list[str]:

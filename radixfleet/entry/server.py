@@ -59,8 +59,8 @@ class Upstreams:
     router_port: int = ROUTER_PORT
 
     def router(self, target: Target) -> str:
-        routes_for = target.revision + ("" if target.pool == SERVING_POOL else f"-{target.pool}")
-        return f"http://{routes_for}-router.{self._svc(target)}:{self.router_port}"
+        name = dataplane.router_name(target.revision, target.pool)
+        return f"http://{name}.{self._svc(target)}:{self.router_port}"
 
     def knative(self, target: Target) -> str:
         return f"http://{target.revision}.{self._svc(target)}"

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from policies.routers.spec import ROUTER_PORT, Router
 from radixfleet.entry.routes import ModelRoute, Target, baselines_of, build_routes, targets_of
 from radixfleet.entry.server import Upstreams
 
@@ -116,6 +117,13 @@ def test_beside_a_baseline_the_canarys_share_goes_to_it_out_of_the_stables() -> 
     baseline = Target("team-blue", "r1", 80, pool="baseline")
     assert upstreams.router(baseline).startswith("http://r1-baseline-router.team-blue.svc.")
     assert upstreams.knative(baseline) == upstreams.knative(Target("team-blue", "r1", 80))
+
+
+@pytest.mark.parametrize("pool", ["serving", "baseline"])
+def test_the_entry_sends_to_the_router_the_routers_controller_makes(pool: str) -> None:
+    router = Router(namespace="team-blue", revision="r1", isvc="chat", pooled=True, pool=pool)
+    url = Upstreams().router(Target("team-blue", "r1", 80, pool=pool))
+    assert url.startswith(f"http://{router.name}.team-blue.svc.cluster.local:{ROUTER_PORT}")
 
 
 @pytest.mark.parametrize(

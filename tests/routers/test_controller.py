@@ -10,7 +10,8 @@ from typing import Any
 
 from policies.routers.controller import Controller
 from policies.routers.decide import Existing, Key, RevisionRef
-from policies.routers.spec import Router, router_name
+from policies.routers.spec import Router
+from radixfleet.dataplane import router_name
 from radixfleet.kit.errors import KubeError
 from tests.routers.test_decide import IMAGE, UIDS, isvc
 

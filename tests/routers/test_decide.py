@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from policies.routers.decide import Existing, Key, Plan, RevisionRef, decide, wanted
-from policies.routers.spec import Router, router_name, smg_args
+from policies.routers.spec import Router, smg_args
+from radixfleet.dataplane import router_name
 
 IMAGE = "smg@sha256:aa"
 
