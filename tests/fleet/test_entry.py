@@ -101,6 +101,20 @@ async def serve(app: web.Application) -> AsyncIterator[str]:
 Scenario = Callable[[aiohttp.ClientSession, str, RegionEntry], Awaitable[None]]
 
 
+def one_model_entry(
+    session: aiohttp.ClientSession,
+    router: str | RouterPool,
+    *,
+    wake_timeout_s: float = 5,
+    split_seed: int | None = None,
+) -> RegionEntry:
+    """The region entry of one model, `m`, ready at one replica behind `router`."""
+    return RegionEntry(
+        region="test", scalers={"m": FakeScaler("m", ready=1)}, routers={"m": router},
+        session=session, wake_timeout_s=wake_timeout_s, retry_after_s=7, split_seed=split_seed,
+    )  # fmt: skip
+
+
 def run(scalers: dict[str, FakeScaler], scenario: Scenario, *, wake_timeout_s: float = 5) -> None:
     async def main() -> None:
         upstream = web.Application()
@@ -233,10 +247,7 @@ def test_the_canary_gets_its_percent_of_requests_and_all_once_promoted() -> None
             serve(labelled("canary")) as canary,
             aiohttp.ClientSession() as session,
         ):
-            entry = RegionEntry(
-                region="test", scalers={"m": FakeScaler("m", ready=1)}, routers={"m": stable},
-                session=session, wake_timeout_s=5, retry_after_s=7, split_seed=0,
-            )  # fmt: skip
+            entry = one_model_entry(session, stable, split_seed=0)
             split = Canary("m-predictor-00002", canary, FakeScaler("m", ready=1), percent=20)
             entry.canaries["m"] = split
             async with serve(entry.app) as url:
@@ -263,10 +274,7 @@ def test_a_baseline_that_serves_gets_as_much_as_the_canary_and_none_before() -> 
             serve(labelled("baseline")) as baseline,
             aiohttp.ClientSession() as session,
         ):
-            entry = RegionEntry(
-                region="test", scalers={"m": FakeScaler("m", ready=1)}, routers={"m": stable},
-                session=session, wake_timeout_s=5, retry_after_s=7, split_seed=0,
-            )  # fmt: skip
+            entry = one_model_entry(session, stable, split_seed=0)
             starting = FakeScaler("m", ready=0, wake_s=None)
             split = Canary("m-predictor-00002", canary, FakeScaler("m", ready=1), percent=20,
                            baseline=Baseline(baseline, starting))  # fmt: skip
@@ -295,10 +303,7 @@ def test_a_revisions_requests_spread_over_its_router_replicas_by_prompt() -> Non
             aiohttp.ClientSession() as session,
         ):
             pool = RouterPool((first, second))
-            entry = RegionEntry(
-                region="test", scalers={"m": FakeScaler("m", ready=1)}, routers={"m": pool},
-                session=session, wake_timeout_s=5, retry_after_s=7,
-            )  # fmt: skip
+            entry = one_model_entry(session, pool)
             async with serve(entry.app) as url:
 
                 async def served(prompt: str) -> str:
@@ -344,10 +349,7 @@ def registering(answers: list[tuple[int, dict[str, Any]]]) -> tuple[web.Applicat
 def _through(router_app: web.Application, *, wake_timeout_s: float = 5) -> tuple[int, Any]:
     async def main() -> tuple[int, Any]:
         async with serve(router_app) as router, aiohttp.ClientSession() as session:
-            entry = RegionEntry(
-                region="test", scalers={"m": FakeScaler("m", ready=1)}, routers={"m": router},
-                session=session, wake_timeout_s=wake_timeout_s, retry_after_s=7,
-            )  # fmt: skip
+            entry = one_model_entry(session, router, wake_timeout_s=wake_timeout_s)
             async with serve(entry.app) as url:
                 status, text, _ = await post(session, url, {"model": "m"})
                 return status, json.loads(text)
@@ -431,10 +433,7 @@ def streaming(answers: list[Stream]) -> tuple[web.Application, list[int]]:
 def _stream_through(router_app: web.Application) -> tuple[int, bytes]:
     async def main() -> tuple[int, bytes]:
         async with serve(router_app) as router, aiohttp.ClientSession() as session:
-            entry = RegionEntry(
-                region="test", scalers={"m": FakeScaler("m", ready=1)}, routers={"m": router},
-                session=session, wake_timeout_s=5, retry_after_s=7,
-            )  # fmt: skip
+            entry = one_model_entry(session, router)
             async with (
                 serve(entry.app) as url,
                 session.post(f"{url}/v1/completions", json={"model": "m", "stream": True}) as got,
