@@ -542,6 +542,28 @@ def stabilize(
     return min(reference, int(max(down)))
 
 
+def take_back(
+    observed: Observed,
+    reference: int,
+    recommendations: Sequence[Sample],
+    spec: AutoscalePolicySpec,
+    now: datetime,
+) -> int | None:
+    """Replicas ordered and not ready yet are taken back once the demand that ordered them has
+    gone for a scale-up window: none of its recommendations needs more than the ready ones.
+    The scale-down window protects what a replica holds (its cache, its share of the load); one
+    still starting holds nothing, and keeping it meant paying a window of GPU time for a burst
+    already over (scale-to-zero-bursts: the second replica a burst's rise ordered came up after
+    the burst ended, then stayed 300 s). A wake from zero is never taken back. Returns the count
+    to keep, or None when nothing is taken back."""
+    ready = observed.ready
+    if ready == 0 or reference <= ready:
+        return None
+    window = timedelta(seconds=spec.scale_up.stabilization_seconds)
+    kept = max(ready, int(max(_span(recommendations, now, window))))
+    return kept if kept < reference else None
+
+
 def _covers(recommendations: Sequence[Sample], now: datetime, spec: AutoscalePolicySpec) -> bool:
     window = spec.scale_down.stabilization_seconds
     start = now - timedelta(seconds=max(0, window - spec.interval_seconds))
@@ -670,6 +692,8 @@ def _scale(
     recommendation = recommend(load, reference, spec.targets.tolerance)
     recommendations = _keep(status.recommendations, spec, now, recommendation)
     stable = stabilize(reference, recommendations, spec, now, raised_at=status.last_scale_up_at)
+    kept = take_back(observed, reference, recommendations, spec, now)
+    stable = stable if kept is None else min(stable, kept)
     floor, ceiling = bounds(observed, spec, status, now, forecast=wanted.predicted)
     desired = _clamp(limit_rate(stable, reference, spec, status, now), floor, ceiling)
     verb = _verb(desired, reference)

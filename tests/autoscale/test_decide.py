@@ -2,11 +2,13 @@
 
 Invariants: never below the floor nor above the ceiling; never to zero while a request is in
 sight; missing or NaN metrics hold the count (inside the bounds) rather than move it; noise
-within the tolerance moves nothing; no scale-down within the scale-down window of a scale-up.
+within the tolerance moves nothing; no ready replica goes within the scale-down window of a
+scale-up, and one still starting only when no recommendation of the scale-up window needs it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from datetime import UTC, datetime, timedelta
@@ -24,6 +26,7 @@ from policies.autoscale.decide import (
     forecast,
     recommend,
     stabilize,
+    take_back,
 )
 from policies.autoscale.spec import AutoscalePolicySpec
 from policies.autoscale.state import (
@@ -281,6 +284,65 @@ def test_nothing_added_by_a_scale_up_goes_within_the_window() -> None:
     later = T0 + timedelta(seconds=240)
     assert stabilize(5, window_of([*values, *[4] * 24], end=later), spec(), later,
                      raised_at=raised) == 4  # fmt: skip
+
+
+def starting(ready: int, on_the_way: int, **fields: Any) -> Observed:
+    """`ready` replicas serving and `on_the_way` more ordered, not ready yet."""
+    return dataclasses.replace(observed(ready, **fields), starting=on_the_way)
+
+
+@pytest.mark.parametrize(
+    ("ready", "on_the_way", "recent", "kept"),
+    [
+        pytest.param(1, 1, [2, 2, 1, 1, 1], 1, id="burst-over-the-starting-one-goes"),
+        pytest.param(1, 1, [2, 2, 2, 1, 1], None, id="needed-within-the-up-window-kept"),
+        pytest.param(2, 3, [5, 5, 3, 3, 3], 3, id="down-to-what-the-window-needs"),
+        pytest.param(0, 1, [1, 0, 0, 0, 0], None, id="a-wake-from-zero-is-never-taken-back"),
+        pytest.param(3, 0, [5, 1, 1, 1, 1], None, id="ready-replicas-are-the-windows-to-keep"),
+    ],
+)
+def test_replicas_still_starting_are_taken_back_once_their_demand_is_gone(
+    ready: int, on_the_way: int, recent: list[int], kept: int | None
+) -> None:
+    # recommendations 10 s apart; the scale-up window (20 s) holds the last three
+    seen = starting(ready, on_the_way)
+    assert take_back(seen, seen.current, window_of(recent), spec(), T0) == kept
+
+
+def test_a_burst_over_before_its_second_replica_is_ready_does_not_keep_it_a_window() -> None:
+    """scale-to-zero-bursts' shape: a burst's rise ordered a second replica; the burst ended
+    while it started. The decision takes it back (and no ready replica) instead of keeping it
+    for the 300 s scale-down window."""
+    raised = T0 - timedelta(seconds=40)
+    before = status(2, last_scale_up_at=raised, recommendations=window_of([1] * 20 + [2, 2]))
+    quiet = starting(1, 1, kv=0.05, running=1, arrival_rate=0.02)
+    first = decide(quiet, spec(), before, T0 + timedelta(seconds=10))
+    assert first.desired == 2  # the burst's last recommendation is still in the up window
+    later = decide(quiet, spec(), first.status, T0 + timedelta(seconds=30))
+    assert later.verb is Verb.SCALE_DOWN and later.desired == 1, later.reason
+    ready_now = observed(2, kv=0.05, running=1, arrival_rate=0.02)  # had it come up in time
+    assert decide(ready_now, spec(), first.status, T0 + timedelta(seconds=30)).desired == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 8),
+    st.integers(0, 8),
+    st.lists(st.integers(0, 20), min_size=1, max_size=12),
+    st.sampled_from([0, 20, 60]),
+)
+def test_take_back_keeps_every_ready_replica_and_what_the_up_window_asked_for(
+    ready: int, on_the_way: int, recent: list[int], up_window: int
+) -> None:
+    seen, policy = starting(ready, on_the_way), spec(scaleUp={"stabilizationSeconds": up_window})
+    recommendations = window_of(recent)
+    kept = take_back(seen, seen.current, recommendations, policy, T0)
+    asked = [s.value for s in recommendations if T0 - s.at <= timedelta(seconds=up_window)]
+    if kept is None:  # nothing taken back
+        return
+    assert ready <= kept < seen.current
+    assert kept >= max(asked)
+    assert ready > 0  # a wake from zero is never taken back
 
 
 def test_idle_model_scales_to_zero_only_after_the_idle_window() -> None:

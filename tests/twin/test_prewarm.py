@@ -30,10 +30,12 @@ workload:
   sources:
     - {kind: shared_prefix, tenant: t, rate_rps: 8, groups: 64, system_prompt_tokens: 4096,
        question_tokens: 128, output_tokens: 64}
-faults: [{kind: tenant_burst, at_s: 200, tenant: t, duration_s: 400, factor: 3}]
+faults: [{kind: tenant_burst, at_s: 200, tenant: t, duration_s: 400, factor: 5}]
 """
     + POLICIES
 )
+# Five times the load needs a third replica. (Three times, two serve it at the same SLO: the
+# third one its first seconds ordered is taken back before it is ready, and none is added.)
 ONE_REPLICA = (
     """
 name: one-replica
