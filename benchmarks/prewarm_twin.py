@@ -16,6 +16,9 @@ plus GPU-hours, TTFT p95 and SLO attainment. Medians over the seeds.
 Writes benchmarks/results/prewarm_twin.json and prewarm_twin.png.
 
     uv run python benchmarks/prewarm_twin.py
+    uv run python benchmarks/prewarm_twin.py --factor 5   # writes prewarm_twin-x5.json
+
+A rise other than threefold writes prewarm_twin-x<factor>.json (and .png) instead.
 """
 
 from __future__ import annotations
@@ -60,8 +63,8 @@ KEYS = (
 GOAL = 0.9  # a new replica's first-minute hit rate over a settled replica's
 
 
-def scenario(shape: str, *, seed: int, minutes: float) -> Scenario:
-    """One region, one model, the load tripled from a fifth to four fifths of the run."""
+def scenario(shape: str, *, seed: int, minutes: float, factor: float = 3.0) -> Scenario:
+    """One region, one model, the load times `factor` from a fifth to four fifths of the run."""
     duration = minutes * 60.0
     source = {"kind": "shared_prefix", "tenant": "chat", "output_tokens": 64}
     return Scenario.model_validate(
@@ -78,7 +81,7 @@ def scenario(shape: str, *, seed: int, minutes: float) -> Scenario:
             "tenants": [{"name": "chat", "model": "llama-8b"}],
             "workload": {"sources": [source | SHAPES[shape]]},
             "faults": [{"kind": "tenant_burst", "at_s": duration / 5, "tenant": "chat",
-                        "duration_s": duration * 3 / 5, "factor": 3}],
+                        "duration_s": duration * 3 / 5, "factor": factor}],
             "policies": [
                 {"name": arm, "routing": "smg_cache_aware", "autoscale": factory,
                  "traffic": "static", "baseline": arm == "cold"}
@@ -92,7 +95,7 @@ def run_shape(shape: str, args: argparse.Namespace) -> dict[str, Any]:
     """Every seed of one shape: per arm the runs' numbers and their medians."""
     runs = []
     for seed in range(args.seeds):
-        chosen = scenario(shape, seed=100 + seed, minutes=args.minutes)
+        chosen = scenario(shape, seed=100 + seed, minutes=args.minutes, factor=args.factor)
         metrics = run_scenario(chosen, oracles=False).results["metrics"]
         runs.append({arm: {k: metrics[arm][k] for k in KEYS} for arm in ARMS})
     medians = {arm: {k: _median([r[arm][k] for r in runs]) for k in KEYS} for arm in ARMS}
@@ -129,8 +132,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--minutes", type=float, default=20.0)
+    parser.add_argument("--factor", type=int, default=3, help="the rise of the load (>= 2)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
+    if args.factor < 2:
+        parser.error(f"--factor: at least 2, got {args.factor}")
     load_before = os.getloadavg()
     started = time.perf_counter()
     shapes = {shape: run_shape(shape, args) for shape in SHAPES}
@@ -156,8 +162,9 @@ def main() -> None:
         },
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "prewarm_twin.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(shapes, args.out / "prewarm_twin.png")
+    name = "prewarm_twin" + ("" if args.factor == 3 else f"-x{args.factor}")
+    (args.out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(shapes, args.out / f"{name}.png")
     print(json.dumps({s: r["median"] for s, r in shapes.items()} | {"goals": result["goals"]},
                      indent=2))  # fmt: skip
 

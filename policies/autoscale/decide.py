@@ -15,7 +15,9 @@ No I/O, no clock: the controller, the local fleet and the twin call the same fun
 4. A recommendation within `tolerance` of the current count keeps it. Recommendations pass the
    HPA's stabilisation: up to the lowest of the scale-up window, down to the highest of the
    (long) scale-down window, read as minute means (the gauges are instants), and never within
-   a window of the last scale-up; then rate limits: fast up, a step per period down.
+   a window of the last scale-up; but replicas ordered and not ready yet are taken back once
+   no recommendation of the scale-up window needs them (`take_back`: they hold nothing the
+   window protects). Then rate limits: fast up, a step per period down.
 5. Bounds: the spec's min/max, the InferenceService's maxReplicas, the schedule's warm floor,
    and one replica while any request is in sight or a rise is forecast, until the idle window
    has passed. The window is the break-even one learned from the model's own idle gaps once
