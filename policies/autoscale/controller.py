@@ -155,7 +155,8 @@ class Controller:
         meta = policy["metadata"]
         seen = self.seen.get((meta["namespace"], meta["name"]))
         try:
-            self.warmer.tick(meta["namespace"], spec, before.revision, seen, now=now)
+            self.warmer.tick(meta["namespace"], spec, before.revision, seen, now=now,
+                             desired=before.desired)  # fmt: skip
         except KubeError as error:  # the next call tries again; scaling goes on meanwhile
             log.warning("pre-warming in %s skipped: %s", meta["namespace"], error)
 

@@ -5,7 +5,9 @@ Every predictor pod starts `radixfleet.io/pool: serving` (the InferenceService's
 labels), and a revision's router, smg, sends only to `serving` pods of it (policies/routers:
 its Kubernetes discovery drops a pod that leaves the selector and adds one that joins it). At
 each of the autoscaler's timer calls (every second) `Warmer.tick` reads the serving revision's
-pods and carries out `prewarm.gate`:
+pods (once it found them all ready and serving, only when a pod may have come: the autoscaler
+asked for more than are ready or saw one starting; or after `RELOOK_S`) and carries out
+`prewarm.gate`:
 
 - a pod not ready yet, never taken out, while the others may serve without it: relabelled
   `warming`, so that when it turns ready no request reaches it through the router;
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from policies.autoscale.prewarm import PodView, gate
+from policies.autoscale.prewarm import Gate, PodView, gate
 from policies.autoscale.spec import AutoscalePolicySpec
 from policies.autoscale.state import Observed
 from radixfleet import labels
@@ -49,6 +51,10 @@ log = logging.getLogger(__name__)
 WARMED = f"{labels.GROUP}/prewarmed"  # annotation: what a pod was sent, or why not
 QUEUE_PROXY_PORT = 8012
 WARMERS = 4  # pods warmed at once, fleet-wide
+# A revision whose pods were all ready and serving is listed again only when a pod may have
+# come (the autoscaler asked for more than are ready, or saw one starting), or after this long:
+# a timer call a second per policy must not list pods a second per policy.
+RELOOK_S = 60.0
 
 
 class WarmPods(Protocol):
@@ -89,25 +95,57 @@ class Warmer:
         default_factory=lambda: ThreadPoolExecutor(WARMERS, thread_name_prefix="prewarm")
     )
     running: dict[tuple[str, str], Future[None]] = field(default_factory=dict)
+    # (namespace, revision) -> when its pods were last found all ready, nothing to do
+    settled_at: dict[tuple[str, str], float] = field(default_factory=dict)
     # kopf runs each policy's timer on its own thread: the running warm-ups are shared.
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def tick(
         self, namespace: str, spec: AutoscalePolicySpec, revision: str | None,
-        observed: Observed | None, *, now: datetime,
+        observed: Observed | None, *, now: datetime, desired: int | None = None,
     ) -> None:  # fmt: skip
-        """Hold, warm or release the serving revision's pods (see the module docstring)."""
+        """Hold, warm or release the serving revision's pods (see the module docstring);
+        `desired` is the count the autoscaler last asked for."""
         if revision is None:
             return
         with self.lock:  # before the pods are read: a warm-up done since has put its pod back
             for key in [k for k, job in self.running.items() if job.done()]:
                 del self.running[key]
             warming = frozenset(name for (ns, name) in self.running if ns == namespace)
+            if not self._must_look((namespace, revision), observed, desired, warming):
+                return
         found = self.pods.of_revision(namespace, revision)
+        views = [pod_view(p, now) for p in found]
         decided = gate(
-            [pod_view(p, now) for p in found], waiting=waiting_of(observed, found),
-            spec=spec.prewarm, allowance=spec.targets.queue_per_replica, warming_now=warming,
+            views, waiting=waiting_of(observed, found), spec=spec.prewarm,
+            allowance=spec.targets.queue_per_replica, warming_now=warming,
         )  # fmt: skip
+        self._act(namespace, spec, found, decided)
+        ready = all(v.ready_for_s is not None for v in views)
+        settled = decided == Gate() and not warming and ready
+        with self.lock:
+            if settled:
+                self.settled_at[(namespace, revision)] = self.clock()
+            else:
+                self.settled_at.pop((namespace, revision), None)
+
+    def _must_look(
+        self, key: tuple[str, str], observed: Observed | None, desired: int | None,
+        warming: frozenset[str],
+    ) -> bool:  # fmt: skip
+        """Whether the revision's pods must be listed: not found settled within RELOOK_S, a
+        warm-up under way, or a pod on its way (asked for or seen starting)."""
+        since = self.settled_at.get(key)
+        if since is None or self.clock() - since >= RELOOK_S or warming:
+            return True
+        if observed is None:
+            return True
+        return observed.starting > 0 or (desired or 0) > observed.ready
+
+    def _act(
+        self, namespace: str, spec: AutoscalePolicySpec, found: Sequence[Mapping[str, Any]],
+        decided: Gate,
+    ) -> None:  # fmt: skip
         for name in decided.hold:
             self.pods.set_pool(namespace, name, labels.WARMING_POOL)
             log.info("pod %s/%s out of its router until warmed", namespace, name)

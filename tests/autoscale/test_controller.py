@@ -296,12 +296,13 @@ class RecordingWarmer:
     """Records what pre-warming was asked each timer call; fails when told to."""
 
     def __init__(self, fail: bool = False) -> None:
-        self.calls: list[tuple[str, str | None, int | None]] = []
+        self.calls: list[tuple[str, str | None, int | None, int | None]] = []
         self.fail = fail
 
     def tick(self, namespace: str, spec: Any, revision: str | None, observed: Any, *,
-             now: datetime) -> None:  # fmt: skip
-        self.calls.append((namespace, revision, observed.ready if observed else None))
+             now: datetime, desired: int | None = None) -> None:  # fmt: skip
+        ready = observed.ready if observed else None
+        self.calls.append((namespace, revision, ready, desired))
         if self.fail:
             raise KubeError("pods: connection refused", status=None)
 
@@ -313,7 +314,7 @@ def test_pre_warming_runs_at_every_timer_call_on_the_last_ticks_revision_and_vie
     world.prometheus.answers = answers({"pod-0": gauges(0.5), "pod-1": gauges(0.5)})
     world.tick(T0)  # no status yet: nothing to warm for
     assert world.tick(T0 + timedelta(seconds=1)) is None  # not due: pre-warming runs all the same
-    assert warmer.calls == [(NS, REV, 2)]
+    assert warmer.calls == [(NS, REV, 2, 2)]  # with the count the last tick asked for
 
 
 def test_a_pre_warming_error_never_stops_the_scaling_tick() -> None:

@@ -25,7 +25,7 @@ from policies.autoscale.kube import HttpWarmUp
 from policies.autoscale.prewarm import Gate, PodView, gate, may_hold_back
 from policies.autoscale.spec import AutoscalePolicySpec, Prewarm
 from policies.autoscale.state import Observed, ReplicaMetrics
-from policies.autoscale.warming import WARMED, Warmer, pod_view, waiting_of
+from policies.autoscale.warming import RELOOK_S, WARMED, Warmer, pod_view, waiting_of
 from radixfleet import labels
 from radixfleet.emulator.server import EmulatorConfig
 from radixfleet.emulator.testing import serve_in_thread
@@ -170,8 +170,10 @@ class MemoryPods:
 
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     changes: list[tuple[str, str, str | None]] = field(default_factory=list)
+    lists: int = 0
 
     def of_revision(self, namespace: str, revision: str) -> list[dict[str, Any]]:
+        self.lists += 1
         return [json.loads(json.dumps(p)) for p in self.pods.values()]
 
     def set_pool(self, namespace: str, name: str, pool: str, note: str | None = None) -> None:
@@ -281,3 +283,29 @@ def test_a_warm_up_that_cannot_happen_puts_the_pod_back_cold_and_says_why(
     assert said is not None and said.startswith(note)
     if key is None:
         assert said == note
+
+
+def test_a_settled_revision_is_listed_again_only_when_a_pod_may_have_come() -> None:
+    """At a timer call a second per policy, pods are listed when the last look found something
+    to do, the autoscaler asked for more replicas than are ready or saw one starting, or a
+    minute has passed; a new pod the autoscaler asked for is still held back before it is
+    ready."""
+    pods = MemoryPods({"a": pod("a", labels.SERVING_POOL, ready_since=NOW)})
+    clock = [0.0]
+    warmer = Warmer(pods=pods, keys=OneKey(), http=HttpWarmUp("http://127.0.0.1:9"),
+                    clock=lambda: clock[0])  # fmt: skip
+
+    def tick(observed: Observed = QUIET_FLEET, desired: int = 1) -> int:
+        before = pods.lists
+        warmer.tick("team-a", _policy(), "chat-00001", observed, now=NOW, desired=desired)
+        return pods.lists - before
+
+    assert [tick() for _ in range(3)] == [1, 0, 0]  # settled after the first look
+    assert tick(Observed(ready=1, starting=1, replicas=QUIET_FLEET.replicas, waiting=0)) == 1
+    assert tick() == 0
+    clock[0] = RELOOK_S
+    assert tick() == 1  # a minute on: looked at again
+    pods.pods["new"] = pod("new", labels.SERVING_POOL)  # the autoscaler asked for a second
+    assert tick(desired=2) == 1
+    assert pods.changes == [("new", labels.WARMING_POOL, None)]  # held back before it is ready
+    assert tick() == 1  # not settled while a pod is not ready: looked at every call

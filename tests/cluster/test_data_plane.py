@@ -542,7 +542,7 @@ def _warm_a_second_pod(cluster: Cluster, kube_client: Any, url: str) -> None:
     workers_while_warming: list[int] = []
 
     def joined() -> bool:
-        warmer.tick(AMBER.namespace, spec, REVISION, quiet, now=datetime.now(UTC))
+        warmer.tick(AMBER.namespace, spec, REVISION, quiet, now=datetime.now(UTC), desired=2)
         second = [p for p in _pods_of(cluster, AMBER.namespace)
                   if p["metadata"]["name"] != first["metadata"]["name"]]  # fmt: skip
         if not second:
