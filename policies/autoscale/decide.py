@@ -693,9 +693,9 @@ def _scale(
     load = max(wanted.kv, wanted.running, wanted.itl, wanted.latency, wanted.rate, wanted.predicted)
     recommendation = recommend(load, reference, spec.targets.tolerance)
     recommendations = _keep(status.recommendations, spec, now, recommendation)
-    stable = stabilize(reference, recommendations, spec, now, raised_at=status.last_scale_up_at)
+    windowed = stabilize(reference, recommendations, spec, now, raised_at=status.last_scale_up_at)
     kept = take_back(observed, reference, recommendations, spec, now)
-    stable = stable if kept is None else min(stable, kept)
+    stable = windowed if kept is None else min(windowed, kept)
     floor, ceiling = bounds(observed, spec, status, now, forecast=wanted.predicted)
     desired = _clamp(limit_rate(stable, reference, spec, status, now), floor, ceiling)
     verb = _verb(desired, reference)
@@ -712,6 +712,11 @@ def _scale(
         }
     )
     reason = _explain(verb, desired, reference, wanted, load)
+    if verb is Verb.SCALE_DOWN and kept is not None and kept < windowed:
+        reason += (
+            f"; taking back replicas not ready yet: no recommendation of the last "
+            f"{spec.scale_up.stabilization_seconds} s needs them"
+        )
     victims = choose_victims(observed, desired, cache_aware=spec.cache_aware_drain)
     return _record(verb, desired, reason, status, now, victims)
 

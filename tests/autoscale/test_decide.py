@@ -320,6 +320,8 @@ def test_a_burst_over_before_its_second_replica_is_ready_does_not_keep_it_a_wind
     assert first.desired == 2  # the burst's last recommendation is still in the up window
     later = decide(quiet, spec(), first.status, T0 + timedelta(seconds=30))
     assert later.verb is Verb.SCALE_DOWN and later.desired == 1, later.reason
+    assert later.reason.endswith("taking back replicas not ready yet: no recommendation of the "
+                                 "last 20 s needs them")  # fmt: skip
     ready_now = observed(2, kv=0.05, running=1, arrival_rate=0.02)  # had it come up in time
     assert decide(ready_now, spec(), first.status, T0 + timedelta(seconds=30)).desired == 2
 
