@@ -11,6 +11,8 @@ wrong or missing key; 429 for a tenant over its token budget while the other is 
 model at zero woken by a request through the entry, answered, with none lost. Behind the entry
 only the data plane's key opens anything: the operator created it in each tenant namespace (no
 one else did here), and a tenant's own key, or none, gets 401 from the router and the predictor.
+The cluster's Prometheus runs beside them (`deploy/monitoring/`'s PodMonitors), the canary's
+judge in the baseline's test at the end.
 """
 
 from __future__ import annotations
