@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from testbed import addons, dns, fake_kingress, images
 from testbed import cluster as cluster_mod
@@ -245,3 +245,27 @@ def kingresses_marked_ready(running: Cluster, *, every_s: float = 2.0) -> Iterat
     finally:
         stop.set()
         thread.join(timeout=30)
+
+
+class Senders:
+    """Clients of the cluster under test: `count` threads, each running `_send(index)` (a
+    subclass's loop, which ends once `stop` is set) while the `with` block runs; what fails
+    goes in `failures`."""
+
+    def __init__(self, count: int = 2, *, join_timeout_s: float = 60.0) -> None:
+        self.stop, self.failures = threading.Event(), list[str]()
+        self.join_timeout_s = join_timeout_s
+        self.threads = [threading.Thread(target=self._send, args=(i,)) for i in range(count)]
+
+    def __enter__(self) -> Self:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=self.join_timeout_s)
+
+    def _send(self, index: int) -> None:
+        raise NotImplementedError

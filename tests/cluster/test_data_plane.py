@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -613,27 +612,16 @@ def _twice_slower(model: dict[str, Any]) -> None:
     ]
 
 
-class Chats:
+class Chats(session.Senders):
     """Two clients chatting with TEAL's `chat` through the entry until the block ends; what
     each answer's headers said served it, and any failure."""
 
     def __init__(self, url: str) -> None:
-        self.url, self.stop = url, threading.Event()
+        super().__init__(join_timeout_s=300)
+        self.url = url
         self.served: list[tuple[str, str, str]] = []
-        self.failures: list[str] = []
-        self.threads = [threading.Thread(target=self._send) for _ in range(2)]
 
-    def __enter__(self) -> Chats:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=300)
-
-    def _send(self) -> None:
+    def _send(self, index: int) -> None:
         while not self.stop.is_set():
             answer = _chat(self.url, TEAL.key)
             if answer.status != 200:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -234,28 +233,16 @@ MIN_REQUESTS = 5
 POLICY_SPEC = {"steps": [20, 50], "intervalSeconds": 10, "minRequests": MIN_REQUESTS}
 
 
-class Traffic:
+class Traffic(session.Senders):
     """The split an ingress would make: requests sent to each revision in proportion to KServe's
     traffic status, with the headers Knative's ingress adds (no ingress routes here; see
     testbed/NETWORKING.md). Two senders in a row of short completions."""
 
     def __init__(self, cluster: Cluster, namespace: str) -> None:
+        super().__init__()
         self.cluster, self.namespace = cluster, namespace
         self.split: dict[str, int] = {STABLE: 100}
         self.sent: dict[str, int] = {}
-        self.failures: list[str] = []
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._send, args=(i,)) for i in range(2)]
-
-    def __enter__(self) -> Traffic:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=60)
 
     def follow(self, predictor: dict[str, Any]) -> None:
         split = traffic_split(predictor)
