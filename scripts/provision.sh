@@ -11,6 +11,8 @@ command -v chromium >/dev/null || need+=(chromium)
 for tool in mmdebstrap buildah skopeo umoci runc containerd iptables conntrack; do
   command -v "$tool" >/dev/null || need+=("$tool")
 done
+# nft: the NetworkPolicy enforcer's tests read its rules in the node (testbed/netpol.py).
+command -v nft >/dev/null || need+=(nftables)
 # The test cluster's pod network: the bridge, host-local and portmap CNI plugins.
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 command -v gcc >/dev/null || need+=(gcc libc6-dev)

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.gobuild import BuildError, GoBuild, ensure_built
+from testbed.gobuild import Addition, BuildError, Edit, GoBuild, ensure_built
 
 HERE = Path(__file__).resolve().parent
 KUBE_VERSION = "v1.37.2"
@@ -63,7 +63,44 @@ KNATIVE = GoBuild(
     mains=tuple((name, f"knative.dev/serving/cmd/{name}") for name in KNATIVE_COMMANDS),
 )
 
-ALL: tuple[GoBuild, ...] = (KUBE, COREDNS, KSERVE, KNATIVE)
+# Kubernetes SIG Network's NetworkPolicy enforcer (sigs.k8s.io/kube-network-policies v0.8.0, the
+# newest the module proxy serves here), so that the test cluster enforces the NetworkPolicies
+# radixfleet renders. It judges each new connection in user space, where nftables hands it
+# through a queue; its "queue" statement needs the kernel's nft_queue, which this machine's
+# kernel lacks (`# CONFIG_NFT_QUEUE is not set` in /proc/config.gz), while it has xt_NFQUEUE
+# (CONFIG_NETFILTER_XT_TARGET_NFQUEUE=y) and nft_compat. One edit, test bed only: its two
+# queue statements become the xtables NFQUEUE target (testbed/netpol/nfqueue_xt.go.in); the
+# rules, the sets and the policy evaluation are upstream's. The DNS race workaround also queues
+# with the statement; kernels from 6.12 on do not need it and the test bed turns it off.
+NETPOL_MODULE = "sigs.k8s.io/kube-network-policies"
+NETPOL_QUEUE = """	queue := &expr.Queue{Num: uint16(c.config.QueueID)}
+	if c.config.FailOpen {
+		queue.Flag = expr.QueueFlagBypass
+	}
+"""
+NETPOL = GoBuild(
+    name="netpol",
+    source_dir=HERE / "netpol",
+    mains=(("kube-network-policies", f"{NETPOL_MODULE}/cmd"),),
+    edits=(
+        Edit(
+            module=NETPOL_MODULE,
+            file="pkg/networkpolicy/controller.go",
+            old=NETPOL_QUEUE,
+            new="\tqueue := nfqueueTarget(c.config.QueueID, c.config.FailOpen)\n",
+            count=2,
+        ),
+    ),
+    additions=(
+        Addition(
+            module=NETPOL_MODULE,
+            file="pkg/networkpolicy/zz_nfqueue_xt.go",
+            source="nfqueue_xt.go.in",
+        ),
+    ),
+)
+
+ALL: tuple[GoBuild, ...] = (KUBE, COREDNS, KSERVE, KNATIVE, NETPOL)
 
 
 def main(argv: list[str]) -> int:

@@ -34,6 +34,32 @@ class BuildError(Exception):
 
 
 @dataclass(frozen=True)
+class Edit:
+    """A text swap in one file of an upstream module, made at build time in a copy of the
+    module that the build uses in its place (a ``replace`` in a ``-modfile``).
+
+    ``old`` must occur exactly ``count`` times in ``module``'s ``file``; otherwise the build
+    fails rather than build something other than what the edit was written for.
+    """
+
+    module: str
+    file: str
+    old: str
+    new: str
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Addition:
+    """A file of ours (``source``, relative to the module folder) compiled into an upstream
+    package as ``module``'s ``file``, in the same copy."""
+
+    module: str
+    file: str
+    source: str
+
+
+@dataclass(frozen=True)
 class GoBuild:
     """One Go module folder of ours and the binaries built from it.
 
@@ -46,6 +72,8 @@ class GoBuild:
     mains: tuple[tuple[str, str], ...]
     ldflags: str = "-s -w"
     tags: tuple[str, ...] = ()
+    edits: tuple[Edit, ...] = ()
+    additions: tuple[Addition, ...] = ()
 
     def source_hash(self) -> str:
         """Hash of the module folder's files and of how they are built."""
@@ -55,7 +83,10 @@ class GoBuild:
                 continue
             relative = path.relative_to(self.source_dir).as_posix()
             digest.update(relative.encode() + b"\0" + path.read_bytes() + b"\0")
-        digest.update(repr((self.mains, self.ldflags, self.tags, _go_args())).encode())
+        built: tuple[object, ...] = (self.mains, self.ldflags, self.tags, _go_args())
+        if self.edits or self.additions:  # only then: the other builds keep their hashes
+            built += (self.edits, self.additions)
+        digest.update(repr(built).encode())
         return digest.hexdigest()[:16]
 
     def folder(self) -> Path:
@@ -118,8 +149,10 @@ def _build(build: GoBuild, folder: Path, *, log: Path | None) -> None:
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".build-"))
     started = time.monotonic()
     try:
+        modfile = _patched_modfile(build, staging / ".patched", env=env)
         for main, package in build.mains:
-            _go_build(build, package, staging / main, env=env, log=log)
+            _go_build(build, package, staging / main, env=env, log=log, modfile=modfile)
+        shutil.rmtree(staging / ".patched", ignore_errors=True)
         (staging / "build-seconds").write_text(f"{time.monotonic() - started:.0f}\n")
         shutil.rmtree(folder, ignore_errors=True)
         staging.replace(folder)
@@ -128,12 +161,76 @@ def _build(build: GoBuild, folder: Path, *, log: Path | None) -> None:
     _prune(build.name, keep=KEEP_BUILDS)
 
 
+def _patched_modfile(build: GoBuild, folder: Path, *, env: dict[str, str]) -> Path | None:
+    """A go.mod for ``-modfile`` that replaces each upstream module ``build`` edits with an
+    edited copy under ``folder`` (None when it edits nothing). The Go module cache stays as
+    downloaded: go refuses overlays of files beneath it."""
+    modules = sorted({e.module for e in build.edits} | {a.module for a in build.additions})
+    if not modules:
+        return None
+    copies = {module: _copy_module(build, module, folder, env=env) for module in modules}
+    for edit in build.edits:
+        _apply(build, edit, copies[edit.module] / edit.file)
+    for addition in build.additions:
+        shutil.copyfile(build.source_dir / addition.source, copies[addition.module] / addition.file)
+    modfile = folder / "go.mod"
+    replaces = "".join(f"\nreplace {module} => {copy}\n" for module, copy in copies.items())
+    modfile.write_text((build.source_dir / "go.mod").read_text() + replaces)
+    shutil.copyfile(build.source_dir / "go.sum", folder / "go.sum")
+    return modfile
+
+
+def _copy_module(build: GoBuild, module: str, folder: Path, *, env: dict[str, str]) -> Path:
+    copy = folder / module.replace("/", "_")
+    # copyfile, not copy2: the module cache's files and folders are read-only.
+    shutil.copytree(_module_dir(build, module, env=env), copy, copy_function=shutil.copyfile)
+    for path in (copy, *copy.rglob("*")):
+        if path.is_dir():
+            path.chmod(0o755)
+    return copy
+
+
+def _apply(build: GoBuild, edit: Edit, path: Path) -> None:
+    text = path.read_text()
+    found = text.count(edit.old)
+    if found != edit.count:
+        raise BuildError(
+            f"{build.name}: {edit.module}/{edit.file} holds the edited text {found} times, "
+            f"not {edit.count}: the edit no longer fits this version"
+        )
+    path.write_text(text.replace(edit.old, edit.new))
+
+
+def _module_dir(build: GoBuild, module: str, *, env: dict[str, str]) -> Path:
+    """Where the Go module cache holds ``module`` at the version ``build``'s go.mod requires
+    (downloading it first when it is not there)."""
+    result = subprocess.run(
+        [str(find_go()), "list", "-m", "-f", "{{.Dir}}", module],
+        cwd=build.source_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0 or not result.stdout.strip():
+        raise BuildError(f"{build.name}: go list -m {module} failed:\n{result.stderr[-2000:]}")
+    return Path(result.stdout.strip())
+
+
 def _go_build(
-    build: GoBuild, package: str, out: Path, *, env: dict[str, str], log: Path | None
+    build: GoBuild,
+    package: str,
+    out: Path,
+    *,
+    env: dict[str, str],
+    log: Path | None,
+    modfile: Path | None = None,
 ) -> None:
     command = [str(find_go()), *_go_args(), "-ldflags", build.ldflags, "-o", str(out)]
     if build.tags:
         command += ["-tags", ",".join(build.tags)]
+    if modfile is not None:
+        command += ["-modfile", str(modfile)]
     result = subprocess.run(
         [*command, package],
         cwd=build.source_dir,
