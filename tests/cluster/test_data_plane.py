@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from inferenceservices.builder import pod_security_labels
+from inferenceservices.builder import build_network_policies, pod_security_labels
 from policies.autoscale.knative import scale_annotations
 from policies.autoscale.kube import HttpWarmUp, KubeDataPlaneKeys, KubePods, KubeRevisions
 from policies.autoscale.spec import AutoscalePolicySpec
@@ -43,7 +43,7 @@ from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
 from radixfleet.workload.records import RequestResult, WorkItem
 from radixfleet.workload.replay import Replayer
-from testbed import images, prometheus, session
+from testbed import images, netpol, prometheus, session
 from testbed.cluster import Cluster, ClusterError
 from testbed.deploy import (
     OPERATOR_SELECTOR,
@@ -466,6 +466,142 @@ def test_a_model_at_zero_is_woken_by_a_request_through_the_entry(
     assert answer.headers["x-radixfleet-path"] == "knative"
     assert [p["status"]["phase"] for p in _predictor_pods(cluster, BLUE.namespace)] == ["Running"]
     print(f"woken from zero through the entry and answered in {woke_s:.1f} s")
+
+
+# ---- the tenants' NetworkPolicies, enforced (testbed/netpol.py) ------------------------------
+
+WORKLOAD = "workload"  # a tenant's own pod, neither router nor predictor
+# A policy's refusal drops the connection's first packet: the client sees a timeout, where a
+# closed port answers at once. 4 s is long for a connect between two pods of one node.
+CONNECT_TIMEOUT_S = 4.0
+REACH = f"""
+import concurrent.futures, json, socket, sys
+def reach(address):
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout={CONNECT_TIMEOUT_S}).close()
+        return "open"
+    except socket.timeout:
+        return "dropped"
+    except OSError as error:
+        return type(error).__name__
+with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    print(json.dumps(dict(zip(sys.argv[1:], pool.map(reach, sys.argv[1:])))))
+"""
+
+
+def _workload(namespace: str, image: str) -> dict[str, Any]:
+    """A tenant's own pod (Pod Security `restricted`), idle, to connect from."""
+    locked = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+              "capabilities": {"drop": ["ALL"]}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": WORKLOAD, "namespace": namespace},
+        "spec": {
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": WORKLOAD,
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["python3", "-c", "import time; time.sleep(86400)"],
+                    "securityContext": locked,
+                }
+            ],
+        },
+    }
+
+
+def _reached(cluster: Cluster, source: tuple[str, ...], targets: list[str]) -> dict[str, str]:
+    """How each `host:port` answered a connection from `source` (kubectl exec's target):
+    `open`, `dropped` (no answer: a policy's refusal) or the error a closed port gives."""
+    done = cluster.kubectl("exec", *source, "--", "python3", "-c", REACH, *targets)
+    reached: dict[str, str] = json.loads(done.stdout)
+    return reached
+
+
+def _pod_ip(cluster: Cluster, namespace: str, selector: str) -> str:
+    (pod,) = [p for p in get(cluster, "pods", "-n", namespace, "-l", selector)["items"]
+              if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
+    ip: str = pod["status"]["podIP"]
+    return ip
+
+
+def test_enforced_network_policies_let_the_data_plane_through_and_keep_tenant_pods_out(
+    plane: tuple[Cluster, str],
+) -> None:
+    """The catalog's NetworkPolicies, rendered for both tenants, under kube-network-policies:
+    chats through the entry still reach both models (the entry to routers, routers to
+    predictors, Knative's activator), and nothing else gets in: a tenant's own pod reaches
+    neither its router nor its predictor (it must go through the entry, which charges it), the
+    other tenant's pod neither, Prometheus only the router's metrics port. The same connections
+    all open before the enforcer runs: the policies alone, on this bridge CNI, do nothing."""
+    cluster, url = plane
+    image = images.radixfleet().pinned
+    policies = [policy for team in TEAMS for policy in build_network_policies(team.namespace)]
+    session.apply(cluster, [*policies, *(_workload(team.namespace, image) for team in TEAMS)])
+    try:
+        for team in TEAMS:
+            cluster.kubectl("wait", "--for=condition=Ready", f"pod/{WORKLOAD}", "-n",
+                            team.namespace, "--timeout=120s")  # fmt: skip
+        checks = _reach_checks(cluster, url)
+        assert set(checks().values()) == {"open"}, "no enforcer yet: every connection opens"
+        with netpol.enforcing(cluster):
+            for team in TEAMS:
+                assert _chat(url, team.key).status == 200, f"{team.namespace} through the entry"
+            assert checks() == {
+                "blue's workload -> blue's router": "dropped",
+                "blue's workload -> blue's predictor": "dropped",
+                "green's workload -> blue's router": "dropped",
+                "green's workload -> blue's predictor": "dropped",
+                "the entry -> blue's router": "open",
+                "the entry -> blue's predictor": "open",
+                "prometheus -> blue's router metrics": "open",
+                "prometheus -> blue's router": "dropped",
+                "prometheus -> blue's predictor": "open",
+            }
+        assert set(checks().values()) == {"open"}, "the enforcer gone, its rules went with it"
+    finally:
+        cluster.kubectl("delete", "networkpolicy", "-l", f"{labels.MANAGED_BY}={labels.MANAGER}",
+                        "-n", BLUE.namespace, "--wait=false", check=False)  # fmt: skip
+        cluster.kubectl("delete", "networkpolicy", "-l", f"{labels.MANAGED_BY}={labels.MANAGER}",
+                        "-n", GREEN.namespace, "--wait=false", check=False)  # fmt: skip
+        for team in TEAMS:
+            cluster.kubectl("delete", "pod", WORKLOAD, "-n", team.namespace, "--wait=false",
+                            check=False)  # fmt: skip
+
+
+def _reach_checks(cluster: Cluster, url: str) -> Callable[[], dict[str, str]]:
+    """Each named connection's outcome, from the pods that would open it, to blue's router pod
+    and blue's predictor pod (woken first: blue scales to zero when idle)."""
+
+    def checks() -> dict[str, str]:
+        assert _chat(url, BLUE.key).status == 200  # a predictor pod to connect to
+        router = _pod_ip(cluster, BLUE.namespace, f"{labels.COMPONENT}={labels.ROUTER_COMPONENT}")
+        predictor = _pod_ip(cluster, BLUE.namespace, f"serving.knative.dev/revision={REVISION}")
+        targets = {"router": f"{router}:8000", "router metrics": f"{router}:29000",
+                   "predictor": f"{predictor}:8012"}  # fmt: skip
+        sources = {
+            "blue's workload": (("-n", BLUE.namespace, WORKLOAD), ("router", "predictor")),
+            "green's workload": (("-n", GREEN.namespace, WORKLOAD), ("router", "predictor")),
+            "the entry": (("-n", operator.NAMESPACE, f"deployment/{entry_base.NAME}"),
+                          ("router", "predictor")),
+            "prometheus": (("-n", prometheus.NAMESPACE, f"deployment/{prometheus.NAME}", "-c",
+                            "pod-discovery"), ("router metrics", "router", "predictor")),
+        }  # fmt: skip
+        outcome = {}
+        for source, (where, names) in sources.items():
+            reached = _reached(cluster, where, [targets[name] for name in names])
+            for name in names:
+                outcome[f"{source} -> blue's {name}"] = reached[targets[name]]
+        return outcome
+
+    return checks
 
 
 # ---- pre-warming: a new pod out of its router until its cache holds the hot prefixes ---------
