@@ -445,19 +445,23 @@ def test_streams_under_way_alone_fail_cleanly_when_the_router_pod_is_deleted(
     assert all((r.error or "").startswith("_StreamError") for r in broken), broken
 
 
-def test_a_model_at_zero_is_woken_by_a_request_through_the_entry(
-    plane: tuple[Cluster, str],
-) -> None:
-    cluster, url = plane
+def _wait_at_zero(cluster: Cluster) -> None:
+    """Until blue's model is at zero: no pod left, not even a terminating one (it still drains
+    and answers for a while), and its router without workers."""
 
     def at_zero() -> bool:
-        # A terminating pod still drains (and answers) for a while: wait until it is gone and
-        # the router has dropped it.
         pods = _predictor_pods(cluster, BLUE.namespace, terminating=True)
         return not pods and not _router_workers(cluster, BLUE.namespace)
 
     what = f"{BLUE.namespace}/{REVISION} at zero, its router without workers"
     session.wait_for(at_zero, timeout_s=TIMEOUT_S, what=what)
+
+
+def test_a_model_at_zero_is_woken_by_a_request_through_the_entry(
+    plane: tuple[Cluster, str],
+) -> None:
+    cluster, url = plane
+    _wait_at_zero(cluster)
     started = time.monotonic()
     answer = _chat(url, BLUE.key)
     woke_s = time.monotonic() - started
@@ -539,8 +543,9 @@ def test_enforced_network_policies_let_the_data_plane_through_and_keep_tenant_po
     chats through the entry still reach both models (the entry to routers, routers to
     predictors, Knative's activator), and nothing else gets in: a tenant's own pod reaches
     neither its router nor its predictor (it must go through the entry, which charges it), the
-    other tenant's pod neither, Prometheus only the router's metrics port. The same connections
-    all open before the enforcer runs: the policies alone, on this bridge CNI, do nothing."""
+    other tenant's pod neither, Prometheus only the router's metrics port; and a model at zero
+    is woken through the entry. The same connections all open before the enforcer runs: the
+    policies alone, on this bridge CNI, do nothing."""
     cluster, url = plane
     image = images.radixfleet().pinned
     policies = [policy for team in TEAMS for policy in build_network_policies(team.namespace)]
@@ -565,6 +570,11 @@ def test_enforced_network_policies_let_the_data_plane_through_and_keep_tenant_po
                 "prometheus -> blue's router": "dropped",
                 "prometheus -> blue's predictor": "open",
             }
+            # Knative's path: its autoscaler sees the request the activator holds, scales
+            # from zero, and the activator hands the request to the new pod.
+            _wait_at_zero(cluster)
+            woken = _chat(url, BLUE.key)
+            assert woken.status == 200 and any(woken.tokens()), woken.body[:300]
         assert set(checks().values()) == {"open"}, "the enforcer gone, its rules went with it"
     finally:
         cluster.kubectl("delete", "networkpolicy", "-l", f"{labels.MANAGED_BY}={labels.MANAGER}",
