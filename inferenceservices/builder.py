@@ -334,7 +334,11 @@ def _namespace(name: str) -> dict[str, Any]:
 
 
 def build_canary_policy(name: str, namespace: str) -> dict[str, Any]:
-    """A CanaryPolicy with the platform's default steps and checks (canary/spec.py)."""
+    """A CanaryPolicy with the platform's default steps and checks (canary/spec.py), judged
+    beside a baseline: in a cluster one costs no GPU (it is carved out of the stable revision's
+    pods), and it is the judge that rolls a twice-slower canary back within two intervals
+    (canary/README.md). The type's own default stays off: in the local fleet and the twin a
+    baseline runs replicas of its own."""
     return {
         "apiVersion": f"{labels.GROUP}/{API_VERSION}",
         "kind": KIND,
@@ -343,7 +347,9 @@ def build_canary_policy(name: str, namespace: str) -> dict[str, Any]:
             "namespace": namespace,
             "labels": {labels.MANAGED_BY: labels.MANAGER},
         },
-        "spec": CanaryPolicySpec().model_dump(by_alias=True, mode="json", exclude_none=True),
+        "spec": CanaryPolicySpec(baseline=True).model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        ),
     }
 
 

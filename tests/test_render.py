@@ -250,7 +250,10 @@ def test_canary_models_start_new_revisions_at_zero_under_their_policy(rendered: 
                 policy = (
                     rendered / "inferenceservices" / ns / f"canarypolicy-{model.canary_policy}.yaml"
                 )
-                assert yaml.safe_load(policy.read_text())["kind"] == "CanaryPolicy"
+                rendered_policy = yaml.safe_load(policy.read_text())
+                assert rendered_policy["kind"] == "CanaryPolicy"
+                # the platform's policy judges beside a baseline (free in a cluster)
+                assert rendered_policy["spec"]["baseline"] is True
             else:
                 assert "canaryTrafficPercent" not in predictor
 
