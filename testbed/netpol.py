@@ -15,6 +15,7 @@ proves the rules are gone.
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -109,14 +110,16 @@ def enforcing(running: Cluster) -> Iterator[None]:
     the node; afterwards it is removed and its rules are proven gone."""
     record = image()
     session.load_images(running, [record])
-    session.apply(running, objects(record.pinned))
+    installed = objects(record.pinned)
+    session.apply(running, installed)
     try:
         _wait_rolled_out(running)
         _wait_table(running, present=True, what="its nftables table in the node")
         yield
     finally:
-        running.kubectl("delete", "daemonset", NAME, "-n", NAMESPACE, "--wait=true",
-                        "--timeout=120s", check=False)  # fmt: skip
+        listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": installed})
+        running.kubectl("delete", "-f", "-", "--wait=true", "--timeout=120s", stdin=listed,
+                        check=False)  # fmt: skip
         _wait_table(running, present=False, what="its rules removed when it stopped")
 
 
