@@ -334,9 +334,10 @@ def peering() -> Manifest:
 # --- what the catalog puts into a region ----------------------------------------------------
 
 
-def runtimes() -> list[Manifest]:
-    """Every SGLang ClusterServingRuntime: cluster-wide and cheap, so every region has them all."""
-    return [build_runtime(name)[0] for name in KNOWN_RUNTIMES]
+def runtimes(*, image: str) -> list[Manifest]:
+    """Every SGLang ClusterServingRuntime, running `image` (a pinned reference): cluster-wide
+    and cheap, so every region has them all."""
+    return [build_runtime(name, image=image)[0] for name in KNOWN_RUNTIMES]
 
 
 def _region_models(catalog: Catalog, region: Region) -> Iterator[tuple[Model, Tenant]]:

@@ -215,6 +215,9 @@ class StackSettings(Settings):
     model_store: ModelStoreSettings
     dns: DnsSettings
     controllers: ControllerSettings
+    # SGLang's image, which every ClusterServingRuntime runs: a copy in the team's registry,
+    # pulled by that copy's digest (runtimes/ names it by tag, for kustomize overlays to pin).
+    runtime: ImageSettings
     dashboards_dir: str = "../dashboards"
     crds_dir: str = "../radixfleet/crds"
 

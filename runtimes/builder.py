@@ -15,7 +15,12 @@ from radixfleet import dataplane
 from radixfleet.config.catalog import KNOWN_RUNTIMES
 from radixfleet.render.yamlout import Notes
 
+# By tag in the kustomize base (runtimes/): a cluster pins it by digest, the Pulumi program from
+# its stack config (`radixfleet:runtime`), `kubectl apply -k` through an overlay's `images:`.
 SGLANG_IMAGE = "lmsysorg/sglang:v0.5.23-cu129"
+# The one writable path of a runtime's container (its root file system is read-only), and its
+# HOME: SGLang's IPC sockets, and the kernel caches Triton, FlashInfer and torch write under ~.
+SCRATCH_DIR = "/tmp"
 PORT = 8080
 # Knative admits only "", "http1" or "h2c" as the serving port's name (it picks the protocol
 # from it); SGLang speaks HTTP/1.1. Raw deployments take any name, so every runtime uses this one.
@@ -43,6 +48,8 @@ PD_BOOTSTRAP_PORT = 8998
 # startup probe that gives up early restarts the download forever.
 STARTUP_PERIOD_S = 10
 STARTUP_FAILURES = 180
+# The scratch volume's bound on the node's disk: JIT kernel caches run to a few GiB.
+SCRATCH_GI = 16
 
 
 @dataclass(frozen=True)
@@ -137,17 +144,19 @@ SECURITY_CONTEXT: dict[str, Any] = {
     "privileged": False,
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
+    "readOnlyRootFilesystem": True,
 }
 
 
-def _container(variant: RuntimeVariant, args: list[str]) -> dict[str, Any]:
+def _container(variant: RuntimeVariant, args: list[str], image: str) -> dict[str, Any]:
     return {
         "name": "kserve-container",
-        "image": SGLANG_IMAGE,
+        "image": image,
         "command": ["python3", "-m", "sglang.launch_server"],
         "args": args,
         "env": [
-            {"name": "HF_HOME", "value": "/tmp/hf_home"},
+            {"name": "HOME", "value": SCRATCH_DIR},
+            {"name": "HF_HOME", "value": f"{SCRATCH_DIR}/hf_home"},
             {"name": "SGLANG_ENABLE_TORCH_COMPILE", "value": "0"},
             dataplane.env_var(),
         ],
@@ -156,18 +165,24 @@ def _container(variant: RuntimeVariant, args: list[str]) -> dict[str, Any]:
         "readinessProbe": _probe("/health", period=10, failures=3),
         "livenessProbe": _probe("/health", period=30, failures=5),
         "securityContext": SECURITY_CONTEXT,
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "scratch", "mountPath": SCRATCH_DIR},
+        ],
     }
 
 
 def _volumes(variant: RuntimeVariant) -> list[dict[str, Any]]:
-    return [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{variant.shm_gi}Gi"}}]
+    return [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{variant.shm_gi}Gi"}},
+        {"name": "scratch", "emptyDir": {"sizeLimit": f"{SCRATCH_GI}Gi"}},
+    ]
 
 
-def _worker_spec(variant: RuntimeVariant) -> dict[str, Any]:
+def _worker_spec(variant: RuntimeVariant, image: str) -> dict[str, Any]:
     worker_args = [*server_args(variant), "--nnodes", "2", "--node-rank", "1"]
     worker_args += [f"--dist-init-addr={WORKER_HEAD_ADDR}"]
-    container = _container(variant, worker_args)
+    container = _container(variant, worker_args, image)
     container["name"] = "worker-container"
     # A worker serves no HTTP of its own: only the head answers /health.
     for key in ("startupProbe", "readinessProbe", "livenessProbe", "ports"):
@@ -175,13 +190,14 @@ def _worker_spec(variant: RuntimeVariant) -> dict[str, Any]:
     return {"pipelineParallelSize": 2, "containers": [container], "volumes": _volumes(variant)}
 
 
-def build_runtime(name: str) -> tuple[dict[str, Any], Notes]:
-    """The ClusterServingRuntime named `name`, and the comments that explain its choices."""
+def build_runtime(name: str, *, image: str = SGLANG_IMAGE) -> tuple[dict[str, Any], Notes]:
+    """The ClusterServingRuntime named `name` running `image` (SGLang's, by tag, unless a
+    pinned reference is given), and the comments that explain its choices."""
     variant = VARIANTS[name]
     args = server_args(variant)
     if variant.multinode:
         args += ["--nnodes", "2", "--node-rank", "0", f"--dist-init-addr={HEAD_ADDR}"]
-    head = _container(variant, args)
+    head = _container(variant, args, image)
     if variant.multinode:
         head["env"].append(POD_IP_ENV)
     spec: dict[str, Any] = {
@@ -195,7 +211,7 @@ def build_runtime(name: str) -> tuple[dict[str, Any], Notes]:
         "volumes": _volumes(variant),
     }
     if variant.multinode:
-        spec["workerSpec"] = _worker_spec(variant)
+        spec["workerSpec"] = _worker_spec(variant, image)
     runtime = {
         "apiVersion": "serving.kserve.io/v1alpha1",
         "kind": "ClusterServingRuntime",
@@ -229,7 +245,9 @@ def _notes(variant: RuntimeVariant) -> dict[str, str]:
         "spec.containers[0].startupProbe": f"{STARTUP_PERIOD_S} s x {STARTUP_FAILURES} = "
         f"{STARTUP_PERIOD_S * STARTUP_FAILURES // 60} min: large models take minutes to download "
         "and load;\ngiving up earlier restarts the pod mid-download and it never becomes ready.",
-        "spec.containers[0].securityContext": "SGLang needs no root and no capabilities.",
+        "spec.containers[0].securityContext": "SGLang needs no root and no capabilities, and "
+        f"writes only under {SCRATCH_DIR}\n(its HOME: IPC sockets, kernel caches), an emptyDir; "
+        "the root file system is read-only.",
         "spec.volumes": f"NCCL and the tokenizer workers share tensors through /dev/shm; "
         f"the 64 MiB default is far too small ({variant.shm_gi}Gi).",
     }

@@ -21,6 +21,7 @@ from infra.testing import Declared, RecordingMocks, example_config, radixfleet_v
 from policies.failover.spec import FailoverPolicySpec
 from radixfleet import labels
 from radixfleet.config import GpuPool, load_catalog
+from radixfleet.config.catalog import KNOWN_RUNTIMES
 from radixfleet.config.gpus import INSTANCE_TYPES
 from radixfleet.platform import KNATIVE_FEATURES
 
@@ -196,7 +197,15 @@ def test_each_region_runs_the_runtimes_and_the_inference_services_of_its_models(
     for region in fleet.regions:
         served = {i.inputs["metadata"]["name"] for i in in_region(isvcs, region.name)}
         assert served == {m.name for m in fleet.catalog.models if region.name in m.regions}
-        assert len(in_region(runtimes, region.name)) == len(manifests.runtimes())
+        assert len(in_region(runtimes, region.name)) == len(KNOWN_RUNTIMES)
+    for runtime in runtimes:
+        spec = runtime.inputs["spec"]
+        workers = spec.get("workerSpec", {}).get("containers", [])
+        for container in [*spec["containers"], *workers]:
+            # SGLang's image by the digest of the stack config, on a read-only root
+            assert container["image"] == fleet.settings.runtime.reference
+            assert "@sha256:" in container["image"]
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True
         for isvc in in_region(isvcs, region.name):
             uri = isvc.inputs["spec"]["predictor"]["model"].get("storageUri", "")
             assert not uri.startswith("s3://radixfleet-models/")

@@ -158,6 +158,10 @@ STACK_CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         lambda v: v["controllers"]["router"].pop("digest"),
         "radixfleet:controllers.router.digest: Field required",
     ),
+    "runtime-image-by-tag-alone": (
+        lambda v: v["runtime"].pop("digest"),
+        "radixfleet:runtime.digest: Field required",
+    ),
     "entry-without-replicas": (
         lambda v: v["controllers"].update(entryReplicas=0),
         "radixfleet:controllers.entryReplicas: 0: Input should be greater than or equal to 1",

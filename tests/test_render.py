@@ -22,6 +22,7 @@ from radixfleet.profile import resolve_profile
 from radixfleet.render.files import LISTING, listed
 from radixfleet.render.fleet import MARKER, render_tree, write_tree
 from radixfleet.validate import validate_paths
+from runtimes.builder import SGLANG_IMAGE, build_runtime
 
 REPO = Path(__file__).resolve().parent.parent
 CATALOG = REPO / "inferenceservices" / "catalog.yaml"
@@ -161,6 +162,32 @@ def test_one_runtime_auto_selects_and_every_isvc_names_its_runtime(rendered: Pat
         assert model["runtime"] in runtimes, doc["metadata"]["name"]
         formats = runtimes[model["runtime"]]["spec"]["supportedModelFormats"]
         assert model["modelFormat"]["name"] in {f["name"] for f in formats}
+
+
+def test_every_runtime_container_runs_on_a_read_only_root_writing_only_to_its_scratch(
+    rendered: Path,
+) -> None:
+    for name, runtime in runtimes_of(rendered).items():
+        spec = runtime["spec"]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        workers = spec.get("workerSpec", {}).get("containers", [])
+        for container in [*spec["containers"], *workers]:
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True, name
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            # HOME (where Triton, FlashInfer and torch cache kernels) is a writable emptyDir
+            assert "emptyDir" in volumes[mounts[env["HOME"]]], name
+            assert env["HF_HOME"].startswith(env["HOME"] + "/"), name
+            # by tag in the kustomize base: an overlay or the Pulumi program pins the digest
+            assert container["image"] == SGLANG_IMAGE, name
+
+
+def test_a_runtime_runs_the_image_it_is_given() -> None:
+    pinned = "registry.example.com/lmsysorg/sglang:v0.5.23-cu129@sha256:" + "ab" * 32
+    runtime, _ = build_runtime("sglang-multinode", image=pinned)
+    spec = runtime["spec"]
+    images = {c["image"] for c in [*spec["containers"], *spec["workerSpec"]["containers"]]}
+    assert images == {pinned}
 
 
 def test_multinode_replicas_meet_at_the_head_kserve_names(rendered: Path) -> None:

@@ -356,7 +356,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
                 entry_replicas=controllers.entry_replicas,
                 ingress_annotations=self._lb_annotations(network),
                 crds=m.load_crds(fleet.path(fleet.settings.crds_dir)),
-                runtimes=m.runtimes(),
+                runtimes=m.runtimes(image=fleet.settings.runtime.reference),
                 namespaces=namespaces,
                 inference_services=isvcs,
                 policies=[*m.region_policies(fleet.catalog, region), *self._failover_policies()],
