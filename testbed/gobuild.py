@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -202,19 +203,24 @@ def _apply(build: GoBuild, edit: Edit, path: Path) -> None:
 
 
 def _module_dir(build: GoBuild, module: str, *, env: dict[str, str]) -> Path:
-    """Where the Go module cache holds ``module`` at the version ``build``'s go.mod requires
-    (downloading it first when it is not there)."""
+    """Where the Go module cache holds ``module`` at the version ``build``'s go.mod requires,
+    downloading it first when it is not there (``go list -m`` would name no folder then)."""
     result = subprocess.run(
-        [str(find_go()), "list", "-m", "-f", "{{.Dir}}", module],
+        [str(find_go()), "mod", "download", "-json", module],
         cwd=build.source_dir,
         env=env,
         capture_output=True,
         text=True,
         check=False,
     )
-    if result.returncode != 0 or not result.stdout.strip():
-        raise BuildError(f"{build.name}: go list -m {module} failed:\n{result.stderr[-2000:]}")
-    return Path(result.stdout.strip())
+    try:
+        folder = str(json.loads(result.stdout)["Dir"])
+    except (ValueError, KeyError):
+        folder = ""
+    if result.returncode != 0 or not folder:
+        failure = (result.stdout + result.stderr)[-2000:]
+        raise BuildError(f"{build.name}: go mod download {module} failed:\n{failure}")
+    return Path(folder)
 
 
 def _go_build(

@@ -4,12 +4,21 @@ for, and the NetworkPolicy enforcer is built with its one edit."""
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
 
-from testbed.builds import NETPOL
-from testbed.gobuild import BuildError, Edit, GoBuild, _apply, _go_args, ensure_built
+from testbed.builds import NETPOL, NETPOL_MODULE
+from testbed.gobuild import (
+    BuildError,
+    Edit,
+    GoBuild,
+    _apply,
+    _go_args,
+    _module_dir,
+    ensure_built,
+)
 
 UPSTREAM = "func f() {\n\treturn queue()\n}\n\nfunc g() {\n\treturn queue()\n}\n"
 
@@ -50,3 +59,12 @@ def test_builds_without_edits_keep_the_hash_they_had_before_edits_existed(tmp_pa
 def test_the_network_policy_enforcer_is_built_with_the_xtables_queue() -> None:
     binary = (ensure_built(NETPOL) / "kube-network-policies").read_bytes()
     assert b"networkpolicy.nfqueueTarget" in binary
+
+
+def test_an_edited_module_is_found_on_a_machine_that_never_downloaded_it(tmp_path: Path) -> None:
+    """A fresh machine's module cache is empty: `go list -m` names no folder there, which
+    failed the enforcer's first build in a cold provision."""
+    env = dict(os.environ, GOMODCACHE=str(tmp_path / "mod"), GOFLAGS="-mod=mod")
+    folder = _module_dir(NETPOL, NETPOL_MODULE, env=env)
+    assert folder == tmp_path / "mod" / f"{NETPOL_MODULE}@v0.8.0"
+    assert (folder / "pkg/networkpolicy/controller.go").is_file()
