@@ -577,11 +577,10 @@ def test_enforced_network_policies_let_the_data_plane_through_and_keep_tenant_po
             assert woken.status == 200 and any(woken.tokens()), woken.body[:300]
         assert set(checks().values()) == {"open"}, "the enforcer gone, its rules went with it"
     finally:
-        cluster.kubectl("delete", "networkpolicy", "-l", f"{labels.MANAGED_BY}={labels.MANAGER}",
-                        "-n", BLUE.namespace, "--wait=false", check=False)  # fmt: skip
-        cluster.kubectl("delete", "networkpolicy", "-l", f"{labels.MANAGED_BY}={labels.MANAGER}",
-                        "-n", GREEN.namespace, "--wait=false", check=False)  # fmt: skip
+        managed = f"{labels.MANAGED_BY}={labels.MANAGER}"
         for team in TEAMS:
+            cluster.kubectl("delete", "networkpolicy", "-l", managed, "-n", team.namespace,
+                            "--wait=false", check=False)  # fmt: skip
             cluster.kubectl("delete", "pod", WORKLOAD, "-n", team.namespace, "--wait=false",
                             check=False)  # fmt: skip
 
