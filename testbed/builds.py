@@ -72,6 +72,8 @@ KNATIVE = GoBuild(
 # queue statements become the xtables NFQUEUE target (testbed/netpol/nfqueue_xt.go.in); the
 # rules, the sets and the policy evaluation are upstream's. The DNS race workaround also queues
 # with the statement; kernels from 6.12 on do not need it and the test bed turns it off.
+# Cold (empty module and build caches), on an otherwise idle machine: 108 s wall, 162 s user +
+# 38 s system CPU, 0.86 GB peak RSS; a 53 MB binary.
 NETPOL_MODULE = "sigs.k8s.io/kube-network-policies"
 NETPOL_QUEUE = """	queue := &expr.Queue{Num: uint16(c.config.QueueID)}
 	if c.config.FailOpen {
