@@ -33,7 +33,7 @@ from radixfleet.workload.traces import TraceRequest
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 KV_TOKENS = 32_000
 REPLICAS = 4
-REAL_RUNS = 3
+REAL_RUNS = 5
 WORKLOAD = SharedPrefixSpec(
     groups=24,
     requests_per_group=6,
@@ -77,7 +77,8 @@ def test_the_twins_smg_matches_the_real_one_within_five_percent(
 ) -> None:
     requests = shared_prefix_workload(WORKLOAD)
     # The real smg breaks its ties at random too, and on a busy machine a run now and then
-    # lands some 0.05 below the others: the real side is the median of three fresh fleets.
+    # lands some 0.05 below the others: the real side is the median of five fresh fleets (of
+    # three, one CI run's median fell 0.003 outside the bar: 0.739, 0.759, 0.773 against 0.800).
     cache_dir = tmp_path_factory.getbasetemp() / "tokenizer-cache"
     reals = [fleet_hit_rate(requests, cache_dir) for _ in range(REAL_RUNS)]
     real = statistics.median(reals)
