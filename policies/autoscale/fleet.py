@@ -97,16 +97,19 @@ class FleetAutoscaler:
         replicas = self.scaler.replicas()
         ready = [r for r in replicas if r.state is ReplicaState.READY]
         scrapes = await asyncio.gather(*(self._scrape(r) for r in ready))
+        first = self._last_at is None
         elapsed = self.spec.interval_seconds if self._last_at is None else now - self._last_at
         self._last_at = now
         elapsed = max(elapsed, 1e-3)
         metrics = [self._metrics(r, s, elapsed) for r, s in zip(ready, scrapes, strict=True)]
         held = self.entry.in_flight[self.scaler.model] if not ready else 0
+        rate = self._rate("requests", scrapes, ready, elapsed)
         return Observed(
             ready=len(ready),
             replicas=tuple(metrics),
             starting=sum(r.state is ReplicaState.STARTING for r in replicas),
-            arrival_rate=self._rate("requests", scrapes, ready, elapsed),
+            # The first look has no counters before it: the rate is unknown, not zero.
+            arrival_rate=None if first else rate,
             waiting=float(held),
             revision=f"{self.scaler.region}/{self.scaler.model}",
         )

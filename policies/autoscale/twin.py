@@ -81,6 +81,7 @@ class TwinAutoscaler:
 
     def observe(self, observed: ServiceObservation, now: float) -> Observed:
         """The twin's snapshot as the controller's observation of a revision."""
+        first = self._last_at is None
         elapsed = self.tick_s if self._last_at is None else max(now - self._last_at, 1e-3)
         self._last_at = now
         ready = [r for r in observed.replicas if r.state == "ready" and r.stats is not None]
@@ -90,7 +91,9 @@ class TwinAutoscaler:
             ready=len(ready),
             replicas=metrics,
             starting=sum(1 for r in observed.replicas if r.state in STARTING_STATES),
-            arrival_rate=observed.arrivals / elapsed,
+            # A first look has no interval behind it: its rate is unknown, as Prometheus's
+            # rate() of a series with one sample is, not zero (a zero there read as a rise).
+            arrival_rate=None if first else observed.arrivals / elapsed,
             waiting=float(observed.buffered),
             revision=f"{observed.region}/{observed.model}",
             ceiling=observed.max_replicas,

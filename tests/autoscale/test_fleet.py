@@ -88,6 +88,10 @@ def test_burst_from_zero_scales_up_and_back_to_zero_with_no_request_lost(
     assert max(desired) >= 2, desired  # more than the entry's wake-up replica
     assert zero_at - done_at >= IDLE_S - 1  # not before the idle window
     assert Verb.HALT not in {d.verb for d in autoscaler.decisions}
+    # The first look has no counters before it: no arrival rate is remembered from it (a 0
+    # there read as a rise), and the ticks after it remember theirs.
+    assert autoscaler.decisions[0].status.rates == ()
+    assert any(d.status.rates for d in autoscaler.decisions[1:])
 
 
 def _wait(condition: object, timeout_s: float = SETTLE_TIMEOUT_S) -> bool:

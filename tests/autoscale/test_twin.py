@@ -63,11 +63,20 @@ def _view(replica_id: int, cached_total: int, state: str = "ready") -> ReplicaVi
     return ReplicaView(id=replica_id, state=state, created_at=0.0, in_flight=2, stats=stats)
 
 
-def _observation(views: list[ReplicaView]) -> ServiceObservation:
+def _observation(views: list[ReplicaView], arrivals: int = 0) -> ServiceObservation:
     return ServiceObservation(
         region="r1", model="m", replicas=views, concurrency=0, mean_concurrency=0.0,
-        buffered=0, arrivals=0, finished=0, min_replicas=0, max_replicas=8,
+        buffered=0, arrivals=arrivals, finished=0, min_replicas=0, max_replicas=8,
     )  # fmt: skip
+
+
+def test_a_first_look_has_no_arrival_rate_and_a_later_one_counts_its_interval() -> None:
+    # The first tick has no interval behind it. Its arrivals used to read as a rate of 0, and
+    # the line from that 0 to the real rate forecast a rise for the whole lookback: at
+    # 300 req/s it bought three replicas 300 s in for a trace that was flat.
+    policy = TwinAutoscaler(AutoscalePolicySpec(inference_service="m"))
+    assert policy.observe(_observation([_view(1, 0)]), 0.0).arrival_rate is None
+    assert policy.observe(_observation([_view(1, 0)], arrivals=25), 10.0).arrival_rate == 2.5
 
 
 def test_victims_are_starting_replicas_then_the_coldest_caches() -> None:
