@@ -485,23 +485,35 @@ def _level(rates: Sequence[Sample]) -> float:
 
 def forecast(rates: Sequence[Sample], at: datetime, *, min_span_s: float = 0.0) -> float:
     """The arrival rate at `at`: the recent level, plus the rise of the least-squares line
-    through `rates` if it rises.
+    through `rates` if it rises, and rises through the newer half of them too.
 
     A history shorter than `min_span_s` gives the level: a trend read from a few samples (a
     start, a wake) is noise. A falling trend gives the level too (scaling down is the gauges'
-    business). Never above twice the highest rate seen: a steep trend must not buy a fleet.
+    business). A step the rate took once (a burst's start, traffic moved in by a failover) has
+    a rising line through it for as long as it is in the history, though the rate after it is
+    flat: the newer half's line says whether it still rises, and the smaller slope is taken.
+    Never above twice the highest rate seen: a steep trend must not buy a fleet.
     """
     ys = [s.value for s in rates]
     level = _level(rates)
     if len(rates) < 3 or (rates[-1].at - rates[0].at).total_seconds() < min_span_s:
         return level
-    t0 = rates[0].at
-    xs = [(s.at - t0).total_seconds() for s in rates]
-    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-    spread = sum((x - mean_x) ** 2 for x in xs)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+    newer = rates[len(rates) // 2 :]
+    slope = min(_slope(rates), _slope(newer)) if len(newer) >= 3 else _slope(rates)
     ahead = (at - rates[-1].at).total_seconds()
     return min(level + max(slope, 0.0) * ahead, 2.0 * max(ys))
+
+
+def _slope(rates: Sequence[Sample]) -> float:
+    """The least-squares slope of `rates` over time, per second (0 for one instant)."""
+    t0 = rates[0].at
+    xs = [(s.at - t0).total_seconds() for s in rates]
+    ys = [s.value for s in rates]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    if spread <= 0:
+        return 0.0
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
 
 
 # ---- from demand to a count ----------------------------------------------------------------

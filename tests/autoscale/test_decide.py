@@ -541,6 +541,19 @@ def test_forecast_is_bounded() -> None:
     assert forecast(falling, T0 + timedelta(hours=1)) == 5.0  # the level: no trend down
 
 
+def test_a_step_the_rate_took_is_not_read_as_a_rise_that_goes_on() -> None:
+    # 100 req/s, then 300 from a minute in: the line through the whole history rises, the
+    # rate after the step does not. (A first tick's rate of 0 before a flat 295 req/s read
+    # as a 7% rise for 300 s and bought three replicas at 300 req/s.)
+    step = [
+        Sample(at=T0 + timedelta(seconds=s), value=100.0 if s < 60 else 300.0)
+        for s in range(0, 300, 10)
+    ]
+    assert forecast(step, T0 + timedelta(seconds=350)) == 300.0
+    ramp = [Sample(at=T0 + timedelta(seconds=s), value=100.0 + s) for s in range(0, 300, 10)]
+    assert forecast(ramp, T0 + timedelta(seconds=350)) == pytest.approx(100.0 + 350 - 10, rel=0.01)
+
+
 def test_new_revision_starts_a_fresh_status_but_keeps_what_was_learned() -> None:
     old = status(6, learned=Learned(replica_rps=3.0), recommendations=(Sample(at=T0, value=6),))
     seen = observed(2, kv=0.7, running=20, revision="llama-00002")
