@@ -34,7 +34,7 @@ from radixfleet.config.catalog import KNOWN_RUNTIMES, Model, Tenant
 from radixfleet.config.gpus import gpu_label_value
 from radixfleet.entry.signals import PREFIX as SIGNALS_PREFIX
 from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES
-from radixfleet.render import entry, monitoring, operator
+from radixfleet.render import entry, headroom, monitoring, operator
 from runtimes.builder import build_runtime
 
 Manifest = dict[str, Any]
@@ -332,6 +332,14 @@ def peering() -> Manifest:
 
 
 # --- what the catalog puts into a region ----------------------------------------------------
+
+
+def gpu_headroom(region: Region, *, image: str) -> list[Manifest]:
+    """The placeholders holding each pool's `headroom_gpus` free, and their PriorityClass once
+    (radixfleet/render/headroom.py); nothing when no pool asks for headroom."""
+    found = [obj for pool in region.gpu_pools for obj in headroom.headroom(pool, image=image)]
+    deployments = [obj for obj in found if obj["kind"] == "Deployment"]
+    return [headroom.priority_class(), *deployments] if deployments else []
 
 
 def runtimes(*, image: str) -> list[Manifest]:

@@ -218,6 +218,9 @@ class StackSettings(Settings):
     # SGLang's image, which every ClusterServingRuntime runs: a copy in the team's registry,
     # pulled by that copy's digest (runtimes/ names it by tag, for kustomize overlays to pin).
     runtime: ImageSettings
+    # The placeholder pods that hold a pool's `headroom_gpus` free run a pause image (Kubernetes'
+    # `pause`, a copy in the team's registry): needed only when a deployed pool asks for headroom.
+    pause: ImageSettings | None = None
     dashboards_dir: str = "../dashboards"
     crds_dir: str = "../radixfleet/crds"
 
@@ -346,6 +349,13 @@ def _check_pools(
                 )
             elif models and key in reserved:
                 yield "reservedPools", f"{key} is not spare: {', '.join(models)} run on it"
+    wanting = [f"{r.name}/{p.name}" for r in deployed for p in r.gpu_pools if p.headroom_gpus]
+    if wanting and settings.pause is None:
+        yield (
+            "pause",
+            f"GPU pools {', '.join(wanting)} keep headroom_gpus free with placeholder pods: "
+            "name their pause image (image, tag, digest)",
+        )
     known = {f"{r.name}/{p.name}" for r in deployed for p in r.gpu_pools}
     for i, key in enumerate(settings.reserved_pools):
         if key not in known:

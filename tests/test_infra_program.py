@@ -213,6 +213,45 @@ def test_each_region_runs_the_runtimes_and_the_inference_services_of_its_models(
                 assert uri.startswith(f"s3://radixfleet-models-{region.name}/")
 
 
+def test_gpu_headroom_is_held_by_placeholders_every_workload_preempts(
+    stack: RecordingMocks, fleet: Fleet
+) -> None:
+    classes = of_type(stack, "kubernetes:scheduling.k8s.io/v1:PriorityClass")
+    deployments = of_type(stack, "kubernetes:apps/v1:Deployment")
+    pause = fleet.settings.pause
+    assert pause is not None
+    for region in fleet.regions:
+        if not any(p.headroom_gpus for p in region.gpu_pools):
+            assert in_region(classes, region.name) == [], region.name
+            continue
+        (held,) = in_region(classes, region.name)
+        # Below every workload (default 0), above the cluster autoscaler's expendable cutoff.
+        assert -10 <= held.inputs["value"] < 0
+        assert held.inputs["preemptionPolicy"] == "Never"
+        assert held.inputs["globalDefault"] is False
+        for pool in region.gpu_pools:
+            placeholders = [
+                d for d in in_region(deployments, region.name)
+                if d.inputs["metadata"]["name"] == f"gpu-headroom-{pool.name}"
+            ]  # fmt: skip
+            if not pool.headroom_gpus:
+                assert placeholders == []
+                continue
+            (deployment,) = placeholders
+            spec = deployment.inputs["spec"]
+            assert spec["replicas"] == pool.headroom_gpus
+            pod = spec["template"]["spec"]
+            assert pod["priorityClassName"] == held.inputs["metadata"]["name"]
+            assert pod["nodeSelector"] == {labels.GPU_POOL: pool.name}
+            assert {t["key"] for t in pod["tolerations"]} == {labels.GPU_TAINT_KEY}
+            assert pod["automountServiceAccountToken"] is False
+            (container,) = pod["containers"]
+            assert container["image"] == pause.reference and "@sha256:" in container["image"]
+            assert container["resources"]["limits"][labels.GPU_RESOURCE] == 1
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True
+            assert pod["securityContext"]["runAsNonRoot"] is True
+
+
 def test_imdsv2_and_encrypted_volumes_on_every_node(stack: RecordingMocks) -> None:
     templates = {t.id: t for t in of_type(stack, "aws:ec2/launchTemplate:LaunchTemplate")}
     assert not of_type(stack, "aws:ec2/instance:Instance")

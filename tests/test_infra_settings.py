@@ -162,6 +162,11 @@ STACK_CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         lambda v: v["runtime"].pop("digest"),
         "radixfleet:runtime.digest: Field required",
     ),
+    "headroom-without-a-pause-image": (
+        lambda v: v.pop("pause"),
+        "radixfleet:pause: GPU pools us-east-1/h100-ondemand keep headroom_gpus free with "
+        "placeholder pods: name their pause image (image, tag, digest)",
+    ),
     "entry-without-replicas": (
         lambda v: v["controllers"].update(entryReplicas=0),
         "radixfleet:controllers.entryReplicas: 0: Input should be greater than or equal to 1",
@@ -195,6 +200,10 @@ CATALOG_CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "duplicate-region": (
         lambda c: c["regions"].append(copy.deepcopy(c["regions"][1])),
         "regions[3].name: duplicate name 'eu-west-1'",
+    ),
+    "headroom-above-the-pool": (
+        lambda c: c["regions"][1]["gpu_pools"][0].update(headroom_gpus=33),
+        "regions[1].gpu_pools[0].headroom_gpus: 33 is more than the pool's 4 nodes of 8 GPUs hold",
     ),
     "max-below-min": (
         lambda c: c["regions"][1]["gpu_pools"][0].update(min_nodes=5, max_nodes=2),

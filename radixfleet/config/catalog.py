@@ -92,6 +92,10 @@ class GpuPool(Strict):
     max_nodes: PositiveInt
     capacity: Capacity = "on-demand"
     root_volume_gib: PositiveInt = 500
+    # GPUs kept free for a burst's first replicas: the pool's nodes run placeholder pods of
+    # the lowest priority on them, which any serving pod preempts at once, and the cluster
+    # autoscaler adds a node for the placeholders it evicted (infra: `m.gpu_headroom`).
+    headroom_gpus: NonNegativeInt = 0
 
 
 class Region(Strict):

@@ -74,6 +74,12 @@ def _regions(catalog: Catalog) -> Iterator[Finding]:
                 )
             if pool.min_nodes > pool.max_nodes:
                 yield f"{loc}.min_nodes", f"{pool.min_nodes} is above max_nodes {pool.max_nodes}"
+            if pool.headroom_gpus > pool.max_nodes * pool.gpus_per_node:
+                yield (
+                    f"{loc}.headroom_gpus",
+                    f"{pool.headroom_gpus} is more than the pool's {pool.max_nodes} nodes "
+                    f"of {pool.gpus_per_node} GPUs hold",
+                )
 
 
 def _tenants(catalog: Catalog) -> Iterator[Finding]:

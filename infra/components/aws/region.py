@@ -321,6 +321,11 @@ class AwsRegionalFleet(pulumi.ComponentResource):
             kube,
         )
 
+    def _headroom(self) -> list[m.Manifest]:
+        pause = self._args.fleet.settings.pause
+        # check_stack refuses a pool with headroom and no pause image before this runs.
+        return [] if pause is None else m.gpu_headroom(self._args.region, image=pause.reference)
+
     def _failover_policies(self) -> list[m.Manifest]:
         """The fleet's FailoverPolicies, in the one region whose operator runs the failover."""
         fleet, dns = self._args.fleet, self._args.fleet.settings.dns
@@ -363,6 +368,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
                 router_access=m.region_router_access(fleet.catalog, region),
                 model_readers=m.region_model_readers(fleet.catalog, region),
                 network_policies=m.region_network_policies(fleet.catalog, region),
+                headroom=self._headroom(),
                 with_failover=region.name == fleet.failover_region,
                 fleet_token=self._args.fleet_token,
                 dashboards_dir=fleet.path(fleet.settings.dashboards_dir),

@@ -39,6 +39,8 @@ class WorkloadsArgs:
     model_readers: Sequence[m.Manifest]
     # Who may reach each tenant namespace's pods (inferenceservices/builder.py).
     network_policies: Sequence[m.Manifest]
+    # Placeholder pods holding GPU pools' headroom free, and their PriorityClass (may be empty).
+    headroom: Sequence[m.Manifest]
     # This region's operator runs the fleet's failover (one region per fleet).
     with_failover: bool
     fleet_token: pulumi.Input[str]
@@ -78,7 +80,31 @@ class Workloads(pulumi.ComponentResource):
         self._serving(list(namespaces.values()))
         self._policies(crds, list(namespaces.values()), controllers_namespace)
         self._dashboards(controllers_namespace)
+        self._headroom(controllers_namespace)
         self.register_outputs({"ingressHostname": self.ingress_hostname})
+
+    def _headroom(self, namespace: k8s.core.v1.Namespace) -> None:
+        """The GPU pools' placeholders: their PriorityClass first, then a Deployment per pool."""
+        after: list[pulumi.Resource] = [namespace]
+        for obj in self._args.headroom:
+            if obj["kind"] == "PriorityClass":
+                after.append(self._priority_class(obj))
+        for obj in self._args.headroom:
+            if obj["kind"] == "Deployment":
+                name = f"{self._name}-deployment-{obj['metadata']['name']}"
+                meta, spec = as_input(obj["metadata"]), as_input(obj["spec"])
+                k8s.apps.v1.Deployment(name, metadata=meta, spec=spec, opts=self._opts(after))
+
+    def _priority_class(self, obj: m.Manifest) -> k8s.scheduling.v1.PriorityClass:
+        return k8s.scheduling.v1.PriorityClass(
+            f"{self._name}-priorityclass-{obj['metadata']['name']}",
+            metadata=as_input(obj["metadata"]),
+            value=obj["value"],
+            global_default=obj["globalDefault"],
+            preemption_policy=obj["preemptionPolicy"],
+            description=obj["description"],
+            opts=self._opts(),
+        )
 
     def _opts(self, after: Sequence[pulumi.Resource] = ()) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, depends_on=list(after))
