@@ -112,14 +112,7 @@ def _predictor(model: Model) -> dict[str, Any]:
         "timeout": REQUEST_TIMEOUT_S,
         "serviceAccountName": MODEL_READER,
         "nodeSelector": {labels.GPU_TYPE: gpu_label_value(model.gpu_type)},
-        "tolerations": [
-            {
-                "key": labels.GPU_TAINT_KEY,
-                "operator": "Equal",
-                "value": labels.GPU_TAINT_VALUE,
-                "effect": labels.GPU_TAINT_EFFECT,
-            }
-        ],
+        "tolerations": [labels.gpu_toleration()],
         "model": {
             "modelFormat": {"name": "sglang"},
             "runtime": model.runtime,

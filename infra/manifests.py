@@ -69,12 +69,7 @@ def gpu_node_labels(pool: GpuPool) -> dict[str, str]:
 
 SYSTEM_NODE_LABELS = {NODE_ROLE: "system"}
 
-GPU_TOLERATION = {
-    "key": labels.GPU_TAINT_KEY,
-    "operator": "Equal",
-    "value": labels.GPU_TAINT_VALUE,
-    "effect": labels.GPU_TAINT_EFFECT,
-}
+GPU_TOLERATION = labels.gpu_toleration()
 
 # Add-ons that must run on GPU nodes select them by the GPU type label's presence.
 GPU_NODE_AFFINITY = {

@@ -45,3 +45,13 @@ GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "true"
 GPU_TAINT_EFFECT = "NoSchedule"
 GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def gpu_toleration() -> dict[str, str]:
+    """The toleration of the GPU taint, a fresh dict (manifests get edited in place)."""
+    return {
+        "key": GPU_TAINT_KEY,
+        "operator": "Equal",
+        "value": GPU_TAINT_VALUE,
+        "effect": GPU_TAINT_EFFECT,
+    }

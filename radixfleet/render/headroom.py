@@ -85,14 +85,7 @@ def _pod(pool: GpuPool, *, image: str) -> Manifest:
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "nodeSelector": {labels.GPU_POOL: pool.name},
-        "tolerations": [
-            {
-                "key": labels.GPU_TAINT_KEY,
-                "operator": "Equal",
-                "value": labels.GPU_TAINT_VALUE,
-                "effect": labels.GPU_TAINT_EFFECT,
-            }
-        ],
+        "tolerations": [labels.gpu_toleration()],
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": PAUSE_USER,
