@@ -41,17 +41,28 @@ def _allocatable_gpus(cluster: Cluster) -> int:
     return int(node["status"]["allocatable"].get(labels.GPU_RESOURCE, 0))
 
 
-def _free_gpus(cluster: Cluster) -> int:
-    """The node's GPUs no scheduled, unfinished pod requests."""
+def _gpu_pods(cluster: Cluster) -> list[dict[str, Any]]:
+    """Pods on the node that hold GPUs: scheduled, unfinished, asking for one or more."""
     pods = json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
-    used = sum(
-        int(c.get("resources", {}).get("requests", {}).get(labels.GPU_RESOURCE, 0))
+    return [
+        pod
         for pod in pods
         if pod["spec"].get("nodeName") == NODE_NAME
         and pod["status"].get("phase") not in ("Succeeded", "Failed")
+        and _gpus(pod) > 0
+    ]
+
+
+def _gpus(pod: dict[str, Any]) -> int:
+    return sum(
+        int(c.get("resources", {}).get("requests", {}).get(labels.GPU_RESOURCE, 0))
         for c in pod["spec"]["containers"]
     )
-    return _allocatable_gpus(cluster) - used
+
+
+def _free_gpus(cluster: Cluster) -> int:
+    """The node's GPUs no scheduled, unfinished pod requests."""
+    return _allocatable_gpus(cluster) - sum(_gpus(pod) for pod in _gpu_pods(cluster))
 
 
 def _pods(cluster: Cluster, selector: str) -> list[dict[str, Any]]:
@@ -98,6 +109,12 @@ def test_a_serving_pod_takes_a_headroom_gpu_at_once_and_the_placeholder_waits(
     # The kubelet turns the advertised capacity into allocatable on its next status update.
     session.wait_for(lambda: _allocatable_gpus(cluster) > 0, timeout_s=60,
                      what="the node's advertised GPUs allocatable")  # fmt: skip
+    # An earlier test's pod still terminating would free its GPU halfway through, and the
+    # serving pod could take that one instead of a placeholder's.
+    session.wait_for(
+        lambda: not any(p["metadata"].get("deletionTimestamp") for p in _gpu_pods(cluster)),
+        timeout_s=180, what="earlier tests' GPU pods gone",
+    )  # fmt: skip
     free = _free_gpus(cluster)
     assert free >= 1, "other tests' pods hold every GPU of the node"
     pool = _pool(free)
