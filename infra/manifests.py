@@ -332,9 +332,7 @@ def peering() -> Manifest:
 def gpu_headroom(region: Region, *, image: str) -> list[Manifest]:
     """The placeholders holding each pool's `headroom_gpus` free, and their PriorityClass once
     (radixfleet/render/headroom.py); nothing when no pool asks for headroom."""
-    found = [obj for pool in region.gpu_pools for obj in headroom.headroom(pool, image=image)]
-    deployments = [obj for obj in found if obj["kind"] == "Deployment"]
-    return [headroom.priority_class(), *deployments] if deployments else []
+    return headroom.headroom(region.gpu_pools, image=image)
 
 
 def runtimes(*, image: str) -> list[Manifest]:

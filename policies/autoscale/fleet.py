@@ -97,9 +97,8 @@ class FleetAutoscaler:
         replicas = self.scaler.replicas()
         ready = [r for r in replicas if r.state is ReplicaState.READY]
         scrapes = await asyncio.gather(*(self._scrape(r) for r in ready))
-        first = self._last_at is None
-        elapsed = self.spec.interval_seconds if self._last_at is None else now - self._last_at
-        self._last_at = now
+        last, self._last_at = self._last_at, now
+        elapsed = self.spec.interval_seconds if last is None else now - last
         elapsed = max(elapsed, 1e-3)
         metrics = [self._metrics(r, s, elapsed) for r, s in zip(ready, scrapes, strict=True)]
         held = self.entry.in_flight[self.scaler.model] if not ready else 0
@@ -109,7 +108,7 @@ class FleetAutoscaler:
             replicas=tuple(metrics),
             starting=sum(r.state is ReplicaState.STARTING for r in replicas),
             # The first look has no counters before it: the rate is unknown, not zero.
-            arrival_rate=None if first else rate,
+            arrival_rate=None if last is None else rate,
             waiting=float(held),
             revision=f"{self.scaler.region}/{self.scaler.model}",
         )

@@ -81,9 +81,8 @@ class TwinAutoscaler:
 
     def observe(self, observed: ServiceObservation, now: float) -> Observed:
         """The twin's snapshot as the controller's observation of a revision."""
-        first = self._last_at is None
-        elapsed = self.tick_s if self._last_at is None else max(now - self._last_at, 1e-3)
-        self._last_at = now
+        last, self._last_at = self._last_at, now
+        elapsed = self.tick_s if last is None else max(now - last, 1e-3)
         ready = [r for r in observed.replicas if r.state == "ready" and r.stats is not None]
         metrics = tuple(self._metrics(r, elapsed, seen=r.id in self._cached) for r in ready)
         self._cached = {r.id: _cached_total(r) for r in ready}
@@ -93,7 +92,7 @@ class TwinAutoscaler:
             starting=sum(1 for r in observed.replicas if r.state in STARTING_STATES),
             # A first look has no interval behind it: its rate is unknown, as Prometheus's
             # rate() of a series with one sample is, not zero (a zero there read as a rise).
-            arrival_rate=None if first else observed.arrivals / elapsed,
+            arrival_rate=None if last is None else observed.arrivals / elapsed,
             waiting=float(observed.buffered),
             revision=f"{observed.region}/{observed.model}",
             ceiling=observed.max_replicas,

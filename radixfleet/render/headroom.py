@@ -13,6 +13,7 @@ Never`), ask for almost no CPU or memory, and run as non-root on a read-only roo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from radixfleet import labels
@@ -42,11 +43,13 @@ def priority_class() -> Manifest:
     }
 
 
-def headroom(pool: GpuPool, *, image: str, namespace: str = NAMESPACE) -> list[Manifest]:
-    """The PriorityClass and the pool's Deployment of placeholders; nothing without headroom."""
-    if pool.headroom_gpus == 0:
+def headroom(pools: Sequence[GpuPool], *, image: str, namespace: str = NAMESPACE) -> list[Manifest]:
+    """The PriorityClass once, then a Deployment of placeholders per pool that asks for
+    headroom; nothing when none does."""
+    wanting = [pool for pool in pools if pool.headroom_gpus]
+    if not wanting:
         return []
-    return [priority_class(), _deployment(pool, image=image, namespace=namespace)]
+    return [priority_class(), *(_deployment(p, image=image, namespace=namespace) for p in wanting)]
 
 
 def deployment_name(pool: GpuPool) -> str:

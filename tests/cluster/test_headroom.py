@@ -118,7 +118,7 @@ def test_a_serving_pod_takes_a_headroom_gpu_at_once_and_the_placeholder_waits(
     free = _free_gpus(cluster)
     assert free >= 1, "other tests' pods hold every GPU of the node"
     pool = _pool(free)
-    objects = headroom.headroom(pool, image=pause.pinned, namespace=namespace)
+    objects = headroom.headroom([pool], image=pause.pinned, namespace=namespace)
     for obj in objects:  # the node already has the sandbox image; never pull
         if obj["kind"] == "Deployment":
             obj["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = "Never"
