@@ -89,10 +89,13 @@ async def keep_in_sync(
             namespaces = await asyncio.to_thread(entry.gate.sync)
             listed = await asyncio.to_thread(isvcs.everywhere)
             rollouts = await asyncio.to_thread(policies.everywhere) if policies else []
-            entry.routes = build_routes(namespaces, listed, baselines_of(rollouts))
+            routes = build_routes(namespaces, listed, baselines_of(rollouts))
+            found = await asyncio.to_thread(_read_keys, keys, routes.namespaces())
+            # Routes and keys change together: a tenant's new route never answers before the
+            # entry holds its key.
+            entry.routes, entry.keys = routes, found
             if entry.prefixes is not None:
-                entry.prefixes.keep_only(entry.routes.served())
-            entry.keys = await asyncio.to_thread(_read_keys, keys, entry.routes.namespaces())
+                entry.prefixes.keep_only(routes.served())
         except KubeError as error:
             log.warning("cluster read failed (%s); serving on the last table", error)
         except Exception:  # no answer at all (the client's connection errors): the same

@@ -92,6 +92,33 @@ def test_a_failed_read_is_retried_and_the_routes_come(error: BaseException) -> N
     assert entry.keys == {"team-a": "k"}
 
 
+class KeysReadBeforeRoutes(Keys):
+    """Team-a's key, remembering whether the entry already routed when it was read."""
+
+    def __init__(self, entry: ClusterEntry) -> None:
+        self.entry = entry
+        self.routed_at_read: list[bool] = []
+
+    def key(self, namespace: str) -> str | None:
+        self.routed_at_read.append(self.entry.routes is not None)
+        return super().key(namespace)
+
+
+def test_a_new_tenants_route_comes_with_its_key() -> None:
+    entry = ClusterEntry(gate=FlakyGate([]), session=None)  # type: ignore[arg-type]
+    keys = KeysReadBeforeRoutes(entry)
+
+    async def first_sync() -> None:
+        task = asyncio.create_task(keep_in_sync(entry, Listed(), keys, interval_s=0.01))
+        while entry.routes is None:
+            await asyncio.sleep(0)
+        task.cancel()
+
+    asyncio.run(asyncio.wait_for(first_sync(), timeout=30))
+    assert entry.keys == {"team-a": "k"}
+    assert keys.routed_at_read[0] is False
+
+
 def test_the_prompts_of_a_model_no_route_leads_to_are_forgotten() -> None:
     prefixes = HotPrefixes(key_of=lambda _ns: "k")
     body = {"prompt": "You are a helpful assistant. " * 20}
