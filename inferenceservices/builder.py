@@ -22,6 +22,7 @@ from policies.routers.spec import ROUTER_PORT
 from radixfleet import labels
 from radixfleet.config.catalog import Catalog, Model, Tenant
 from radixfleet.config.gpus import gpu_label_value
+from radixfleet.config.modelcache import cacheable, node_group_name
 from radixfleet.config.sizing import weight_gib
 from radixfleet.platform import (
     KNATIVE_NAMESPACE,
@@ -34,6 +35,8 @@ from radixfleet.render.yamlout import Notes
 
 ADAPTER_DIR = "/mnt/adapters"
 DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"
+# Which of a cache's node groups the predictor runs on: KServe mounts that group's claim.
+NODE_GROUP = "serving.kserve.io/nodegroup"
 AUTOSCALER_CLASS = "serving.kserve.io/autoscalerClass"
 KNATIVE = "Knative"
 STANDARD = "Standard"
@@ -169,6 +172,10 @@ def _annotations(model: Model) -> dict[str, str]:
         annotations["serving.knative.dev/progress-deadline"] = f"{progress_deadline_s(model)}s"
     if model.pd_peer:
         annotations[labels.PD_PEER] = model.pd_peer
+    if cacheable(model) and not multinode:
+        # Where the region keeps these weights on its nodes, the predictor mounts the cache of
+        # its own GPU type's nodes (radixfleet/render/modelcache.py); elsewhere KServe ignores it.
+        annotations[NODE_GROUP] = node_group_name(model.gpu_type)
     if model.canary_policy:
         annotations[POLICY_ANNOTATION] = model.canary_policy
     return annotations

@@ -34,7 +34,7 @@ from radixfleet.config.catalog import KNOWN_RUNTIMES, Model, Tenant
 from radixfleet.config.gpus import gpu_label_value
 from radixfleet.entry.signals import PREFIX as SIGNALS_PREFIX
 from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES
-from radixfleet.render import entry, headroom, monitoring, operator
+from radixfleet.render import entry, headroom, modelcache, monitoring, operator
 from runtimes.builder import build_runtime
 
 Manifest = dict[str, Any]
@@ -55,8 +55,9 @@ FLEET_TOKEN_KEY = operator.FLEET_TOKEN_KEY
 
 
 def gpu_node_labels(pool: GpuPool) -> dict[str, str]:
-    """Labels of a GPU pool's nodes: what InferenceServices select and controllers count."""
-    return {
+    """Labels of a GPU pool's nodes: what InferenceServices select and controllers count, and
+    where KServe's model cache agent runs."""
+    found = {
         labels.GPU_TYPE: gpu_label_value(pool.gpu_type),
         labels.GPU_POOL: pool.name,
         labels.CAPACITY_TYPE: pool.capacity,
@@ -65,6 +66,9 @@ def gpu_node_labels(pool: GpuPool) -> dict[str, str]:
         # node-feature-discovery would otherwise have to set.
         "nvidia.com/gpu.present": "true",
     }
+    if pool.model_cache_gib:
+        found[modelcache.NODE_LABEL] = "true"
+    return found
 
 
 SYSTEM_NODE_LABELS = {NODE_ROLE: "system"}
@@ -130,8 +134,10 @@ def cert_manager_values() -> Manifest:
     return {"crds": {"enabled": True}, **system_placement()}
 
 
-def kserve_values(*, domain: str) -> Manifest:
-    return {
+def kserve_values(*, domain: str, model_cache: bool = False) -> Manifest:
+    """KServe's controller; with `model_cache`, its webhook also mounts cached weights
+    (`LocalModelCache`s, which then must exist: `kserve_localmodel_values`)."""
+    values: Manifest = {
         "kserve": {
             "controller": {
                 # InferenceServices without the annotation run on Knative and scale to zero
@@ -142,6 +148,30 @@ def kserve_values(*, domain: str) -> Manifest:
                 "gateway": {"domain": domain, "disableIstioVirtualHost": True},
                 **system_placement(),
             }
+        }
+    }
+    if model_cache:
+        values["kserve"]["localmodel"] = {"enabled": True, "jobNamespace": MODEL_CACHE_JOBS}
+    return values
+
+
+# KServe's download jobs run here, as the namespace's default service account (the agent sets
+# none), which Pod Identity lets read the cached models' weights.
+MODEL_CACHE_JOBS = "kserve-localmodel-jobs"
+MODEL_CACHE_JOB_ACCOUNT = "default"
+
+
+def kserve_localmodel_values() -> Manifest:
+    """KServe's local model controller and its node agent, the agent on the GPU nodes of
+    caching pools only (its chart's default selects a label of its own)."""
+    return {
+        "kserve": {
+            "localmodelnode": {
+                "controller": {
+                    "nodeSelector": {modelcache.NODE_LABEL: "true"},
+                    "tolerations": [GPU_TOLERATION],
+                }
+            },
         }
     }
 
@@ -335,6 +365,18 @@ def gpu_headroom(region: Region, *, image: str) -> list[Manifest]:
     return headroom.headroom(region.gpu_pools, image=image)
 
 
+def model_cache(
+    catalog: Catalog, region: Region, *, bucket_from: str, bucket_to: str
+) -> list[Manifest]:
+    """The node groups and caches of the weights `region`'s GPU nodes keep
+    (radixfleet/render/modelcache.py), read from the region's bucket like its
+    InferenceServices: KServe matches a cache to a predictor by the storage URI."""
+    return [
+        rewrite_bucket(doc, bucket_from, bucket_to)
+        for doc in modelcache.model_cache(region, catalog.models)
+    ]
+
+
 def runtimes(*, image: str) -> list[Manifest]:
     """Every SGLang ClusterServingRuntime, running `image` (a pinned reference): cluster-wide
     and cheap, so every region has them all."""
@@ -381,6 +423,14 @@ def model_prefixes(inference_services: Sequence[Manifest], *, bucket: str) -> di
         }
         found.setdefault(isvc["metadata"]["namespace"], set()).update(prefixes)
     return {ns: sorted(prefixes) for ns, prefixes in sorted(found.items()) if prefixes}
+
+
+def cached_prefixes(model_cache: Sequence[Manifest], *, bucket: str) -> list[str]:
+    """The prefixes of `bucket` the region's `LocalModelCache`s download."""
+    uris = [d["spec"]["sourceModelUri"] for d in model_cache if d["kind"] == "LocalModelCache"]
+    return sorted(
+        u.removeprefix(f"s3://{bucket}/") for u in uris if u.startswith(f"s3://{bucket}/")
+    )
 
 
 def _strings(value: Any) -> Iterator[str]:

@@ -159,6 +159,24 @@ BAD_CATALOGS = [
         id="pool-min-above-max",
     ),
     pytest.param(
+        _set("regions[0].gpu_pools[0].model_cache_gib", 450),
+        "catalog.yaml: regions[0].gpu_pools[0].model_cache_gib: 450 GiB leaves less than 100 GiB "
+        "of the node's 500 GiB volume (root_volume_gib) for images and scratch",
+        id="model-cache-above-the-volume",
+    ),
+    pytest.param(
+        _set("regions[0].gpu_pools[1].model_cache_gib", 0),
+        "catalog.yaml: regions[0].gpu_pools[1].model_cache_gib: the H100 pools of us-east-1 "
+        "cache models all or none: h100-spot has no cache, h100-ondemand has 200 GiB",
+        id="model-cache-on-some-pools-of-a-gpu-type",
+    ),
+    pytest.param(
+        _set("regions[0].gpu_pools[1].model_cache_gib", 140),
+        "catalog.yaml: regions[0].gpu_pools[1].model_cache_gib: 140 GiB do not hold the 147 GiB "
+        "of the H100 models us-east-1 caches (llama-3-1-8b 15, llama-3-1-70b 132)",
+        id="model-cache-smaller-than-its-models",
+    ),
+    pytest.param(
         _set("regions[0].gpu_pools[0].instance_type", "x9.huge"),
         "catalog.yaml: regions[0].gpu_pools[0].instance_type: unknown GPU instance type 'x9.huge'",
         id="unknown-instance-type",

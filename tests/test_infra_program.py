@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from canary.spec import POLICY_ANNOTATION
-from inferenceservices.builder import MODEL_READER
+from inferenceservices.builder import MODEL_READER, NODE_GROUP
 from infra import manifests
 from infra.components.aws.nodes import EKS_TAINT_EFFECTS
 from infra.settings import PINNED, REQUIRED_CHARTS, REQUIRED_EKS_ADDONS, Fleet
@@ -252,6 +252,57 @@ def test_gpu_headroom_is_held_by_placeholders_every_workload_preempts(
             assert pod["securityContext"]["runAsNonRoot"] is True
 
 
+def test_gpu_nodes_cache_the_weights_of_their_models_where_the_catalog_says(
+    stack: RecordingMocks, fleet: Fleet
+) -> None:
+    """us-east-1's H100 pools cache (the example catalog): KServe's local model charts at
+    KServe's own version, the agent on those nodes only, a cache per storage URI its H100
+    InferenceServices read (from the region's bucket), downloaded by a role that reads those
+    weights only; no other region caches anything."""
+    releases = of_type(stack, "kubernetes:helm.sh/v3:Release")
+    caches = of_type(stack, "kubernetes:serving.kserve.io/v1alpha1:LocalModelCache")
+    groups = of_type(stack, "kubernetes:serving.kserve.io/v1alpha1:LocalModelNodeGroup")
+    isvcs = of_type(stack, "kubernetes:serving.kserve.io/v1beta1:InferenceService")
+    for region in ("eu-west-1", "ap-northeast-1"):
+        assert in_region(caches, region) == in_region(groups, region) == []
+        (kserve,) = [
+            r for r in in_region(releases, region) if r.inputs["name"] == "kserve-resources"
+        ]
+        assert "localmodel" not in kserve.inputs["values"]["kserve"]
+    east = {r.inputs["name"]: r for r in in_region(releases, "us-east-1")}
+    assert east["kserve-resources"].inputs["values"]["kserve"]["localmodel"]["enabled"] is True
+    for chart in ("kserve-localmodel-crd", "kserve-localmodel-resources"):
+        assert east[chart].inputs["chart"].endswith(f"/{chart}")
+        assert east[chart].inputs["version"] == east["kserve-resources"].inputs["version"]
+    agent = east["kserve-localmodel-resources"].inputs["values"]["kserve"]["localmodelnode"]
+    assert agent["controller"]["nodeSelector"] == {"radixfleet.io/model-cache": "true"}
+    cached_pools = {
+        p.name for p in fleet.catalog.region("us-east-1").gpu_pools if p.model_cache_gib
+    }
+    node_groups = of_type(stack, "aws:eks/nodeGroup:NodeGroup")
+    for group in node_groups:
+        caching = group.inputs["labels"].get("radixfleet.io/model-cache") == "true"
+        assert caching == (group.name.startswith("region-us-east-1-") and any(
+            group.name.startswith(f"region-us-east-1-{p}") for p in cached_pools))  # fmt: skip
+    (h100,) = in_region(groups, "us-east-1")
+    assert h100.inputs["metadata"]["name"] == "h100-nodes"
+    served = {i.inputs["spec"]["predictor"]["model"].get("storageUri")
+              for i in in_region(isvcs, "us-east-1")
+              if i.inputs["metadata"]["annotations"].get(NODE_GROUP) == "h100-nodes"}  # fmt: skip
+    uris = {c.inputs["spec"]["sourceModelUri"] for c in in_region(caches, "us-east-1")}
+    assert uris == served and len(uris) == 2  # the 8B and the 70B
+    (downloads,) = [p for p in of_type(stack, "aws:iam/rolePolicy:RolePolicy")
+                    if p.name.startswith("region-us-east-1-model-cache")]  # fmt: skip
+    statements = json.loads(downloads.inputs["policy"])["Statement"]
+    (objects,) = [s["Resource"] for s in statements if "s3:GetObject" in s["Action"]]
+    assert set(objects) == {f"arn:aws:mock:::model-store-us-east-1/{u.split('/', 3)[3]}/*"
+                            for u in uris}  # fmt: skip
+    associations = of_type(stack, "aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    (jobs,) = [a for a in associations if "model-cache" in a.name]
+    assert (jobs.inputs["namespace"], jobs.inputs["serviceAccount"]) == (
+        "kserve-localmodel-jobs", "default")  # fmt: skip
+
+
 def test_imdsv2_and_encrypted_volumes_on_every_node(stack: RecordingMocks) -> None:
     templates = {t.id: t for t in of_type(stack, "aws:ec2/launchTemplate:LaunchTemplate")}
     assert not of_type(stack, "aws:ec2/instance:Instance")
@@ -408,7 +459,10 @@ def test_versions_are_pinned(stack: RecordingMocks) -> None:
 def test_helm_releases_for_every_add_on_in_every_region(stack: RecordingMocks) -> None:
     releases = of_type(stack, "kubernetes:helm.sh/v3:Release")
     for region in REGIONS:
-        assert {r.inputs["name"] for r in in_region(releases, region)} == set(REQUIRED_CHARTS)
+        # KServe's local model charts where the GPU nodes cache weights (the next test).
+        cache = {"kserve-localmodel-crd", "kserve-localmodel-resources"}
+        wanted = set(REQUIRED_CHARTS) | (cache if region == "us-east-1" else set())
+        assert {r.inputs["name"] for r in in_region(releases, region)} == wanted
     kserve = next(r for r in releases if r.inputs["name"] == "kserve-resources")
     assert kserve.inputs["chart"] == "oci://ghcr.io/kserve/charts/kserve-resources"
     assert kserve.inputs["values"]["kserve"]["controller"]["deploymentMode"] == "Knative"

@@ -96,6 +96,10 @@ class GpuPool(Strict):
     # the lowest priority on them, which any serving pod preempts at once, and the cluster
     # autoscaler adds a node for the placeholders it evicted (infra: `m.gpu_headroom`).
     headroom_gpus: NonNegativeInt = 0
+    # GiB of each node's volume kept for model weights: KServe's local model cache downloads
+    # every model of the pool's GPU type there once, and a new replica loads from the node's
+    # disk instead of the model store (radixfleet/render/modelcache.py). 0: no cache.
+    model_cache_gib: NonNegativeInt = 0
 
 
 class Region(Strict):

@@ -9,8 +9,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from radixfleet.config.catalog import KNOWN_RUNTIMES, Catalog, Model
+from radixfleet.config.catalog import KNOWN_RUNTIMES, Catalog, Model, Region
 from radixfleet.config.gpus import GPU_TYPES, INSTANCE_TYPES
+from radixfleet.config.modelcache import (
+    NODE_RESERVED_GIB,
+    CachedWeights,
+    cache_limit_gib,
+    cached_weights,
+    caching_pools,
+)
 from radixfleet.config.sizing import kv_capacity_tokens
 from radixfleet.profile import BUILTIN_PROFILES
 
@@ -27,6 +34,7 @@ def check_catalog(catalog: Catalog) -> list[Finding]:
         *_duplicates(catalog),
         *_regions(catalog),
         *_tenants(catalog),
+        *_model_caches(catalog),
         *(f for i, m in enumerate(catalog.models) for f in _model(catalog, i, m)),
     ]
 
@@ -80,6 +88,51 @@ def _regions(catalog: Catalog) -> Iterator[Finding]:
                     f"{pool.headroom_gpus} is more than the pool's {pool.max_nodes} nodes "
                     f"of {pool.gpus_per_node} GPUs hold",
                 )
+
+
+def _model_caches(catalog: Catalog) -> Iterator[Finding]:
+    """A cache fits its nodes' volume; a region's pools of one GPU type cache all or none (the
+    cache's volume keeps a cached model's pods on the caching nodes, so a pool without it
+    would serve none of them); the cached models fit the smallest pool's cache."""
+    for i, region in enumerate(catalog.regions):
+        for j, pool in enumerate(region.gpu_pools):
+            room = pool.root_volume_gib - NODE_RESERVED_GIB
+            if pool.model_cache_gib > room:
+                yield (
+                    f"regions[{i}].gpu_pools[{j}].model_cache_gib",
+                    f"{pool.model_cache_gib} GiB leaves less than {NODE_RESERVED_GIB} GiB of "
+                    f"the node's {pool.root_volume_gib} GiB volume (root_volume_gib) for "
+                    "images and scratch",
+                )
+        weights = cached_weights(region, catalog.models)
+        for gpu_type in sorted({p.gpu_type for p in region.gpu_pools}):
+            yield from _one_type_cache(i, region, gpu_type, weights)
+
+
+def _one_type_cache(
+    index: int, region: Region, gpu_type: str, weights: list[CachedWeights]
+) -> Iterator[Finding]:
+    pools = [p for p in region.gpu_pools if p.gpu_type == gpu_type]
+    caching = caching_pools(region, gpu_type)
+    if not caching:
+        return
+    if len(caching) < len(pools):
+        bare = next(p for p in pools if not p.model_cache_gib)
+        yield (
+            f"regions[{index}].gpu_pools[{region.gpu_pools.index(bare)}].model_cache_gib",
+            f"the {gpu_type} pools of {region.name} cache models all or none: {bare.name} "
+            f"has no cache, {caching[0].name} has {caching[0].model_cache_gib} GiB",
+        )
+    held = [w for w in weights if gpu_type in w.gpu_types]
+    needed, limit = sum(w.gib for w in held), cache_limit_gib(region, gpu_type)
+    if needed > limit:
+        smallest = min(caching, key=lambda p: p.model_cache_gib)
+        sizes = ", ".join(f"{w.name} {w.gib}" for w in held)
+        yield (
+            f"regions[{index}].gpu_pools[{region.gpu_pools.index(smallest)}].model_cache_gib",
+            f"{limit} GiB do not hold the {needed} GiB of the {gpu_type} models "
+            f"{region.name} caches ({sizes})",
+        )
 
 
 def _tenants(catalog: Catalog) -> Iterator[Finding]:

@@ -204,6 +204,17 @@ class AwsRegionalFleet(pulumi.ComponentResource):
                 ),
                 child,
             )
+        cached = m.cached_prefixes(self._model_cache(), bucket=store.bucket)
+        if cached:  # KServe's download jobs, which fill the nodes' caches: those weights only
+            PodRole(
+                f"{self._name}-model-cache",
+                PodRoleArgs(
+                    cluster_name=cluster.name,
+                    service_accounts=[(m.MODEL_CACHE_JOBS, m.MODEL_CACHE_JOB_ACCOUNT)],
+                    statements=model_reader_statements(store.bucket_arn, store.key_arn, cached),
+                ),
+                child,
+            )
         PodRole(
             f"{self._name}-controllers",
             PodRoleArgs(
@@ -316,10 +327,16 @@ class AwsRegionalFleet(pulumi.ComponentResource):
                 autoscaler_values=m.cluster_autoscaler_values(
                     cluster=self._cluster_name, region=region, service_account=AUTOSCALER_ACCOUNT
                 ),
+                model_cache=bool(self._model_cache()),
                 after=after,
             ),
             kube,
         )
+
+    def _model_cache(self) -> list[m.Manifest]:
+        store = self._args.model_store
+        return m.model_cache(self._args.fleet.catalog, self._args.region,
+                             bucket_from=store.catalog_bucket, bucket_to=store.bucket)  # fmt: skip
 
     def _headroom(self) -> list[m.Manifest]:
         pause = self._args.fleet.settings.pause
@@ -369,6 +386,8 @@ class AwsRegionalFleet(pulumi.ComponentResource):
                 model_readers=m.region_model_readers(fleet.catalog, region),
                 network_policies=m.region_network_policies(fleet.catalog, region),
                 headroom=self._headroom(),
+                model_cache=self._model_cache(),
+                model_cache_controller=addons.model_cache,
                 with_failover=region.name == fleet.failover_region,
                 fleet_token=self._args.fleet_token,
                 dashboards_dir=fleet.path(fleet.settings.dashboards_dir),

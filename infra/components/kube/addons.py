@@ -37,6 +37,8 @@ class AddOnsArgs:
     domain: str
     storage_class: m.Manifest
     autoscaler_values: m.Manifest
+    # Whether the region's GPU nodes cache model weights (KServe's local model cache).
+    model_cache: bool = False
     # Resources that must exist before anything is installed (nodes, core add-ons).
     after: Sequence[pulumi.Resource] = ()
 
@@ -46,6 +48,8 @@ class AddOns(pulumi.ComponentResource):
 
     kserve: pulumi.Resource
     monitoring: pulumi.Resource
+    # KServe's local model controller, when the region caches weights (its CRDs with it).
+    model_cache: pulumi.Resource | None
 
     def __init__(self, name: str, args: AddOnsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("radixfleet:kube:AddOns", name, None, opts)
@@ -67,6 +71,7 @@ class AddOns(pulumi.ComponentResource):
         )
         serving = self._knative()
         self.kserve = self._kserve(serving)
+        self.model_cache = self._model_cache() if args.model_cache else None
         self.register_outputs({})
 
     def _opts(self, after: Sequence[pulumi.Resource] = ()) -> pulumi.ResourceOptions:
@@ -85,8 +90,10 @@ class AddOns(pulumi.ComponentResource):
         namespace: str,
         values: m.Manifest,
         after: Sequence[pulumi.Resource] = (),
+        *,
+        chart: Chart | None = None,
     ) -> k8s.helm.v3.Release:
-        chart = self._args.charts[key]
+        chart = chart or self._args.charts[key]
         published = chart.chart or key
         oci = chart.repo.startswith("oci://")
         return k8s.helm.v3.Release(
@@ -146,5 +153,18 @@ class AddOns(pulumi.ComponentResource):
     def _kserve(self, serving: pulumi.Resource) -> k8s.helm.v3.Release:
         cert_manager = self._release("cert-manager", "cert-manager", m.cert_manager_values())
         crds = self._release("kserve-crd", "kserve", {})
-        values = m.kserve_values(domain=self._args.domain)
+        values = m.kserve_values(domain=self._args.domain, model_cache=self._args.model_cache)
         return self._release("kserve-resources", "kserve", values, [cert_manager, crds, serving])
+
+    def _model_cache(self) -> k8s.helm.v3.Release:
+        """KServe's local model charts, from where and at the version KServe's own come: they
+        are released together, and the controller reads kserve-resources' ConfigMap."""
+        kserve = self._args.charts["kserve-resources"]
+        jobs = self._namespace(m.MODEL_CACHE_JOBS)
+        crd_chart = kserve.model_copy(update={"chart": "kserve-localmodel-crd"})
+        crds = self._release("kserve-localmodel-crd", "kserve", {}, chart=crd_chart)
+        return self._release(
+            "kserve-localmodel-resources", "kserve", m.kserve_localmodel_values(),
+            [self.kserve, crds, jobs],
+            chart=kserve.model_copy(update={"chart": "kserve-localmodel-resources"}),
+        )  # fmt: skip

@@ -41,6 +41,10 @@ class WorkloadsArgs:
     network_policies: Sequence[m.Manifest]
     # Placeholder pods holding GPU pools' headroom free, and their PriorityClass (may be empty).
     headroom: Sequence[m.Manifest]
+    # The node groups and caches of the weights the GPU nodes keep (empty: none), and KServe's
+    # local model controller they need (None when empty).
+    model_cache: Sequence[m.Manifest]
+    model_cache_controller: pulumi.Resource | None
     # This region's operator runs the fleet's failover (one region per fleet).
     with_failover: bool
     fleet_token: pulumi.Input[str]
@@ -212,9 +216,11 @@ class Workloads(pulumi.ComponentResource):
         elif obj["kind"] == "NetworkPolicy":
             k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=as_input(obj["spec"]),
                                             opts=opts)  # fmt: skip
-        else:
+        elif obj["kind"] == "RoleBinding":
             k8s.rbac.v1.RoleBinding(name, metadata=meta, role_ref=as_input(obj["roleRef"]),
                                     subjects=as_input(obj["subjects"]), opts=opts)  # fmt: skip
+        else:  # a new kind of manifest must be taught here, not deployed as something else
+            raise ValueError(f"{name}: no Pulumi resource for kind {obj['kind']!r}")
 
     def _bind(
         self,
@@ -243,8 +249,22 @@ class Workloads(pulumi.ComponentResource):
 
     def _serving(self, namespaces: list[k8s.core.v1.Namespace]) -> None:
         runtimes = [self._custom(r, [self._args.kserve]) for r in self._args.runtimes]
+        caches = self._model_cache()
         for isvc in self._args.inference_services:
-            self._custom(isvc, [self._args.kserve, *runtimes, *namespaces])
+            # After the caches: KServe's webhook mounts a cache only if it exists when it
+            # admits the InferenceService.
+            self._custom(isvc, [self._args.kserve, *runtimes, *namespaces, *caches])
+
+    def _model_cache(self) -> list[pulumi.Resource]:
+        """The node groups, then the caches on them (KServe reads a cache's groups)."""
+        args = self._args
+        if args.model_cache_controller is None:
+            return []
+        after: list[pulumi.Resource] = [args.kserve, args.model_cache_controller]
+        groups = [self._custom(g, after) for g in args.model_cache
+                  if g["kind"] == "LocalModelNodeGroup"]  # fmt: skip
+        return [self._custom(c, [*after, *groups]) for c in args.model_cache
+                if c["kind"] == "LocalModelCache"]  # fmt: skip
 
     def _custom(
         self, manifest: m.Manifest, after: Sequence[pulumi.Resource]
