@@ -53,6 +53,15 @@ KSERVE_MANAGER = "kserve-manager"
 # KServe images the cluster does not need (request logger and batcher, InferenceGraph router,
 # model download): pods that would use one fail visibly unless the caller passes it.
 KSERVE_OPTIONAL = ("kserve-agent", "kserve-router", "kserve-storage-initializer")
+# KServe's local model cache: its CRDs go with KServe (the manager's webhook lists the caches of
+# every InferenceService it admits); its controller, webhook and node agent are installed apart
+# (`local_model_objects`), by the tests that use them.
+LOCALMODEL_FILE = "kserve-localmodel.yaml"
+LOCALMODEL_CONTROLLER = "kserve-localmodel-controller"  # image keys, as KServe names them
+LOCALMODEL_AGENT = "kserve-localmodelnode-agent"
+LOCALMODEL_WEBHOOK_SERVICE = "localmodel-webhook-server-service"
+LOCALMODEL_WEBHOOK_SECRET = "localmodel-webhook-server-cert"
+LOCALMODEL_JOBS = "kserve-localmodel-jobs"  # where the agent's download jobs run
 KNATIVE_NAMESPACE = "knative-serving"
 KNATIVE_COMMANDS = ("controller", "webhook", "autoscaler", "activator", "queue")
 KNATIVE_INGRESS_CLASS = "istio.ingress.networking.knative.dev"  # upstream's default
@@ -139,7 +148,44 @@ def kserve_objects(
         _drop_cert_manager_annotation(obj)
         _KSERVE_EDITS.get(obj["kind"], _unchanged)(obj, images, default_mode, knative)
         _set_ca_bundle(obj, service=KSERVE_WEBHOOK_SERVICE, ca_pem=tls.ca_pem)
-    return [*objects, _tls_secret(KSERVE_WEBHOOK_SECRET, KSERVE_NAMESPACE, tls)]
+    crds = [o for o in _load(HERE / "kserve" / LOCALMODEL_FILE)
+            if o["kind"] == "CustomResourceDefinition"]  # fmt: skip
+    return [*objects, *crds, _tls_secret(KSERVE_WEBHOOK_SECRET, KSERVE_NAMESPACE, tls)]
+
+
+def local_model_objects(
+    images: Mapping[str, str],
+    *,
+    node_selector: Mapping[str, str],
+    host_path: str,
+    now: datetime.datetime | None = None,
+) -> list[Obj]:
+    """KServe's local model controller (with its LocalModelCache webhook), its node agent on
+    the nodes with ``node_selector`` keeping models under ``host_path``, and the namespace of
+    its download jobs, in apply order; the CRDs come with :func:`render_addons`. ``images``
+    maps :data:`LOCALMODEL_CONTROLLER` and :data:`LOCALMODEL_AGENT`. The webhook's certificate
+    is made here, as KServe's own is."""
+    tls = make_webhook_tls(
+        LOCALMODEL_WEBHOOK_SERVICE, KSERVE_NAMESPACE,
+        now=now or datetime.datetime.now(datetime.UTC),
+    )  # fmt: skip
+    objects = [o for o in _load(HERE / "kserve" / LOCALMODEL_FILE)
+               if o["kind"] not in ("CustomResourceDefinition", "Certificate")]  # fmt: skip
+    for obj in objects:
+        _drop_cert_manager_annotation(obj)
+        _set_ca_bundle(obj, service=LOCALMODEL_WEBHOOK_SERVICE, ca_pem=tls.ca_pem)
+        if obj["kind"] in ("Deployment", "DaemonSet"):
+            spec = obj["spec"]["template"]["spec"]
+            (manager,) = spec["containers"]
+            key = LOCALMODEL_CONTROLLER if obj["kind"] == "Deployment" else LOCALMODEL_AGENT
+            manager["image"], manager["imagePullPolicy"] = images[key], "IfNotPresent"
+        if obj["kind"] == "DaemonSet":
+            spec["nodeSelector"] = dict(node_selector)
+            (models,) = spec["volumes"]
+            models["hostPath"]["path"] = host_path
+    jobs = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LOCALMODEL_JOBS}}
+    secret = _tls_secret(LOCALMODEL_WEBHOOK_SECRET, KSERVE_NAMESPACE, tls)
+    return sorted([jobs, *objects, secret], key=_apply_rank)
 
 
 # Objects for cert-manager, and the metrics proxy's RBAC and Services (its port goes with it).
@@ -189,7 +235,13 @@ def _kserve_configmap(obj: Obj, images: Mapping[str, str], mode: Mode, knative: 
         # No Istio here: Standard mode creates no Ingress (the predictor's Service is the way
         # in), Knative mode no VirtualService (Knative's Route and KIngress carry the traffic).
         "ingress": {"disableIngressCreation": True, "disableIstioVirtualHost": True},
-        "localModel": {"defaultJobImage": storage},
+        # Enabled as infra enables it where GPU nodes cache weights: the manager's webhook
+        # then mounts a cached model's claim into its predictors.
+        "localModel": {
+            "enabled": True,
+            "jobNamespace": LOCALMODEL_JOBS,
+            "defaultJobImage": storage,
+        },
         "explainers": {"art": {"image": art, "defaultImageVersion": "0"}},
         **{key: {"image": image} for key, image in _kserve_config_images(images).items()},
     }

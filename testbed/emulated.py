@@ -76,9 +76,12 @@ def emulated_isvc(
     annotations: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
     labels: Mapping[str, str] | None = None,
+    storage_uri: str | None = None,
 ) -> dict[str, Any]:
     """An InferenceService of the emulated SGLang replica on one advertised GPU per replica;
-    `env` adds to the container's environment (a change of it makes a new revision)."""
+    `env` adds to the container's environment (a change of it makes a new revision). Its
+    weights are claim `models`' folder of its name (`model_volume`) unless `storage_uri` says
+    otherwise."""
     environment = {"RADIXFLEET_EMULATOR_WARM": "1", **(env or {})}
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
@@ -96,7 +99,7 @@ def emulated_isvc(
                 "model": {
                     "modelFormat": {"name": "sglang"},
                     "runtime": "sglang",
-                    "storageUri": f"pvc://models/{name}",
+                    "storageUri": storage_uri or f"pvc://models/{name}",
                     "image": image,
                     "imagePullPolicy": "Never",
                     "env": [{"name": k, "value": v} for k, v in environment.items()],

@@ -21,7 +21,7 @@ from typing import Any, Self
 
 from testbed import addons, dns, fake_kingress, images
 from testbed import cluster as cluster_mod
-from testbed.builds import COREDNS, KNATIVE, KSERVE
+from testbed.builds import COREDNS, KNATIVE, KSERVE, KSERVE_LOCALMODEL
 from testbed.cluster import Cluster, ClusterError
 from testbed.gobuild import BuildError, ensure_built
 from testbed.images import ImageError
@@ -29,9 +29,10 @@ from testbed.layout import NODE_NAME
 
 GPUS_PER_NODE = 8
 READY_TIMEOUT_S = 180.0
-# The labels a GPU node group of infra/ carries, so catalog predictors schedule here.
+# The labels a GPU node group of infra/ carries, so catalog predictors schedule here (infra's
+# gpu_node_labels writes the GPU type as `gpu_label_value` spells it, lower case).
 NODE_LABELS = {
-    "radixfleet.io/gpu-type": "H100",
+    "radixfleet.io/gpu-type": "h100",
     "radixfleet.io/gpu-pool": "h100",
     "radixfleet.io/capacity-type": "on-demand",
 }
@@ -106,6 +107,44 @@ def install_kserve(
         for deployment in KNATIVE_DEPLOYMENTS:
             wait_rollout(running, namespace=addons.KNATIVE_NAMESPACE, deployment=deployment)
     wait_rollout(running, namespace=addons.KSERVE_NAMESPACE, deployment="kserve-controller-manager")
+
+
+# KServe's local model controller's Deployment (its upstream name).
+LOCALMODEL_CONTROLLER_DEPLOYMENT = "kserve-localmodel-controller-manager"
+
+
+def install_local_models(
+    running: Cluster, *, node_selector: Mapping[str, str], host_path: Path
+) -> list[dict[str, Any]]:
+    """KServe's local model controller and node agent (v0.20.0, built here) beside an installed
+    KServe, the agent on the nodes with ``node_selector`` keeping models under ``host_path``;
+    returns what was applied, for :func:`remove`."""
+    folder = ensure_built(KSERVE_LOCALMODEL)
+    built = {
+        key: images.go_binary_image(key, folder / binary, entrypoint=["/manager"], path="/manager")
+        for key, binary in ((addons.LOCALMODEL_CONTROLLER, "localmodel"),
+                            (addons.LOCALMODEL_AGENT, "localmodelnode"))
+    }  # fmt: skip
+    load_images(running, list(built.values()))
+    objects = addons.local_model_objects(
+        {key: image.pinned for key, image in built.items()},
+        node_selector=node_selector,
+        host_path=str(host_path),
+    )
+    apply(running, objects)
+    wait_rollout(
+        running, namespace=addons.KSERVE_NAMESPACE, deployment=LOCALMODEL_CONTROLLER_DEPLOYMENT
+    )
+    return objects
+
+
+def remove(running: Cluster, objects: Sequence[Mapping[str, Any]]) -> None:
+    """Delete ``objects`` (webhook configurations first: none may outlive its server) and wait
+    for them to go."""
+    ordered = sorted(objects, key=lambda o: o["kind"] not in addons.LAST_KINDS)
+    documents = {"apiVersion": "v1", "kind": "List", "items": list(ordered)}
+    running.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=true", "--timeout=120s",
+                    stdin=json.dumps(documents), check=False)  # fmt: skip
 
 
 def _knative_images() -> dict[str, images.ImageRecord]:

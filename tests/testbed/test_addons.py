@@ -17,8 +17,13 @@ from testbed.addons import (
     KNATIVE_COMMANDS,
     KSERVE_NAMESPACE,
     KSERVE_WEBHOOK_SECRET,
+    LOCALMODEL_AGENT,
+    LOCALMODEL_CONTROLLER,
+    LOCALMODEL_JOBS,
+    LOCALMODEL_WEBHOOK_SECRET,
     AddonsError,
     Mode,
+    local_model_objects,
     render_addons,
     required_images,
 )
@@ -30,13 +35,15 @@ IMAGES = {
     **{f"knative-{c}": f"localhost/radixfleet/knative-{c}{DIGEST}" for c in KNATIVE_COMMANDS},
 }
 BOTH: tuple[Mode, ...] = ("Standard", "Knative")
-# KServe v0.20.0's config/crd/full without the LLMInferenceService and local-model CRDs, which
-# belong to programs the test bed does not run.
+# KServe v0.20.0's config/crd/full without the LLMInferenceService CRDs, which belong to a
+# program the test bed does not run; the local model cache's come with KServe (its manager's
+# webhook lists the caches), its programs apart (`local_model_objects`).
 KSERVE_CRDS = {
     f"{plural}.serving.kserve.io"
     for plural in (
         "inferenceservices", "trainedmodels", "clusterservingruntimes", "servingruntimes",
-        "inferencegraphs", "clusterstoragecontainers",
+        "inferencegraphs", "clusterstoragecontainers", "localmodelcaches",
+        "localmodelnamespacecaches", "localmodelnodegroups", "localmodelnodes",
     )
 }  # fmt: skip
 KNATIVE_CRDS = {
@@ -214,3 +221,47 @@ def test_a_missing_image_is_an_error(modes: tuple[Mode, ...], missing: str) -> N
 def test_an_unknown_mode_is_an_error() -> None:
     with pytest.raises(AddonsError, match="modes"):
         render_addons(IMAGES, modes=("Serverless",), now=NOW)  # type: ignore[arg-type]
+
+
+LOCAL_IMAGES = {key: f"localhost/radixfleet/{key}{DIGEST}"
+                for key in (LOCALMODEL_CONTROLLER, LOCALMODEL_AGENT)}  # fmt: skip
+
+
+def test_kserve_mounts_cached_models_and_downloads_in_its_jobs_namespace() -> None:
+    config = inferenceservice_config(render_addons(IMAGES, modes=BOTH, now=NOW))
+    assert config["localModel"]["enabled"] is True
+    assert config["localModel"]["jobNamespace"] == LOCALMODEL_JOBS
+
+
+def test_the_local_model_programs_run_our_images_on_the_caching_nodes() -> None:
+    objects = local_model_objects(
+        LOCAL_IMAGES,
+        node_selector={"radixfleet.io/model-cache": "true"},
+        host_path="/run/m",
+        now=NOW,
+    )
+    (controller,) = of_kind(objects, "Deployment")
+    (agent,) = of_kind(objects, "DaemonSet")
+    assert controller["spec"]["template"]["spec"]["containers"][0]["image"] == LOCAL_IMAGES[
+        LOCALMODEL_CONTROLLER]  # fmt: skip
+    pod = agent["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == LOCAL_IMAGES[LOCALMODEL_AGENT]
+    assert pod["nodeSelector"] == {"radixfleet.io/model-cache": "true"}
+    assert pod["volumes"][0]["hostPath"]["path"] == "/run/m"
+    assert not of_kind(objects, "CustomResourceDefinition") and not of_kind(objects, "Certificate")
+    assert [o["metadata"]["name"] for o in of_kind(objects, "Namespace")] == [LOCALMODEL_JOBS]
+    assert {i for o in objects for i in images_in(o)} == set(LOCAL_IMAGES.values())
+    assert objects[-1]["kind"] == "ValidatingWebhookConfiguration"
+
+
+def test_the_cache_webhook_trusts_the_ca_that_signed_its_servers_certificate() -> None:
+    objects = local_model_objects(LOCAL_IMAGES, node_selector={}, host_path="/run/m", now=NOW)
+    (secret,) = [o for o in of_kind(objects, "Secret")
+                 if o["metadata"]["name"] == LOCALMODEL_WEBHOOK_SECRET]  # fmt: skip
+    (webhook,) = of_kind(objects, "ValidatingWebhookConfiguration")
+    bundles = {w["clientConfig"]["caBundle"] for w in webhook["webhooks"]}
+    assert bundles == {secret["data"]["ca.crt"]}
+    certificate = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert f"localmodel-webhook-server-service.{KSERVE_NAMESPACE}.svc" in names.get_values_for_type(
+        x509.DNSName)  # fmt: skip
