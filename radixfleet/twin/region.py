@@ -66,20 +66,18 @@ class Pool:
         self.up = spec.warm_gpus
         self.used = 0
 
-    def take(self, gpus: int, profile: ReplicaProfile) -> float | None:
-        """Seconds before a new replica can start (a new node pulls weights), None if full."""
+    def take(self, gpus: int, profile: ReplicaProfile, *, running: bool = False) -> float | None:
+        """Seconds before a new replica can start (a new node pulls weights), None if full.
+        A `running` replica (one the scenario starts with) has its weights loaded already."""
         if self.used + gpus > self.spec.gpus:
             return None
         self.used += gpus
-        if self.used <= self.up:
-            return 0.0
+        download = profile.cold_start_from_s3_seconds() - profile.cold_start_seconds
+        if self.used <= self.up:  # the node's disk has the weights, where the pool caches them
+            return 0.0 if self.spec.model_cache or running else download
         # Cluster autoscaler adds a node; its weights come from the model store. Nodes stay up.
         self.up = self.used
-        return (
-            self.spec.node_provision_s
-            + profile.cold_start_from_s3_seconds()
-            - (profile.cold_start_seconds)
-        )
+        return self.spec.node_provision_s + download
 
     def release(self, gpus: int) -> None:
         """A replica left its GPUs."""
@@ -371,7 +369,9 @@ class Region:
     def _add_replica(
         self, service: Service, revision: Revision, t: float, *, boot: bool = True
     ) -> tuple[Replica, float] | None:
-        delay = self.pools[service.model.pool].take(service.profile.gpu_count, service.profile)
+        delay = self.pools[service.model.pool].take(
+            service.profile.gpu_count, service.profile, running=not boot
+        )
         if delay is None:
             return None  # the pool is full: the pod stays Pending until a later tick
         replica = Replica(

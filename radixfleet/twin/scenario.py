@@ -35,7 +35,10 @@ class GpuPool(Strict):
     """GPUs of one type in one region: how many exist at most and how many are up already.
 
     A replica placed beyond `warm_gpus` waits for a new node (`node_provision_s`) and pulls its
-    weights from the model store (CALIBRATION: 80-120 s for the node, ~61 s for 16 GB).
+    weights from the model store (CALIBRATION: 80-120 s for the node, ~61 s for 16 GB). On a
+    node already up it loads them from the node's disk, where the pool caches them
+    (`model_cache`: the catalog's `model_cache_gib`, KServe's local model cache); a pool that
+    does not downloads them for every replica.
     """
 
     name: Name
@@ -43,6 +46,7 @@ class GpuPool(Strict):
     gpus: PositiveInt = 64
     warm_gpus: NonNegativeInt = 64
     node_provision_s: NonNegativeFloat = 100.0
+    model_cache: bool = True
 
 
 class Region(Strict):

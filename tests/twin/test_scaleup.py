@@ -31,10 +31,18 @@ policies:
 """
 
 
-def _scale_up(warm_gpus: int) -> ScaleUp:
-    scenario = parse_scenario(SCENARIO.replace("WARM", str(warm_gpus)), source="burst.yaml")
+def _scale_up(warm_gpus: int, *, model_cache: bool = True, later_s: float = 0.0) -> ScaleUp:
+    """The scale-up behind the burst, which comes `later_s` after `BURST_AT` (a run that starts
+    its replica by downloading the weights needs the time)."""
+    text = SCENARIO.replace("WARM", str(warm_gpus))
+    if not model_cache:
+        text = text.replace("node_provision_s: 100}", "node_provision_s: 100, model_cache: false}")
+    text = text.replace("duration_s: 420", f"duration_s: {420 + later_s:g}")
+    text = text.replace(f"at_s: {BURST_AT:g}", f"at_s: {BURST_AT + later_s:g}")
+    scenario = parse_scenario(text, source="burst.yaml")
     outcome = run_scenario(scenario, oracles=False)
-    found = scale_up(outcome.records["ours"], outcome.workload, start_s=BURST_AT, length_s=BURST_S)
+    at = BURST_AT + later_s
+    found = scale_up(outcome.records["ours"], outcome.workload, start_s=at, length_s=BURST_S)
     assert found is not None, "the autoscaler added no replica for a tenfold burst"
     return found
 
@@ -57,6 +65,16 @@ def test_on_new_nodes_the_node_and_the_weights_come_first() -> None:
     assert new_nodes.node_s == pytest.approx(100.0 + download)
     assert new_nodes.first_routable_s > warm.first_routable_s + 100.0
     assert new_nodes.before_first > warm.before_first
+
+
+def test_without_the_nodes_model_cache_every_replica_downloads_its_weights_first() -> None:
+    cached = _scale_up(warm_gpus=8, later_s=300.0)
+    uncached = _scale_up(warm_gpus=8, model_cache=False, later_s=300.0)
+    profile = resolve_profile("h100-llama-3.1-8b")
+    download = profile.cold_start_from_s3_seconds() - profile.cold_start_seconds
+    assert cached.node_s == 0.0 and uncached.node_s == pytest.approx(download)
+    assert uncached.first_routable_s == pytest.approx(cached.first_routable_s + download, abs=10.0)
+    assert uncached.before_first > cached.before_first
 
 
 def test_the_burst_is_served_better_once_a_new_replica_takes_traffic() -> None:
