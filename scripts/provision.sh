@@ -34,6 +34,7 @@ command -v go >/dev/null || { echo "provision: Go is needed to build the test cl
 # 10-20 minutes on two cores; a warm run is a no-op.
 python3 -m testbed.builds kube coredns kserve kserve-localmodel knative netpol
 
-# Build the test bed's images (testbed/images.py: Debian base, pause, radixfleet, smg), cached by
-# their inputs under ~/.cache/radixfleet/images: minutes the first time, a no-op after.
+# Build the test bed's images (testbed/images.py: Debian base, pause, radixfleet, smg, KServe's
+# storage-initializer), cached by their inputs under ~/.cache/radixfleet/images: minutes the
+# first time, a no-op after.
 python3 -m testbed.images

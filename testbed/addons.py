@@ -52,7 +52,8 @@ KSERVE_WEBHOOK_SECRET = "kserve-webhook-server-cert"  # the Secret the manager D
 KSERVE_MANAGER = "kserve-manager"
 # KServe images the cluster does not need (request logger and batcher, InferenceGraph router,
 # model download): pods that would use one fail visibly unless the caller passes it.
-KSERVE_OPTIONAL = ("kserve-agent", "kserve-router", "kserve-storage-initializer")
+KSERVE_STORAGE_INITIALIZER = "kserve-storage-initializer"
+KSERVE_OPTIONAL = ("kserve-agent", "kserve-router", KSERVE_STORAGE_INITIALIZER)
 # KServe's local model cache: its CRDs go with KServe (the manager's webhook lists the caches of
 # every InferenceService it admits); its controller, webhook and node agent are installed apart
 # (`local_model_objects`), by the tests that use them.
@@ -228,7 +229,7 @@ def _kserve_deployment(obj: Obj, images: Mapping[str, str], mode: Mode, knative:
 def _kserve_configmap(obj: Obj, images: Mapping[str, str], mode: Mode, knative: bool) -> None:
     if obj["metadata"]["name"] != "inferenceservice-config":
         return
-    storage = _image_or_missing(images, "kserve-storage-initializer")
+    storage = _image_or_missing(images, KSERVE_STORAGE_INITIALIZER)
     art = _image_or_missing(images, "kserve-art-explainer")
     updates: dict[str, dict[str, Any]] = {
         "deploy": {"defaultDeploymentMode": mode},
@@ -256,7 +257,7 @@ def _kserve_config_images(images: Mapping[str, str]) -> dict[str, str]:
         "batcher": agent,
         "logger": agent,
         "router": _image_or_missing(images, "kserve-router"),
-        "storageInitializer": _image_or_missing(images, "kserve-storage-initializer"),
+        "storageInitializer": _image_or_missing(images, KSERVE_STORAGE_INITIALIZER),
     }
 
 
@@ -264,7 +265,7 @@ def _kserve_storage_container(
     obj: Obj, images: Mapping[str, str], mode: Mode, knative: bool
 ) -> None:
     container = obj["spec"]["container"]
-    container["image"] = _image_or_missing(images, "kserve-storage-initializer")
+    container["image"] = _image_or_missing(images, KSERVE_STORAGE_INITIALIZER)
     container["imagePullPolicy"] = "IfNotPresent"
 
 

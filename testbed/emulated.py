@@ -4,9 +4,10 @@ a streamed chat call.
 The predictor uses the rendered `sglang` runtime as rendered; only the image is radixfleet's (a
 model's container fields merge over its runtime's), and the weights are an empty folder on the
 node behind a claim: with no storageUri at all KServe treats a predictor as multi-model and adds
-its agent (an image not built here), and an s3:// one needs the storage initializer (also not
-built); pvc:// mounts the claim. KServe mounts it when it creates the pod (its pod mutator), so
-Knative never sees the volume and needs no persistent-volume-claim feature for it.
+its agent (an image not built here), and an s3:// one runs the storage initializer, which needs
+a model store to download from; pvc:// mounts the claim. KServe mounts it when it creates the
+pod (its pod mutator), so Knative never sees the volume and needs no persistent-volume-claim
+feature for it.
 """
 
 from __future__ import annotations

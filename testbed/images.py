@@ -513,6 +513,18 @@ def smg() -> ImageRecord:
     )
 
 
+def storage_initializer() -> ImageRecord:
+    """KServe's storage-initializer (kserve-storage 0.20.0 and upstream's entrypoint script),
+    what KServe runs to download weights: its local model cache's download jobs here."""
+    return _buildah_image(
+        "kserve-storage-initializer",
+        containerfile=FILES / "storage-initializer.Containerfile",
+        context_root=FILES,
+        files=[FILES / "storage-initializer-requirements.txt",
+               FILES / "storage-initializer-entrypoint"],
+    )  # fmt: skip
+
+
 def _buildah_image(
     name: str, *, containerfile: Path, context_root: Path, files: list[Path]
 ) -> ImageRecord:
@@ -660,6 +672,7 @@ IMAGES: dict[str, Callable[[], ImageRecord]] = {
     "pause": pause,
     "smg": smg,
     "radixfleet": radixfleet,
+    "storage-initializer": storage_initializer,
 }
 
 

@@ -83,14 +83,17 @@ def install_kserve(
     modes: Sequence[addons.Mode] = ("Standard",),
     knative_features: Mapping[str, str] | None = None,
 ) -> None:
-    """KServe v0.20.0 (built here) with its webhooks, ready to admit and reconcile; with
-    ``Knative`` in ``modes``, Knative Serving 1.21.1 (built here) under it, its config-features
-    set to ``knative_features``. The first mode is KServe's default."""
+    """KServe v0.20.0 (built here, with its storage-initializer) and its webhooks, ready to
+    admit and reconcile; with ``Knative`` in ``modes``, Knative Serving 1.21.1 (built here)
+    under it, its config-features set to ``knative_features``. The first mode is KServe's
+    default."""
     binary = ensure_built(KSERVE) / "manager"
     manager = images.go_binary_image(
         "kserve-manager", binary, entrypoint=["/manager"], path="/manager"
     )
-    built = {addons.KSERVE_MANAGER: manager}
+    # KServe's storage-initializer downloads what a local model cache holds onto the nodes.
+    built = {addons.KSERVE_MANAGER: manager,
+             addons.KSERVE_STORAGE_INITIALIZER: images.storage_initializer()}  # fmt: skip
     if "Knative" in modes:
         built |= _knative_images()
     load_images(running, list(built.values()))

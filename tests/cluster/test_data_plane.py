@@ -111,7 +111,8 @@ def _namespace(team: Team) -> dict[str, Any]:
     """The tenant's namespace as the catalog renders it, but enforcing Pod Security `restricted`
     where the catalog enforces `baseline`: every pod here (a predictor reading its model from a
     volume, its queue-proxy, the router) must pass `restricted` to run. Only KServe's
-    storage-initializer, absent here, keeps the rendered namespaces at `baseline`."""
+    storage-initializer, which these predictors do not run (their weights are on a claim),
+    keeps the rendered namespaces at `baseline`."""
     restricted = {"pod-security.kubernetes.io/enforce": "restricted"}
     tenant_labels = {"radixfleet.io/tenant": team.name, **pod_security_labels(), **restricted}
     return {"apiVersion": "v1", "kind": "Namespace",

@@ -1,31 +1,38 @@
 """Model weights cached on the GPU nodes, on the real KServe (v0.20.0, built here): its local
-model controller, node agent and webhooks take the node group and the cache radixfleet renders
-for a GPU pool with `model_cache_gib` (radixfleet/render/modelcache.py, what the Pulumi program
-deploys), and a cached model's predictor mounts the node's copy of its weights instead of
-downloading them.
+model controller, node agent, storage-initializer and webhooks take the node group and the cache
+radixfleet renders for a GPU pool with `model_cache_gib` (radixfleet/render/modelcache.py, what
+the Pulumi program deploys), download the weights onto the node once, and a cached model's
+predictor reads the node's copy instead of downloading them.
 
-The test node carries the labels of infra/'s caching H100 nodes. What is proven: the rendered
-objects are admitted (the CRDs' schemas, the cache's webhook, which also refuses a second cache
-of the same weights: why radixfleet renders one cache per storage URI); the controller puts the
-model on the node's LocalModelNode and the agent, running on the node, starts the model's
-download there; the predictor of an InferenceService reading those weights (annotated with its
+The test node carries the labels of infra/'s caching H100 nodes; the model store is moto's S3
+server (real HTTP, boto3 in KServe's storage-initializer unchanged) on the host, reached from the
+node's network. What is proven: the rendered objects are admitted (the CRDs' schemas, the
+cache's webhook, which also refuses a second cache of the same weights: why radixfleet renders
+one cache per storage URI); the agent on the node runs the download and the files land in the
+node's folder; the predictor of an InferenceService reading those weights (annotated with its
 GPU type's node group, as the catalog renders it) runs with the cache's claim mounted at
-`/mnt/models` and no storage-initializer; one reading weights no cache holds still gets the
-storage-initializer (the control).
+`/mnt/models`, reads the same bytes there, and has no storage-initializer of its own; one reading
+weights no cache holds still gets the storage-initializer (the control).
 
-Not run: the download itself. It is a Job of KServe's storage-initializer image (Python with
-the clouds' SDKs), not built here: the Job waits for its image and the node's folder stays
-empty, which the emulated predictor does not mind (it reads no weights).
+One stand-in: the download job reaches S3 with keys from a Secret (moto takes any), named by the
+cache's `serviceAccountName`; in AWS the rendered cache names none and the job's default
+ServiceAccount reads the bucket through Pod Identity, which cannot run here.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import secrets
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from moto.server import ThreadedMotoServer
 
 from inferenceservices.builder import NODE_GROUP, build_inference_service
 from radixfleet import dataplane
@@ -39,8 +46,14 @@ from testbed.layout import NODE_NAME
 from tests.cluster.conftest import REPO
 
 NAMESPACE = "model-cache-check"
-WEIGHTS = "s3://models-check/meta-llama/Llama-3.1-8B-Instruct"
-UNCACHED = "s3://models-check/meta-llama/Llama-3.1-70B-Instruct"
+BUCKET = "models-check"
+FOLDER = "meta-llama/Llama-3.1-8B-Instruct"
+WEIGHTS = f"s3://{BUCKET}/{FOLDER}"
+UNCACHED = f"s3://{BUCKET}/meta-llama/Llama-3.1-70B-Instruct"
+# What the model store holds for the cached model: a config and a (small) weights file.
+FILES = {"config.json": b'{"architectures": ["LlamaForCausalLM"]}',
+         "model.safetensors": secrets.token_bytes(1 << 20)}  # fmt: skip
+STORE_ACCOUNT = "model-store-reader"  # in the download jobs' namespace (the module docstring)
 TIMEOUT_S = 240.0
 CATALOG = load_catalog(REPO / "inferenceservices" / "catalog.yaml")
 # The test node's pool (testbed/session.py's NODE_LABELS), caching as a catalog would have it.
@@ -49,34 +62,70 @@ POOL = GpuPool(name="h100", instance_type="p5.48xlarge", gpu_type="H100", gpus_p
 MODEL = CATALOG.models[0].model_copy(update={"regions": ["test"], "storage_uri": WEIGHTS})
 
 
+@dataclass(frozen=True)
+class Bed:
+    cluster: Cluster
+    folder: Path  # the node's folder KServe's agent keeps the weights in
+    store: str  # moto's S3 endpoint, host:port, as the node reaches it
+
+
 def _rendered(host_path: str) -> list[dict[str, Any]]:
     """The node group and cache infra deploys for `POOL` and `MODEL`, the node's folder moved
-    under the test bed's run directory (KServe's chart keeps it at `NODE_PATH` of the host)."""
+    under the test bed's run directory (KServe's chart keeps it at `NODE_PATH` of the host),
+    and the cache naming the ServiceAccount with the model store's keys (the docstring)."""
     docs = model_cache(Region(name="test", gpu_pools=[POOL]), [MODEL])
     for doc in docs:
         if doc["kind"] == "LocalModelNodeGroup":
             volume = doc["spec"]["persistentVolumeSpec"]
             assert volume["local"] == {"path": NODE_PATH}
             volume["local"]["path"] = host_path
+        if doc["kind"] == "LocalModelCache":
+            assert "serviceAccountName" not in doc["spec"]
+            doc["spec"]["serviceAccountName"] = STORE_ACCOUNT
     return docs
 
 
+def _store_access(endpoint: str) -> list[dict[str, Any]]:
+    """The download jobs' keys to moto's S3, as KServe's credential builder reads them."""
+    secret = {
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": STORE_ACCOUNT, "namespace": addons.LOCALMODEL_JOBS, "annotations": {
+            "serving.kserve.io/s3-endpoint": endpoint, "serving.kserve.io/s3-usehttps": "0",
+            "serving.kserve.io/s3-region": "us-east-1"}},
+        "stringData": {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"},
+    }  # fmt: skip
+    account = {"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": STORE_ACCOUNT, "namespace": addons.LOCALMODEL_JOBS},
+               "secrets": [{"name": STORE_ACCOUNT}]}  # fmt: skip
+    return [secret, account]
+
+
 @pytest.fixture(scope="module")
-def local_models(kserve: Cluster) -> Iterator[Cluster]:
-    """KServe's local model controller and agent, the node labelled as a caching pool's."""
+def local_models(kserve: Cluster) -> Iterator[Bed]:
+    """KServe's local model controller and agent, the node labelled as a caching pool's, and
+    moto's S3 on the host holding the cached model's files."""
     folder = kserve.layout.run_dir / "node-models"
     folder.mkdir(parents=True, exist_ok=True)
-    os.chown(folder, images.NONROOT, images.NONROOT)  # the agent runs as 65532
+    os.chown(folder, images.NONROOT, images.NONROOT)  # the agent and its jobs run as 65532
+    store = ThreadedMotoServer(ip_address=kserve.network.host_ip, port=0, verbose=False)
+    store.start()
+    host, port = store.get_host_and_port()
+    s3 = boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
+                      aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+    s3.create_bucket(Bucket=BUCKET)
+    for name, data in FILES.items():
+        s3.put_object(Bucket=BUCKET, Key=f"{FOLDER}/{name}", Body=data)
     kserve.kubectl("label", "node", NODE_NAME, "--overwrite", f"{NODE_LABEL}=true")
     installed = session.install_local_models(
         kserve, node_selector={NODE_LABEL: "true"}, host_path=folder
     )
+    session.apply(kserve, _store_access(f"{host}:{port}"))
     kserve.kubectl("create", "namespace", NAMESPACE)
     kserve.kubectl(
         "apply", "--server-side", "--field-manager=radixfleet", "-k", str(REPO / "runtimes")
     )
     try:
-        yield kserve
+        yield Bed(kserve, folder, f"{host}:{port}")
     finally:
         # The caches first, while their controller still runs to release its finalizer.
         kserve.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=120s",
@@ -85,6 +134,7 @@ def local_models(kserve: Cluster) -> Iterator[Cluster]:
             kserve.kubectl("delete", kind, "--all", "--wait=true", "--timeout=120s", check=False)
         session.remove(kserve, installed)
         kserve.kubectl("label", "node", NODE_NAME, f"{NODE_LABEL}-", check=False)
+        store.stop()
 
 
 def _isvc(image: str, name: str, storage_uri: str) -> dict[str, Any]:
@@ -102,22 +152,31 @@ def _pods(cluster: Cluster, isvc: str) -> list[dict[str, Any]]:
     return items
 
 
-def _node_lists(cluster: Cluster, uri: str) -> bool:
+def _downloaded(cluster: Cluster, cache: str) -> bool:
+    """Whether the agent reports the model downloaded on the node (a failed download fails)."""
     found = cluster.kubectl("get", "localmodelnodes", NODE_NAME, "-o", "json", check=False)
-    models = json.loads(found.stdout)["spec"]["localModels"] if found.returncode == 0 else []
-    return any(m["sourceModelUri"] == uri for m in models)
+    if found.returncode != 0:
+        return False
+    state = json.loads(found.stdout).get("status", {}).get("modelStatus", {}).get(cache)
+    assert state != "ModelDownloadError", _job_logs(cluster, cache)
+    return state == "ModelDownloaded"
 
 
-def _download_jobs(cluster: Cluster, cache: str) -> list[dict[str, Any]]:
-    jobs: list[dict[str, Any]] = get(cluster, "jobs", "-n", addons.LOCALMODEL_JOBS,
-                                     "-l", f"model={cache},node={NODE_NAME}")["items"]  # fmt: skip
-    return jobs
+def _job_logs(cluster: Cluster, cache: str) -> str:
+    selector = f"model={cache},node={NODE_NAME}"
+    return cluster.kubectl("logs", "-n", addons.LOCALMODEL_JOBS, "-l", selector, "--tail=40",
+                           check=False).stdout  # fmt: skip
 
 
-def test_a_cached_models_predictor_mounts_the_nodes_copy_of_its_weights(
-    local_models: Cluster,
+def _storage_key(uri: str) -> str:
+    """Where KServe keeps a URI's files under the node's folder (v1alpha1.GetStorageKey)."""
+    return hashlib.sha256(uri.encode()).hexdigest()[:16]
+
+
+def test_a_cached_models_predictor_reads_the_nodes_copy_of_its_weights(
+    local_models: Bed,
 ) -> None:
-    cluster, folder = local_models, local_models.layout.run_dir / "node-models"
+    cluster, folder = local_models.cluster, local_models.folder
     docs = _rendered(str(folder))
     (group,) = [d["metadata"]["name"] for d in docs if d["kind"] == "LocalModelNodeGroup"]
     (rendered,) = [d for d in docs if d["kind"] == "LocalModelCache"]
@@ -128,10 +187,10 @@ def test_a_cached_models_predictor_mounts_the_nodes_copy_of_its_weights(
     refused = cluster.kubectl("create", "-f", "-", stdin=json.dumps(twin), check=False)
     assert refused.returncode != 0 and "same StorageURI" in refused.stderr, refused.stderr
 
-    session.wait_for(lambda: _node_lists(cluster, WEIGHTS), timeout_s=TIMEOUT_S,
-                     what="the model on the node's LocalModelNode")  # fmt: skip
-    session.wait_for(lambda: bool(_download_jobs(cluster, cache)), timeout_s=TIMEOUT_S,
-                     what="the agent's download job on the node")  # fmt: skip
+    session.wait_for(lambda: _downloaded(cluster, cache), timeout_s=TIMEOUT_S,
+                     what="the model downloaded onto the node")  # fmt: skip
+    on_node = folder / "models" / _storage_key(WEIGHTS)
+    assert {name: (on_node / name).read_bytes() for name in FILES} == FILES
 
     image = images.radixfleet()
     session.load_images(cluster, [image])
@@ -151,9 +210,9 @@ def test_a_cached_models_predictor_mounts_the_nodes_copy_of_its_weights(
     (mount,) = [m for m in server["volumeMounts"] if m["name"] in claims]
     assert mount["mountPath"] == "/mnt/models" and mount["readOnly"] is True
     assert not [c for c in pod["spec"].get("initContainers", []) if "storage" in c["name"]]
-    claim = get(cluster, "pvc", f"{cache}-{group}", "-n", NAMESPACE)
-    volume = get(cluster, "pv", claim["spec"]["volumeName"])
-    assert claim["status"]["phase"] == "Bound" and volume["spec"]["local"]["path"] == str(folder)
+    read = cluster.kubectl("exec", "-n", NAMESPACE, pod["metadata"]["name"], "-c",
+                           "kserve-container", "--", "cat", "/mnt/models/config.json")  # fmt: skip
+    assert read.stdout.encode() == FILES["config.json"]
 
     session.wait_for(lambda: bool(_pods(cluster, "uncached")), timeout_s=TIMEOUT_S,
                      what="the uncached model's predictor pod")  # fmt: skip
