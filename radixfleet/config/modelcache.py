@@ -55,7 +55,9 @@ def cached_weights(region: Region, models: Sequence[Model]) -> list[CachedWeight
         for m in models
         if region.name in m.regions and cacheable(m) and caching_pools(region, m.gpu_type)
     ]
-    first = {m.storage_uri: m for m in reversed(cached)}
+    first: dict[str, Model] = {}
+    for model in cached:
+        first.setdefault(model.storage_uri, model)
     return [
         CachedWeights(
             name=model.name,
@@ -63,7 +65,7 @@ def cached_weights(region: Region, models: Sequence[Model]) -> list[CachedWeight
             gib=math.ceil(weight_gib(model)),
             gpu_types=tuple(sorted({m.gpu_type for m in cached if m.storage_uri == uri})),
         )
-        for uri, model in sorted(first.items(), key=lambda item: cached.index(item[1]))
+        for uri, model in first.items()
     ]
 
 
