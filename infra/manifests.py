@@ -366,15 +366,18 @@ def gpu_headroom(region: Region, *, image: str) -> list[Manifest]:
 
 
 def model_cache(
-    catalog: Catalog, region: Region, *, bucket_from: str, bucket_to: str
+    catalog: Catalog, region: Region, *, bucket_from: str, bucket_to: str, image: str
 ) -> list[Manifest]:
     """The node groups and caches of the weights `region`'s GPU nodes keep
     (radixfleet/render/modelcache.py), read from the region's bucket like its
-    InferenceServices: KServe matches a cache to a predictor by the storage URI."""
-    return [
-        rewrite_bucket(doc, bucket_from, bucket_to)
-        for doc in modelcache.model_cache(region, catalog.models)
-    ]
+    InferenceServices (KServe matches a cache to a predictor by the storage URI), and the
+    DaemonSet that hands the nodes' cache folder to KServe's agent (`image`: the
+    controllers'); nothing when the region caches nothing."""
+    docs = modelcache.model_cache(region, catalog.models)
+    if not docs:
+        return []
+    keeper = modelcache.folder_keeper(image=image, namespace=CONTROLLERS_NAMESPACE)
+    return [keeper, *(rewrite_bucket(doc, bucket_from, bucket_to) for doc in docs)]
 
 
 def runtimes(*, image: str) -> list[Manifest]:

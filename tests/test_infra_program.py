@@ -286,6 +286,13 @@ def test_gpu_nodes_cache_the_weights_of_their_models_where_the_catalog_says(
             group.name.startswith(f"region-us-east-1-{p}") for p in cached_pools))  # fmt: skip
     (h100,) = in_region(groups, "us-east-1")
     assert h100.inputs["metadata"]["name"] == "h100-nodes"
+    keepers = [d for d in of_type(stack, "kubernetes:apps/v1:DaemonSet")
+               if d.inputs["metadata"]["name"] == "model-cache-folder"]  # fmt: skip
+    (keeper,) = keepers
+    assert in_region(keepers, "us-east-1") == [keeper]
+    pod = keeper.inputs["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"radixfleet.io/model-cache": "true"}
+    assert pod["initContainers"][0]["image"] == fleet.settings.controllers.reference
     served = {i.inputs["spec"]["predictor"]["model"].get("storageUri")
               for i in in_region(isvcs, "us-east-1")
               if i.inputs["metadata"]["annotations"].get(NODE_GROUP) == "h100-nodes"}  # fmt: skip

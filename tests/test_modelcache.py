@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 from inferenceservices.builder import NODE_GROUP, build_inference_service
 from radixfleet import labels
 from radixfleet.config import Catalog, Region, load_catalog
-from radixfleet.render.modelcache import NODE_PATH, model_cache
+from radixfleet.render.modelcache import (
+    AGENT_UID,
+    JOBS_GID,
+    NODE_LABEL,
+    NODE_PATH,
+    folder_keeper,
+    model_cache,
+)
 from radixfleet.validate import validate_documents
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "inferenceservices" / "catalog.yaml"
@@ -128,3 +135,21 @@ def test_every_inference_service_kserve_matches_to_a_cache_finds_its_own_nodes(
             "nodeSelectorTerms"]  # fmt: skip
         assert term["matchExpressions"][0]["values"] == [
             isvc["spec"]["predictor"]["nodeSelector"][labels.GPU_TYPE]]  # fmt: skip
+
+
+def test_the_folder_keeper_hands_the_nodes_cache_folder_over_with_two_capabilities() -> None:
+    keeper = folder_keeper(image="radixfleet@sha256:" + "0" * 64, namespace="radixfleet-system")
+    assert validate_documents([keeper], source="model-cache") == []
+    pod = keeper["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {NODE_LABEL: "true"}
+    assert [t["key"] for t in pod["tolerations"]] == [labels.GPU_TAINT_KEY]
+    assert pod["volumes"][0]["hostPath"]["path"] == NODE_PATH
+    (prepare,) = pod["initContainers"]
+    assert prepare["command"][:6] == ["install", "-d", "-o", str(AGENT_UID), "-g", str(JOBS_GID)]
+    context = prepare["securityContext"]
+    assert context["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]}
+    assert context["allowPrivilegeEscalation"] is False and context["readOnlyRootFilesystem"]
+    (idle,) = pod["containers"]
+    assert idle["securityContext"]["runAsNonRoot"] is True
+    assert idle["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "volumeMounts" not in idle and pod["automountServiceAccountToken"] is False

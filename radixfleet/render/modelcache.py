@@ -10,7 +10,9 @@ each storage URI of the models that run on them gets a `LocalModelCache` on thei
 
 KServe's node agent keeps the weights under `NODE_PATH` on every node of the group; the group's
 PersistentVolume names that path, and its node affinity keeps a cached model's pods on the
-group's nodes. Which models KServe can cache: `radixfleet/config/modelcache.py`.
+group's nodes. The kubelet creates that folder root-owned, where the agent (non-root) cannot
+write: `folder_keeper` hands it over first. Which models KServe can cache:
+`radixfleet/config/modelcache.py`.
 """
 
 from __future__ import annotations
@@ -95,6 +97,70 @@ def local_model_cache(weights: CachedWeights) -> Manifest:
             "nodeGroups": [node_group_name(t) for t in weights.gpu_types],
         },
     }
+
+
+# KServe's node agent runs as its image's user (distroless `nonroot`) and creates its folders in
+# `NODE_PATH`; its download jobs write there with the group KServe's config gives them
+# (`localModel.fsGroup`, 1000). The kubelet creates the host folder for the agent root-owned, so
+# the agent could not write to it: `folder_keeper` hands it to them first.
+AGENT_UID = 65532
+JOBS_GID = 1000
+FOLDER_KEEPER = "model-cache-folder"
+
+
+def folder_keeper(*, image: str, namespace: str) -> Manifest:
+    """A DaemonSet on the caching nodes whose init container makes `NODE_PATH` the agent's
+    and its jobs' (owner `AGENT_UID`, group `JOBS_GID`, group-writable, new folders keeping
+    the group), then idles. The init container is root with only the capabilities a change of
+    owner and mode needs; `image` is any image with coreutils (the controllers')."""
+    selector = {"app.kubernetes.io/component": FOLDER_KEEPER}
+    folder = "/host/models"
+    prepare = {
+        "name": "prepare",
+        "image": image,
+        "command": ["install", "-d", "-o", str(AGENT_UID), "-g", str(JOBS_GID), "-m", "2775",
+                    folder],
+        "securityContext": {
+            "runAsUser": 0, "runAsNonRoot": False, "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]},
+        },
+        "volumeMounts": [{"name": "models", "mountPath": folder}],
+        "resources": {"requests": {"cpu": "5m", "memory": "16Mi"}, "limits": {"memory": "16Mi"}},
+    }  # fmt: skip
+    idle = {
+        "name": "idle",
+        "image": image,
+        "command": ["sleep", "infinity"],
+        "securityContext": {
+            "runAsUser": AGENT_UID, "runAsNonRoot": True, "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+        },
+        "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}, "limits": {"memory": "8Mi"}},
+    }  # fmt: skip
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": FOLDER_KEEPER, "namespace": namespace, "labels": _labels()},
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": {**selector, labels.MANAGED_BY: labels.MANAGER}},
+                "spec": {
+                    "nodeSelector": {NODE_LABEL: "true"},
+                    "tolerations": [labels.gpu_toleration()],
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "terminationGracePeriodSeconds": 0,
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "initContainers": [prepare],
+                    "containers": [idle],
+                    "volumes": [{"name": "models", "hostPath": {"path": NODE_PATH,
+                                                                "type": "DirectoryOrCreate"}}],
+                },
+            },
+        },
+    }  # fmt: skip
 
 
 def _labels() -> dict[str, str]:

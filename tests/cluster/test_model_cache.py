@@ -6,13 +6,15 @@ predictor reads the node's copy instead of downloading them.
 
 The test node carries the labels of infra/'s caching H100 nodes; the model store is moto's S3
 server (real HTTP, boto3 in KServe's storage-initializer unchanged) on the host, reached from the
-node's network. What is proven: the rendered objects are admitted (the CRDs' schemas, the
-cache's webhook, which also refuses a second cache of the same weights: why radixfleet renders
-one cache per storage URI); the agent on the node runs the download and the files land in the
-node's folder; the predictor of an InferenceService reading those weights (annotated with its
-GPU type's node group, as the catalog renders it) runs with the cache's claim mounted at
-`/mnt/models`, reads the same bytes there, and has no storage-initializer of its own; one reading
-weights no cache holds still gets the storage-initializer (the control).
+node's network. The node's folder is the kubelet's, root's (as on EKS), until radixfleet's
+folder keeper hands it to KServe's agent: without it the agent fails (`mkdir /mnt/models/models:
+permission denied`, seen here). What is proven: the rendered objects are admitted (the CRDs'
+schemas, the cache's webhook, which also refuses a second cache of the same weights: why
+radixfleet renders one cache per storage URI); the agent on the node runs the download and the
+files land in the node's folder; the predictor of an InferenceService reading those weights
+(annotated with its GPU type's node group, as the catalog renders it) runs with the cache's
+claim mounted at `/mnt/models`, reads the same bytes there, and has no storage-initializer of
+its own; one reading weights no cache holds still gets the storage-initializer (the control).
 
 One stand-in: the download job reaches S3 with keys from a Secret (moto takes any), named by the
 cache's `serviceAccountName`; in AWS the rendered cache names none and the job's default
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,7 +39,13 @@ from inferenceservices.builder import NODE_GROUP, build_inference_service
 from radixfleet import dataplane
 from radixfleet.config import GpuPool, Region, load_catalog
 from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE
-from radixfleet.render.modelcache import NODE_LABEL, NODE_PATH, model_cache
+from radixfleet.render.modelcache import (
+    FOLDER_KEEPER,
+    NODE_LABEL,
+    NODE_PATH,
+    folder_keeper,
+    model_cache,
+)
 from testbed import addons, images, session
 from testbed.cluster import Cluster
 from testbed.emulated import DATA_PLANE_KEY, emulated_isvc, get
@@ -85,6 +92,21 @@ def _rendered(host_path: str) -> list[dict[str, Any]]:
     return docs
 
 
+def _folder_keeper(image: str, host_path: str) -> dict[str, Any]:
+    """The DaemonSet infra deploys to hand the node's cache folder to KServe's agent, the
+    folder moved as in `_rendered`."""
+    keeper = folder_keeper(image=image, namespace=addons.KSERVE_NAMESPACE)
+    (volume,) = keeper["spec"]["template"]["spec"]["volumes"]
+    assert volume["hostPath"]["path"] == NODE_PATH
+    volume["hostPath"]["path"] = host_path
+    return keeper
+
+
+def _keeper_ready(cluster: Cluster) -> bool:
+    found = get(cluster, "daemonset", FOLDER_KEEPER, "-n", addons.KSERVE_NAMESPACE)
+    return int(found.get("status", {}).get("numberReady", 0)) >= 1
+
+
 def _store_access(endpoint: str) -> list[dict[str, Any]]:
     """The download jobs' keys to moto's S3, as KServe's credential builder reads them."""
     secret = {
@@ -104,9 +126,9 @@ def _store_access(endpoint: str) -> list[dict[str, Any]]:
 def local_models(kserve: Cluster) -> Iterator[Bed]:
     """KServe's local model controller and agent, the node labelled as a caching pool's, and
     moto's S3 on the host holding the cached model's files."""
-    folder = kserve.layout.run_dir / "node-models"
-    folder.mkdir(parents=True, exist_ok=True)
-    os.chown(folder, images.NONROOT, images.NONROOT)  # the agent and its jobs run as 65532
+    folder = kserve.layout.run_dir / "node-models"  # made by the kubelet, root's, as on EKS
+    image = images.radixfleet()
+    session.load_images(kserve, [image])
     store = ThreadedMotoServer(ip_address=kserve.network.host_ip, port=0, verbose=False)
     store.start()
     host, port = store.get_host_and_port()
@@ -116,6 +138,10 @@ def local_models(kserve: Cluster) -> Iterator[Bed]:
     for name, data in FILES.items():
         s3.put_object(Bucket=BUCKET, Key=f"{FOLDER}/{name}", Body=data)
     kserve.kubectl("label", "node", NODE_NAME, "--overwrite", f"{NODE_LABEL}=true")
+    keeper = _folder_keeper(image.pinned, str(folder))
+    session.apply(kserve, [keeper])
+    session.wait_for(lambda: _keeper_ready(kserve), timeout_s=TIMEOUT_S,
+                     what="the cache folder handed to KServe's agent")  # fmt: skip
     installed = session.install_local_models(
         kserve, node_selector={NODE_LABEL: "true"}, host_path=folder
     )
@@ -132,7 +158,7 @@ def local_models(kserve: Cluster) -> Iterator[Bed]:
                        check=False)  # fmt: skip
         for kind in ("localmodelcaches", "localmodelnodegroups", "localmodelnodes"):
             kserve.kubectl("delete", kind, "--all", "--wait=true", "--timeout=120s", check=False)
-        session.remove(kserve, installed)
+        session.remove(kserve, [*installed, keeper])
         kserve.kubectl("label", "node", NODE_NAME, f"{NODE_LABEL}-", check=False)
         store.stop()
 
@@ -192,8 +218,7 @@ def test_a_cached_models_predictor_reads_the_nodes_copy_of_its_weights(
     on_node = folder / "models" / _storage_key(WEIGHTS)
     assert {name: (on_node / name).read_bytes() for name in FILES} == FILES
 
-    image = images.radixfleet()
-    session.load_images(cluster, [image])
+    image = images.radixfleet()  # loaded by the fixture
     key = dataplane.secret(NAMESPACE, key=DATA_PLANE_KEY)
     session.apply(cluster, [key, _isvc(image.pinned, "cached", WEIGHTS),
                             _isvc(image.pinned, "uncached", UNCACHED)])  # fmt: skip

@@ -335,8 +335,11 @@ class AwsRegionalFleet(pulumi.ComponentResource):
 
     def _model_cache(self) -> list[m.Manifest]:
         store = self._args.model_store
-        return m.model_cache(self._args.fleet.catalog, self._args.region,
-                             bucket_from=store.catalog_bucket, bucket_to=store.bucket)  # fmt: skip
+        fleet = self._args.fleet
+        return m.model_cache(
+            fleet.catalog, self._args.region, bucket_from=store.catalog_bucket,
+            bucket_to=store.bucket, image=fleet.settings.controllers.reference,
+        )  # fmt: skip
 
     def _headroom(self) -> list[m.Manifest]:
         pause = self._args.fleet.settings.pause

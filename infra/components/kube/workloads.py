@@ -81,7 +81,7 @@ class Workloads(pulumi.ComponentResource):
         controllers_namespace = self._controllers(crds)
         self._fleet_token(controllers_namespace)
         self.ingress_hostname = self._entry(controllers_namespace)
-        self._serving(list(namespaces.values()))
+        self._serving(list(namespaces.values()), controllers_namespace)
         self._policies(crds, list(namespaces.values()), controllers_namespace)
         self._dashboards(controllers_namespace)
         self._headroom(controllers_namespace)
@@ -247,19 +247,28 @@ class Workloads(pulumi.ComponentResource):
             opts=self._opts([role]),
         )
 
-    def _serving(self, namespaces: list[k8s.core.v1.Namespace]) -> None:
+    def _serving(
+        self, namespaces: list[k8s.core.v1.Namespace], platform: k8s.core.v1.Namespace
+    ) -> None:
         runtimes = [self._custom(r, [self._args.kserve]) for r in self._args.runtimes]
-        caches = self._model_cache()
+        caches = self._model_cache(platform)
         for isvc in self._args.inference_services:
             # After the caches: KServe's webhook mounts a cache only if it exists when it
             # admits the InferenceService.
             self._custom(isvc, [self._args.kserve, *runtimes, *namespaces, *caches])
 
-    def _model_cache(self) -> list[pulumi.Resource]:
-        """The node groups, then the caches on them (KServe reads a cache's groups)."""
+    def _model_cache(self, platform: k8s.core.v1.Namespace) -> list[pulumi.Resource]:
+        """The nodes' cache folder handed to KServe's agent, the node groups, then the caches
+        on them (KServe reads a cache's groups)."""
         args = self._args
         if args.model_cache_controller is None:
             return []
+        for obj in (o for o in args.model_cache if o["kind"] == "DaemonSet"):
+            k8s.apps.v1.DaemonSet(
+                f"{self._name}-daemonset-{obj['metadata']['name']}",
+                metadata=as_input(obj["metadata"]), spec=as_input(obj["spec"]),
+                opts=self._opts([platform]),
+            )  # fmt: skip
         after: list[pulumi.Resource] = [args.kserve, args.model_cache_controller]
         groups = [self._custom(g, after) for g in args.model_cache
                   if g["kind"] == "LocalModelNodeGroup"]  # fmt: skip
