@@ -73,7 +73,6 @@ MODEL = CATALOG.models[0].model_copy(update={"regions": ["test"], "storage_uri":
 class Bed:
     cluster: Cluster
     folder: Path  # the node's folder KServe's agent keeps the weights in
-    store: str  # moto's S3 endpoint, host:port, as the node reaches it
 
 
 def _rendered(host_path: str) -> list[dict[str, Any]]:
@@ -151,7 +150,7 @@ def local_models(kserve: Cluster) -> Iterator[Bed]:
         "apply", "--server-side", "--field-manager=radixfleet", "-k", str(REPO / "runtimes")
     )
     try:
-        yield Bed(kserve, folder, f"{host}:{port}")
+        yield Bed(kserve, folder)
     finally:
         # The caches first, while their controller still runs to release its finalizer.
         kserve.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=120s",
