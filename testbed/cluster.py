@@ -70,12 +70,15 @@ class Cluster:
         stdin: str | None = None,
         check: bool = True,
         kubeconfig: Path | None = None,
+        timeout_s: float | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run the cluster's own kubectl (1.37), as the administrator unless ``kubeconfig``
-        names another identity (see :meth:`token_kubeconfig`)."""
+        names another identity (see :meth:`token_kubeconfig`); past ``timeout_s`` it is killed
+        and ``subprocess.TimeoutExpired`` raised."""
         config = kubeconfig or self.kubeconfig
         command = [str(self.layout.bin / "kubectl"), f"--kubeconfig={config}", *args]
-        result = subprocess.run(command, input=stdin, capture_output=True, text=True, check=False)
+        result = subprocess.run(command, input=stdin, capture_output=True, text=True,
+                                check=False, timeout=timeout_s)  # fmt: skip
         if check and result.returncode != 0:
             what = " ".join(args)
             raise ClusterError(f"kubectl {what}: exit {result.returncode}\n{result.stderr}")

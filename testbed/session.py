@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -165,24 +166,36 @@ def _knative_images() -> dict[str, images.ImageRecord]:
 
 
 class KubectlKIngresses:
-    """The KIngresses of the cluster through kubectl, for :mod:`testbed.fake_kingress`."""
+    """The KIngresses of the cluster through kubectl, for :mod:`testbed.fake_kingress`. Each
+    call ends within ``CALL_TIMEOUT_S``, and none is made once ``stopped`` is set, so the loop
+    that uses it ends soon after it is told to, whatever state the cluster is in."""
 
-    def __init__(self, running: Cluster) -> None:
-        self.running = running
+    CALL_TIMEOUT_S = 10.0
+
+    def __init__(self, running: Cluster, stopped: threading.Event) -> None:
+        self.running, self.stopped = running, stopped
         self.resource = f"{fake_kingress.PLURAL}.{fake_kingress.GROUP}"
 
     def list_all(self) -> list[dict[str, Any]]:
-        result = self.running.kubectl("get", self.resource, "-A", "-o", "json", check=False)
-        if result.returncode != 0:
+        result = self._kubectl("get", self.resource, "-A", "-o", "json")
+        if result is None or result.returncode != 0:
             return []
         items: list[dict[str, Any]] = json.loads(result.stdout).get("items", [])
         return items
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.running.kubectl(
-            "patch", self.resource, name, "-n", namespace, "--subresource=status",
-            "--type=merge", "-p", json.dumps({"status": status}), check=False,
-        )  # fmt: skip
+        self._kubectl("patch", self.resource, name, "-n", namespace, "--subresource=status",
+                      "--type=merge", "-p", json.dumps({"status": status}))  # fmt: skip
+
+    def _kubectl(self, *args: str) -> subprocess.CompletedProcess[str] | None:
+        """kubectl's answer; None once stopped or when it did not answer in time (the next
+        round tries again)."""
+        if self.stopped.is_set():
+            return None
+        try:
+            return self.running.kubectl(*args, check=False, timeout_s=self.CALL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return None
 
 
 def load_images(running: Cluster, records: Sequence[images.ImageRecord]) -> None:
@@ -272,8 +285,10 @@ def wait_for(predicate: Callable[[], bool], *, timeout_s: float, what: str) -> N
 @contextlib.contextmanager
 def kingresses_marked_ready(running: Cluster, *, every_s: float = 2.0) -> Iterator[None]:
     """TEST HELPER, NOT A NETWORKING LAYER: while the block runs, every Knative KIngress is
-    marked ready (``testbed.fake_kingress``: nothing routes by host name; see its docstring)."""
-    api, stop = KubectlKIngresses(running), threading.Event()
+    marked ready (``testbed.fake_kingress``: nothing routes by host name; see its docstring).
+    The thread that marks them has ended when the block has: the cluster may go right after."""
+    stop = threading.Event()
+    api = KubectlKIngresses(running, stop)
 
     def loop() -> None:
         while not stop.wait(every_s):
@@ -286,7 +301,9 @@ def kingresses_marked_ready(running: Cluster, *, every_s: float = 2.0) -> Iterat
         yield
     finally:
         stop.set()
-        thread.join(timeout=30)
+        thread.join(timeout=3 * api.CALL_TIMEOUT_S)  # one call under way at most
+        if thread.is_alive():
+            raise ClusterError("the fake-KIngress thread did not stop")
 
 
 class Senders:

@@ -530,11 +530,46 @@ def _reached(cluster: Cluster, source: tuple[str, ...], targets: list[str]) -> d
     return reached
 
 
-def _pod_ip(cluster: Cluster, namespace: str, selector: str) -> str:
-    (pod,) = [p for p in get(cluster, "pods", "-n", namespace, "-l", selector)["items"]
-              if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
-    ip: str = pod["status"]["podIP"]
-    return ip
+def _pod_ip(cluster: Cluster, namespace: str, selector: str) -> str | None:
+    """The IP of a ready pod the selector picks (None when none is ready), never of one already
+    terminating."""
+    for pod in get(cluster, "pods", "-n", namespace, "-l", selector)["items"]:
+        conditions = pod["status"].get("conditions") or []
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        if ready and not pod["metadata"].get("deletionTimestamp"):
+            ip: str = pod["status"]["podIP"]
+            return ip
+    return None
+
+
+class _KeepAwake(session.Senders):
+    """One client chatting with a team's model through the entry until the block ends, so that
+    Knative keeps its pod (blue scales to zero some 36 s after its last request: a check that
+    looked its pod up once saw it go, under load)."""
+
+    def __init__(self, url: str, team: Team) -> None:
+        super().__init__(count=1, join_timeout_s=300)
+        self.url, self.team = url, team
+
+    def _send(self, index: int) -> None:
+        while not self.stop.is_set():
+            answer = _chat(self.url, self.team.key)  # the first wakes the model at zero
+            if answer.status != 200:
+                self.failures.append(f"{answer.status}: {answer.body[:200]}")
+            self.stop.wait(1.0)
+
+
+def _ready_pod_ip(cluster: Cluster, namespace: str, selector: str) -> str:
+    """The IP of a ready pod the selector picks, once there is one."""
+    found: list[str] = []
+
+    def ready() -> bool:
+        ip = _pod_ip(cluster, namespace, selector)
+        found[:] = [ip] if ip else []
+        return bool(found)
+
+    session.wait_for(ready, timeout_s=TIMEOUT_S, what=f"a ready pod of {selector}")
+    return found[0]
 
 
 def test_enforced_network_policies_let_the_data_plane_through_and_keep_tenant_pods_out(
@@ -587,31 +622,41 @@ def test_enforced_network_policies_let_the_data_plane_through_and_keep_tenant_po
 
 
 def _reach_checks(cluster: Cluster, url: str) -> Callable[[], dict[str, str]]:
-    """Each named connection's outcome, from the pods that would open it, to blue's router pod
-    and blue's predictor pod (woken first: blue scales to zero when idle)."""
+    """The connections' outcomes (`_connections`), taken while a client keeps blue awake."""
 
     def checks() -> dict[str, str]:
-        assert _chat(url, BLUE.key).status == 200  # a predictor pod to connect to
-        router = _pod_ip(cluster, BLUE.namespace, f"{labels.COMPONENT}={labels.ROUTER_COMPONENT}")
-        predictor = _pod_ip(cluster, BLUE.namespace, f"serving.knative.dev/revision={REVISION}")
-        targets = {"router": f"{router}:8000", "router metrics": f"{router}:29000",
-                   "predictor": f"{predictor}:8012"}  # fmt: skip
-        sources = {
-            "blue's workload": (("-n", BLUE.namespace, WORKLOAD), ("router", "predictor")),
-            "green's workload": (("-n", GREEN.namespace, WORKLOAD), ("router", "predictor")),
-            "the entry": (("-n", operator.NAMESPACE, f"deployment/{entry_base.NAME}"),
-                          ("router", "predictor")),
-            "prometheus": (("-n", prometheus.NAMESPACE, f"deployment/{prometheus.NAME}", "-c",
-                            "pod-discovery"), ("router metrics", "router", "predictor")),
-        }  # fmt: skip
-        outcome = {}
-        for source, (where, names) in sources.items():
-            reached = _reached(cluster, where, [targets[name] for name in names])
-            for name in names:
-                outcome[f"{source} -> blue's {name}"] = reached[targets[name]]
+        # Knative keeps blue's pod for as long as the connections take to try (the dropped
+        # ones take CONNECT_TIMEOUT_S each); the model at zero is tested on its own.
+        with _KeepAwake(url, BLUE) as awake:
+            outcome = _connections(cluster)
+        assert awake.failures == [], awake.failures
         return outcome
 
     return checks
+
+
+def _connections(cluster: Cluster) -> dict[str, str]:
+    """Each named connection's outcome, from the pods that would open it, to blue's ready
+    router and predictor pods."""
+    router = _ready_pod_ip(cluster, BLUE.namespace,
+                             f"{labels.COMPONENT}={labels.ROUTER_COMPONENT}")  # fmt: skip
+    predictor = _ready_pod_ip(cluster, BLUE.namespace, f"serving.knative.dev/revision={REVISION}")
+    targets = {"router": f"{router}:8000", "router metrics": f"{router}:29000",
+               "predictor": f"{predictor}:8012"}  # fmt: skip
+    sources = {
+        "blue's workload": (("-n", BLUE.namespace, WORKLOAD), ("router", "predictor")),
+        "green's workload": (("-n", GREEN.namespace, WORKLOAD), ("router", "predictor")),
+        "the entry": (("-n", operator.NAMESPACE, f"deployment/{entry_base.NAME}"),
+                      ("router", "predictor")),
+        "prometheus": (("-n", prometheus.NAMESPACE, f"deployment/{prometheus.NAME}", "-c",
+                        "pod-discovery"), ("router metrics", "router", "predictor")),
+    }  # fmt: skip
+    outcome = {}
+    for source, (where, names) in sources.items():
+        reached = _reached(cluster, where, [targets[name] for name in names])
+        for name in names:
+            outcome[f"{source} -> blue's {name}"] = reached[targets[name]]
+    return outcome
 
 
 # ---- pre-warming: a new pod out of its router until its cache holds the hot prefixes ---------

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import threading
+import time
 from typing import Any
 
+from testbed import session
 from testbed.fake_kingress import mark_all_ready, ready_status
 
 NOW = "2026-11-23T12:00:00Z"
@@ -77,3 +81,28 @@ def test_a_kingress_without_splits_still_gets_an_address() -> None:
     assert status is not None
     domain = status["publicLoadBalancer"]["ingress"][0]["domainInternal"]
     assert domain == "llama.models.svc.cluster.local"
+
+
+class HangingKubectl:
+    """A cluster whose kubectl never answers (an API server going down): each call lasts its
+    whole timeout, then raises as `subprocess.run` does. Records every call's timeout."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[float | None] = []
+
+    def kubectl(self, *args: str, check: bool = True, timeout_s: float | None = None) -> Any:
+        self.timeouts.append(timeout_s)
+        time.sleep(0.05)  # standing for the whole timeout, which this test does not wait out
+        raise subprocess.TimeoutExpired(["kubectl", *args], timeout_s or 0.0)
+
+
+def test_the_marking_thread_ends_with_its_block_even_when_kubectl_hangs() -> None:
+    hanging = HangingKubectl()
+    with session.kingresses_marked_ready(hanging, every_s=0.01):  # type: ignore[arg-type]
+        time.sleep(0.2)
+    calls = len(hanging.timeouts)
+    assert calls >= 1
+    assert all(t == session.KubectlKIngresses.CALL_TIMEOUT_S for t in hanging.timeouts)
+    assert "fake-kingress" not in {thread.name for thread in threading.enumerate()}
+    time.sleep(0.1)
+    assert len(hanging.timeouts) == calls, "no call once the block has ended"
