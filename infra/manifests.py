@@ -67,7 +67,7 @@ def gpu_node_labels(pool: GpuPool) -> dict[str, str]:
         "nvidia.com/gpu.present": "true",
     }
     if pool.model_cache_gib:
-        found[modelcache.NODE_LABEL] = "true"
+        found.update(modelcache.NODE_LABELS)
     return found
 
 
@@ -168,7 +168,7 @@ def kserve_localmodel_values() -> Manifest:
         "kserve": {
             "localmodelnode": {
                 "controller": {
-                    "nodeSelector": {modelcache.NODE_LABEL: "true"},
+                    "nodeSelector": dict(modelcache.NODE_LABELS),
                     "tolerations": [GPU_TOLERATION],
                 }
             },

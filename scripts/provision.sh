@@ -30,9 +30,9 @@ command -v go >/dev/null || { echo "provision: Go is needed to build the test cl
 # Build the test cluster's Go programs (testbed/builds.py: Kubernetes 1.37 as one multi-call
 # binary, CoreDNS, KServe's manager and its local model cache's two programs, Knative
 # Serving's five programs, the NetworkPolicy
-# enforcer), cached by source hash under ~/.cache/radixfleet/go: cold, Kubernetes alone takes
-# 10-20 minutes on two cores; a warm run is a no-op.
-python3 -m testbed.builds kube coredns kserve kserve-localmodel knative netpol
+# enforcer, Helm), cached by source hash under ~/.cache/radixfleet/go: cold, Kubernetes alone
+# takes 10-20 minutes on two cores; a warm run is a no-op.
+python3 -m testbed.builds kube coredns kserve kserve-localmodel knative netpol helm
 
 # Build the test bed's images (testbed/images.py: Debian base, pause, radixfleet, smg, KServe's
 # storage-initializer), cached by their inputs under ~/.cache/radixfleet/images: minutes the

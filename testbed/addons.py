@@ -157,12 +157,12 @@ def kserve_objects(
 def local_model_objects(
     images: Mapping[str, str],
     *,
-    node_selector: Mapping[str, str],
     host_path: str,
     now: datetime.datetime | None = None,
 ) -> list[Obj]:
     """KServe's local model controller (with its LocalModelCache webhook), its node agent on
-    the nodes with ``node_selector`` keeping models under ``host_path``, and the namespace of
+    the nodes KServe's own selector picks (as its chart leaves it: the label infra gives the GPU
+    nodes of caching pools) keeping models under ``host_path``, and the namespace of
     its download jobs, in apply order; the CRDs come with :func:`render_addons`. ``images``
     maps :data:`LOCALMODEL_CONTROLLER` and :data:`LOCALMODEL_AGENT`. The webhook's certificate
     is made here, as KServe's own is."""
@@ -181,7 +181,6 @@ def local_model_objects(
             key = LOCALMODEL_CONTROLLER if obj["kind"] == "Deployment" else LOCALMODEL_AGENT
             manager["image"], manager["imagePullPolicy"] = images[key], "IfNotPresent"
         if obj["kind"] == "DaemonSet":
-            spec["nodeSelector"] = dict(node_selector)
             (models,) = spec["volumes"]
             models["hostPath"]["path"] = host_path
     jobs = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LOCALMODEL_JOBS}}

@@ -117,12 +117,10 @@ def install_kserve(
 LOCALMODEL_CONTROLLER_DEPLOYMENT = "kserve-localmodel-controller-manager"
 
 
-def install_local_models(
-    running: Cluster, *, node_selector: Mapping[str, str], host_path: Path
-) -> list[dict[str, Any]]:
+def install_local_models(running: Cluster, *, host_path: Path) -> list[dict[str, Any]]:
     """KServe's local model controller and node agent (v0.20.0, built here) beside an installed
-    KServe, the agent on the nodes with ``node_selector`` keeping models under ``host_path``;
-    returns what was applied, for :func:`remove`."""
+    KServe, the agent on the nodes KServe's own selector picks, keeping models under
+    ``host_path``; returns what was applied, for :func:`remove`."""
     folder = ensure_built(KSERVE_LOCALMODEL)
     built = {
         key: images.go_binary_image(key, folder / binary, entrypoint=["/manager"], path="/manager")
@@ -131,9 +129,7 @@ def install_local_models(
     }  # fmt: skip
     load_images(running, list(built.values()))
     objects = addons.local_model_objects(
-        {key: image.pinned for key, image in built.items()},
-        node_selector=node_selector,
-        host_path=str(host_path),
+        {key: image.pinned for key, image in built.items()}, host_path=str(host_path)
     )
     apply(running, objects)
     wait_rollout(

@@ -275,13 +275,13 @@ def test_gpu_nodes_cache_the_weights_of_their_models_where_the_catalog_says(
         assert east[chart].inputs["chart"].endswith(f"/{chart}")
         assert east[chart].inputs["version"] == east["kserve-resources"].inputs["version"]
     agent = east["kserve-localmodel-resources"].inputs["values"]["kserve"]["localmodelnode"]
-    assert agent["controller"]["nodeSelector"] == {"radixfleet.io/model-cache": "true"}
+    assert agent["controller"]["nodeSelector"] == {"kserve/localmodel": "worker"}
     cached_pools = {
         p.name for p in fleet.catalog.region("us-east-1").gpu_pools if p.model_cache_gib
     }
     node_groups = of_type(stack, "aws:eks/nodeGroup:NodeGroup")
     for group in node_groups:
-        caching = group.inputs["labels"].get("radixfleet.io/model-cache") == "true"
+        caching = group.inputs["labels"].get("kserve/localmodel") == "worker"
         assert caching == (group.name.startswith("region-us-east-1-") and any(
             group.name.startswith(f"region-us-east-1-{p}") for p in cached_pools))  # fmt: skip
     (h100,) = in_region(groups, "us-east-1")
@@ -291,7 +291,7 @@ def test_gpu_nodes_cache_the_weights_of_their_models_where_the_catalog_says(
     (keeper,) = keepers
     assert in_region(keepers, "us-east-1") == [keeper]
     pod = keeper.inputs["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"radixfleet.io/model-cache": "true"}
+    assert pod["nodeSelector"] == {"kserve/localmodel": "worker"}
     assert pod["initContainers"][0]["image"] == fleet.settings.controllers.reference
     served = {i.inputs["spec"]["predictor"]["model"].get("storageUri")
               for i in in_region(isvcs, "us-east-1")

@@ -16,7 +16,7 @@ from radixfleet.config import Catalog, Region, load_catalog
 from radixfleet.render.modelcache import (
     AGENT_UID,
     JOBS_GID,
-    NODE_LABEL,
+    NODE_LABELS,
     NODE_PATH,
     folder_keeper,
     model_cache,
@@ -141,7 +141,7 @@ def test_the_folder_keeper_hands_the_nodes_cache_folder_over_with_two_capabiliti
     keeper = folder_keeper(image="radixfleet@sha256:" + "0" * 64, namespace="radixfleet-system")
     assert validate_documents([keeper], source="model-cache") == []
     pod = keeper["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {NODE_LABEL: "true"}
+    assert pod["nodeSelector"] == NODE_LABELS
     assert [t["key"] for t in pod["tolerations"]] == [labels.GPU_TAINT_KEY]
     assert pod["volumes"][0]["hostPath"]["path"] == NODE_PATH
     (prepare,) = pod["initContainers"]

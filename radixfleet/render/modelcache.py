@@ -36,8 +36,10 @@ API_VERSION = "serving.kserve.io/v1alpha1"
 # KServe's node agent mounts this host folder (its chart's DaemonSet); the group's volume is it.
 NODE_PATH = "/models"
 STORAGE_CLASS = "radixfleet-model-cache"
-# The GPU nodes of caching pools carry this label: KServe's node agent runs on them.
-NODE_LABEL = f"{labels.GROUP}/model-cache"
+# The GPU nodes of caching pools carry KServe's own label for the nodes its agent runs on. Its
+# chart's agent DaemonSet selects it whatever the values say (the chart deep-merges the values'
+# nodeSelector into a base that has it), so a label of ours would add to it, never replace it.
+NODE_LABELS = {"kserve/localmodel": "worker"}
 
 
 def model_cache(region: Region, models: Sequence[Model]) -> list[Manifest]:
@@ -147,7 +149,7 @@ def folder_keeper(*, image: str, namespace: str) -> Manifest:
             "template": {
                 "metadata": {"labels": {**selector, labels.MANAGED_BY: labels.MANAGER}},
                 "spec": {
-                    "nodeSelector": {NODE_LABEL: "true"},
+                    "nodeSelector": dict(NODE_LABELS),
                     "tolerations": [labels.gpu_toleration()],
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,

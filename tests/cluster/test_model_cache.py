@@ -41,7 +41,7 @@ from radixfleet.config import GpuPool, Region, load_catalog
 from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE
 from radixfleet.render.modelcache import (
     FOLDER_KEEPER,
-    NODE_LABEL,
+    NODE_LABELS,
     NODE_PATH,
     folder_keeper,
     model_cache,
@@ -136,14 +136,15 @@ def local_models(kserve: Cluster) -> Iterator[Bed]:
     s3.create_bucket(Bucket=BUCKET)
     for name, data in FILES.items():
         s3.put_object(Bucket=BUCKET, Key=f"{FOLDER}/{name}", Body=data)
-    kserve.kubectl("label", "node", NODE_NAME, "--overwrite", f"{NODE_LABEL}=true")
+    # The label infra gives a caching pool's nodes, and nothing else: KServe's agent must find
+    # them by it as its chart deploys it.
+    caching = [f"{key}={value}" for key, value in NODE_LABELS.items()]
+    kserve.kubectl("label", "node", NODE_NAME, "--overwrite", *caching)
     keeper = _folder_keeper(image.pinned, str(folder))
     session.apply(kserve, [keeper])
     session.wait_for(lambda: _keeper_ready(kserve), timeout_s=TIMEOUT_S,
                      what="the cache folder handed to KServe's agent")  # fmt: skip
-    installed = session.install_local_models(
-        kserve, node_selector={NODE_LABEL: "true"}, host_path=folder
-    )
+    installed = session.install_local_models(kserve, host_path=folder)
     session.apply(kserve, _store_access(f"{host}:{port}"))
     kserve.kubectl("create", "namespace", NAMESPACE)
     kserve.kubectl(
@@ -158,7 +159,8 @@ def local_models(kserve: Cluster) -> Iterator[Bed]:
         for kind in ("localmodelcaches", "localmodelnodegroups", "localmodelnodes"):
             kserve.kubectl("delete", kind, "--all", "--wait=true", "--timeout=120s", check=False)
         session.remove(kserve, [*installed, keeper])
-        kserve.kubectl("label", "node", NODE_NAME, f"{NODE_LABEL}-", check=False)
+        kserve.kubectl("label", "node", NODE_NAME, *(f"{key}-" for key in NODE_LABELS),
+                       check=False)  # fmt: skip
         store.stop()
 
 

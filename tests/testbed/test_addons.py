@@ -13,6 +13,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store
 
+from radixfleet.render import modelcache
 from testbed.addons import (
     KNATIVE_COMMANDS,
     KSERVE_NAMESPACE,
@@ -234,19 +235,15 @@ def test_kserve_mounts_cached_models_and_downloads_in_its_jobs_namespace() -> No
 
 
 def test_the_local_model_programs_run_our_images_on_the_caching_nodes() -> None:
-    objects = local_model_objects(
-        LOCAL_IMAGES,
-        node_selector={"radixfleet.io/model-cache": "true"},
-        host_path="/run/m",
-        now=NOW,
-    )
+    objects = local_model_objects(LOCAL_IMAGES, host_path="/run/m", now=NOW)
     (controller,) = of_kind(objects, "Deployment")
     (agent,) = of_kind(objects, "DaemonSet")
     assert controller["spec"]["template"]["spec"]["containers"][0]["image"] == LOCAL_IMAGES[
         LOCALMODEL_CONTROLLER]  # fmt: skip
     pod = agent["spec"]["template"]["spec"]
     assert pod["containers"][0]["image"] == LOCAL_IMAGES[LOCALMODEL_AGENT]
-    assert pod["nodeSelector"] == {"radixfleet.io/model-cache": "true"}
+    # KServe's own selector, which infra gives the GPU nodes of caching pools
+    assert pod["nodeSelector"] == modelcache.NODE_LABELS
     assert pod["volumes"][0]["hostPath"]["path"] == "/run/m"
     assert not of_kind(objects, "CustomResourceDefinition") and not of_kind(objects, "Certificate")
     assert [o["metadata"]["name"] for o in of_kind(objects, "Namespace")] == [LOCALMODEL_JOBS]
@@ -255,7 +252,7 @@ def test_the_local_model_programs_run_our_images_on_the_caching_nodes() -> None:
 
 
 def test_the_cache_webhook_trusts_the_ca_that_signed_its_servers_certificate() -> None:
-    objects = local_model_objects(LOCAL_IMAGES, node_selector={}, host_path="/run/m", now=NOW)
+    objects = local_model_objects(LOCAL_IMAGES, host_path="/run/m", now=NOW)
     (secret,) = [o for o in of_kind(objects, "Secret")
                  if o["metadata"]["name"] == LOCALMODEL_WEBHOOK_SECRET]  # fmt: skip
     (webhook,) = of_kind(objects, "ValidatingWebhookConfiguration")
