@@ -160,6 +160,35 @@ def test_every_gpu_node_group_is_tainted_and_labeled(stack: RecordingMocks, flee
             assert expected_gpu_labels(pool).items() <= group["labels"].items()
 
 
+class NoCapacity(RecordingMocks):
+    """The cloud refuses one node group (no quota or capacity for its instances); everything
+    else is created as usual."""
+
+    def __init__(self, refused: str) -> None:
+        super().__init__()
+        self.refused = refused
+
+    def new_resource(self, args: Any) -> tuple[str, dict[str, Any]]:
+        if args.typ == "aws:eks/nodeGroup:NodeGroup" and args.name == self.refused:
+            raise RuntimeError(f"{args.name}: InsufficientInstanceCapacity")
+        return super().new_resource(args)
+
+
+@pytest.mark.parametrize("pool", ["h200-ondemand", "h100-spot"])
+def test_a_gpu_pool_that_cannot_launch_leaves_the_rest_of_its_region_standing(
+    stack: RecordingMocks, pool: str
+) -> None:
+    """Only the refused pool is missing: its region keeps its add-ons, operator, entry and
+    models (which wait, pending, for nodes the autoscaler can add later)."""
+    refused = f"region-us-east-1-{pool}"
+    failing = NoCapacity(refused)
+    with pytest.raises(RuntimeError, match="InsufficientInstanceCapacity"):
+        run_program(example_config(), mocks=failing)
+    declared = {(r.type, r.name) for r in failing.resources}
+    missing = {(r.type, r.name) for r in stack.resources} - declared
+    assert missing == {("aws:eks/nodeGroup:NodeGroup", refused)}
+
+
 def schedulable(isvc: dict[str, Any], group: dict[str, Any]) -> bool:
     """Would the predictor's pods land on this node group: selector, tolerations, GPU count."""
     predictor = isvc["spec"]["predictor"]

@@ -121,11 +121,13 @@ class AwsRegionalFleet(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         network = self._network(child)
         cluster = self._cluster(network, child)
-        gpu_nodes = self._gpu_nodes(cluster, network, child)
+        # Nothing of ours waits for a GPU pool: a pool that cannot launch (no quota, no capacity)
+        # leaves its models pending, not the region without its entry and operator.
+        self._gpu_nodes(cluster, network, child)
         provider = k8s.Provider(f"{name}-k8s", kubeconfig=cluster.kubeconfig, opts=child)
         kube = pulumi.ResourceOptions(parent=self, providers=[provider])
         addons = self._addons(cluster, cluster.ready, kube)
-        workloads = self._workloads(cluster, network, addons, gpu_nodes, kube)
+        workloads = self._workloads(cluster, network, addons, kube)
         self.cluster_name = cluster.name
         self.kubeconfig = cluster.kubeconfig
         self.ingress_hostname = workloads.ingress_hostname
@@ -361,7 +363,6 @@ class AwsRegionalFleet(pulumi.ComponentResource):
         cluster: EksCluster,
         network: Network,
         addons: AddOns,
-        gpu_nodes: list[pulumi.Resource],
         kube: pulumi.ResourceOptions,
     ) -> Workloads:
         fleet, region, store = self._args.fleet, self._args.region, self._args.model_store
@@ -397,5 +398,5 @@ class AwsRegionalFleet(pulumi.ComponentResource):
                 kserve=addons.kserve,
                 monitoring=addons.monitoring,
             ),
-            pulumi.ResourceOptions.merge(kube, pulumi.ResourceOptions(depends_on=gpu_nodes)),
+            kube,
         )
