@@ -345,6 +345,11 @@ def entry_disruption_budget() -> Manifest:
     return entry.disruption_budget()
 
 
+def entry_service() -> Manifest:
+    """The entry's ClusterIP Service, which the operator's pre-warmer calls (as deploy/entry/)."""
+    return entry.service()
+
+
 def pod_monitors() -> list[Manifest]:
     """What the region's Prometheus scrapes: SGLang predictors and the operator, labelled as the
     controllers and dashboards query (radixfleet/render/monitoring.py, as deploy/monitoring/)."""

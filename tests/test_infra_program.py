@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,7 +24,7 @@ from radixfleet import labels
 from radixfleet.config import GpuPool, load_catalog
 from radixfleet.config.catalog import KNOWN_RUNTIMES
 from radixfleet.config.gpus import INSTANCE_TYPES
-from radixfleet.platform import KNATIVE_FEATURES
+from radixfleet.platform import ENTRY_URL, KNATIVE_FEATURES
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -617,6 +618,16 @@ def test_each_region_serves_through_an_ha_entry_behind_its_load_balancer(
         assert service.inputs["spec"]["selector"] == {"app.kubernetes.io/name": manifests.ENTRY}
         annotations = service.inputs["metadata"]["annotations"]
         assert "service.beta.kubernetes.io/aws-load-balancer-ssl-cert" in annotations
+    # The in-cluster name the operator's pre-warmer calls (ENTRY_URL), in every region
+    inside = [s for s in of_type(stack, "kubernetes:core/v1:Service")
+              if s.inputs["metadata"]["name"] == manifests.ENTRY]  # fmt: skip
+    assert len(inside) == len(regions)
+    host = urllib.parse.urlsplit(ENTRY_URL).hostname
+    for service in inside:
+        meta, spec = service.inputs["metadata"], service.inputs["spec"]
+        assert host == f"{meta['name']}.{meta['namespace']}.svc"
+        assert spec["selector"] == {"app.kubernetes.io/name": manifests.ENTRY}
+        assert spec.get("type", "ClusterIP") == "ClusterIP"
 
 
 def test_the_operator_runs_the_routers_on_the_configured_gateway_image(

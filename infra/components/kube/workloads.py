@@ -150,7 +150,8 @@ class Workloads(pulumi.ComponentResource):
 
     def _entry(self, namespace: k8s.core.v1.Namespace) -> pulumi.Output[str]:
         """The region entry (as deploy/entry/): its account and ClusterRole, an HA Deployment
-        with a PodDisruptionBudget, and the region's load balancer in front of it."""
+        with a PodDisruptionBudget and a ClusterIP Service, and the region's load balancer in
+        front of it."""
         args, name = self._args, f"{self._name}-entry"
         after = self._opts([namespace])
         account = k8s.core.v1.ServiceAccount(
@@ -167,6 +168,9 @@ class Workloads(pulumi.ComponentResource):
         budget = m.entry_disruption_budget()
         k8s.policy.v1.PodDisruptionBudget(name, metadata=as_input(budget["metadata"]),
                                           spec=as_input(budget["spec"]), opts=after)  # fmt: skip
+        inside = m.entry_service()  # what the operator's pre-warmer calls
+        k8s.core.v1.Service(name, metadata=as_input(inside["metadata"]),
+                            spec=as_input(inside["spec"]), opts=after)  # fmt: skip
         service = k8s.core.v1.Service(
             f"{self._name}-ingress",
             metadata=k8s.meta.v1.ObjectMetaArgs(
