@@ -92,6 +92,14 @@ def test_every_cluster_has_an_oidc_provider_and_the_pod_identity_agent(
         assert addons == set(REQUIRED_EKS_ADDONS)
 
 
+def test_every_clusters_cni_enforces_the_tenants_network_policies(stack: RecordingMocks) -> None:
+    for region in REGIONS:
+        (cni,) = [a for a in in_region(of_type(stack, "aws:eks/addon:Addon"), region)
+                  if a.inputs["addonName"] == "vpc-cni"]  # fmt: skip
+        # Without its network policy agent the VPC CNI ignores every NetworkPolicy
+        assert json.loads(cni.inputs["configurationValues"])["enableNetworkPolicy"] == "true"
+
+
 def test_vpcs_span_three_zones_with_private_node_subnets_nat_and_endpoints(
     stack: RecordingMocks,
 ) -> None:

@@ -4,6 +4,7 @@ provider and Pod Identity for workloads, the EKS-managed add-ons and the system 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,10 @@ NODE_POLICIES = (
 # The CNI and kube-proxy must exist before nodes can become Ready; CoreDNS and the EBS driver
 # need Ready nodes to schedule on.
 ADDONS_BEFORE_NODES = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
+# Add-on settings (each add-on's configuration schema: `aws eks describe-addon-configuration`).
+# The VPC CNI enforces NetworkPolicies only with its network policy agent turned on; without it
+# every tenant namespace's policies are accepted and do nothing.
+ADDON_CONFIGURATION: dict[str, dict[str, str]] = {"vpc-cni": {"enableNetworkPolicy": "true"}}
 
 
 @dataclass(frozen=True)
@@ -213,6 +218,7 @@ class EksCluster(pulumi.ComponentResource):
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
             pod_identity_associations=list(roles) or None,
+            configuration_values=_configuration(addon),
             opts=pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=list(after))
             ),
@@ -236,3 +242,8 @@ class EksCluster(pulumi.ComponentResource):
         return self._addon(
             cluster, "aws-ebs-csi-driver", child, after=[self.system_nodes], roles=[association]
         )
+
+
+def _configuration(addon: str) -> str | None:
+    settings = ADDON_CONFIGURATION.get(addon)
+    return json.dumps(settings) if settings else None
