@@ -169,18 +169,23 @@ def test_every_gpu_node_group_is_tainted_and_labeled(stack: RecordingMocks, flee
             assert expected_gpu_labels(pool).items() <= group["labels"].items()
 
 
-class NoCapacity(RecordingMocks):
-    """The cloud refuses one node group (no quota or capacity for its instances); everything
-    else is created as usual."""
+class Refusing(RecordingMocks):
+    """Mocks that fail one resource (the cloud refusing it, or an await that timed out);
+    everything else is created as usual."""
 
-    def __init__(self, refused: str) -> None:
+    def __init__(self, typ: str, name: str, reason: str) -> None:
         super().__init__()
-        self.refused = refused
+        self.refused, self.reason = (typ, name), reason
 
     def new_resource(self, args: Any) -> tuple[str, dict[str, Any]]:
-        if args.typ == "aws:eks/nodeGroup:NodeGroup" and args.name == self.refused:
-            raise RuntimeError(f"{args.name}: InsufficientInstanceCapacity")
+        if (args.typ, args.name) == self.refused:
+            raise RuntimeError(f"{args.name}: {self.reason}")
         return super().new_resource(args)
+
+    def missing(self, complete: RecordingMocks) -> set[tuple[str, str]]:
+        """What a complete run declared that this one did not."""
+        declared = {(r.type, r.name) for r in self.resources}
+        return {(r.type, r.name) for r in complete.resources} - declared
 
 
 @pytest.mark.parametrize("pool", ["h200-ondemand", "h100-spot"])
@@ -189,13 +194,11 @@ def test_a_gpu_pool_that_cannot_launch_leaves_the_rest_of_its_region_standing(
 ) -> None:
     """Only the refused pool is missing: its region keeps its add-ons, operator, entry and
     models (which wait, pending, for nodes the autoscaler can add later)."""
-    refused = f"region-us-east-1-{pool}"
-    failing = NoCapacity(refused)
+    refused = ("aws:eks/nodeGroup:NodeGroup", f"region-us-east-1-{pool}")
+    failing = Refusing(*refused, "InsufficientInstanceCapacity")
     with pytest.raises(RuntimeError, match="InsufficientInstanceCapacity"):
         run_program(example_config(), mocks=failing)
-    declared = {(r.type, r.name) for r in failing.resources}
-    missing = {(r.type, r.name) for r in stack.resources} - declared
-    assert missing == {("aws:eks/nodeGroup:NodeGroup", refused)}
+    assert failing.missing(stack) == {refused}
 
 
 def schedulable(isvc: dict[str, Any], group: dict[str, Any]) -> bool:
@@ -511,6 +514,20 @@ def test_helm_releases_for_every_add_on_in_every_region(stack: RecordingMocks) -
     kserve = next(r for r in releases if r.inputs["name"] == "kserve-resources")
     assert kserve.inputs["chart"] == "oci://ghcr.io/kserve/charts/kserve-resources"
     assert kserve.inputs["values"]["kserve"]["controller"]["deploymentMode"] == "Knative"
+
+
+def test_kserve_is_installed_only_once_knative_serving_is_ready(stack: RecordingMocks) -> None:
+    """KServe's controller looks for Knative's CRDs as it starts: the Knative operator must
+    have installed Serving (the KnativeServing Ready, which pulumi-kubernetes awaits) first."""
+    servings = of_type(stack, "kubernetes:operator.knative.dev/v1beta1:KnativeServing")
+    for serving in servings:
+        assert serving.inputs["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Ready"
+    (east,) = in_region(servings, "us-east-1")
+    failing = Refusing(east.type, east.name, "timed out waiting for condition=Ready")
+    with pytest.raises(RuntimeError, match="condition=Ready"):
+        run_program(example_config(), mocks=failing)
+    missing = {name for typ, name in failing.missing(stack) if typ.endswith(":Release")}
+    assert "region-us-east-1-addons-kserve-resources" in missing
 
 
 def test_knative_switches_on_exactly_the_features_validate_assumes(stack: RecordingMocks) -> None:

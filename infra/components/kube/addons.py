@@ -19,6 +19,9 @@ from infra.settings import Chart, KnativeSettings
 # Helm waits this long for a release to become ready; KServe and Prometheus need several minutes
 # on a fresh cluster while images pull.
 HELM_TIMEOUT_S = 900
+# pulumi-kubernetes (4.18 and later) waits for what this annotation names before it reports the
+# resource created, on any kind.
+WAIT_FOR = "pulumi.com/waitFor"
 
 
 def as_input(manifest: Any) -> Any:
@@ -141,11 +144,15 @@ class AddOns(pulumi.ComponentResource):
             stable_window=knative.stable_window,
             grace_period=knative.scale_to_zero_grace_period,
         )
+        # Ready only once the operator has installed Serving, its CRDs among it: KServe, next,
+        # looks for Knative's Service CRD when it starts and never watches Knative Services if
+        # it is not there yet. pulumi-kubernetes awaits any resource this annotation names.
+        metadata = {**serving["metadata"], "annotations": {WAIT_FOR: "condition=Ready"}}
         return k8s.apiextensions.CustomResource(
             f"{self._name}-knative-serving",
             api_version=serving["apiVersion"],
             kind=serving["kind"],
-            metadata=as_input(serving["metadata"]),
+            metadata=as_input(metadata),
             spec=serving["spec"],
             opts=self._opts([namespace, operator]),
         )
