@@ -61,9 +61,15 @@ def _pinned(value: str) -> str:
     return value
 
 
+# What the example stack writes where a team puts the digest its push printed.
+PLACEHOLDER_DIGEST = "sha256:" + "0" * 64
+
+
 def _digest(value: str) -> str:
     if not DIGEST.match(value):
         raise ValueError(f"{value!r} is not an image digest like sha256:<64 hex digits>")
+    if value == PLACEHOLDER_DIGEST:
+        raise ValueError("is the example's placeholder: put the digest your image push printed")
     return value
 
 

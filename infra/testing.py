@@ -8,6 +8,7 @@ every declared resource so that tests can assert policies over all of them.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ import pulumi
 import yaml
 
 from infra.program import main
-from infra.settings import NAMESPACE
+from infra.settings import NAMESPACE, PLACEHOLDER_DIGEST
 
 PROJECT = "radixfleet"
 INFRA_DIR = Path(__file__).resolve().parent
@@ -35,9 +36,17 @@ class Declared:
     id: str
 
 
-def example_config() -> dict[str, Any]:
-    """The example stack's `config:` block, keys as written (`radixfleet:cluster`, ...)."""
-    data: dict[str, Any] = yaml.safe_load(EXAMPLE_STACK.read_text(encoding="utf-8"))
+# A digest standing for the one a team's image push printed (the example has placeholders).
+PUSHED_DIGEST = "sha256:" + hashlib.sha256(b"radixfleet test image").hexdigest()
+
+
+def example_config(*, as_written: bool = False) -> dict[str, Any]:
+    """The example stack's `config:` block, keys as written (`radixfleet:cluster`, ...), with
+    each placeholder digest replaced as a team replaces it (`as_written`: left as it is)."""
+    text = EXAMPLE_STACK.read_text(encoding="utf-8")
+    if not as_written:
+        text = text.replace(PLACEHOLDER_DIGEST, PUSHED_DIGEST)
+    data: dict[str, Any] = yaml.safe_load(text)
     config: dict[str, Any] = data["config"]
     return config
 

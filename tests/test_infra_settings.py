@@ -55,6 +55,17 @@ def test_the_example_stack_parses_into_three_regions() -> None:
     assert fleet.failover_region == "us-east-1"  # the primary region's, unless set
 
 
+def test_the_example_as_written_is_refused_at_each_placeholder_digest() -> None:
+    """A copy of the example that was not given real image digests stops before any resource,
+    naming every image still to push (an all-zero digest would pull nothing)."""
+    found = problems(radixfleet_values(example_config(as_written=True)))
+    assert sorted(p.split(": ")[1] for p in found) == [
+        "radixfleet:controllers.digest", "radixfleet:controllers.router.digest",
+        "radixfleet:pause.digest", "radixfleet:runtime.digest",
+    ]  # fmt: skip
+    assert all("placeholder" in p for p in found), found
+
+
 STACK_CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "duplicate-region": (
         lambda v: v.update(regions=["us-east-1", "eu-west-1", "us-east-1"]),
