@@ -12,10 +12,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from canary.spec import POLICY_ANNOTATION
 from inferenceservices.builder import MODEL_READER, NODE_GROUP
 from infra import manifests
+from infra.components.aws.identity import ROLE_NAME_MAX, role_name_prefix
 from infra.components.aws.nodes import EKS_TAINT_EFFECTS
 from infra.settings import PINNED, REQUIRED_CHARTS, REQUIRED_EKS_ADDONS, Fleet
 from infra.testing import Declared, RecordingMocks, example_config, radixfleet_values, run_program
@@ -734,3 +737,29 @@ def test_each_region_gets_the_tenants_and_policies_its_models_need(
                           for i in served} and scaled  # fmt: skip
         own = {a.inputs["metadata"]["namespace"] for a in in_region(accounts, region.name)}
         assert own == namespaces
+
+
+# A Kubernetes namespace name (RFC 1123 label), up to its 63 characters.
+NAMESPACE_NAMES = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", fullmatch=True)
+
+
+@given(first=NAMESPACE_NAMES, second=NAMESPACE_NAMES, region=st.sampled_from(REGIONS))
+def test_every_role_name_fits_iam_and_two_namespaces_never_share_one(
+    first: str, second: str, region: str
+) -> None:
+    """A tenant namespace of any valid name gets a model-reader role IAM accepts (64
+    characters with the provider's 26-character suffix), and its own."""
+    names = [f"region-{region}-model-reader-{ns}-role" for ns in (first, second)]
+    prefixes = [role_name_prefix(name) for name in names]
+    assert all(len(p) + 26 <= ROLE_NAME_MAX for p in prefixes), prefixes
+    assert (prefixes[0] == prefixes[1]) == (first == second)
+
+
+def test_every_role_the_program_declares_is_named_by_a_bounded_prefix(
+    stack: RecordingMocks,
+) -> None:
+    roles = of_type(stack, "aws:iam/role:Role")
+    assert roles
+    for declared in roles:
+        assert "name" not in declared.inputs, declared.name  # never Pulumi's unbounded autoname
+        assert declared.inputs["namePrefix"] == role_name_prefix(declared.name)

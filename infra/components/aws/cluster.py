@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.components.aws.identity import PodRole, PodRoleArgs, policy_document, trust_policy
+from infra.components.aws.identity import PodRole, PodRoleArgs, iam_role, policy_document
 from infra.components.aws.nodes import ManagedNodes, ManagedNodesArgs
 from infra.manifests import SYSTEM_NODE_LABELS, kubeconfig
 from infra.settings import ClusterSettings
@@ -142,11 +142,7 @@ class EksCluster(pulumi.ComponentResource):
 
     def _cluster_role(self, key: aws.kms.Key) -> aws.iam.Role:
         child = pulumi.ResourceOptions(parent=self)
-        role = aws.iam.Role(
-            f"{self._name}-cluster",
-            assume_role_policy=trust_policy("eks.amazonaws.com"),
-            opts=child,
-        )
+        role = iam_role(f"{self._name}-cluster", trusted="eks.amazonaws.com", opts=child)
         aws.iam.RolePolicyAttachment(
             f"{self._name}-cluster-policy",
             role=role.name,
@@ -165,9 +161,7 @@ class EksCluster(pulumi.ComponentResource):
 
     def _node_role(self) -> aws.iam.Role:
         child = pulumi.ResourceOptions(parent=self)
-        role = aws.iam.Role(
-            f"{self._name}-nodes", assume_role_policy=trust_policy("ec2.amazonaws.com"), opts=child
-        )
+        role = iam_role(f"{self._name}-nodes", trusted="ec2.amazonaws.com", opts=child)
         for policy in NODE_POLICIES:
             aws.iam.RolePolicyAttachment(
                 f"{self._name}-nodes-{policy}",

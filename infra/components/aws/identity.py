@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -12,6 +13,34 @@ import pulumi
 import pulumi_aws as aws
 
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+
+
+# IAM role names stop at 64 characters. The AWS provider adds a 26-character unique suffix to a
+# `name_prefix`, so a prefix holds 38; Pulumi's own autoname (the resource name and 8 more)
+# passed 64 for any tenant namespace over about 20 characters.
+ROLE_NAME_MAX = 64
+ROLE_PREFIX_MAX = ROLE_NAME_MAX - 26
+
+
+def role_name_prefix(resource_name: str) -> str:
+    """The `name_prefix` of the role declared as `resource_name`: the name itself when it fits,
+    else its start and a hash of the whole (distinct resource names stay distinct)."""
+    if len(resource_name) < ROLE_PREFIX_MAX:
+        return f"{resource_name}-"
+    digest = hashlib.sha256(resource_name.encode()).hexdigest()[:8]
+    return f"{resource_name[: ROLE_PREFIX_MAX - len(digest) - 2]}-{digest}-"
+
+
+def iam_role(
+    resource_name: str, *, trusted: str, opts: pulumi.ResourceOptions | None = None
+) -> aws.iam.Role:
+    """An IAM role that `trusted` (a service principal) may assume, named within IAM's limit."""
+    return aws.iam.Role(
+        resource_name,
+        name_prefix=role_name_prefix(resource_name),
+        assume_role_policy=trust_policy(trusted),
+        opts=opts,
+    )
 
 
 def trust_policy(principal: str) -> str:
@@ -53,9 +82,7 @@ class PodRole(pulumi.ComponentResource):
     def __init__(self, name: str, args: PodRoleArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("radixfleet:aws:PodRole", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        role = aws.iam.Role(
-            f"{name}-role", assume_role_policy=trust_policy(POD_IDENTITY_PRINCIPAL), opts=child
-        )
+        role = iam_role(f"{name}-role", trusted=POD_IDENTITY_PRINCIPAL, opts=child)
         if args.statements:
             aws.iam.RolePolicy(
                 f"{name}-policy", role=role.id, policy=policy_document(args.statements), opts=child

@@ -13,7 +13,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from infra.components.aws.identity import policy_document, trust_policy
+from infra.components.aws.identity import iam_role, policy_document
 from infra.components.interface import ModelStoreRef
 from infra.settings import ModelStoreSettings
 
@@ -155,11 +155,7 @@ class ModelStore(pulumi.ComponentResource):
         primary = self._args.primary_region
         source, replicas = buckets[primary], {r: b for r, b in buckets.items() if r != primary}
         opts = self._opts(primary)
-        role = aws.iam.Role(
-            f"{self._name}-replication",
-            assume_role_policy=trust_policy("s3.amazonaws.com"),
-            opts=opts,
-        )
+        role = iam_role(f"{self._name}-replication", trusted="s3.amazonaws.com", opts=opts)
         aws.iam.RolePolicy(
             f"{self._name}-replication",
             role=role.id,
