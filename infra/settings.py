@@ -380,6 +380,36 @@ def _check_versions(settings: StackSettings) -> Iterator[Finding]:
     window = duration_seconds(settings.knative.stable_window)
     if not 6 <= window <= 3600:
         yield "knative.stableWindow", f"{window}s is outside Knative's 6s..1h"
+    yield from _check_cluster_autoscaler(settings)
+
+
+# The cluster autoscaler's minor must be the cluster's (its releases follow Kubernetes', and it
+# reads the scheduler's code of that version). Its chart's appVersion, per chart version, from
+# the chart's own Chart.yaml (kubernetes/autoscaler, tags cluster-autoscaler-chart-<version>).
+CLUSTER_AUTOSCALER_APP_VERSIONS = {
+    "9.46.6": "1.32.0",
+    "9.51.0": "1.33.0",
+    "9.52.1": "1.34.1",
+    "9.53.0": "1.34.2",
+    "9.54.1": "1.35.0",
+    "9.59.0": "1.35.0",
+}
+
+
+def _check_cluster_autoscaler(settings: StackSettings) -> Iterator[Finding]:
+    chart = settings.charts.get("cluster-autoscaler")
+    if chart is None:
+        return
+    app = CLUSTER_AUTOSCALER_APP_VERSIONS.get(chart.version)
+    cluster = settings.cluster.kubernetes_version
+    if app is None:
+        known = ", ".join(CLUSTER_AUTOSCALER_APP_VERSIONS)
+        yield ("charts.cluster-autoscaler.version",
+               f"{chart.version}: which cluster autoscaler it runs is not known here (known: "
+               f"{known}); add it to infra/settings.py from the chart's Chart.yaml")  # fmt: skip
+    elif not app.startswith(f"{cluster}."):
+        runs = f"{chart.version} runs cluster autoscaler {app}, not the cluster's {cluster}"
+        yield "charts.cluster-autoscaler.version", runs
 
 
 def _check_network(settings: StackSettings, deployed: list[Region]) -> Iterator[Finding]:

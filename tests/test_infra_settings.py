@@ -95,6 +95,16 @@ STACK_CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         lambda v: v["cluster"].update(kubernetesVersion=1.33),
         "radixfleet:cluster.kubernetesVersion: 1.33: Input should be a valid string",
     ),
+    # Chart 9.46.6 runs cluster autoscaler 1.32 (the example's until it was caught) on 1.35
+    "cluster-autoscaler-of-another-minor": (
+        lambda v: v["charts"]["cluster-autoscaler"].update(version="9.46.6"),
+        "radixfleet:charts.cluster-autoscaler.version: 9.46.6 runs cluster autoscaler 1.32.0, "
+        "not the cluster's 1.35",
+    ),
+    "cluster-autoscaler-unknown-chart": (
+        lambda v: v["charts"]["cluster-autoscaler"].update(version="9.99.0"),
+        "radixfleet:charts.cluster-autoscaler.version: 9.99.0: which cluster autoscaler it runs",
+    ),
     "public-endpoint-without-cidrs": (
         lambda v: v["cluster"].update(publicAccessCidrs=[]),
         "radixfleet:cluster.publicAccessCidrs: a public API endpoint needs the CIDRs",
