@@ -54,6 +54,13 @@ def test_knative_is_the_release_kserve_is_built_against(stack: dict[str, Any]) -
     assert schemas.KNATIVE_SERVING_MODULE_VERSION.startswith(f"v0.{minor + 27}.")
 
 
+def test_prometheus_chart_is_the_one_the_pod_monitor_schema_was_copied_for(
+    stack: dict[str, Any],
+) -> None:
+    chart = stack["charts"]["kube-prometheus-stack"]["version"]
+    assert chart == schemas.KUBE_PROMETHEUS_STACK_VERSION
+
+
 def test_kubernetes_version_is_the_one_validate_checks_against(stack: dict[str, Any]) -> None:
     assert stack["cluster"]["kubernetesVersion"] == KUBERNETES_VERSION
     assert stack["cluster"]["addons"]["kube-proxy"].startswith(f"v{KUBERNETES_VERSION}.")

@@ -12,13 +12,15 @@ import yaml
 from typer.testing import CliRunner
 
 from radixfleet.cli import app
-from radixfleet.validate import iter_findings, validate_documents
+from radixfleet.validate import iter_findings, validate_documents, validate_paths
 from radixfleet.validate.sglang_flags import check_args
 from tests.audit_cases import CASES_DIR, AuditCase, load_cases
 
 REPO = Path(__file__).resolve().parent.parent
 ISVC = REPO / "inferenceservices" / "team-search" / "llama-3-1-8b.yaml"
 RUNTIME = REPO / "runtimes" / "sglang.yaml"
+PEERING = REPO / "deploy" / "operator" / "peering.yaml"
+POD_MONITOR = REPO / "deploy" / "monitoring" / "radixfleet-routers.yaml"
 
 Mutation = Callable[[dict[str, Any]], None]
 
@@ -57,6 +59,16 @@ CASES: list[Any] = [
         lambda d: predictor(d)["model"]["args"].append("--radix-cache-size"),
         "spec.predictor.model.args: unknown sglang flag --radix-cache-size",
         id="bad-flag",
+    ),
+    # Kopf's peering CRD declares only `status`; the object's own root fields are still known.
+    pytest.param(
+        PEERING, lambda d: d.update(spec={"x": 1}), ": unknown field 'spec'", id="peering"
+    ),
+    pytest.param(
+        POD_MONITOR,
+        lambda d: d["spec"]["podMetricsEndpoints"][0].update(scrapeInterval="15s"),
+        "spec.podMetricsEndpoints[0]: unknown field 'scrapeInterval'",
+        id="pod-monitor",
     ),
     pytest.param(
         ISVC,
@@ -130,6 +142,23 @@ def test_validator_catches(path: Path, mutate: Mutation, expected: str) -> None:
 def test_validator_on_other_objects(doc: dict[str, Any], expected: str) -> None:
     messages = [f"{f.location}: {f.message}" for f in validate_documents([doc], source="x.yaml")]
     assert any(m.startswith(expected) for m in messages), messages
+
+
+def _shipped_folders() -> list[Path]:
+    """Every folder of manifests the project ships: kustomize bases and catalog output."""
+    deploy = sorted(p for p in (REPO / "deploy").iterdir() if p.is_dir())
+    teams = sorted(p for p in (REPO / "inferenceservices").glob("team-*") if p.is_dir())
+    return [*deploy, REPO / "runtimes", REPO / "inferenceservices", *teams]
+
+
+@pytest.mark.parametrize(
+    "folders",
+    [pytest.param([f], id=str(f.relative_to(REPO))) for f in _shipped_folders()]
+    # Together, as a cluster holds them: the InferenceServices judged beside their runtimes.
+    + [pytest.param(_shipped_folders(), id="all-together")],
+)
+def test_shipped_manifests_have_no_problems(folders: list[Path]) -> None:
+    assert [str(f) for f in validate_paths(folders)] == []
 
 
 TENANT_SPEC = {"namespaces": ["team-a"]}

@@ -12,3 +12,8 @@ KSERVE_VERSION = "v0.20.0"
 # Knative operator v1.21.1. Knative's Go modules are numbered v0.(minor + 27): 1.21 = v0.48.
 KNATIVE_SERVING_VERSION = "1.21.1"
 KNATIVE_SERVING_MODULE_VERSION = "v0.48.1"
+# prometheus-operator release whose PodMonitor CRD is in prometheus/: kube-prometheus-stack,
+# which infra installs, deploys the v0.82 line from chart 71.0.0 on, and chart
+# KUBE_PROMETHEUS_STACK_VERSION with it; a chart bump means copying the CRD again.
+PROMETHEUS_OPERATOR_VERSION = "v0.82.2"
+KUBE_PROMETHEUS_STACK_VERSION = "72.9.1"

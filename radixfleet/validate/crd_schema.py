@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-SCHEMA_PACKAGES = ("kserve", "knative")
+SCHEMA_PACKAGES = ("kserve", "knative", "prometheus")
 INTEGER_BOUNDS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 # The InferenceService CRD is 2 MB of YAML: the C loader reads it ten times faster.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -94,11 +94,16 @@ def _versions(crd: dict[str, Any]) -> dict[CrdKey, dict[str, Any]]:
 
 
 def _object_schema(root: dict[str, Any]) -> dict[str, Any]:
-    """The JSON Schema of a custom object. Its `metadata` stays open: the API server checks
-    metadata as ObjectMeta, and a CRD's schema may only narrow `name` and `generateName`
-    (labels, annotations and the rest are always allowed)."""
+    """The JSON Schema of a custom object. `apiVersion`, `kind` and `metadata` are allowed
+    whether the CRD's schema declares them or not: the API server never prunes them (a schema
+    that lists only `status`, as kopf's ClusterKopfPeering's does, still takes a named object).
+    `metadata` stays open: the API server checks it as ObjectMeta, and a CRD's schema may only
+    narrow `name` and `generateName` (labels, annotations and the rest are always allowed)."""
     schema: dict[str, Any] = to_json_schema(root)
-    metadata = schema.get("properties", {}).get("metadata")
+    properties = schema.setdefault("properties", {})
+    properties.setdefault("apiVersion", {"type": "string"})
+    properties.setdefault("kind", {"type": "string"})
+    metadata = properties.setdefault("metadata", {"type": "object"})
     if isinstance(metadata, dict):
         metadata.pop("additionalProperties", None)
     return schema
