@@ -71,14 +71,20 @@ def helm() -> Path:
 
 
 def render(
-    chart: ModuleChart, values: Mapping[str, Any], *, release: str, namespace: str
+    chart: ModuleChart,
+    values: Mapping[str, Any],
+    *,
+    release: str,
+    namespace: str,
+    kube_version: str,
 ) -> list[Obj]:
-    """``helm template`` of ``chart`` with ``values``: every object the release would create."""
+    """``helm template`` of ``chart`` with ``values``, for a cluster of ``kube_version``
+    (``1.35``): every object the release would create."""
     with tempfile.NamedTemporaryFile("w", suffix=".json") as given:
         json.dump(values, given)
         given.flush()
         argv = [str(helm()), "template", release, str(chart.path()), "--namespace", namespace,
-                "--values", given.name]  # fmt: skip
+                "--values", given.name, "--kube-version", kube_version]  # fmt: skip
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise ChartError(f"helm template {chart.folder}: {done.stderr.strip()}")

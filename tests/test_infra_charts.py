@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from infra import manifests
+from infra.testing import example_config
 from radixfleet import labels
 from radixfleet.config import GpuPool, load_catalog
 from testbed import charts
@@ -33,6 +34,7 @@ def agent() -> dict[str, Any]:
         manifests.kserve_localmodel_values(),
         release="kserve-localmodel-resources",
         namespace="kserve",
+        kube_version=example_config()["radixfleet:cluster"]["kubernetesVersion"],
     )
     (daemonset,) = [o for o in objects if o["kind"] == "DaemonSet"]
     spec: dict[str, Any] = daemonset["spec"]["template"]["spec"]
