@@ -9,8 +9,11 @@ import asyncio
 import gc
 import json
 import re
+import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -29,6 +32,9 @@ from radixfleet import labels
 from radixfleet.config import GpuPool, load_catalog
 from radixfleet.config.catalog import KNOWN_RUNTIMES
 from radixfleet.config.gpus import INSTANCE_TYPES
+from radixfleet.kit.health import serve_readiness
+from radixfleet.kit.leader import PeeringReadiness
+from radixfleet.kit.operator import READINESS_PORT
 from radixfleet.platform import ENTRY_URL, KNATIVE_FEATURES
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -781,3 +787,47 @@ def test_every_role_the_program_declares_is_named_by_a_bounded_prefix(
     for declared in roles:
         assert "name" not in declared.inputs, declared.name  # never Pulumi's unbounded autoname
         assert declared.inputs["namePrefix"] == role_name_prefix(declared.name)
+
+
+def _probe_status(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def _replicas_passing(probe: dict[str, Any], replicas: int) -> int:
+    """How many of `replicas` operator replicas of one peering, one of them leading, pass
+    `probe`, each probed on the readiness server `radixfleet operator run` starts."""
+    now = datetime.now(UTC)
+    seen = now.isoformat()
+    peers = {f"op-{i}": {"priority": 100 + i, "lifetime": 60, "lastseen": seen}
+             for i in range(replicas)}  # fmt: skip
+    passing = 0
+    for i in range(replicas):
+        readiness = PeeringReadiness(
+            started=lambda: True, peers=lambda: peers, identity=f"op-{i}", priority=100 + i,
+            clock=lambda: now,
+        )  # fmt: skip
+        server = serve_readiness(port=0, role=readiness.role, host="127.0.0.1")
+        try:
+            passing += _probe_status(server.server_address[1], probe["httpGet"]["path"]) == 200
+        finally:
+            server.shutdown()
+    return passing
+
+
+def test_the_operator_deployment_becomes_available_with_one_leader(stack: RecordingMocks) -> None:
+    """pulumi-kubernetes awaits every replica of a Deployment Ready: a standby replica, alive
+    in the peering and able to take over, must pass the readiness probe, not only the leader."""
+    deployments = _deployments(stack, manifests.CONTROLLERS)
+    assert deployments
+    for deployment in deployments:
+        (container,) = deployment.inputs["spec"]["template"]["spec"]["containers"]
+        probe = container["readinessProbe"]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports[probe["httpGet"]["port"]] == READINESS_PORT  # the server probed below
+        replicas = int(deployment.inputs["spec"]["replicas"])  # numbers arrive as floats
+        assert replicas >= 2
+        assert _replicas_passing(probe, replicas) == replicas

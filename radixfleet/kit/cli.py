@@ -42,7 +42,7 @@ def run(
     ] = None,
     standalone: Annotated[bool, typer.Option(help="No peering: one replica only.")] = False,
     liveness_port: Annotated[int, typer.Option(help="kopf's GET /healthz.")] = 8080,
-    readiness_port: Annotated[int, typer.Option(help="GET /readyz: 200 while leading.")] = 8081,
+    readiness_port: Annotated[int, typer.Option(help="GET /readyz: leader or standby.")] = 8081,
     metrics_port: Annotated[int, typer.Option(help="Prometheus metrics.")] = 9464,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="kopf's info logs.")] = False,
 ) -> None:

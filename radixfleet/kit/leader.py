@@ -11,8 +11,12 @@ two replicas with the same priority would both pause, so each replica draws its 
 the status. Peering needs the `ClusterKopfPeering` CRD and one object named `PEERING_NAME`
 (radixfleet/crds/); `radixfleet operator run --standalone` runs without them.
 
-`/readyz` is ready only while this replica's handlers run: kopf has started, and (with peering)
-no live peer outranks it in the peering object's status, which `is_leader` reads.
+`/readyz` is ready while this replica stands in the election: kopf has started and (with
+peering) the replica's own keep-alive is live in the peering object's status with no live peer
+tied with it, so it either leads or takes over once the leader's keep-alive ends
+(`role_in`). Leadership is not readiness: a Deployment's rollout, and pulumi-kubernetes' await
+of it, want every replica Ready, and a standby that is up and able to take over is all that
+its readiness can promise. Which replica leads is the answer's body (`leading`, `standby`).
 """
 
 from __future__ import annotations
@@ -21,13 +25,15 @@ import os
 import random
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 PEERING_NAME = "radixfleet"
 PEERING_GROUP, PEERING_VERSION, PEERING_PLURAL = "kopf.dev", "v1", "clusterkopfpeerings"
 PRIORITY_ENV = "RADIXFLEET_PEERING_PRIORITY"
 IDENTITY_ENV = "POD_NAME"
 LIFETIME_SECONDS = 60
+
+Role = Literal["leading", "standby"]
 
 
 def peering_priority(environ: Mapping[str, str] | None = None) -> int:
@@ -50,12 +56,25 @@ def is_leader(
     `peers` is the peering object's status, `{identity: {priority, lifetime, lastseen}}`, as
     kopf writes it. kopf pauses an operator for a higher priority and for an equal one.
     """
+    return role_in(peers, identity=identity, priority=priority, now=now) == "leading"
+
+
+def role_in(
+    peers: Mapping[str, Mapping[str, Any]], *, identity: str, priority: int, now: datetime
+) -> Role | None:
+    """`identity`'s part in the peering: it leads (no live peer ranks as high), it stands by
+    (a live peer outranks it: kopf resumes it once that peer's keep-alive ends), or none.
+
+    None when its own keep-alive is not live (kopf has not joined, or cannot write the status)
+    or a live peer has its priority: kopf pauses both on a tie, so neither would ever act.
+    """
     live = {name: info for name, info in peers.items() if _alive(info, now)}
     if identity not in live:
-        return False
-    return all(
-        int(info.get("priority", 0)) < priority for name, info in live.items() if name != identity
-    )
+        return None
+    rivals = [int(info.get("priority", 0)) for name, info in live.items() if name != identity]
+    if priority in rivals:
+        return None
+    return "leading" if all(rival < priority for rival in rivals) else "standby"
 
 
 def _alive(info: Mapping[str, Any], now: datetime) -> bool:
@@ -67,7 +86,8 @@ def _alive(info: Mapping[str, Any], now: datetime) -> bool:
 
 
 class PeeringReadiness:
-    """`ready()` for /readyz: kopf is up and this replica leads (or runs standalone)."""
+    """`role()` for /readyz: None until kopf is up; then this replica's part in the peering
+    (a standalone replica leads)."""
 
     def __init__(
         self,
@@ -81,14 +101,17 @@ class PeeringReadiness:
         self.started, self.peers = started, peers
         self.identity, self.priority, self.clock = identity, priority, clock
 
-    def ready(self) -> bool:
+    def role(self) -> Role | None:
         if not self.started():
-            return False
+            return None
         if self.peers is None:  # standalone: no peers to defer to
-            return True
-        return is_leader(
+            return "leading"
+        return role_in(
             self.peers(), identity=self.identity, priority=self.priority, now=self.clock()
         )
+
+    def ready(self) -> bool:
+        return self.role() is not None
 
 
 def kube_peers(api_client: Any, *, name: str = PEERING_NAME) -> Callable[[], Mapping[str, Any]]:

@@ -7,7 +7,7 @@ once (`kopfglue.configure`): kopf's bookkeeping in annotations under one prefix,
 peering for leader election (why peering: `radixfleet.kit.leader`). Three ports:
 
 - liveness: kopf's own endpoint, GET /healthz;
-- readiness: GET /readyz, 200 only while this replica's handlers run (it leads the peering);
+- readiness: GET /readyz, 200 while this replica leads the peering or stands by to take over;
 - metrics: Prometheus text, the kit's per-controller ticks, errors and decisions together
   with each controller's own series.
 """
@@ -106,7 +106,7 @@ def run(
             started=started.is_set, peers=None if standalone else _peers(), identity=identity,
             priority=priority, clock=lambda: datetime.now(UTC),
         )  # fmt: skip
-        serve_readiness(port=ports.readiness, ready=readiness.ready)
+        serve_readiness(port=ports.readiness, role=readiness.role)
     # A peering name makes peering mandatory in kopf (`settings.peering.mandatory`), and a
     # standalone operator watches no peering resource: with both, kopf pauses every watch
     # forever ("peering CRD is missing"). So a standalone operator names none.

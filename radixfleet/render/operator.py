@@ -5,9 +5,13 @@ controller's Kubernetes adapters declare (`*/kube.py: RULES`) and what kopf itse
 (`radixfleet.kit.rbac.KOPF_RULES`). The same builders feed the kustomize base `deploy/operator/`
 (`radixfleet render`) and the Pulumi program (`infra/manifests.py`): one source.
 
-The Deployment runs two replicas; kopf peering picks the one that acts, and only that one is
-ready (/readyz). Its strategy is Recreate for that reason: a rolling update waits for a new pod
-to become ready, and a new pod that is not the leader never does.
+The Deployment runs two replicas; kopf peering picks the one that acts. Every replica that
+stands in that election is ready (/readyz), the leader and the standby alike: a Deployment is
+Available, and pulumi-kubernetes' await of it ends, only when all its replicas are Ready, so a
+probe that passed on the leader alone held every `pulumi up` until its timeout. Leadership is
+the probe's answer body instead (radixfleet/kit/leader.py). So a rolling update works too: it
+starts a new replica, waits until it stands by, and only then stops an old one (whose goodbye
+hands the lead over at once), never leaving the fleet without an operator.
 """
 
 from __future__ import annotations
@@ -109,7 +113,10 @@ def deployment(
         "metadata": _meta(NAME, NAMESPACE),
         "spec": {
             "replicas": replicas,
-            "strategy": {"type": "Recreate"},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
             "selector": {"matchLabels": dict(SELECTOR)},
             "template": {
                 "metadata": {"labels": dict(META_LABELS), "annotations": _scrape()},
@@ -183,8 +190,8 @@ def _meta(name: str, ns: str | None) -> Manifest:
 
 
 DEPLOYMENT_NOTES: Notes = {
-    "spec.strategy": "Recreate: only the leader is ready, so a rolling update would wait forever "
-    "for a new pod that is not the leader.",
+    "spec.strategy": "A new replica is ready once it stands by in the election, leader or not; "
+    "an old one stops only then, and its goodbye hands the lead over at once.",
     "spec.replicas": "Two for availability; kopf peering picks the one that acts.",
 }
 

@@ -1,4 +1,5 @@
-"""Leader election by kopf peering: who acts, and what /readyz says."""
+"""Leader election by kopf peering: who acts, and what /readyz says (leader and standby are
+ready; a replica out of the election is not)."""
 
 from __future__ import annotations
 
@@ -53,29 +54,50 @@ def readiness(*, started: bool, peers: dict[str, Any] | None) -> PeeringReadines
     )  # fmt: skip
 
 
-def test_ready_only_once_kopf_started_and_while_leading() -> None:
-    assert not readiness(started=False, peers=None).ready()
-    assert readiness(started=True, peers=None).ready()  # standalone
-    assert readiness(started=True, peers={"me": peer(10)}).ready()
-    assert not readiness(started=True, peers={"me": peer(10), "x": peer(99)}).ready()
+@pytest.mark.parametrize(
+    ("started", "peers", "role"),
+    [
+        (False, None, None),
+        (False, {"me": peer(10)}, None),
+        (True, None, "leading"),  # standalone
+        (True, {"me": peer(10)}, "leading"),
+        (True, {"me": peer(10), "x": peer(5)}, "leading"),
+        (True, {"me": peer(10), "x": peer(99)}, "standby"),  # takes over when x's keep-alive ends
+        (True, {"me": peer(10), "x": peer(99, seen_ago=120)}, "leading"),
+        (True, {"me": peer(10), "x": peer(10)}, None),  # kopf pauses both on a tie
+        (True, {"x": peer(99)}, None),  # our own keep-alive has not landed
+        (True, {"me": peer(10, seen_ago=61)}, None),
+        (True, {}, None),  # the peering object unreadable or absent
+    ],
+    ids=["not-started", "not-started-in-peering", "standalone", "alone", "outranks", "outranked",
+         "expired-rival", "tie", "not-yet-seen", "own-expired", "empty"],
+)  # fmt: skip
+def test_ready_once_kopf_started_while_leading_or_standing_by(
+    started: bool, peers: dict[str, Any] | None, role: str | None
+) -> None:
+    replica = readiness(started=started, peers=peers)
+    assert replica.role() == role
+    assert replica.ready() is (role is not None)
 
 
-def status(port: int, path: str) -> int:
+def answer(port: int, path: str) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-            return int(answer.status)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as got:
+            return int(got.status), got.read().decode()
     except urllib.error.HTTPError as error:
-        return error.code
+        return error.code, error.read().decode()
 
 
-def test_readyz_answers_200_while_ready_and_503_otherwise() -> None:
-    state = {"ready": False}
-    server = serve_readiness(port=0, ready=lambda: state["ready"], host="127.0.0.1")
+def test_readyz_answers_200_with_the_role_and_503_without_one() -> None:
+    state: dict[str, str | None] = {"role": None}
+    server = serve_readiness(port=0, role=lambda: state["role"], host="127.0.0.1")
     port = server.server_address[1]
     try:
-        assert status(port, "/readyz") == 503
-        state["ready"] = True
-        assert status(port, "/readyz") == 200
-        assert status(port, "/elsewhere") == 404
+        assert answer(port, "/readyz") == (503, "not ready\n")
+        state["role"] = "standby"
+        assert answer(port, "/readyz") == (200, "standby\n")
+        state["role"] = "leading"
+        assert answer(port, "/readyz") == (200, "leading\n")
+        assert answer(port, "/elsewhere")[0] == 404
     finally:
         server.shutdown()

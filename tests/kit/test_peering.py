@@ -48,26 +48,26 @@ def touch(cluster: Cluster, peers: dict[str, Any]) -> None:
     cluster.kubectl("patch", "clusterkopfpeering", PEERING, "--type=merge", "-p", patch)
 
 
-def ready(kube_client: Any, identity: str, priority: int) -> bool:
+def role(kube_client: Any, identity: str, priority: int) -> str | None:
     readiness = PeeringReadiness(
         started=lambda: True, peers=kube_peers(kube_client, name=PEERING), identity=identity,
         priority=priority, clock=lambda: NOW,
     )  # fmt: skip
-    return readiness.ready()
+    return readiness.role()
 
 
-def test_only_the_highest_live_peer_is_ready_and_a_leaver_hands_over(
+def test_the_highest_live_peer_leads_the_other_stands_by_and_a_leaver_hands_over(
     peering: Cluster, kube_client: Any
 ) -> None:
     touch(peering, {"op-high": keepalive(200), "op-low": keepalive(100)})
-    assert ready(kube_client, "op-high", 200)
-    assert not ready(kube_client, "op-low", 100)
+    assert role(kube_client, "op-high", 200) == "leading"
+    assert role(kube_client, "op-low", 100) == "standby"  # ready too: it can take over
     # kopf's goodbye on a clean stop: its entry removed (a null in the merge patch).
     touch(peering, {"op-high": None})
-    assert ready(kube_client, "op-low", 100)
+    assert role(kube_client, "op-low", 100) == "leading"
     # A leader that died without a goodbye stops counting once its lifetime has passed.
     touch(peering, {"op-high": keepalive(200, seen_ago=120)})
-    assert ready(kube_client, "op-low", 100)
+    assert role(kube_client, "op-low", 100) == "leading"
 
 
 def test_an_absent_peering_object_means_not_ready(kube_client: Any) -> None:
