@@ -50,6 +50,7 @@ from testbed import images, prometheus, session
 from testbed.cluster import Cluster
 from testbed.deploy import (
     apply_overlay,
+    operator_leader,
     overlay,
     remove_operator,
     router_image_patch,
@@ -310,9 +311,10 @@ def _placement(cluster: Cluster) -> list[dict[str, str]]:
     pods = [
         p for ns in (operator.NAMESPACE, NAMESPACE) for p in get(cluster, "pods", "-n", ns)["items"]
     ]
+    leader = operator_leader(cluster)
     found = []
     for pod in pods:
-        role = _role(pod)
+        role = _role(pod, leader=leader)
         if role:
             found.append({"role": role, "namespace": pod["metadata"]["namespace"],
                           "pod": pod["metadata"]["name"], "node": pod["spec"].get("nodeName", ""),
@@ -320,12 +322,10 @@ def _placement(cluster: Cluster) -> list[dict[str, str]]:
     return sorted(found, key=lambda p: (p["role"], p["pod"]))
 
 
-def _role(pod: dict[str, Any]) -> str:
+def _role(pod: dict[str, Any], *, leader: str | None) -> str:
     labels = pod["metadata"].get("labels") or {}
     if labels.get("app.kubernetes.io/name") == operator.NAME:
-        leading = any(c["type"] == "Ready" and c["status"] == "True"
-                      for c in pod["status"].get("conditions", []))  # fmt: skip
-        return "operator (leader)" if leading else "operator"
+        return "operator (leader)" if pod["metadata"]["name"] == leader else "operator"
     if labels.get("app.kubernetes.io/name") == entry_base.NAME:
         return "entry"
     if labels.get("app.kubernetes.io/component") == "router":

@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from radixfleet.kit.leader import PEERING_NAME, role_in
 from radixfleet.render import operator
 from testbed import images
 from testbed.cluster import Cluster
@@ -63,6 +65,41 @@ def remove_operator(cluster: Cluster) -> None:
                     "--wait=true", "--timeout=120s", check=False)  # fmt: skip
     cluster.kubectl("delete", "pods", "-l", OPERATOR_SELECTOR, "-n", operator.NAMESPACE,
                     "--wait=true", "--timeout=120s", check=False)  # fmt: skip
+
+
+def operator_leader(cluster: Cluster) -> str | None:
+    """The operator pod that leads, once all the Deployment's replicas run Ready, else None.
+
+    Every replica standing in the election is Ready (radixfleet/kit/leader.py), so the leader is
+    read where kopf decides it: the peering object's status, each live pod's keep-alive and
+    priority, ranked as kopf ranks them (`role_in`).
+    """
+    pods = [p for p in _get(cluster, "pods", "-n", operator.NAMESPACE, "-l", OPERATOR_SELECTOR)
+            ["items"] if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
+    ready = [p["metadata"]["name"] for p in pods if _is_ready(p)]
+    if len(ready) != operator.REPLICAS:
+        return None
+    peering = cluster.kubectl("get", "clusterkopfpeering", PEERING_NAME, "-o", "json", check=False)
+    if peering.returncode != 0:
+        return None
+    peers: dict[str, Any] = json.loads(peering.stdout).get("status") or {}
+    now = datetime.now(UTC)
+    leading = [
+        name for name in ready if name in peers and role_in(
+            peers, identity=name, priority=int(peers[name].get("priority", 0)), now=now
+        ) == "leading"
+    ]  # fmt: skip
+    return leading[0] if len(leading) == 1 else None
+
+
+def _get(cluster: Cluster, *args: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+    return found
+
+
+def _is_ready(pod: Mapping[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 def wait_accounted(cluster: Cluster, namespace: str, *, timeout_s: float = 240.0) -> None:

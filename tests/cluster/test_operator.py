@@ -1,6 +1,7 @@
 """radixfleet's operator in the test cluster, deployed as a platform team deploys it: `kubectl
 apply -k` of an overlay of `deploy/operator/` that names radixfleet's image by digest. Two
-replicas run; kopf peering lets one act and only that one is Ready. Prometheus runs in the
+replicas run and are Ready; kopf peering lets one act (the leader, read from the peering's
+status). Prometheus runs in the
 cluster too, configured from `deploy/monitoring/`'s PodMonitors (testbed/prometheus.py), under
 the name and namespace the operator's controllers look for by default.
 
@@ -30,10 +31,17 @@ from typing import Any
 
 import pytest
 
+from radixfleet.kit.operator import READINESS_PORT
 from radixfleet.render import operator
 from testbed import images, prometheus, session
 from testbed.cluster import Cluster, ClusterError, restart_apiserver
-from testbed.deploy import OPERATOR_SELECTOR, apply_overlay, overlay, remove_operator
+from testbed.deploy import (
+    OPERATOR_SELECTOR,
+    apply_overlay,
+    operator_leader,
+    overlay,
+    remove_operator,
+)
 from testbed.emulated import (
     data_plane_headers,
     emulated_isvc,
@@ -66,7 +74,7 @@ def deployed(kserve: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     folder = overlay(tmp_path_factory.mktemp("operator-overlay"), "operator", image)
     apply_overlay(kserve, folder)
     session.wait_for(lambda: _leader(kserve) is not None, timeout_s=TIMEOUT_S,
-                     what="one operator replica Ready (leading)")  # fmt: skip
+                     what="both operator replicas Ready, one leading")  # fmt: skip
     try:
         yield kserve
     finally:
@@ -79,16 +87,8 @@ def _pods(cluster: Cluster) -> list[dict[str, Any]]:
     return [p for p in found["items"] if not p["metadata"].get("deletionTimestamp")]
 
 
-def _is_ready(pod: dict[str, Any]) -> bool:
-    conditions = pod.get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
 def _leader(cluster: Cluster) -> str | None:
-    """The one Ready operator pod of two running ones, else None."""
-    pods = [p for p in _pods(cluster) if p.get("status", {}).get("phase") == "Running"]
-    leaders = [p["metadata"]["name"] for p in pods if _is_ready(p)]
-    return leaders[0] if len(pods) == operator.REPLICAS and len(leaders) == 1 else None
+    return operator_leader(cluster)
 
 
 def _quota_gpus(cluster: Cluster) -> str | None:
@@ -169,11 +169,27 @@ def _eventually(cluster: Cluster, promql: str) -> list[dict[str, Any]]:
     return found
 
 
-def test_one_of_two_operator_replicas_leads(deployed: Cluster) -> None:
+def _readyz(pod: dict[str, Any]) -> str:
+    url = f"http://{pod['status']['podIP']}:{READINESS_PORT}/readyz"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        body: bytes = answer.read()
+    return body.decode().strip()
+
+
+def test_one_of_two_ready_operator_replicas_leads_and_the_deployment_is_available(
+    deployed: Cluster,
+) -> None:
     leader = _leader(deployed)
     peers = get(deployed, "clusterkopfpeering", "radixfleet").get("status") or {}
     assert leader is not None
     assert set(peers) == {p["metadata"]["name"] for p in _pods(deployed)}, peers
+    # Both replicas Ready, so the Deployment is Available: what `pulumi up` (pulumi-kubernetes'
+    # await) and `kubectl rollout status` wait for. Which one leads is the probe's answer.
+    deployment = get(deployed, "deployment", operator.NAME, "-n", operator.NAMESPACE)
+    conditions = {c["type"]: c["status"] for c in deployment["status"]["conditions"]}
+    assert conditions["Available"] == "True", deployment["status"]
+    roles = {p["metadata"]["name"]: _readyz(p) for p in _pods(deployed)}
+    assert roles[leader] == "leading" and sorted(roles.values()) == ["leading", "standby"], roles
     (container,) = _pods(deployed)[0]["spec"]["containers"]
     assert container["image"] == images.radixfleet().pinned
     # As rendered: non-root on a read-only root file system, every capability dropped.
