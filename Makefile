@@ -1,6 +1,9 @@
 # The two commands of the README: `make demo` and `make test`. Everything else is a helper.
 UV ?= uv
 export UV_PYTHON ?= 3.11
+# Two pytest workers: the test bed's tests (one cluster) on one, everything else on the other
+# (tests/conftest.py). TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 
 .PHONY: setup provision demo demo-cluster test lint typecheck render check-rendered unit cluster cluster-down
 
@@ -29,7 +32,7 @@ typecheck: setup
 	$(UV) run mypy
 
 test: provision lint typecheck  ## everything CI runs: provision, lint, types, and the whole test suite
-	$(UV) run pytest
+	$(UV) run pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
 cluster: setup provision  ## a one-node Kubernetes 1.37 on this machine, left running (kubeconfig: out/cluster/kubeconfig)
 	$(UV) run python -m testbed up --out out/cluster
