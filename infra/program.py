@@ -55,7 +55,32 @@ def load_fleet() -> Fleet:
 
 
 def build(fleet: Fleet) -> dict[str, RegionalFleet]:
+    """Declare the whole fleet on the stack's cloud."""
+    if fleet.settings.cloud == "kubernetes":
+        return build_on_existing_clusters(fleet)
+    return build_on_aws(fleet)
+
+
+def build_on_existing_clusters(fleet: Fleet) -> dict[str, RegionalFleet]:
+    """One regional fleet per region, each onto the cluster its kubeconfig reaches; no cloud
+    resource (no model store, no DNS: the team's own)."""
+    # A secret config value: parse_fleet has refused a stack without it.
+    token = pulumi.Output.secret(fleet.settings.fleet_token or "")
+    fleets = {
+        region.name: regional_fleet(
+            f"region-{region.name}",
+            RegionalFleetArgs(fleet=fleet, region=region, model_store=None, fleet_token=token),
+        )
+        for region in fleet.regions
+    }
+    pulumi.export("clusters", {r: f.cluster_name for r, f in fleets.items()})
+    pulumi.export("kubeconfigs", {r: f.kubeconfig for r, f in fleets.items()})
+    return fleets
+
+
+def build_on_aws(fleet: Fleet) -> dict[str, RegionalFleet]:
     """Declare the whole fleet: model store, one regional fleet per region, DNS."""
+    aws_settings = fleet.aws
     regions = [r.name for r in fleet.regions]
     tags = {"radixfleet:stack": pulumi.get_stack(), "radixfleet:managed-by": "pulumi"}
     providers = {
@@ -67,7 +92,7 @@ def build(fleet: Fleet) -> dict[str, RegionalFleet]:
     store = ModelStore(
         "model-store",
         ModelStoreArgs(
-            settings=fleet.settings.model_store,
+            settings=aws_settings.model_store,
             regions=regions,
             primary_region=fleet.primary_region,
             providers=providers,
@@ -91,7 +116,7 @@ def build(fleet: Fleet) -> dict[str, RegionalFleet]:
     dns = ModelDns(
         "dns",
         ModelDnsArgs(
-            settings=fleet.settings.dns,
+            settings=aws_settings.dns,
             endpoints=_endpoints(fleet),
             ingress_hostnames={r: f.ingress_hostname for r, f in fleets.items()},
         ),

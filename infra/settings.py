@@ -207,19 +207,54 @@ class ControllerSettings(ImageSettings):
     failover_region: str | None = None
 
 
-class StackSettings(Settings):
-    """Every `radixfleet:*` key of a stack config."""
+class ExistingCluster(Settings):
+    """One region's cluster on the `kubernetes` cloud: a cluster the team already runs, with
+    KServe 0.20 and Knative Serving 1.21 installed (infra/README.md says what else it needs)."""
 
-    cloud: Literal["aws"] = "aws"
-    catalog: str
-    regions: list[str] | None = Field(default=None, min_length=1)
-    reserved_pools: list[str] = Field(default_factory=list)
+    # A kubeconfig file, relative to the Pulumi project directory or absolute.
+    kubeconfig: str
+    context: str | None = None
+    # False: no prometheus-operator runs there, so no dashboards, alerting rules or PodMonitors.
+    monitoring: bool = True
+
+
+@dataclass(frozen=True)
+class AwsSettings:
+    """The keys only the `aws` cloud reads, all present (`StackSettings.aws`)."""
+
     network: NetworkSettings
     cluster: ClusterSettings
     charts: dict[str, Chart]
     knative: KnativeSettings
     model_store: ModelStoreSettings
     dns: DnsSettings
+
+
+# Each cloud's own keys: a stack of one cloud needs its own and may not set the other's.
+AWS_KEYS = ("network", "cluster", "charts", "knative", "modelStore", "dns")
+KUBERNETES_KEYS = ("clusters", "fleetToken")
+
+
+class StackSettings(Settings):
+    """Every `radixfleet:*` key of a stack config."""
+
+    # aws: `pulumi up` creates each region's EKS cluster, its GPU node groups, model store and
+    # DNS, then the same Kubernetes half as `kubernetes`, which deploys onto clusters the team
+    # already runs (`clusters`) and creates no cloud resource.
+    cloud: Literal["aws", "kubernetes"] = "aws"
+    catalog: str
+    regions: list[str] | None = Field(default=None, min_length=1)
+    reserved_pools: list[str] = Field(default_factory=list)
+    network: NetworkSettings | None = None
+    cluster: ClusterSettings | None = None
+    charts: dict[str, Chart] | None = None
+    knative: KnativeSettings | None = None
+    model_store: ModelStoreSettings | None = None
+    dns: DnsSettings | None = None
+    clusters: dict[str, ExistingCluster] | None = None
+    # The fleet token on the `kubernetes` cloud, a secret config value (`pulumi config set
+    # --secret radixfleet:fleetToken ...`); the aws stack makes its own (pulumi-random).
+    fleet_token: str | None = None
     controllers: ControllerSettings
     # SGLang's image, which every ClusterServingRuntime runs: a copy in the team's registry,
     # pulled by that copy's digest (runtimes/ names it by tag, for kustomize overlays to pin).
@@ -230,9 +265,20 @@ class StackSettings(Settings):
     dashboards_dir: str = "../dashboards"
     crds_dir: str = "../radixfleet/crds"
 
+    def aws(self) -> AwsSettings | None:
+        """The aws cloud's keys, when every one is set."""
+        parts = (self.network, self.cluster, self.charts, self.knative, self.model_store, self.dns)
+        network, cluster, charts, knative, model_store, dns = parts
+        if (
+            network is None or cluster is None or charts is None or knative is None
+            or model_store is None or dns is None
+        ):  # fmt: skip
+            return None
+        return AwsSettings(network, cluster, charts, knative, model_store, dns)
+
 
 # Keys read as plain strings; all others are YAML objects, lists or booleans.
-STRING_KEYS = frozenset({"cloud", "catalog", "dashboardsDir", "crdsDir"})
+STRING_KEYS = frozenset({"cloud", "catalog", "dashboardsDir", "crdsDir", "fleetToken"})
 CONFIG_KEYS = tuple(field.alias or name for name, field in StackSettings.model_fields.items())
 
 
@@ -250,8 +296,17 @@ class Fleet:
         return (self.base_dir / relative).resolve()
 
     @property
+    def aws(self) -> AwsSettings:
+        """The aws cloud's settings (`parse_fleet` has checked they are all there)."""
+        found = self.settings.aws()
+        if self.settings.cloud != "aws" or found is None:
+            raise ValueError(f"a {self.settings.cloud} stack has no aws settings")
+        return found
+
+    @property
     def primary_region(self) -> str:
-        return self.settings.model_store.primary_region or self.regions[0].name
+        store = self.settings.model_store
+        return (store.primary_region if store else None) or self.regions[0].name
 
     @property
     def failover_region(self) -> str:
@@ -270,9 +325,8 @@ def parse_fleet(raw: Mapping[str, Any], *, source: str, base_dir: Path) -> Fleet
         problems = pydantic_problems(exc, source=source)
         raise ConfigError([_namespaced(p) for p in problems]) from exc
     catalog = _load(settings, source=source, base_dir=base_dir)
-    problems = [
-        Problem(source, f"{NAMESPACE}:{loc}", msg) for loc, msg in check_stack(settings, catalog)
-    ]
+    findings = [*check_stack(settings, catalog), *_check_kubeconfigs(settings, base_dir)]
+    problems = [Problem(source, f"{NAMESPACE}:{loc}", msg) for loc, msg in findings]
     if problems:
         raise ConfigError(problems)
     wanted = settings.regions or [r.name for r in catalog.regions]
@@ -299,15 +353,56 @@ def check_stack(settings: StackSettings, catalog: Catalog) -> list[Finding]:
     """Every problem relating the stack config to itself and to the catalog."""
     wanted = settings.regions or [r.name for r in catalog.regions]
     deployed = [catalog.region(n) for n in dict.fromkeys(wanted) if n in _names(catalog)]
-    return [
+    common = [
         *_check_regions(settings, catalog),
         *_check_pools(settings, catalog, deployed),
-        *_check_versions(settings),
-        *_check_network(settings, deployed),
-        *_check_endpoint(settings),
-        *_check_model_store(settings, deployed),
-        *_check_dns(settings, deployed),
+        *_check_failover_region(settings, deployed),
     ]
+    if settings.cloud == "kubernetes":
+        return [*common, *_check_kubernetes(settings, deployed)]
+    return [*common, *_check_aws(settings, catalog, deployed)]
+
+
+def _check_aws(settings: StackSettings, catalog: Catalog, deployed: list[Region]) -> list[Finding]:
+    given = settings.model_dump(by_alias=True)
+    findings = [(key, "only for cloud kubernetes") for key in KUBERNETES_KEYS if given[key]]
+    findings += [(key, "missing: the aws cloud needs it") for key in AWS_KEYS if not given[key]]
+    aws = settings.aws()
+    if aws is None:
+        return findings
+    return [
+        *findings,
+        *_check_aws_regions(catalog),
+        *_check_versions(aws),
+        *_check_network(aws, deployed),
+        *_check_endpoint(aws),
+        *_check_model_store(aws, deployed),
+        *_check_dns(aws, deployed),
+    ]
+
+
+def _check_kubernetes(settings: StackSettings, deployed: list[Region]) -> Iterator[Finding]:
+    given = settings.model_dump(by_alias=True)
+    for key in AWS_KEYS:
+        if given[key] is not None:
+            yield key, "only for cloud aws: an existing cluster brings its own"
+    if not settings.fleet_token:
+        yield (
+            "fleetToken",
+            "missing: set it with `pulumi config set --secret radixfleet:fleetToken`",
+        )
+    clusters = settings.clusters or {}
+    for region in deployed:
+        if region.name not in clusters:
+            yield f"clusters.{region.name}", "missing: every deployed region needs its kubeconfig"
+    yield from _unknown_regions("clusters", clusters, deployed)
+
+
+def _check_kubeconfigs(settings: StackSettings, base_dir: Path) -> Iterator[Finding]:
+    for region, cluster in (settings.clusters or {}).items():
+        path = (base_dir / cluster.kubeconfig).resolve()
+        if not path.is_file():
+            yield f"clusters.{region}.kubeconfig", f"no kubeconfig file at {path}"
 
 
 def _names(catalog: Catalog) -> set[str]:
@@ -322,9 +417,18 @@ def _check_regions(settings: StackSettings, catalog: Catalog) -> Iterator[Findin
     for i, name in enumerate(wanted):
         if name not in _names(catalog):
             yield f"regions[{i}]", f"the catalog has no region {name!r}"
+
+
+def _check_aws_regions(catalog: Catalog) -> Iterator[Finding]:
     for i, region in enumerate(catalog.regions):
         if not AWS_REGION.match(region.name):
             yield "catalog", f"regions[{i}].name {region.name!r} is not an AWS region name"
+
+
+def _check_failover_region(settings: StackSettings, deployed: list[Region]) -> Iterator[Finding]:
+    home = settings.controllers.failover_region
+    if home is not None and home not in {r.name for r in deployed}:
+        yield "controllers.failoverRegion", f"{home!r} is not a deployed region"
 
 
 def pool_users(catalog: Catalog, region: Region) -> dict[str, list[str]]:
@@ -368,7 +472,7 @@ def _check_pools(
             yield f"reservedPools[{i}]", f"no deployed GPU pool {key!r} (write region/pool)"
 
 
-def _check_versions(settings: StackSettings) -> Iterator[Finding]:
+def _check_versions(settings: AwsSettings) -> Iterator[Finding]:
     for name in REQUIRED_CHARTS:
         if name not in settings.charts:
             yield f"charts.{name}", "missing: every add-on chart needs a repo and a pinned version"
@@ -396,7 +500,7 @@ CLUSTER_AUTOSCALER_APP_VERSIONS = {
 }
 
 
-def _check_cluster_autoscaler(settings: StackSettings) -> Iterator[Finding]:
+def _check_cluster_autoscaler(settings: AwsSettings) -> Iterator[Finding]:
     chart = settings.charts.get("cluster-autoscaler")
     if chart is None:
         return
@@ -412,7 +516,7 @@ def _check_cluster_autoscaler(settings: StackSettings) -> Iterator[Finding]:
         yield "charts.cluster-autoscaler.version", runs
 
 
-def _check_network(settings: StackSettings, deployed: list[Region]) -> Iterator[Finding]:
+def _check_network(settings: AwsSettings, deployed: list[Region]) -> Iterator[Finding]:
     cidrs = settings.network.vpc_cidrs
     networks: dict[str, ipaddress.IPv4Network] = {}
     for region in deployed:
@@ -437,7 +541,7 @@ def _check_network(settings: StackSettings, deployed: list[Region]) -> Iterator[
 MAX_PUBLIC_API_ADDRESSES = 2**24
 
 
-def _check_endpoint(settings: StackSettings) -> Iterator[Finding]:
+def _check_endpoint(settings: AwsSettings) -> Iterator[Finding]:
     cluster = settings.cluster
     if cluster.private_endpoint:
         return
@@ -465,7 +569,7 @@ def _check_endpoint(settings: StackSettings) -> Iterator[Finding]:
         )
 
 
-def _check_model_store(settings: StackSettings, deployed: list[Region]) -> Iterator[Finding]:
+def _check_model_store(settings: AwsSettings, deployed: list[Region]) -> Iterator[Finding]:
     store = settings.model_store
     names = [r.name for r in deployed]
     if store.primary_region is not None and store.primary_region not in names:
@@ -476,11 +580,8 @@ def _check_model_store(settings: StackSettings, deployed: list[Region]) -> Itera
             yield "modelStore.bucket", f"{bucket!r} (the {name} bucket) is not a valid S3 name"
 
 
-def _check_dns(settings: StackSettings, deployed: list[Region]) -> Iterator[Finding]:
+def _check_dns(settings: AwsSettings, deployed: list[Region]) -> Iterator[Finding]:
     yield from _unknown_regions("dns.weights", settings.dns.weights, deployed)
-    home = settings.controllers.failover_region
-    if home is not None and home not in {r.name for r in deployed}:
-        yield "controllers.failoverRegion", f"{home!r} is not a deployed region"
     if not settings.dns.health_check_path.startswith("/"):
         yield "dns.healthCheckPath", "must start with '/'"
 

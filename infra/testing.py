@@ -24,6 +24,8 @@ from infra.settings import NAMESPACE, PLACEHOLDER_DIGEST
 PROJECT = "radixfleet"
 INFRA_DIR = Path(__file__).resolve().parent
 EXAMPLE_STACK = INFRA_DIR / "Pulumi.example.yaml"
+# The example for clusters a team already runs (cloud `kubernetes`).
+EXISTING_EXAMPLE_STACK = INFRA_DIR / "Pulumi.example-existing.yaml"
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,10 @@ class Declared:
 PUSHED_DIGEST = "sha256:" + hashlib.sha256(b"radixfleet test image").hexdigest()
 
 
-def example_config(*, as_written: bool = False) -> dict[str, Any]:
-    """The example stack's `config:` block, keys as written (`radixfleet:cluster`, ...), with
+def example_config(*, as_written: bool = False, stack: Path = EXAMPLE_STACK) -> dict[str, Any]:
+    """An example stack's `config:` block, keys as written (`radixfleet:cluster`, ...), with
     each placeholder digest replaced as a team replaces it (`as_written`: left as it is)."""
-    text = EXAMPLE_STACK.read_text(encoding="utf-8")
+    text = stack.read_text(encoding="utf-8")
     if not as_written:
         text = text.replace(PLACEHOLDER_DIGEST, PUSHED_DIGEST)
     data: dict[str, Any] = yaml.safe_load(text)

@@ -135,7 +135,57 @@ HELM = GoBuild(
     ldflags=HELM_LDFLAGS,
 )
 
-ALL: tuple[GoBuild, ...] = (KUBE, COREDNS, KSERVE, KSERVE_LOCALMODEL, KNATIVE, NETPOL, HELM)
+# The Pulumi CLI v3.274.1 (github.com/pulumi/pulumi/pkg/v3/cmd/pulumi): no prebuilt Pulumi can
+# be downloaded here. The tests run the Pulumi program's Kubernetes half with it, as an inline
+# program of the Automation API: our own process serves the Python language runtime, so the
+# language host (sdk/python/cmd/pulumi-language-python, not served by the proxy) is not needed.
+# Without its version stamp `pulumi version` prints nothing and the Automation API refuses it.
+PULUMI_VERSION = "v3.274.1"
+PULUMI = GoBuild(
+    name="pulumi",
+    source_dir=HERE / "pulumi",
+    mains=(("pulumi", "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi"),),
+    ldflags=f"-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version={PULUMI_VERSION}",
+)
+
+# pulumi-kubernetes' provider plugin (pulumi-resource-kubernetes), the one the Pulumi program's
+# Kubernetes resources and Helm releases run through. The proxy serves its module only at a
+# pseudo-version (provider 4.24, by the sdk/v4 it requires). Its main embeds two files that
+# upstream's `go generate` writes from two the module ships (the schema and the Terraform
+# mapping, re-serialised); the build copies them as they are, which is the same JSON. Its
+# go.mod replaces sdk/v4 by a sibling folder the module zip lacks: the copy drops that line.
+PULUMI_KUBERNETES_MODULE = "github.com/pulumi/pulumi-kubernetes/provider/v4"
+PULUMI_KUBERNETES_VERSION = "4.24.0"
+_PROVIDER_MAIN = "cmd/pulumi-resource-kubernetes"
+PULUMI_KUBERNETES = GoBuild(
+    name="pulumi-kubernetes",
+    source_dir=HERE / "pulumi-kubernetes",
+    mains=(("pulumi-resource-kubernetes", f"{PULUMI_KUBERNETES_MODULE}/{_PROVIDER_MAIN}"),),
+    ldflags=(
+        f"-s -w -X {PULUMI_KUBERNETES_MODULE}/pkg/version.Version={PULUMI_KUBERNETES_VERSION}"
+    ),
+    edits=(
+        Edit(
+            module=PULUMI_KUBERNETES_MODULE,
+            file="go.mod",
+            old="replace github.com/pulumi/pulumi-kubernetes/sdk/v4 => ../sdk\n",
+            new="",
+        ),
+    ),
+    additions=tuple(
+        Addition(
+            module=PULUMI_KUBERNETES_MODULE,
+            file=f"{_PROVIDER_MAIN}/{name}-embed.json",
+            source=f"{_PROVIDER_MAIN}/{name}.json",
+            from_module=True,
+        )
+        for name in ("schema", "terraform-mapping")
+    ),
+)
+
+ALL: tuple[GoBuild, ...] = (
+    KUBE, COREDNS, KSERVE, KSERVE_LOCALMODEL, KNATIVE, NETPOL, HELM, PULUMI, PULUMI_KUBERNETES,
+)  # fmt: skip
 
 
 def main(argv: list[str]) -> int:

@@ -53,11 +53,13 @@ class Edit:
 @dataclass(frozen=True)
 class Addition:
     """A file of ours (``source``, relative to the module folder) compiled into an upstream
-    package as ``module``'s ``file``, in the same copy."""
+    package as ``module``'s ``file``, in the same copy. With ``from_module``, ``source`` is a
+    file of the upstream module itself: what its own ``go generate`` would have copied."""
 
     module: str
     file: str
     source: str
+    from_module: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,9 @@ def _patched_modfile(build: GoBuild, folder: Path, *, env: dict[str, str]) -> Pa
     for edit in build.edits:
         _apply(build, edit, copies[edit.module] / edit.file)
     for addition in build.additions:
-        shutil.copyfile(build.source_dir / addition.source, copies[addition.module] / addition.file)
+        copy = copies[addition.module]
+        origin = (copy if addition.from_module else build.source_dir) / addition.source
+        shutil.copyfile(origin, copy / addition.file)
     modfile = folder / "go.mod"
     replaces = "".join(f"\nreplace {module} => {copy}\n" for module, copy in copies.items())
     modfile.write_text((build.source_dir / "go.mod").read_text() + replaces)

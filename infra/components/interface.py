@@ -34,7 +34,8 @@ class RegionalFleetArgs:
 
     fleet: Fleet
     region: Region
-    model_store: ModelStoreRef
+    # None on a cloud without a model store of ours: models read the catalog's URIs as written.
+    model_store: ModelStoreRef | None
     # The fleet token (one for the fleet, a Pulumi secret): the failover shows it to each
     # region's entry to read that region's Prometheus.
     fleet_token: pulumi.Input[str]
@@ -69,4 +70,8 @@ def regional_fleet(
         from infra.components.aws.region import AwsRegionalFleet
 
         return AwsRegionalFleet(name, args, opts)
+    if cloud == "kubernetes":
+        from infra.components.kube.existing import ExistingRegionalFleet
+
+        return ExistingRegionalFleet(name, args, opts)
     raise UnknownCloudError(f"no regional fleet for cloud {cloud!r}")

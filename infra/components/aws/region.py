@@ -16,9 +16,9 @@ from infra.components.aws.cluster import EksCluster, EksClusterArgs
 from infra.components.aws.identity import PodRole, PodRoleArgs, model_reader_statements
 from infra.components.aws.network import Network, NetworkArgs
 from infra.components.aws.nodes import ManagedNodes, gpu_nodes_args
-from infra.components.interface import RegionalFleetArgs
+from infra.components.interface import ModelStoreRef, RegionalFleetArgs
 from infra.components.kube.addons import AddOns, AddOnsArgs
-from infra.components.kube.workloads import Workloads, WorkloadsArgs
+from infra.components.kube.workloads import Workloads, region_workloads_args
 
 AUTOSCALER_ACCOUNT = "cluster-autoscaler"
 LB_ROLE_TAG = "radixfleet.io/role"
@@ -135,8 +135,14 @@ class AwsRegionalFleet(pulumi.ComponentResource):
             {"clusterName": cluster.name, "ingressHostname": workloads.ingress_hostname}
         )
 
+    @property
+    def _store(self) -> ModelStoreRef:
+        if self._args.model_store is None:
+            raise ValueError(f"{self._name}: an AWS region reads its models from its model store")
+        return self._args.model_store
+
     def _network(self, child: pulumi.ResourceOptions) -> Network:
-        settings = self._args.fleet.settings.network
+        settings = self._args.fleet.aws.network
         region = self._args.region.name
         return Network(
             f"{self._name}-net",
@@ -151,7 +157,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
         )
 
     def _cluster(self, network: Network, child: pulumi.ResourceOptions) -> EksCluster:
-        settings = self._args.fleet.settings
+        settings = self._args.fleet.aws
         region = self._args.region.name
         return EksCluster(
             f"{self._name}-eks",
@@ -169,7 +175,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
     def _gpu_nodes(
         self, cluster: EksCluster, network: Network, child: pulumi.ResourceOptions
     ) -> list[pulumi.Resource]:
-        ami = self._args.fleet.settings.cluster.gpu_ami_type
+        ami = self._args.fleet.aws.cluster.gpu_ami_type
         groups: list[pulumi.Resource] = []
         for pool in self._args.region.gpu_pools:
             nodes = ManagedNodes(
@@ -190,8 +196,8 @@ class AwsRegionalFleet(pulumi.ComponentResource):
         return groups
 
     def _identities(self, cluster: EksCluster, isvcs: list[m.Manifest]) -> None:
-        settings, child = self._args.fleet.settings, pulumi.ResourceOptions(parent=self)
-        store = self._args.model_store
+        settings, child = self._args.fleet.aws, pulumi.ResourceOptions(parent=self)
+        store = self._store
         reader = settings.model_store.service_account
         prefixes = m.model_prefixes(isvcs, bucket=store.bucket)
         for namespace in prefixes:  # a role per tenant namespace: its own models only
@@ -239,7 +245,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
     def _certificate(self) -> pulumi.Output[str]:
         """A DNS-validated certificate for the regional and global model names."""
         child = pulumi.ResourceOptions(parent=self)
-        dns = self._args.fleet.settings.dns
+        dns = self._args.fleet.aws.dns
         names = [f"*.{knative_domain(self._args.region.name, dns.domain)}", f"*.{dns.domain}"]
         cert = aws.acm.Certificate(
             f"{self._name}-tls",
@@ -271,7 +277,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
     def _lb_security_group(self, network: Network) -> pulumi.Output[str]:
         """The only security group open to the internet: HTTPS into the ingress load balancer."""
         child = pulumi.ResourceOptions(parent=self)
-        vpc_cidr = self._args.fleet.settings.network.vpc_cidrs[self._args.region.name]
+        vpc_cidr = self._args.fleet.aws.network.vpc_cidrs[self._args.region.name]
         sg = aws.ec2.SecurityGroup(
             f"{self._name}-lb",
             vpc_id=network.vpc_id,
@@ -317,7 +323,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
         after: list[pulumi.Resource],
         kube: pulumi.ResourceOptions,
     ) -> AddOns:
-        settings = self._args.fleet.settings
+        settings = self._args.fleet.aws
         region = self._args.region.name
         return AddOns(
             f"{self._name}-addons",
@@ -336,7 +342,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
         )
 
     def _model_cache(self) -> list[m.Manifest]:
-        store = self._args.model_store
+        store = self._store
         fleet = self._args.fleet
         return m.model_cache(
             fleet.catalog, self._args.region, bucket_from=store.catalog_bucket,
@@ -350,7 +356,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
 
     def _failover_policies(self) -> list[m.Manifest]:
         """The fleet's FailoverPolicies, in the one region whose operator runs the failover."""
-        fleet, dns = self._args.fleet, self._args.fleet.settings.dns
+        fleet, dns = self._args.fleet, self._args.fleet.aws.dns
         if self._args.region.name != fleet.failover_region:
             return []
         return m.failover_policies(
@@ -365,38 +371,16 @@ class AwsRegionalFleet(pulumi.ComponentResource):
         addons: AddOns,
         kube: pulumi.ResourceOptions,
     ) -> Workloads:
-        fleet, region, store = self._args.fleet, self._args.region, self._args.model_store
+        fleet, region, store = self._args.fleet, self._args.region, self._store
         isvcs = m.region_inference_services(
             fleet.catalog, region, bucket_from=store.catalog_bucket, bucket_to=store.bucket
         )
-        namespaces = m.region_namespaces(fleet.catalog, isvcs)
         self._identities(cluster, isvcs)
-        controllers = fleet.settings.controllers
-        return Workloads(
-            f"{self._name}-workloads",
-            WorkloadsArgs(
-                region=region.name,
-                controller_image=controllers.reference,
-                controller_replicas=controllers.replicas,
-                router_image=controllers.router.reference,
-                entry_replicas=controllers.entry_replicas,
-                ingress_annotations=self._lb_annotations(network),
-                crds=m.load_crds(fleet.path(fleet.settings.crds_dir)),
-                runtimes=m.runtimes(image=fleet.settings.runtime.reference),
-                namespaces=namespaces,
-                inference_services=isvcs,
-                policies=[*m.region_policies(fleet.catalog, region), *self._failover_policies()],
-                router_access=m.region_router_access(fleet.catalog, region),
-                model_readers=m.region_model_readers(fleet.catalog, region),
-                network_policies=m.region_network_policies(fleet.catalog, region),
-                headroom=self._headroom(),
-                model_cache=self._model_cache(),
-                model_cache_controller=addons.model_cache,
-                with_failover=region.name == fleet.failover_region,
-                fleet_token=self._args.fleet_token,
-                dashboards_dir=fleet.path(fleet.settings.dashboards_dir),
-                kserve=addons.kserve,
-                monitoring=addons.monitoring,
-            ),
-            kube,
-        )
+        args = region_workloads_args(
+            fleet, region, isvcs, fleet_token=self._args.fleet_token,
+            ingress_annotations=self._lb_annotations(network), kserve=addons.kserve,
+            monitoring=addons.monitoring, headroom=self._headroom(),
+            model_cache=self._model_cache(), model_cache_controller=addons.model_cache,
+            failover_policies=self._failover_policies(),
+        )  # fmt: skip
+        return Workloads(f"{self._name}-workloads", args, kube)

@@ -15,7 +15,9 @@ import pulumi_kubernetes as k8s
 
 from infra import manifests as m
 from infra.components.kube.addons import as_input
+from infra.settings import Fleet
 from radixfleet import labels
+from radixfleet.config import Region
 
 
 @dataclass(frozen=True)
@@ -25,8 +27,9 @@ class WorkloadsArgs:
     controller_replicas: int
     router_image: str
     entry_replicas: int
-    # The load balancer's (certificate, security group), from the cloud's region component.
-    ingress_annotations: Mapping[str, pulumi.Input[str]]
+    # The load balancer's (certificate, security group), from the cloud's region component;
+    # None: no load balancer (on an existing cluster the team exposes the entry its own way).
+    ingress_annotations: Mapping[str, pulumi.Input[str]] | None
     crds: Sequence[m.Manifest]
     runtimes: Sequence[m.Manifest]
     namespaces: Sequence[m.Manifest]
@@ -49,10 +52,59 @@ class WorkloadsArgs:
     with_failover: bool
     fleet_token: pulumi.Input[str]
     dashboards_dir: Path
-    # KServe must be up (CRDs, webhooks) before runtimes and InferenceServices.
-    kserve: pulumi.Resource
-    # kube-prometheus-stack brings the PrometheusRule CRD and Grafana's dashboard sidecar.
-    monitoring: pulumi.Resource
+    # KServe must be up (CRDs, webhooks) before runtimes and InferenceServices (None: it was
+    # installed before this program ran).
+    kserve: pulumi.Resource | None
+    # kube-prometheus-stack brings the PrometheusRule CRD and Grafana's dashboard sidecar (None:
+    # installed before, or, with `with_monitoring` False, not at all).
+    monitoring: pulumi.Resource | None
+    # False: no dashboards, alerting rules or PodMonitors (the cluster has no prometheus-operator).
+    with_monitoring: bool = True
+
+
+def region_workloads_args(
+    fleet: Fleet,
+    region: Region,
+    inference_services: list[m.Manifest],
+    *,
+    fleet_token: pulumi.Input[str],
+    ingress_annotations: Mapping[str, pulumi.Input[str]] | None,
+    kserve: pulumi.Resource | None,
+    monitoring: pulumi.Resource | None,
+    with_monitoring: bool = True,
+    headroom: Sequence[m.Manifest] = (),
+    model_cache: Sequence[m.Manifest] = (),
+    model_cache_controller: pulumi.Resource | None = None,
+    failover_policies: Sequence[m.Manifest] = (),
+) -> WorkloadsArgs:
+    """What every cloud deploys into a region's cluster, from the catalog and the stack; the
+    keywords are what the cloud's region component adds (its load balancer, its add-ons)."""
+    controllers, catalog = fleet.settings.controllers, fleet.catalog
+    return WorkloadsArgs(
+        region=region.name,
+        controller_image=controllers.reference,
+        controller_replicas=controllers.replicas,
+        router_image=controllers.router.reference,
+        entry_replicas=controllers.entry_replicas,
+        ingress_annotations=ingress_annotations,
+        crds=m.load_crds(fleet.path(fleet.settings.crds_dir)),
+        runtimes=m.runtimes(image=fleet.settings.runtime.reference),
+        namespaces=m.region_namespaces(catalog, inference_services),
+        inference_services=inference_services,
+        policies=[*m.region_policies(catalog, region), *failover_policies],
+        router_access=m.region_router_access(catalog, region),
+        model_readers=m.region_model_readers(catalog, region),
+        network_policies=m.region_network_policies(catalog, region),
+        headroom=headroom,
+        model_cache=model_cache,
+        model_cache_controller=model_cache_controller,
+        with_failover=region.name == fleet.failover_region,
+        fleet_token=fleet_token,
+        dashboards_dir=fleet.path(fleet.settings.dashboards_dir),
+        kserve=kserve,
+        monitoring=monitoring,
+        with_monitoring=with_monitoring,
+    )
 
 
 def _meta(name: str, namespace: str | None = None) -> k8s.meta.v1.ObjectMetaArgs:
@@ -83,7 +135,8 @@ class Workloads(pulumi.ComponentResource):
         self.ingress_hostname = self._entry(controllers_namespace)
         self._serving(list(namespaces.values()), controllers_namespace)
         self._policies(crds, list(namespaces.values()), controllers_namespace)
-        self._dashboards(controllers_namespace)
+        if args.with_monitoring:
+            self._dashboards(controllers_namespace)
         self._headroom(controllers_namespace)
         self.register_outputs({"ingressHostname": self.ingress_hostname})
 
@@ -110,8 +163,8 @@ class Workloads(pulumi.ComponentResource):
             opts=self._opts(),
         )
 
-    def _opts(self, after: Sequence[pulumi.Resource] = ()) -> pulumi.ResourceOptions:
-        return pulumi.ResourceOptions(parent=self, depends_on=list(after))
+    def _opts(self, after: Sequence[pulumi.Resource | None] = ()) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self, depends_on=[a for a in after if a is not None])
 
     def _crd(self, crd: m.Manifest) -> k8s.apiextensions.v1.CustomResourceDefinition:
         return k8s.apiextensions.v1.CustomResourceDefinition(
@@ -171,6 +224,8 @@ class Workloads(pulumi.ComponentResource):
         inside = m.entry_service()  # what the operator's pre-warmer calls
         k8s.core.v1.Service(name, metadata=as_input(inside["metadata"]),
                             spec=as_input(inside["spec"]), opts=after)  # fmt: skip
+        if args.ingress_annotations is None:
+            return pulumi.Output.from_input("")
         service = k8s.core.v1.Service(
             f"{self._name}-ingress",
             metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -273,14 +328,14 @@ class Workloads(pulumi.ComponentResource):
                 metadata=as_input(obj["metadata"]), spec=as_input(obj["spec"]),
                 opts=self._opts([platform]),
             )  # fmt: skip
-        after: list[pulumi.Resource] = [args.kserve, args.model_cache_controller]
+        after: list[pulumi.Resource | None] = [args.kserve, args.model_cache_controller]
         groups = [self._custom(g, after) for g in args.model_cache
                   if g["kind"] == "LocalModelNodeGroup"]  # fmt: skip
         return [self._custom(c, [*after, *groups]) for c in args.model_cache
                 if c["kind"] == "LocalModelCache"]  # fmt: skip
 
     def _custom(
-        self, manifest: m.Manifest, after: Sequence[pulumi.Resource]
+        self, manifest: m.Manifest, after: Sequence[pulumi.Resource | None]
     ) -> k8s.apiextensions.CustomResource:
         meta = manifest["metadata"]
         ident = "-".join(p for p in (meta.get("namespace"), meta["name"]) if p)
