@@ -130,11 +130,13 @@ class Workloads(pulumi.ComponentResource):
             )
             for ns in args.namespaces
         }
-        controllers_namespace = self._controllers(crds)
+        controllers_namespace, operator = self._controllers(crds)
         self._fleet_token(controllers_namespace)
         self.ingress_hostname = self._entry(controllers_namespace)
         self._serving(list(namespaces.values()), controllers_namespace)
-        self._policies(crds, list(namespaces.values()), controllers_namespace)
+        # After the operator: the controllers' finalizers on these are the operator's to
+        # remove, so `pulumi destroy` deletes them while it still runs.
+        self._policies([*crds, operator], list(namespaces.values()), controllers_namespace)
         if args.with_monitoring:
             self._dashboards(controllers_namespace)
         self._headroom(controllers_namespace)
@@ -176,7 +178,7 @@ class Workloads(pulumi.ComponentResource):
 
     def _controllers(
         self, crds: list[k8s.apiextensions.v1.CustomResourceDefinition]
-    ) -> k8s.core.v1.Namespace:
+    ) -> tuple[k8s.core.v1.Namespace, k8s.apps.v1.Deployment]:
         """The operator: one ServiceAccount, one ClusterRole (the controllers' declared rules),
         its peering object and its Deployment."""
         args, name = self._args, f"{self._name}-controllers"
@@ -193,13 +195,13 @@ class Workloads(pulumi.ComponentResource):
             image=args.controller_image, replicas=args.controller_replicas, region=args.region,
             router_image=args.router_image, with_failover=args.with_failover,
         )  # fmt: skip
-        k8s.apps.v1.Deployment(
+        operator = k8s.apps.v1.Deployment(
             name,
             metadata=as_input(deployment["metadata"]),
             spec=as_input(deployment["spec"]),
             opts=self._opts([account, peering, *crds]),
         )
-        return namespace
+        return namespace, operator
 
     def _entry(self, namespace: k8s.core.v1.Namespace) -> pulumi.Output[str]:
         """The region entry (as deploy/entry/): its account and ClusterRole, an HA Deployment
@@ -248,13 +250,13 @@ class Workloads(pulumi.ComponentResource):
 
     def _policies(
         self,
-        crds: list[k8s.apiextensions.v1.CustomResourceDefinition],
+        first: Sequence[pulumi.Resource],
         namespaces: list[k8s.core.v1.Namespace],
         controllers_namespace: k8s.core.v1.Namespace,
     ) -> None:
         """The controllers' objects, and the routers' access, the serving pods' account and the
-        NetworkPolicies of each tenant namespace."""
-        after = [*crds, *namespaces, controllers_namespace]
+        NetworkPolicies of each tenant namespace (after `first`: the CRDs and the operator)."""
+        after = [*first, *namespaces, controllers_namespace]
         for policy in self._args.policies:
             self._custom(policy, after)
         for obj in [*self._args.router_access, *self._args.model_readers,

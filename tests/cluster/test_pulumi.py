@@ -1,0 +1,209 @@
+"""`pulumi up` of the Pulumi program, for real, on the test cluster: the `kubernetes` cloud (a
+cluster the team already runs), with the Pulumi CLI and pulumi-kubernetes' provider built here
+(testbed/pulumi_stack.py). What runs for real: the program, the CLI, the provider, its awaits,
+the API server and every object the program declares (CRDs, the operator, the entry, the
+runtimes, the tenant, its namespace and model). What differs from a platform team's cluster:
+KServe and Knative were installed by the test bed (not by Pulumi), no prometheus-operator runs
+(the stack says `monitoring: false`), and the node has 2 cores and 24 GiB, so the predictor's
+CPU and memory requests are dropped by a stack transformation of this test's (its GPU stays).
+
+Proven, in order (one cluster for the session, so this module cleans the slate first and puts
+the CRDs back after): `up` ends green (every Deployment Available: both operator replicas
+Ready); the tenant's model, once its key and weights are there, answers a chat through the
+entry; a second `up` changes nothing; `destroy` leaves no object of ours.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pytest
+from pulumi import automation as auto
+
+from inferenceservices.builder import api_keys_secret
+from infra.program import main
+from radixfleet import labels
+from radixfleet.config import load_catalog
+from radixfleet.render import entry as entry_base
+from radixfleet.render import operator
+from testbed import images, pulumi_stack, session
+from testbed.cluster import Cluster
+from testbed.emulated import get, model_volume, ready
+from tests.cluster.conftest import REPO
+
+CATALOG = REPO / "tests/data/pulumi/catalog.yaml"
+REGION, TENANT, NAMESPACE, MODEL = "local", "pulumi-team", "pulumi-team", "chat"
+TIMEOUT_S = 300.0
+
+
+def _image(record: images.ImageRecord, tag: str) -> dict[str, str]:
+    """A stack's image setting for an image of the test bed (loaded into the node by digest)."""
+    return {"image": record.reference.rpartition(":")[0], "tag": tag,
+            "digest": record.digest}  # fmt: skip
+
+
+def stack_config(
+    cluster: Cluster, radixfleet: images.ImageRecord, smg: images.ImageRecord
+) -> dict[str, Any]:
+    """The stack a team writes for its existing cluster, for the test cluster: its kubeconfig,
+    images by digest, the test catalog; the emulated SGLang replica (radixfleet's image) as
+    the runtime's image."""
+    return {
+        "radixfleet:cloud": "kubernetes",
+        "radixfleet:catalog": str(CATALOG),
+        "radixfleet:clusters": {
+            REGION: {"kubeconfig": str(cluster.kubeconfig), "monitoring": False}
+        },
+        "radixfleet:fleetToken": secrets.token_hex(24),
+        "radixfleet:runtime": _image(radixfleet, "0.1.0"),
+        "radixfleet:controllers": {
+            **_image(radixfleet, "0.1.0"),
+            "replicas": 2,
+            "entryReplicas": 1,
+            "router": _image(smg, "1.13.0"),
+        },
+    }
+
+
+Transformation = pulumi.ResourceTransformationResult
+
+
+def _fit_the_test_node(args: pulumi.ResourceTransformationArgs) -> Transformation | None:
+    """TEST BED ONLY: the node has 2 cores and 24 GiB, so a predictor keeps its GPU request and
+    drops the CPU and memory ones (sized for a p5 node). Everything else is as declared."""
+    if not args.type_.endswith(":InferenceService"):
+        return None
+    props = dict(args.props)
+    spec = json.loads(json.dumps(props["spec"]))
+    resources = spec["predictor"]["model"]["resources"]
+    for part in ("requests", "limits"):
+        resources[part] = {labels.GPU_RESOURCE: resources[part][labels.GPU_RESOURCE]}
+    props["spec"] = spec
+    return Transformation(props, args.opts)
+
+
+def program() -> None:
+    """infra.program.main, with the test node's one transformation."""
+    pulumi.runtime.register_stack_transformation(_fit_the_test_node)
+    main()
+
+
+def _clean_slate(cluster: Cluster) -> None:
+    """Nothing of the other modules' on the shared cluster: the program creates these itself."""
+    for crd in sorted((REPO / "radixfleet/crds").glob("*.yaml")):
+        cluster.kubectl("delete", "-f", str(crd), "--wait=true", "--timeout=120s", check=False)
+    cluster.kubectl("delete", "namespace", operator.NAMESPACE, "--wait=true", "--timeout=180s",
+                    check=False)  # fmt: skip
+
+
+def _crds_back(cluster: Cluster) -> None:
+    """The CRDs as the session's `platform_crds` installed them, for the modules after this."""
+    for crd in sorted((REPO / "radixfleet/crds").glob("*.yaml")):
+        cluster.kubectl("apply", "--server-side", "--field-manager=radixfleet", "-f", str(crd))
+    names = [f.stem for f in sorted((REPO / "radixfleet/crds").glob("*.yaml"))]
+    session.wait_established(cluster, names)
+
+
+@dataclass
+class Deployed:
+    cluster: Cluster
+    stack: auto.Stack
+    first_up: auto.UpResult
+    up_seconds: float
+    output: list[str]
+
+
+@pytest.fixture(scope="module")
+def deployed(kserve: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+    radixfleet, smg = images.radixfleet(), images.smg()
+    session.load_images(kserve, [radixfleet, smg])
+    _clean_slate(kserve)
+    work = tmp_path_factory.mktemp("pulumi")
+    stack = pulumi_stack.stack(work, "test-bed", stack_config(kserve, radixfleet, smg),
+                               program=program)  # fmt: skip
+    output: list[str] = []
+    started = time.monotonic()
+    try:
+        result = stack.up(on_output=output.append, color="never")
+        yield Deployed(kserve, stack, result, time.monotonic() - started, output)
+    finally:
+        stack.destroy(on_output=output.append, color="never")
+        _crds_back(kserve)
+
+
+def _tenant_onboarded(cluster: Cluster, key: str) -> None:
+    """What the platform team adds after `up`: the tenant's key (never in a manifest) and, here,
+    the model's weights (a claim on the node's folder, in place of an object store)."""
+    tenant = load_catalog(CATALOG).tenant(TENANT)
+    cluster.kubectl("create", "secret", "generic", api_keys_secret(tenant), "-n", NAMESPACE,
+                    f"--from-literal=api-key={key}")  # fmt: skip
+    session.apply(cluster, model_volume(cluster, namespace=NAMESPACE, model=MODEL,
+                                        data_plane_key=False))  # fmt: skip
+
+
+def _chat(url: str, key: str) -> tuple[int, str]:
+    body = {"model": MODEL, "stream": False, "max_tokens": 8,
+            "messages": [{"role": "user", "content": "Say hello."}]}  # fmt: skip
+    request = urllib.request.Request(
+        f"{url}/v1/chat/completions", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, answer.read().decode()
+    except OSError as error:
+        return getattr(error, "code", 0), str(error)
+
+
+def test_up_is_green_with_every_deployment_available(deployed: Deployed) -> None:
+    print(f"\npulumi up (first): {deployed.up_seconds:.0f} s, "
+          f"{deployed.first_up.summary.resource_changes}")  # fmt: skip
+    assert deployed.first_up.summary.result == "succeeded", "".join(deployed.output[-50:])
+    for name in (operator.NAME, entry_base.NAME):
+        found = get(deployed.cluster, "deployment", name, "-n", operator.NAMESPACE)
+        conditions = {c["type"]: c["status"] for c in found["status"]["conditions"]}
+        assert conditions["Available"] == "True", found["status"]
+
+
+def test_the_tenants_model_answers_through_the_entry(deployed: Deployed) -> None:
+    cluster, key = deployed.cluster, secrets.token_urlsafe(24)
+    _tenant_onboarded(cluster, key)
+    session.wait_for(lambda: ready(cluster, "isvc", MODEL, NAMESPACE), timeout_s=TIMEOUT_S,
+                     what=f"{NAMESPACE}/{MODEL} Ready")  # fmt: skip
+    service = get(cluster, "service", entry_base.NAME, "-n", operator.NAMESPACE)
+    url = f"http://{service['spec']['clusterIP']}"
+    answers: list[tuple[int, str]] = []
+
+    def answered() -> bool:  # the entry learns the new key and route on its next sync
+        answers.append(_chat(url, key))
+        return answers[-1][0] == 200
+
+    session.wait_for(
+        answered, timeout_s=TIMEOUT_S, what=f"a chat through the entry: {answers[-1:]}"
+    )
+    assert json.loads(answers[-1][1])["choices"][0]["message"]["content"]
+
+
+def test_a_second_up_changes_nothing(deployed: Deployed) -> None:
+    again = deployed.stack.up(on_output=deployed.output.append, color="never")
+    assert pulumi_stack.changes(again.summary) == {}, "".join(deployed.output[-50:])
+
+
+def test_destroy_leaves_nothing_of_ours(deployed: Deployed) -> None:
+    cluster = deployed.cluster
+    deployed.stack.destroy(on_output=deployed.output.append, color="never")
+    ours = f"{labels.MANAGED_BY}={labels.MANAGER}"
+    left = cluster.kubectl(
+        "get", "namespaces,clusterroles,clusterrolebindings,crd,clusterservingruntimes",
+        "-l", ours, "-o", "name", check=False,
+    )  # fmt: skip
+    assert left.stdout.strip() == "", left.stdout
+    gone = cluster.kubectl("get", "namespace", NAMESPACE, operator.NAMESPACE, check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr, gone.stdout
