@@ -29,7 +29,14 @@ from pathlib import Path
 from testbed import components, pki
 from testbed.builds import KUBE
 from testbed.gobuild import ensure_built
-from testbed.layout import MAX_SLOTS, NODE_NAME, Layout, Network, kubeconfig_text
+from testbed.layout import (
+    MAX_SLOTS,
+    NODE_NAME,
+    Layout,
+    Network,
+    kubeconfig_text,
+    socket_path_problem,
+)
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SLOT_LOCK = Path("/run/lock/radixfleet-cluster-slots.lock")
@@ -98,6 +105,9 @@ def up(run_dir: Path, *, sandbox_image: str, images: Sequence[tuple[Path, str]] 
     """Start a cluster whose files live in ``run_dir`` (emptied first), with ``images`` (OCI
     archives and the reference each carries) imported; ``sandbox_image`` names one of them."""
     kube = ensure_built(KUBE) / "kube"
+    problem = socket_path_problem(run_dir)
+    if problem is not None:  # before anything starts: containerd would exit saying little
+        raise ClusterError(problem)
     with _slot_lock():
         network = Network(_free_slot())
         layout = _fresh_layout(run_dir, network)

@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MAX_SLOTS = 64
+# sockaddr_un's sun_path holds 108 bytes with the terminating NUL.
+MAX_SOCKET_PATH = 107
+TTRPC_SUFFIX = ".ttrpc"  # containerd's second socket, beside its gRPC one
 NODE_NAME = "radixfleet-node"
 CLUSTER_DOMAIN = "cluster.local"
 APISERVER_PORT = 6443
@@ -108,7 +111,7 @@ class Layout:
 
     @property
     def containerd_socket(self) -> Path:
-        return self.containerd_dir / "containerd.sock"
+        return self.containerd_dir / "containerd.sock"  # socket_path_problem() checks its length
 
     @property
     def kubelet_dir(self) -> Path:
@@ -155,3 +158,19 @@ def kubeconfig_text(*, server: str, ca: Path, cert: Path, key: Path, user: str) 
     }
     # JSON is YAML, and every client reads it.
     return json.dumps(config, indent=2) + "\n"
+
+
+def socket_path_problem(run_dir: Path) -> str | None:
+    """Why containerd could not bind its sockets in a cluster under ``run_dir`` (None: it can).
+
+    A Unix socket's path has at most 107 bytes, and containerd also binds its socket's name
+    plus ``.ttrpc``; past that it exits at start saying little (a pytest tmp_path under an xdist
+    worker's folder is long enough)."""
+    longest = f"{run_dir.resolve() / 'containerd' / 'containerd.sock'}{TTRPC_SUFFIX}"
+    size = len(longest.encode())
+    if size <= MAX_SOCKET_PATH:
+        return None
+    return (
+        f"the run folder {run_dir} is too long: containerd's socket {longest} would have {size} "
+        f"bytes, more than the {MAX_SOCKET_PATH} a Unix socket path may have; use a shorter one"
+    )

@@ -4,6 +4,9 @@ veth, no route, no cgroup. Checked on a cluster of its own (the session's keeps 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from testbed import cluster as cluster_mod
 from testbed import session
 from testbed.cluster import Cluster
 from testbed.layout import Layout
+from tests.cluster.fixture import RUN_ROOT
 
 pytestmark = pytest.mark.cluster
 
@@ -41,9 +45,22 @@ def _traces(layout: Layout) -> dict[str, object]:
     }
 
 
-def test_down_leaves_no_process_mount_namespace_or_cgroup(cluster: Cluster, tmp_path: Path) -> None:
+@pytest.fixture
+def short_run_dir() -> Iterator[Path]:
+    """A run folder as short as the session's (under an xdist worker, tmp_path is too long for
+    containerd's socket paths: testbed.layout.socket_path_problem)."""
+    folder = Path(tempfile.mkdtemp(prefix="radixfleet-teardown-", dir=RUN_ROOT))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_down_leaves_no_process_mount_namespace_or_cgroup(
+    cluster: Cluster, short_run_dir: Path
+) -> None:
     # The session's cluster proves the build and images are there; this one starts a second.
-    second = session.start(tmp_path / "second")
+    second = session.start(short_run_dir / "second")
     layout = second.layout
     assert second.network.slot != cluster.network.slot
     running = _traces(layout)
