@@ -318,15 +318,22 @@ def controller_cluster_rules() -> list[Manifest]:
 
 
 def controller_deployment(
-    *, image: str, replicas: int, region: str, router_image: str, with_failover: bool = False
+    *,
+    image: str,
+    replicas: int,
+    region: str,
+    router_image: str,
+    with_failover: bool = False,
+    node_selector: Mapping[str, str] = SYSTEM_NODE_LABELS,
 ) -> Manifest:
-    """The operator's Deployment (`radixfleet operator run`), on the system nodes: non-root,
-    read-only, AWS access only via pod identity; its routers controller runs `router_image`;
-    in one region of the fleet it also runs the failover."""
+    """The operator's Deployment (`radixfleet operator run`), on the system nodes (by default
+    the label infra's system node group carries): non-root, read-only, AWS access only via pod
+    identity; its routers controller runs `router_image`; in one region of the fleet it also
+    runs the failover."""
     args = ["--region", region, *(["--with-failover"] if with_failover else [])]
     return operator.deployment(
         image=image, replicas=replicas, args=args, env={"AWS_REGION": region},
-        node_selector=SYSTEM_NODE_LABELS, router_image=router_image,
+        node_selector=dict(node_selector) or None, router_image=router_image,
     )  # fmt: skip
 
 
@@ -335,10 +342,12 @@ def entry_cluster_rules() -> list[Manifest]:
     return [r.to_manifest() for r in entry.entry_rules()]
 
 
-def entry_deployment(*, image: str, replicas: int, region: str) -> Manifest:
+def entry_deployment(
+    *, image: str, replicas: int, region: str, node_selector: Mapping[str, str] = SYSTEM_NODE_LABELS
+) -> Manifest:
     """The region entry's Deployment, on the system nodes (as deploy/entry/)."""
     return entry.deployment(image=image, replicas=replicas, region=region,
-                            node_selector=SYSTEM_NODE_LABELS)  # fmt: skip
+                            node_selector=dict(node_selector) or None)  # fmt: skip
 
 
 def entry_disruption_budget() -> Manifest:

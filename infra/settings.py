@@ -216,6 +216,9 @@ class ExistingCluster(Settings):
     context: str | None = None
     # False: no prometheus-operator runs there, so no dashboards, alerting rules or PodMonitors.
     monitoring: bool = True
+    # The labels of the nodes the operator and the entry may run on ({}: any node without a
+    # taint; the GPU nodes have one). infra's EKS clusters label theirs radixfleet.io/node-role.
+    system_node_selector: dict[str, str] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -129,8 +129,12 @@ def test_no_cloud_resource_and_one_provider_reading_the_kubeconfig(
 
 
 def test_the_kubernetes_half_is_deployed_without_a_load_balancer(stack: RecordingMocks) -> None:
-    deployments = {d["metadata"]["name"] for d in kinds(stack, "Deployment")}
-    assert {"radixfleet-operator", "radixfleet-entry"} <= deployments, deployments
+    deployments = {d["metadata"]["name"]: d for d in kinds(stack, "Deployment")}
+    assert {"radixfleet-operator", "radixfleet-entry"} <= set(deployments), deployments
+    for name in ("radixfleet-operator", "radixfleet-entry"):
+        # No label only infra's EKS system nodes carry (the pods would never schedule).
+        pod = deployments[name]["spec"]["template"]["spec"]
+        assert not pod.get("nodeSelector"), pod.get("nodeSelector")
     services = kinds(stack, "Service")
     assert services and all(s["spec"].get("type", "ClusterIP") == "ClusterIP" for s in services)
     assert {c["metadata"]["name"] for c in kinds(stack, "CustomResourceDefinition")}
@@ -161,3 +165,12 @@ def test_without_monitoring_no_dashboards_rules_or_monitors(kubeconfig: Path) ->
     assert not [c for c in kinds(stack, "ConfigMap") if "grafana_dashboard" in
                 (c["metadata"].get("labels") or {})]  # fmt: skip
     assert kinds(stack, "InferenceService")  # the rest is there
+
+
+def test_the_system_node_selector_places_the_operator_and_the_entry(kubeconfig: Path) -> None:
+    config = existing_config(kubeconfig)
+    config["radixfleet:clusters"]["us-east-1"]["systemNodeSelector"] = {"pool": "system"}
+    stack = run_program(config, stack="example-existing")
+    placed = {d["metadata"]["name"]: d["spec"]["template"]["spec"].get("nodeSelector")
+              for d in kinds(stack, "Deployment")}  # fmt: skip
+    assert placed["radixfleet-operator"] == placed["radixfleet-entry"] == {"pool": "system"}

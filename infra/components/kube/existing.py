@@ -47,6 +47,7 @@ class ExistingRegionalFleet(pulumi.ComponentResource):
         workloads_args = region_workloads_args(
             fleet, region, isvcs, fleet_token=args.fleet_token, ingress_annotations=None,
             kserve=None, monitoring=None, with_monitoring=cluster.monitoring,
+            system_node_selector=cluster.system_node_selector,
         )  # fmt: skip
         kube = pulumi.ResourceOptions(parent=self, providers=[provider])
         workloads = Workloads(f"{name}-workloads", workloads_args, kube)

@@ -6,7 +6,7 @@ InferenceServices of the region, and the dashboards and alerting rules.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,8 @@ class WorkloadsArgs:
     monitoring: pulumi.Resource | None
     # False: no dashboards, alerting rules or PodMonitors (the cluster has no prometheus-operator).
     with_monitoring: bool = True
+    # Where the operator and the entry run: the cloud's system nodes ({}: any untainted node).
+    system_node_selector: Mapping[str, str] = field(default_factory=lambda: m.SYSTEM_NODE_LABELS)
 
 
 def region_workloads_args(
@@ -72,6 +74,7 @@ def region_workloads_args(
     kserve: pulumi.Resource | None,
     monitoring: pulumi.Resource | None,
     with_monitoring: bool = True,
+    system_node_selector: Mapping[str, str] = m.SYSTEM_NODE_LABELS,
     headroom: Sequence[m.Manifest] = (),
     model_cache: Sequence[m.Manifest] = (),
     model_cache_controller: pulumi.Resource | None = None,
@@ -104,6 +107,7 @@ def region_workloads_args(
         kserve=kserve,
         monitoring=monitoring,
         with_monitoring=with_monitoring,
+        system_node_selector=system_node_selector,
     )
 
 
@@ -194,6 +198,7 @@ class Workloads(pulumi.ComponentResource):
         deployment = m.controller_deployment(
             image=args.controller_image, replicas=args.controller_replicas, region=args.region,
             router_image=args.router_image, with_failover=args.with_failover,
+            node_selector=args.system_node_selector,
         )  # fmt: skip
         operator = k8s.apps.v1.Deployment(
             name,
@@ -214,8 +219,9 @@ class Workloads(pulumi.ComponentResource):
         )
         self._bind(name, m.ENTRY, m.entry_cluster_rules(), after=[namespace])
         deployment = m.entry_deployment(
-            image=args.controller_image, replicas=args.entry_replicas, region=args.region
-        )
+            image=args.controller_image, replicas=args.entry_replicas, region=args.region,
+            node_selector=args.system_node_selector,
+        )  # fmt: skip
         k8s.apps.v1.Deployment(
             name, metadata=as_input(deployment["metadata"]), spec=as_input(deployment["spec"]),
             opts=self._opts([account]),
