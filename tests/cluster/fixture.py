@@ -16,6 +16,7 @@ under ``CI=true`` (CI must never pass by skipping what it was meant to test) and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
@@ -87,17 +88,45 @@ def kserve(platform_crds: Any) -> Iterator[Any]:
     Serving with the platform's config-features. Knative's networking layer is the test helper
     `testbed.fake_kingress` (KIngresses marked ready, nothing routed by host name): no real one
     can be built here (testbed/NETWORKING.md)."""
+    with serving_platform(platform_crds):
+        yield platform_crds
+
+
+@contextlib.contextmanager
+def serving_platform(running: Any) -> Iterator[None]:
+    """KServe (both modes, the platform's default first) and Knative Serving with the
+    platform's config-features installed on `running`, its KIngresses marked ready while the
+    block runs."""
     from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES
     from testbed import session
 
     other = "Standard" if DEFAULT_DEPLOYMENT_MODE == "Knative" else "Knative"
     session.install_kserve(
-        platform_crds,
+        running,
         modes=(DEFAULT_DEPLOYMENT_MODE, other),
         knative_features=dict(KNATIVE_FEATURES),
     )
-    with session.kingresses_marked_ready(platform_crds):
-        yield platform_crds
+    with session.kingresses_marked_ready(running):
+        yield
+
+
+@contextlib.contextmanager
+def own_cluster(name: str) -> Iterator[Any]:
+    """A cluster of its own beside the session's, for a module that must start from an empty
+    one (nothing other modules left behind); taken down after the block."""
+    from testbed import session
+
+    run_dir = RUN_ROOT / f"radixfleet-cluster-{os.getpid()}-{name}"
+    try:
+        running = session.start(run_dir)
+        (run_dir / "owner.pid").write_text(str(os.getpid()))  # swept if this session dies
+    except session.UnavailableError as error:
+        _unavailable(str(error), run_dir)
+    try:
+        yield running
+    finally:
+        session.stop(running)
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 @pytest.fixture

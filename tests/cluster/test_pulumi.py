@@ -7,8 +7,8 @@ KServe and Knative were installed by the test bed (not by Pulumi), no prometheus
 (the stack says `monitoring: false`), and the node has 2 cores and 24 GiB, so the predictor's
 CPU and memory requests are dropped by a stack transformation of this test's (its GPU stays).
 
-Proven, in order (one cluster for the session, so this module cleans the slate first and puts
-the CRDs back after): `up` ends green (every Deployment Available: both operator replicas
+Proven, in order, on a fresh cluster of this module's own (the session's holds what other
+modules left behind): `up` ends green (every Deployment Available: both operator replicas
 Ready); the tenant's model, once its key and weights are there, answers a chat through the
 entry; a second `up` changes nothing; `destroy` leaves no object of ours.
 """
@@ -37,6 +37,9 @@ from testbed import images, pulumi_stack, session
 from testbed.cluster import Cluster
 from testbed.emulated import get, model_volume, ready
 from tests.cluster.conftest import REPO
+from tests.cluster.fixture import own_cluster, serving_platform
+
+pytestmark = pytest.mark.cluster  # its own cluster, in the test bed's group
 
 CATALOG = REPO / "tests/data/pulumi/catalog.yaml"
 REGION, TENANT, NAMESPACE, MODEL = "local", "pulumi-team", "pulumi-team", "chat"
@@ -95,22 +98,6 @@ def program() -> None:
     main()
 
 
-def _clean_slate(cluster: Cluster) -> None:
-    """Nothing of the other modules' on the shared cluster: the program creates these itself."""
-    for crd in sorted((REPO / "radixfleet/crds").glob("*.yaml")):
-        cluster.kubectl("delete", "-f", str(crd), "--wait=true", "--timeout=120s", check=False)
-    cluster.kubectl("delete", "namespace", operator.NAMESPACE, "--wait=true", "--timeout=180s",
-                    check=False)  # fmt: skip
-
-
-def _crds_back(cluster: Cluster) -> None:
-    """The CRDs as the session's `platform_crds` installed them, for the modules after this."""
-    for crd in sorted((REPO / "radixfleet/crds").glob("*.yaml")):
-        cluster.kubectl("apply", "--server-side", "--field-manager=radixfleet", "-f", str(crd))
-    names = [f.stem for f in sorted((REPO / "radixfleet/crds").glob("*.yaml"))]
-    session.wait_established(cluster, names)
-
-
 @dataclass
 class Deployed:
     cluster: Cluster
@@ -121,21 +108,27 @@ class Deployed:
 
 
 @pytest.fixture(scope="module")
-def deployed(kserve: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+def platform() -> Iterator[Cluster]:
+    """A fresh cluster with KServe and Knative only: what a team's existing cluster brings.
+    Not the session's, where other modules leave their objects (and their finalizers)."""
+    with own_cluster("pulumi") as running, serving_platform(running):
+        yield running
+
+
+@pytest.fixture(scope="module")
+def deployed(platform: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
     radixfleet, smg = images.radixfleet(), images.smg()
-    session.load_images(kserve, [radixfleet, smg])
-    _clean_slate(kserve)
+    session.load_images(platform, [radixfleet, smg])
     work = tmp_path_factory.mktemp("pulumi")
-    stack = pulumi_stack.stack(work, "test-bed", stack_config(kserve, radixfleet, smg),
+    stack = pulumi_stack.stack(work, "test-bed", stack_config(platform, radixfleet, smg),
                                program=program)  # fmt: skip
     output: list[str] = []
     started = time.monotonic()
     try:
         result = stack.up(on_output=output.append, color="never")
-        yield Deployed(kserve, stack, result, time.monotonic() - started, output)
+        yield Deployed(platform, stack, result, time.monotonic() - started, output)
     finally:
         stack.destroy(on_output=output.append, color="never")
-        _crds_back(kserve)
 
 
 def _tenant_onboarded(cluster: Cluster, key: str) -> None:
