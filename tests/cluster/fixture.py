@@ -40,23 +40,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[object]:
-    from testbed import session  # the cluster's Python dependencies load only when used
-
     _sweep_stale()
-    run_dir = RUN_ROOT / f"radixfleet-cluster-{os.getpid()}"
-    try:
-        running = session.start(run_dir)
-        (run_dir / "owner.pid").write_text(str(os.getpid()))
-    except session.UnavailableError as error:
-        _unavailable(str(error), run_dir)
-    try:
+    with own_cluster(request, name=None) as running:
         yield running
-    finally:
-        session.stop(running)
-        if request.session.testsfailed:
-            print(f"\ncluster logs kept in {running.layout.logs}")
-        else:
-            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -111,12 +97,13 @@ def serving_platform(running: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def own_cluster(name: str) -> Iterator[Any]:
-    """A cluster of its own beside the session's, for a module that must start from an empty
-    one (nothing other modules left behind); taken down after the block."""
-    from testbed import session
+def own_cluster(request: pytest.FixtureRequest, *, name: str | None) -> Iterator[Any]:
+    """A cluster of this session's, taken down after the block: the session's one (`name`
+    None), or one beside it for a module that must start from an empty cluster (nothing other
+    modules left behind). Its logs are kept when a test of the session has failed."""
+    from testbed import session  # the cluster's Python dependencies load only when used
 
-    run_dir = RUN_ROOT / f"radixfleet-cluster-{os.getpid()}-{name}"
+    run_dir = RUN_ROOT / "-".join(p for p in ("radixfleet-cluster", str(os.getpid()), name) if p)
     try:
         running = session.start(run_dir)
         (run_dir / "owner.pid").write_text(str(os.getpid()))  # swept if this session dies
@@ -126,7 +113,10 @@ def own_cluster(name: str) -> Iterator[Any]:
         yield running
     finally:
         session.stop(running)
-        shutil.rmtree(run_dir, ignore_errors=True)
+        if request.session.testsfailed:
+            print(f"\ncluster logs kept in {running.layout.logs}")
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -108,10 +108,10 @@ class Deployed:
 
 
 @pytest.fixture(scope="module")
-def platform() -> Iterator[Cluster]:
+def platform(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """A fresh cluster with KServe and Knative only: what a team's existing cluster brings.
     Not the session's, where other modules leave their objects (and their finalizers)."""
-    with own_cluster("pulumi") as running, serving_platform(running):
+    with own_cluster(request, name="pulumi") as running, serving_platform(running):
         yield running
 
 
