@@ -34,7 +34,7 @@ typecheck: setup
 test: provision lint typecheck  ## everything CI runs: provision, lint, types, and the whole test suite
 	$(UV) run pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
-cluster: setup provision  ## a one-node Kubernetes 1.37 on this machine, left running (kubeconfig: out/cluster/kubeconfig)
+cluster: setup provision  ## a one-node Kubernetes 1.35 on this machine, left running (kubeconfig: out/cluster/kubeconfig)
 	$(UV) run python -m testbed up --out out/cluster
 
 cluster-down: setup  ## stop the cluster of `make cluster`; its logs stay in out/cluster/logs

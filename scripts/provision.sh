@@ -38,12 +38,13 @@ mkdir -p "$cache"
 nohup chrt --idle 0 python3 -m testbed.builds pulumi pulumi-kubernetes \
   >"$cache/pulumi-build.log" 2>&1 </dev/null &
 
-# Build the test cluster's Go programs (testbed/builds.py: Kubernetes 1.37 as one multi-call
-# binary, CoreDNS, KServe's manager and its local model cache's two programs, Knative
-# Serving's five programs, the NetworkPolicy
-# enforcer, Helm), cached by source hash under ~/.cache/radixfleet/go: cold, Kubernetes alone
-# takes 10-20 minutes on two cores; a warm run is a no-op.
-python3 -m testbed.builds kube coredns kserve kserve-localmodel knative netpol helm
+# Build the test cluster's Go programs (testbed/builds.py: Kubernetes 1.35 as one multi-call
+# binary, CoreDNS, KServe's manager and its local model cache's two programs, the
+# kube-rbac-proxy KServe's chart runs beside its manager, Knative Serving's five programs, the
+# NetworkPolicy enforcer, Helm), cached by source hash under ~/.cache/radixfleet/go: cold,
+# Kubernetes alone takes 10-20 minutes on two cores; a warm run is a no-op.
+python3 -m testbed.builds kube coredns kserve kserve-localmodel kube-rbac-proxy knative netpol \
+  helm
 
 # Build the test bed's images (testbed/images.py: Debian base, pause, radixfleet, smg, KServe's
 # storage-initializer), cached by their inputs under ~/.cache/radixfleet/images: minutes the

@@ -1,23 +1,34 @@
-"""``python -m testbed up|down|build [--out DIR]``: the test cluster for humans.
+"""``python -m testbed up|down|build|kingress [--out DIR] [--bare]``: the test cluster for humans.
 
 ``up`` builds what is missing, starts a cluster whose files live in ``--out`` (default
-``out/cluster``; the kubeconfig is ``out/cluster/kubeconfig``) and leaves it running; ``down``
-stops it and removes everything but its logs. ``make cluster`` and ``make cluster-down`` call these.
+``out/cluster``; the kubeconfig is ``out/cluster/kubeconfig``), installs the platform radixfleet
+runs on as infra installs it (KServe and Knative Serving; ``--bare`` leaves a bare Kubernetes)
+and leaves it running, with the test bed's KIngress marker beside it (``kingress``, a process of
+its own: no Knative networking layer can run here, see ``testbed/NETWORKING.md``). ``down``
+stops both and removes everything but the logs. ``make cluster`` and ``make cluster-down`` call
+these.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 DEFAULT_OUT = Path("out/cluster")
+MARKER_PID = "kingress-marker.pid"
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed", description=__doc__)
-    parser.add_argument("command", choices=["up", "down", "build"])
+    parser.add_argument("command", choices=["up", "down", "build", "kingress"])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--bare", action="store_true", help="up: no KServe or Knative")
     args = parser.parse_args(argv)
     if args.command == "build":
         from testbed import builds
@@ -25,12 +36,14 @@ def main(argv: list[str]) -> int:
         return builds.main([])
     if args.command == "down":
         return _down(args.out)
-    return _up(args.out)
+    if args.command == "kingress":
+        return _mark_kingresses(args.out)
+    return _up(args.out, bare=args.bare)
 
 
-def _up(out: Path) -> int:
+def _up(out: Path, *, bare: bool) -> int:
     from testbed import session
-    from testbed.cluster import load_layout
+    from testbed.cluster import ClusterError, load_layout
 
     if load_layout(out) is not None:
         print(f"a cluster may be running from {out}: `make cluster-down` first", file=sys.stderr)
@@ -41,12 +54,48 @@ def _up(out: Path) -> int:
         print(f"cluster: {error}", file=sys.stderr)
         return 1
     layout = running.layout
+    print(f"cluster up: API server {layout.network.server}")
+    if not bare:
+        try:
+            session.install_platform(running)
+        except ClusterError as error:
+            print(f"cluster: the platform did not install: {error}", file=sys.stderr)
+            return 1
+        _start_marker(out)
+        print("  KServe v0.20.0 and Knative Serving 1.21.1 installed as infra installs them;")
+        print("  KIngresses marked ready by the test bed (it routes nothing by host name)")
     print(
-        f"cluster up: API server {layout.network.server}\n"
         f"  export KUBECONFIG={layout.kubeconfig.resolve()}\n"
-        f"  kubectl: {layout.bin / 'kubectl'} (Kubernetes 1.37)\n"
+        f"  kubectl: {layout.bin / 'kubectl'} (Kubernetes 1.35)\n"
         f"  logs: {layout.logs}"
     )
+    return 0
+
+
+def _start_marker(out: Path) -> None:
+    """``python -m testbed kingress`` in a session of its own, outliving this command."""
+    log = (out / "logs" / "kingress-marker.log").open("ab")
+    argv = [sys.executable, "-m", "testbed", "kingress", "--out", str(out)]
+    marker = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                              start_new_session=True)  # fmt: skip
+    (out / MARKER_PID).write_text(str(marker.pid))
+
+
+def _mark_kingresses(out: Path) -> int:
+    """Mark the cluster's KIngresses ready until SIGTERM."""
+    from testbed import session
+    from testbed.cluster import Cluster, load_layout
+
+    layout = load_layout(out)
+    if layout is None:
+        print(f"no cluster recorded in {out}", file=sys.stderr)
+        return 1
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    with session.kingresses_marked_ready(Cluster(layout)):
+        # Also ends once the cluster is gone (taken down without `down`, which stops it).
+        while not stopped.wait(5.0) and load_layout(out) is not None:
+            pass
     return 0
 
 
@@ -57,10 +106,18 @@ def _down(out: Path) -> int:
     if layout is None:
         print(f"no cluster recorded in {out}", file=sys.stderr)
         return 1
+    _stop_marker(out)
     cluster.down(layout)
     (out / "layout.json").unlink()
     print(f"cluster down; logs kept in {layout.logs}")
     return 0
+
+
+def _stop_marker(out: Path) -> None:
+    pid_file = out / MARKER_PID
+    with contextlib.suppress(OSError, ValueError):  # never started (--bare), or gone already
+        os.kill(int(pid_file.read_text()), signal.SIGTERM)
+    pid_file.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

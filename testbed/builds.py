@@ -14,7 +14,7 @@ from pathlib import Path
 from testbed.gobuild import Addition, BuildError, Edit, GoBuild, ensure_built
 
 HERE = Path(__file__).resolve().parent
-KUBE_VERSION = "v1.37.2"
+KUBE_VERSION = "v1.35.4"
 
 
 def _kube_ldflags(version: str) -> str:
@@ -62,6 +62,15 @@ KSERVE_LOCALMODEL = GoBuild(
         ("localmodel", "github.com/kserve/kserve/cmd/localmodel"),
         ("localmodelnode", "github.com/kserve/kserve/cmd/localmodelnode"),
     ),
+)
+
+# kube-rbac-proxy v0.18.0 (github.com/brancz/kube-rbac-proxy), the image KServe's chart runs
+# beside the controller manager, in front of its metrics port.
+KUBE_RBAC_PROXY = GoBuild(
+    name="kube-rbac-proxy",
+    source_dir=HERE / "kube-rbac-proxy",
+    mains=(("kube-rbac-proxy", "github.com/brancz/kube-rbac-proxy/cmd/kube-rbac-proxy"),),
+    ldflags="-s -w",
 )
 
 # Knative Serving 1.21.1 (knative.dev/serving v0.48.1, the version KServe v0.20.0 requires):
@@ -184,7 +193,8 @@ PULUMI_KUBERNETES = GoBuild(
 )
 
 ALL: tuple[GoBuild, ...] = (
-    KUBE, COREDNS, KSERVE, KSERVE_LOCALMODEL, KNATIVE, NETPOL, HELM, PULUMI, PULUMI_KUBERNETES,
+    KUBE, COREDNS, KSERVE, KSERVE_LOCALMODEL, KUBE_RBAC_PROXY, KNATIVE, NETPOL, HELM, PULUMI,
+    PULUMI_KUBERNETES,
 )  # fmt: skip
 
 

@@ -1,10 +1,11 @@
-"""The Helm charts the Pulumi program installs, rendered here by Helm itself.
+"""The Helm charts the Pulumi program installs, rendered and installed here by Helm itself.
 
 A chart's defaults merge with the values infra passes in ways a reading of the values alone
 cannot show (KServe's local model chart deep-merges them into a base manifest, so a default
-key survives any override). `render(chart, values)` runs the test bed's own Helm (built from the
-Go module proxy, `testbed.builds.HELM`) over a chart shipped inside an upstream Go module, and
-returns the objects a `helm install` would create.
+key survives any override). The test bed's own Helm (built from the Go module proxy,
+`testbed.builds.HELM`) takes a chart shipped inside an upstream Go module: `render(chart,
+values)` returns the objects a `helm install` would create, and `install` installs it in a
+cluster, as the Pulumi program's Helm releases do.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,8 @@ class ChartError(Exception):
 
 @dataclass(frozen=True)
 class ModuleChart:
-    """A chart at ``folder`` inside the Go module that a go.mod of ours requires."""
+    """A chart (or a folder of manifests) at ``folder`` inside the Go module that a go.mod of
+    ours requires."""
 
     module: str
     go_mod: Path
@@ -62,6 +64,13 @@ def kserve_chart(name: str) -> ModuleChart:
     return ModuleChart("github.com/kserve/kserve", HERE / "kserve" / "go.mod", f"charts/{name}")
 
 
+def cert_manager_crds() -> ModuleChart:
+    """cert-manager's CRDs (plain YAML, not a chart), at the version of its chart infra pins."""
+    return ModuleChart(
+        "github.com/cert-manager/cert-manager", HERE / "cert-manager" / "go.mod", "deploy/crds"
+    )
+
+
 def helm() -> Path:
     """The test bed's Helm, built first when missing."""
     try:
@@ -89,3 +98,39 @@ def render(
     if done.returncode != 0:
         raise ChartError(f"helm template {chart.folder}: {done.stderr.strip()}")
     return [obj for obj in yaml.safe_load_all(done.stdout) if obj]
+
+
+def install(
+    chart: ModuleChart,
+    values: Mapping[str, Any],
+    *,
+    release: str,
+    namespace: str,
+    kubeconfig: Path,
+    post_renderer: Sequence[str] = (),
+) -> None:
+    """``helm upgrade --install`` of ``chart`` with ``values`` into the cluster of
+    ``kubeconfig``, creating ``namespace``; ``post_renderer`` is a program and its arguments
+    that change the rendered objects (Helm's ``--post-renderer``). Returns once Helm has
+    created the objects: the caller waits for what it needs (certificates come after)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as given:
+        json.dump(values, given)
+        given.flush()
+        argv = [str(helm()), "upgrade", "--install", release, str(chart.path()),
+                "--namespace", namespace, "--create-namespace", "--values", given.name,
+                "--kubeconfig", str(kubeconfig)]  # fmt: skip
+        if post_renderer:
+            argv += ["--post-renderer", post_renderer[0]]
+            argv += [f"--post-renderer-args={arg}" for arg in post_renderer[1:]]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ChartError(f"helm install {release} ({chart.folder}): {done.stderr.strip()}")
+
+
+def uninstall(*, release: str, namespace: str, kubeconfig: Path) -> None:
+    """``helm uninstall`` of ``release``, waiting for its objects to go; gone already is fine."""
+    argv = [str(helm()), "uninstall", release, "--namespace", namespace, "--ignore-not-found",
+            "--wait", "--timeout=120s", "--kubeconfig", str(kubeconfig)]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ChartError(f"helm uninstall {release}: {done.stderr.strip()}")

@@ -79,7 +79,7 @@ class Cluster:
         kubeconfig: Path | None = None,
         timeout_s: float | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run the cluster's own kubectl (1.37), as the administrator unless ``kubeconfig``
+        """Run the cluster's own kubectl (1.35), as the administrator unless ``kubeconfig``
         names another identity (see :meth:`token_kubeconfig`); past ``timeout_s`` it is killed
         and ``subprocess.TimeoutExpired`` raised."""
         config = kubeconfig or self.kubeconfig

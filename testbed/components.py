@@ -242,7 +242,7 @@ def _kubelet_config(layout: Layout) -> dict[str, Any]:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
-        # This machine mounts cgroup v1; the 1.37 kubelet refuses it unless told otherwise.
+        # This machine mounts cgroup v1; the kubelet (1.35 on) refuses it unless told otherwise.
         "failCgroupV1": False,
         "cgroupDriver": "cgroupfs",
         # Pods' cgroups below the cluster's own, so teardown finds every process it started.

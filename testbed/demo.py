@@ -131,7 +131,6 @@ def _running(cluster: Cluster | None, run: ClusterRun, console: Console) -> Iter
     if cluster is not None:
         yield cluster
         return
-    from radixfleet.platform import KNATIVE_FEATURES
 
     run_dir = Path("/var/tmp") / f"radixfleet-demo-{int(time.time())}"
     with run.step("cluster_start", console):
@@ -139,12 +138,8 @@ def _running(cluster: Cluster | None, run: ClusterRun, console: Console) -> Iter
     failed = True
     try:
         with run.step("kserve_install", console):
-            for crd in sorted((REPO / "radixfleet" / "crds").glob("*.yaml")):
-                started.kubectl("apply", "--server-side", "--field-manager=radixfleet",
-                                "-f", str(crd))  # fmt: skip
-            # The models ask for Knative; KServe's default mode must be it too.
-            session.install_kserve(started, modes=("Knative",),
-                                   knative_features=dict(KNATIVE_FEATURES))  # fmt: skip
+            session.install_radixfleet_crds(started)
+            session.install_platform(started)
         with session.kingresses_marked_ready(started):
             yield started
         failed = False

@@ -20,22 +20,29 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
-from testbed import addons, dns, fake_kingress, images
+import yaml
+
+from infra.manifests import SYSTEM_NODE_LABELS
+from testbed import certificates, charts, dns, fake_kingress, images, knative, kserve
 from testbed import cluster as cluster_mod
-from testbed.builds import COREDNS, KNATIVE, KSERVE, KSERVE_LOCALMODEL
+from testbed.builds import COREDNS, KNATIVE, KSERVE, KSERVE_LOCALMODEL, KUBE_RBAC_PROXY
 from testbed.cluster import Cluster, ClusterError
 from testbed.gobuild import BuildError, ensure_built
 from testbed.images import ImageError
 from testbed.layout import NODE_NAME
 
 GPUS_PER_NODE = 8
+FIELD_MANAGER = "radixfleet-testbed"
 READY_TIMEOUT_S = 180.0
 # The labels a GPU node group of infra/ carries, so catalog predictors schedule here (infra's
-# gpu_node_labels writes the GPU type as `gpu_label_value` spells it, lower case).
+# gpu_node_labels writes the GPU type as `gpu_label_value` spells it, lower case), and, the one
+# node being the system node too, the label of infra's system node group, where infra's values
+# place the add-ons' controllers (KServe's among them).
 NODE_LABELS = {
     "radixfleet.io/gpu-type": "h100",
     "radixfleet.io/gpu-pool": "h100",
     "radixfleet.io/capacity-type": "on-demand",
+    **SYSTEM_NODE_LABELS,
 }
 
 
@@ -74,77 +81,124 @@ def _base_images() -> tuple[images.ImageRecord, images.ImageRecord]:
     return images.pause(), coredns
 
 
-# Knative Serving's Deployments (the queue-proxy is a sidecar of each revision's pods).
-KNATIVE_DEPLOYMENTS = ("controller", "webhook", "autoscaler", "activator")
+RADIXFLEET_CRDS = Path(__file__).resolve().parent.parent / "radixfleet" / "crds"
 
 
-def install_kserve(
-    running: Cluster,
-    *,
-    modes: Sequence[addons.Mode] = ("Standard",),
-    knative_features: Mapping[str, str] | None = None,
-) -> None:
-    """KServe v0.20.0 (built here, with its storage-initializer) and its webhooks, ready to
-    admit and reconcile; with ``Knative`` in ``modes``, Knative Serving 1.21.1 (built here)
-    under it, its config-features set to ``knative_features``. The first mode is KServe's
-    default."""
-    binary = ensure_built(KSERVE) / "manager"
-    manager = images.go_binary_image(
-        "kserve-manager", binary, entrypoint=["/manager"], path="/manager"
-    )
-    # KServe's storage-initializer downloads what a local model cache holds onto the nodes.
-    built = {addons.KSERVE_MANAGER: manager,
-             addons.KSERVE_STORAGE_INITIALIZER: images.storage_initializer()}  # fmt: skip
-    if "Knative" in modes:
-        built |= _knative_images()
+def install_radixfleet_crds(running: Cluster) -> None:
+    """radixfleet's CRDs and kopf's peering CRD, established."""
+    crds = [doc for path in sorted(RADIXFLEET_CRDS.glob("*.yaml"))
+            for doc in yaml.safe_load_all(path.read_text()) if doc]  # fmt: skip
+    _apply_crds(running, crds, field_manager="radixfleet")
+
+
+def install_platform(running: Cluster) -> None:
+    """What radixfleet needs of a cluster before anything of its own is deployed, as infra
+    installs it: KServe and Knative Serving (``install_kserve``), with radixfleet's Knative
+    features. What a team's existing cluster brings; the README's kubectl path starts here."""
+    from radixfleet.platform import KNATIVE_FEATURES
+
+    install_kserve(running, knative_features=dict(KNATIVE_FEATURES))
+
+
+def install_kserve(running: Cluster, *, knative_features: Mapping[str, str]) -> None:
+    """Knative Serving 1.21.1 (built here), its config-features set to ``knative_features``,
+    then KServe v0.20.0 (built here, with its storage-initializer) from KServe's own charts
+    with infra's values (``testbed.kserve``), its webhooks' certificates issued in
+    cert-manager's stead (``testbed.certificates``): ready to admit and reconcile. Knative's
+    CRDs come first: KServe's manager checks for them only when it starts (and never watches
+    Knative Services if they were late)."""
+    built = _kserve_images() | _knative_images()
     load_images(running, list(built.values()))
-    objects = addons.render_addons(
-        {key: image.pinned for key, image in built.items()},
-        modes=modes,
-        knative_features=knative_features,
-    )
-    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
-    apply(running, crds)
-    wait_established(running, [crd["metadata"]["name"] for crd in crds])
+    _install_knative(running, {key: built[key].pinned for key in knative.image_keys()},
+                     features=knative_features)  # fmt: skip
+    _apply_crds(running, cert_manager_crds())
+    references = {key: image.reference for key, image in built.items()}
+    for release in kserve.releases(references):
+        charts.install(release.chart, release.values, release=release.name,
+                       namespace=kserve.NAMESPACE, kubeconfig=running.kubeconfig)  # fmt: skip
+    certificates.issue(running, namespace=kserve.NAMESPACE)
+    for deployment in knative.DEPLOYMENTS:
+        wait_rollout(running, namespace=knative.NAMESPACE, deployment=deployment)
+    wait_rollout(running, namespace=kserve.NAMESPACE, deployment=kserve.CONTROLLER)
+
+
+def _install_knative(
+    running: Cluster, images: Mapping[str, str], *, features: Mapping[str, str]
+) -> None:
+    objects = knative.knative_objects(images, features=features)
+    _apply_crds(running, [o for o in objects if o["kind"] == "CustomResourceDefinition"])
     apply(running, [o for o in objects if o["kind"] != "CustomResourceDefinition"])
-    if "Knative" in modes:
-        for deployment in KNATIVE_DEPLOYMENTS:
-            wait_rollout(running, namespace=addons.KNATIVE_NAMESPACE, deployment=deployment)
-    wait_rollout(running, namespace=addons.KSERVE_NAMESPACE, deployment="kserve-controller-manager")
 
 
-# KServe's local model controller's Deployment (its upstream name).
-LOCALMODEL_CONTROLLER_DEPLOYMENT = "kserve-localmodel-controller-manager"
+def _apply_crds(
+    running: Cluster, crds: Sequence[Mapping[str, Any]], *, field_manager: str = FIELD_MANAGER
+) -> None:
+    apply(running, crds, field_manager=field_manager)
+    wait_established(running, [crd["metadata"]["name"] for crd in crds])
 
 
-def install_local_models(running: Cluster, *, host_path: Path) -> list[dict[str, Any]]:
+def cert_manager_crds() -> list[dict[str, Any]]:
+    """cert-manager's CRDs, at the version of the chart infra installs: the charts' Certificate
+    and Issuer are admitted as on a cluster that runs cert-manager."""
+    folder = charts.cert_manager_crds().path()
+    return [doc for path in sorted(folder.glob("*.yaml"))
+            for doc in yaml.safe_load_all(path.read_text()) if doc]  # fmt: skip
+
+
+def install_local_models(running: Cluster, *, host_path: Path) -> None:
     """KServe's local model controller and node agent (v0.20.0, built here) beside an installed
-    KServe, the agent on the nodes KServe's own selector picks, keeping models under
-    ``host_path``; returns what was applied, for :func:`remove`."""
+    KServe, from KServe's chart with infra's values: the agent on the nodes KServe's own
+    selector picks, keeping models under ``host_path``, and the namespace of its download jobs
+    (infra creates it beside the release). :func:`uninstall_local_models` removes it."""
     folder = ensure_built(KSERVE_LOCALMODEL)
     built = {
         key: images.go_binary_image(key, folder / binary, entrypoint=["/manager"], path="/manager")
-        for key, binary in ((addons.LOCALMODEL_CONTROLLER, "localmodel"),
-                            (addons.LOCALMODEL_AGENT, "localmodelnode"))
+        for key, binary in zip(kserve.LOCALMODEL_IMAGES, ("localmodel", "localmodelnode"),
+                               strict=True)
     }  # fmt: skip
     load_images(running, list(built.values()))
-    objects = addons.local_model_objects(
-        {key: image.pinned for key, image in built.items()}, host_path=str(host_path)
-    )
-    apply(running, objects)
-    wait_rollout(
-        running, namespace=addons.KSERVE_NAMESPACE, deployment=LOCALMODEL_CONTROLLER_DEPLOYMENT
-    )
-    return objects
+    apply(running, [{"apiVersion": "v1", "kind": "Namespace",
+                     "metadata": {"name": kserve.LOCALMODEL_JOBS}}])  # fmt: skip
+    release = kserve.local_model_release({key: i.reference for key, i in built.items()})
+    charts.install(release.chart, release.values, release=release.name,
+                   namespace=kserve.NAMESPACE, kubeconfig=running.kubeconfig,
+                   post_renderer=kserve.post_render_argv(host_path))  # fmt: skip
+    certificates.issue(running, namespace=kserve.NAMESPACE)
+    wait_rollout(running, namespace=kserve.NAMESPACE, deployment=kserve.LOCALMODEL_CONTROLLER)
+
+
+def uninstall_local_models(running: Cluster) -> None:
+    """Remove what :func:`install_local_models` installed, webhook first (Helm's order)."""
+    charts.uninstall(release=kserve.LOCALMODEL_RELEASE, namespace=kserve.NAMESPACE,
+                     kubeconfig=running.kubeconfig)  # fmt: skip
+    running.kubectl("delete", "namespace", kserve.LOCALMODEL_JOBS, "--ignore-not-found",
+                    "--wait=true", "--timeout=120s", check=False)  # fmt: skip
 
 
 def remove(running: Cluster, objects: Sequence[Mapping[str, Any]]) -> None:
     """Delete ``objects`` (webhook configurations first: none may outlive its server) and wait
     for them to go."""
-    ordered = sorted(objects, key=lambda o: o["kind"] not in addons.LAST_KINDS)
+    ordered = sorted(objects, key=lambda o: o["kind"] not in knative.LAST_KINDS)
     documents = {"apiVersion": "v1", "kind": "List", "items": list(ordered)}
     running.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=true", "--timeout=120s",
                     stdin=json.dumps(documents), check=False)  # fmt: skip
+
+
+def _kserve_images() -> dict[str, images.ImageRecord]:
+    """KServe's manager, the kube-rbac-proxy its chart runs beside it, and its
+    storage-initializer (which downloads what a local model cache holds onto the nodes)."""
+    manager = images.go_binary_image(
+        "kserve-manager", ensure_built(KSERVE) / "manager", entrypoint=["/manager"],
+        path="/manager",
+    )  # fmt: skip
+    proxy = ensure_built(KUBE_RBAC_PROXY) / "kube-rbac-proxy"
+    return {
+        kserve.MANAGER: manager,
+        kserve.RBAC_PROXY: images.go_binary_image(
+            "kube-rbac-proxy", proxy, entrypoint=["/usr/local/bin/kube-rbac-proxy"]
+        ),
+        kserve.STORAGE_INITIALIZER: images.storage_initializer(),
+    }
 
 
 def _knative_images() -> dict[str, images.ImageRecord]:
@@ -157,7 +211,7 @@ def _knative_images() -> dict[str, images.ImageRecord]:
             folder / command,
             entrypoint=[f"/usr/local/bin/{command}"],
         )
-        for command in addons.KNATIVE_COMMANDS
+        for command in knative.COMMANDS
     }
 
 
@@ -204,17 +258,15 @@ def stop(running: Cluster) -> None:
     cluster_mod.down(running.layout)
 
 
-def apply(running: Cluster, objects: Sequence[Mapping[str, Any]]) -> None:
+def apply(
+    running: Cluster, objects: Sequence[Mapping[str, Any]], *, field_manager: str = FIELD_MANAGER
+) -> None:
     """Server-side apply, as a platform team's ``kubectl apply --server-side`` would."""
     documents = {"apiVersion": "v1", "kind": "List", "items": list(objects)}
     running.kubectl(
-        "apply",
-        "--server-side",
-        "--field-manager=radixfleet-testbed",
-        "-f",
-        "-",
+        "apply", "--server-side", f"--field-manager={field_manager}", "-f", "-",
         stdin=json.dumps(documents),
-    )
+    )  # fmt: skip
 
 
 def advertise_gpus(running: Cluster, *, count: int, labels: Mapping[str, str]) -> None:

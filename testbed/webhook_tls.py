@@ -1,9 +1,10 @@
-"""Certificates for the add-ons' admission webhooks, made by us instead of cert-manager.
+"""Serving certificates for the add-ons' admission webhooks, issued by the test bed where a
+cluster runs cert-manager (``testbed.certificates`` says why and writes them into the cluster).
 
-The test cluster runs no cert-manager: KServe's manager reads its webhook serving certificate from a
-Secret, and the API server trusts it through the ``caBundle`` of each webhook configuration. This
-module makes a private CA and a serving certificate for ``<service>.<namespace>.svc`` signed by it.
-ECDSA P-256 keys: generated in milliseconds, and accepted by the API server and by Go's TLS stack.
+A webhook server reads its serving certificate from a Secret, and the API server trusts it
+through the ``caBundle`` of each webhook configuration. This module makes a private CA and a
+serving certificate for the DNS names asked for, signed by it. ECDSA P-256 keys: generated in
+milliseconds, and accepted by the API server and by Go's TLS stack.
 """
 
 from __future__ import annotations
@@ -31,24 +32,15 @@ class WebhookTLS:
     key_pem: bytes
 
 
-def service_dns_names(service: str, namespace: str) -> list[str]:
-    """The names a client may use for a Service; the API server calls ``<svc>.<ns>.svc``."""
-    return [
-        service,
-        f"{service}.{namespace}",
-        f"{service}.{namespace}.svc",
-        f"{service}.{namespace}.svc.cluster.local",
-    ]
-
-
-def make_webhook_tls(service: str, namespace: str, *, now: datetime.datetime) -> WebhookTLS:
-    """A new CA and a certificate it signed for the Service ``service`` in ``namespace``."""
+def make_tls(names: list[str], *, ca_name: str, now: datetime.datetime) -> WebhookTLS:
+    """A new CA called ``ca_name`` and a serving certificate it signed for ``names`` (DNS names;
+    the first is also the common name)."""
+    if not names:
+        raise ValueError("a serving certificate needs at least one DNS name")
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_cert = _ca_certificate(ca_key, common_name=f"radixfleet test CA for {namespace}", now=now)
+    ca_cert = _ca_certificate(ca_key, common_name=ca_name, now=now)
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = _serving_certificate(
-        key.public_key(), ca_cert, ca_key, names=service_dns_names(service, namespace), now=now
-    )
+    cert = _serving_certificate(key.public_key(), ca_cert, ca_key, names=names, now=now)
     return WebhookTLS(
         ca_pem=ca_cert.public_bytes(serialization.Encoding.PEM),
         cert_pem=cert.public_bytes(serialization.Encoding.PEM),
@@ -105,7 +97,7 @@ def _serving_certificate(
         encipher_only=False, decipher_only=False,
     )  # fmt: skip
     return (
-        _builder(names[2], ca_cert.subject, now=now)
+        _builder(names[0], ca_cert.subject, now=now)
         .public_key(public_key)
         .add_extension(
             x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False

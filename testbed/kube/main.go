@@ -1,4 +1,4 @@
-// Command kube is one multi-call binary for the Kubernetes 1.37 components the test cluster runs:
+// Command kube is one multi-call binary for the Kubernetes 1.35 components the test cluster runs:
 // kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy and kubectl.
 // One binary compiles the packages they share once (the old hyperkube did the same). The component
 // is the first argument, or the name the binary is called by (a symlink named kubectl works).

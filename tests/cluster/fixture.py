@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,10 +50,9 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[object]:
 @pytest.fixture(scope="session")
 def platform_crds(cluster: Any) -> Any:
     """The session's cluster with radixfleet's CRDs (and kopf's peering CRD) installed."""
-    for crd in sorted((REPO / "radixfleet/crds").glob("*.yaml")):
-        cluster.kubectl("apply", "--server-side", "--field-manager=radixfleet", "-f", str(crd))
-    for crd in sorted((REPO / "radixfleet/crds").glob("*.yaml")):
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crd))
+    from testbed import session
+
+    session.install_radixfleet_crds(cluster)
     return cluster
 
 
@@ -80,18 +81,13 @@ def kserve(platform_crds: Any) -> Iterator[Any]:
 
 @contextlib.contextmanager
 def serving_platform(running: Any) -> Iterator[None]:
-    """KServe (both modes, the platform's default first) and Knative Serving with the
-    platform's config-features installed on `running`, its KIngresses marked ready while the
-    block runs."""
-    from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES
+    """The platform infra installs (KServe from its charts with infra's values: the
+    platform's default mode, Knative; Standard by annotation; Knative Serving with the
+    platform's config-features) on `running`, its KIngresses marked ready while the block
+    runs."""
     from testbed import session
 
-    other = "Standard" if DEFAULT_DEPLOYMENT_MODE == "Knative" else "Knative"
-    session.install_kserve(
-        running,
-        modes=(DEFAULT_DEPLOYMENT_MODE, other),
-        knative_features=dict(KNATIVE_FEATURES),
-    )
+    session.install_platform(running)
     with session.kingresses_marked_ready(running):
         yield
 
@@ -117,6 +113,39 @@ def own_cluster(request: pytest.FixtureRequest, *, name: str | None) -> Iterator
             print(f"\ncluster logs kept in {running.layout.logs}")
         else:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def made_for_people(request: pytest.FixtureRequest, *, name: str) -> Iterator[Any]:
+    """A cluster beside the session's, started as `make cluster` starts one (`python -m
+    testbed up`: the platform on it, the KIngress marker beside it) and taken down as `make
+    cluster-down` does; the block fails if either command does. Its logs are kept when a test
+    of the session has failed."""
+    from testbed.cluster import Cluster, load_layout
+
+    run_dir = RUN_ROOT / f"radixfleet-cluster-{os.getpid()}-{name}"
+    up = _testbed_command("up", run_dir)
+    layout = load_layout(run_dir)
+    if up.returncode != 0 or layout is None:
+        if layout is not None:
+            _testbed_command("down", run_dir)
+        _unavailable(up.stderr.strip() or up.stdout, run_dir)
+    assert layout is not None
+    (run_dir / "owner.pid").write_text(str(os.getpid()))  # swept if this session dies
+    try:
+        yield Cluster(layout)
+    finally:
+        down = _testbed_command("down", run_dir)
+        assert down.returncode == 0, down.stderr
+        if request.session.testsfailed:
+            print(f"\ncluster logs kept in {layout.logs}")
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _testbed_command(command: str, run_dir: Path) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "testbed", command, "--out", str(run_dir)]
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
 
 
 @pytest.fixture

@@ -46,9 +46,11 @@ from radixfleet.render.modelcache import (
     folder_keeper,
     model_cache,
 )
-from testbed import addons, images, session
+from testbed import images, session
 from testbed.cluster import Cluster
 from testbed.emulated import DATA_PLANE_KEY, emulated_isvc, get
+from testbed.kserve import LOCALMODEL_JOBS
+from testbed.kserve import NAMESPACE as KSERVE_NAMESPACE
 from testbed.layout import NODE_NAME
 from tests.cluster.conftest import REPO
 
@@ -94,7 +96,7 @@ def _rendered(host_path: str) -> list[dict[str, Any]]:
 def _folder_keeper(image: str, host_path: str) -> dict[str, Any]:
     """The DaemonSet infra deploys to hand the node's cache folder to KServe's agent, the
     folder moved as in `_rendered`."""
-    keeper = folder_keeper(image=image, namespace=addons.KSERVE_NAMESPACE)
+    keeper = folder_keeper(image=image, namespace=KSERVE_NAMESPACE)
     (volume,) = keeper["spec"]["template"]["spec"]["volumes"]
     assert volume["hostPath"]["path"] == NODE_PATH
     volume["hostPath"]["path"] = host_path
@@ -102,7 +104,7 @@ def _folder_keeper(image: str, host_path: str) -> dict[str, Any]:
 
 
 def _keeper_ready(cluster: Cluster) -> bool:
-    found = get(cluster, "daemonset", FOLDER_KEEPER, "-n", addons.KSERVE_NAMESPACE)
+    found = get(cluster, "daemonset", FOLDER_KEEPER, "-n", KSERVE_NAMESPACE)
     return int(found.get("status", {}).get("numberReady", 0)) >= 1
 
 
@@ -110,13 +112,13 @@ def _store_access(endpoint: str) -> list[dict[str, Any]]:
     """The download jobs' keys to moto's S3, as KServe's credential builder reads them."""
     secret = {
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": STORE_ACCOUNT, "namespace": addons.LOCALMODEL_JOBS, "annotations": {
+        "metadata": {"name": STORE_ACCOUNT, "namespace": LOCALMODEL_JOBS, "annotations": {
             "serving.kserve.io/s3-endpoint": endpoint, "serving.kserve.io/s3-usehttps": "0",
             "serving.kserve.io/s3-region": "us-east-1"}},
         "stringData": {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"},
     }  # fmt: skip
     account = {"apiVersion": "v1", "kind": "ServiceAccount",
-               "metadata": {"name": STORE_ACCOUNT, "namespace": addons.LOCALMODEL_JOBS},
+               "metadata": {"name": STORE_ACCOUNT, "namespace": LOCALMODEL_JOBS},
                "secrets": [{"name": STORE_ACCOUNT}]}  # fmt: skip
     return [secret, account]
 
@@ -144,7 +146,7 @@ def local_models(kserve: Cluster) -> Iterator[Bed]:
     session.apply(kserve, [keeper])
     session.wait_for(lambda: _keeper_ready(kserve), timeout_s=TIMEOUT_S,
                      what="the cache folder handed to KServe's agent")  # fmt: skip
-    installed = session.install_local_models(kserve, host_path=folder)
+    session.install_local_models(kserve, host_path=folder)
     session.apply(kserve, _store_access(f"{host}:{port}"))
     kserve.kubectl("create", "namespace", NAMESPACE)
     kserve.kubectl(
@@ -158,7 +160,8 @@ def local_models(kserve: Cluster) -> Iterator[Bed]:
                        check=False)  # fmt: skip
         for kind in ("localmodelcaches", "localmodelnodegroups", "localmodelnodes"):
             kserve.kubectl("delete", kind, "--all", "--wait=true", "--timeout=120s", check=False)
-        session.remove(kserve, [*installed, keeper])
+        session.uninstall_local_models(kserve)
+        session.remove(kserve, [keeper])
         kserve.kubectl("label", "node", NODE_NAME, *(f"{key}-" for key in NODE_LABELS),
                        check=False)  # fmt: skip
         store.stop()
@@ -191,7 +194,7 @@ def _downloaded(cluster: Cluster, cache: str) -> bool:
 
 def _job_logs(cluster: Cluster, cache: str) -> str:
     selector = f"model={cache},node={NODE_NAME}"
-    return cluster.kubectl("logs", "-n", addons.LOCALMODEL_JOBS, "-l", selector, "--tail=40",
+    return cluster.kubectl("logs", "-n", LOCALMODEL_JOBS, "-l", selector, "--tail=40",
                            check=False).stdout  # fmt: skip
 
 

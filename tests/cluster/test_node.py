@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from infra.testing import example_config
 from testbed import session
+from testbed.builds import KUBE_VERSION
 from testbed.cluster import Cluster
 from testbed.layout import NODE_NAME
 
@@ -91,10 +93,14 @@ def replica(cluster: Cluster) -> str:
     return str(service["spec"]["clusterIP"])
 
 
-def test_the_node_runs_kubernetes_1_37_on_containerd(cluster: Cluster) -> None:
+def test_the_node_runs_the_kubernetes_minor_infra_pins_for_eks_on_containerd(
+    cluster: Cluster,
+) -> None:
     node = json.loads(cluster.kubectl("get", "node", NODE_NAME, "-o", "json").stdout)
     info = node["status"]["nodeInfo"]
-    assert info["kubeletVersion"] == "v1.37.2"
+    pinned = example_config()["radixfleet:cluster"]["kubernetesVersion"]
+    assert info["kubeletVersion"] == KUBE_VERSION
+    assert info["kubeletVersion"].startswith(f"v{pinned}."), (info["kubeletVersion"], pinned)
     assert info["containerRuntimeVersion"].startswith("containerd://")
     assert node["status"]["capacity"]["nvidia.com/gpu"] == str(session.GPUS_PER_NODE)
 

@@ -8,7 +8,9 @@ KServe and Knative were installed by the test bed (not by Pulumi), no prometheus
 CPU and memory requests are dropped by a stack transformation of this test's (its GPU stays).
 
 Proven, in order, on a fresh cluster of this module's own (the session's holds what other
-modules left behind): `up` ends green (every Deployment Available: both operator replicas
+modules left behind), started as a newcomer's `make cluster` starts one (KServe from its charts
+with infra's values, Knative Serving, the KIngress marker) and taken down as `make
+cluster-down` does: `up` ends green (every Deployment Available: both operator replicas
 Ready); the tenant's model, once its key and weights are there, answers a chat through the
 entry; a second `up` changes nothing; `destroy` leaves no object of ours.
 """
@@ -16,6 +18,7 @@ entry; a second `up` changes nothing; `destroy` leaves no object of ours.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
 import urllib.request
@@ -28,16 +31,19 @@ import pytest
 from pulumi import automation as auto
 
 from inferenceservices.builder import api_keys_secret
+from infra.manifests import SYSTEM_NODE_LABELS
 from infra.program import main
 from radixfleet import labels
 from radixfleet.config import load_catalog
 from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
 from testbed import images, pulumi_stack, session
+from testbed.__main__ import MARKER_PID
 from testbed.cluster import Cluster
 from testbed.emulated import get, model_volume, ready
+from testbed.layout import NODE_NAME
 from tests.cluster.conftest import REPO
-from tests.cluster.fixture import own_cluster, serving_platform
+from tests.cluster.fixture import made_for_people
 
 pytestmark = pytest.mark.cluster  # its own cluster, in the test bed's group
 
@@ -109,9 +115,13 @@ class Deployed:
 
 @pytest.fixture(scope="module")
 def platform(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    """A fresh cluster with KServe and Knative only: what a team's existing cluster brings.
-    Not the session's, where other modules leave their objects (and their finalizers)."""
-    with own_cluster(request, name="pulumi") as running, serving_platform(running):
+    """A fresh cluster with KServe and Knative only, as `make cluster` leaves one: what a
+    team's existing cluster brings. Not the session's, where other modules leave their objects
+    (and their finalizers). Its
+    node then loses the label of infra's system nodes (KServe's controller, placed by it, is
+    running): a team's cluster has no such label, and the stack must not need one."""
+    with made_for_people(request, name="pulumi") as running:
+        running.kubectl("label", "node", NODE_NAME, *(f"{k}-" for k in SYSTEM_NODE_LABELS))
         yield running
 
 
@@ -153,6 +163,16 @@ def _chat(url: str, key: str) -> tuple[int, str]:
             return answer.status, answer.read().decode()
     except OSError as error:
         return getattr(error, "code", 0), str(error)
+
+
+def test_make_cluster_left_the_platform_running(platform: Cluster) -> None:
+    for namespace, deployment in (("kserve", "kserve-controller-manager"),
+                                  ("knative-serving", "activator")):  # fmt: skip
+        found = get(platform, "deployment", deployment, "-n", namespace)
+        conditions = {c["type"]: c["status"] for c in found["status"]["conditions"]}
+        assert conditions["Available"] == "True", (deployment, found["status"])
+    marker = int((platform.layout.run_dir / MARKER_PID).read_text())
+    os.kill(marker, 0)  # the KIngress marker runs (ProcessLookupError if not)
 
 
 def test_up_is_green_with_every_deployment_available(deployed: Deployed) -> None:
