@@ -1,6 +1,7 @@
 """KServe on the test cluster, installed as infra installs it: KServe's own Helm charts, at the
 version infra pins, with the values infra passes (``infra.manifests``), as the releases infra
-names. Only what this machine makes different changes, and :func:`testbed_changes` lists it:
+names. Only what this machine makes different changes (``tests/testbed/test_kserve.py`` holds
+every other value equal to infra's):
 
 - every image is one built here (no registry can be reached), named by the repository and tag
   it was imported under and pulled ``IfNotPresent``; images nobody built (KServe's agent and
@@ -37,7 +38,7 @@ LOCALMODEL_JOBS = manifests.MODEL_CACHE_JOBS
 LOCALMODEL_RELEASE = "kserve-localmodel-resources"
 # infra gives KServe its region's domain, `<region>.<fleet domain>`; nothing routes by it here.
 DOMAIN = "test-bed.models.example.com"
-# The images the test bed builds, by the keys `release_values` takes.
+# The images the test bed builds, by the keys `releases` and `local_model_release` take.
 MANAGER, RBAC_PROXY, STORAGE_INITIALIZER = "manager", "rbac-proxy", "storage-initializer"
 LOCALMODEL_IMAGES = ("localmodel-controller", "localmodel-agent")
 NOT_BUILT_TAG = "v0.20.0"
