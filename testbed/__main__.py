@@ -43,7 +43,10 @@ def main(argv: list[str]) -> int:
 
 def _up(out: Path, *, bare: bool) -> int:
     from testbed import session
+    from testbed.charts import ChartError
     from testbed.cluster import ClusterError, load_layout
+    from testbed.gobuild import BuildError
+    from testbed.images import ImageError
 
     if load_layout(out) is not None:
         print(f"a cluster may be running from {out}: `make cluster-down` first", file=sys.stderr)
@@ -58,8 +61,9 @@ def _up(out: Path, *, bare: bool) -> int:
     if not bare:
         try:
             session.install_platform(running)
-        except ClusterError as error:
+        except (ClusterError, ChartError, BuildError, ImageError) as error:
             print(f"cluster: the platform did not install: {error}", file=sys.stderr)
+            print("the cluster is still up: `make cluster-down` stops it", file=sys.stderr)
             return 1
         _start_marker(out)
         print("  KServe v0.20.0 and Knative Serving 1.21.1 installed as infra installs them;")
