@@ -1,8 +1,9 @@
 """Model weights cached on the GPU nodes, on the real KServe (v0.20.0, built here): its local
-model controller, node agent, storage-initializer and webhooks take the node group and the cache
-radixfleet renders for a GPU pool with `model_cache_gib` (radixfleet/render/modelcache.py, what
-the Pulumi program deploys), download the weights onto the node once, and a cached model's
-predictor reads the node's copy instead of downloading them.
+model controller and node agent, installed from KServe's `kserve-localmodel-resources` chart with
+infra's values as infra installs them, its storage-initializer and webhooks take the node group
+and the cache radixfleet renders for a GPU pool with `model_cache_gib`
+(radixfleet/render/modelcache.py, what the Pulumi program deploys), download the weights onto
+the node once, and a cached model's predictor reads the node's copy instead of downloading them.
 
 The test node carries the labels of infra/'s caching H100 nodes; the model store is moto's S3
 server (real HTTP, boto3 in KServe's storage-initializer unchanged) on the host, reached from the
