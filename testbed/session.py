@@ -120,6 +120,26 @@ def install_kserve(running: Cluster, *, knative_features: Mapping[str, str]) -> 
     for deployment in knative.DEPLOYMENTS:
         wait_rollout(running, namespace=knative.NAMESPACE, deployment=deployment)
     wait_rollout(running, namespace=kserve.NAMESPACE, deployment=kserve.CONTROLLER)
+    wait_for(lambda: _kserve_admits(running), timeout_s=READY_TIMEOUT_S,
+             what="KServe's webhooks to answer")  # fmt: skip
+
+
+# Enough of an InferenceService for KServe's webhooks to judge it.
+_PROBE_ISVC = {
+    "apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+    "metadata": {"name": "webhook-probe", "namespace": "default"},
+    "spec": {"predictor": {"model": {"modelFormat": {"name": "sklearn"},
+                                     "storageUri": "s3://probe/model"}}},
+}  # fmt: skip
+
+
+def _kserve_admits(running: Cluster) -> bool:
+    """Whether KServe's webhooks answer (a server-side dry run reaches them and they judge).
+    A rolled-out manager is not enough: on a loaded machine its Service's endpoints may not
+    route yet, and the API server then fails every InferenceService it is asked to admit."""
+    probe = running.kubectl("create", "--dry-run=server", "-o", "name", "-f", "-",
+                            stdin=json.dumps(_PROBE_ISVC), check=False)  # fmt: skip
+    return probe.returncode == 0 or "failed calling webhook" not in probe.stderr
 
 
 def _install_knative(
