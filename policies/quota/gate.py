@@ -6,8 +6,8 @@ model and estimates the prompt, and asks the ledger: throttled requests get 429 
 `Retry-After` and SGLang's error body and never reach a replica. An admitted request's answer
 is metered as it passes: streamed bytes through the response's `write` (hooked when the
 response is prepared, so the handler stays unaware), a whole answer from its body. The end
-settles the ledger with the replica's exact usage; an answer that failed before any usage
-(a 4xx/5xx, a dropped client) gives its prompt back.
+settles the ledger with the replica's exact usage; an answer that failed before anything was
+generated (a 4xx/5xx, a client gone before the first token) gives its prompt back.
 """
 
 from __future__ import annotations
@@ -23,7 +23,14 @@ from aiohttp import web
 
 from policies.quota.ledger import Throttled, Ticket, TokenLedger
 from policies.quota.metrics import TokenMetrics
-from policies.quota.usage import StreamMeter, Usage, estimate_tokens, prompt_tokens, usage_of
+from policies.quota.usage import (
+    StreamMeter,
+    Usage,
+    estimate_tokens,
+    prompt_tokens,
+    usage_of,
+    usage_of_answers,
+)
 from radixfleet.config.catalog import TokenBudget
 from radixfleet.entry.gate import TENANT, ModelOf
 
@@ -161,9 +168,12 @@ class TokenGate:
         self.settle(metered, usage, failed=response.status >= 400)
 
     def settle(self, metered: Metered, usage: Usage, *, failed: bool) -> None:
-        """Settle the ticket; a failure without reported usage gives its prompt back."""
+        """Settle the ticket. A failure before anything was generated gives the prompt back;
+        once tokens have flowed the replica has read the prompt, so a stream cut then (a client
+        that hangs up after its first event) stays charged for it."""
         prompt = usage.prompt
-        if failed and usage.prompt is None and usage.completion is None:
+        nothing = usage.prompt is None and usage.completion is None
+        if failed and nothing and metered.meter.completion == 0:
             prompt = 0
         completion = usage.completion if usage.completion is not None else metered.meter.completion
         ticket = metered.ticket
@@ -195,4 +205,6 @@ def _usage_of_body(body: bytes) -> Usage:
         answer = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         return Usage()
+    if isinstance(answer, list):  # SGLang's `/generate` answers a batch as a list
+        return usage_of_answers(answer)
     return usage_of(answer) if isinstance(answer, dict) else Usage()

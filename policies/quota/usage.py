@@ -23,16 +23,19 @@ def estimate_tokens(text: str) -> int:
 
 
 def prompt_text(body: Mapping[str, Any]) -> str:
-    """The text a request asks the model to read: chat messages, a prompt, or SGLang's text."""
+    """The text a request asks the model to read: chat messages, a prompt, SGLang's text. All
+    of them, whichever the endpoint reads: an empty `messages` beside a completions `prompt`
+    must not hide the prompt from the estimate (a tenant could spend past its budget so)."""
+    parts: list[str] = []
     if isinstance(messages := body.get("messages"), list):
-        return "\n".join(_content(m.get("content")) for m in messages if isinstance(m, dict))
+        parts += [_content(m.get("content")) for m in messages if isinstance(m, dict)]
     for name in ("prompt", "text"):
         value = body.get(name)
         if isinstance(value, str):
-            return value
-        if isinstance(value, list):
-            return "\n".join(v for v in value if isinstance(v, str))
-    return ""
+            parts.append(value)
+        elif isinstance(value, list):
+            parts += [v for v in value if isinstance(v, str)]
+    return "\n".join(parts)
 
 
 def prompt_tokens(body: Mapping[str, Any], count_text: Callable[[str], int]) -> int:
@@ -72,6 +75,18 @@ class Usage:
 
     prompt: int | None = None
     completion: int | None = None
+
+
+def usage_of_answers(answers: list[Any]) -> Usage:
+    """The counts of a batch answered as a JSON list (SGLang's `/generate` with a list of
+    texts), summed over its items; None where no item reported one."""
+    found = [usage_of(a) for a in answers if isinstance(a, dict)]
+    return Usage(_sum([u.prompt for u in found]), _sum([u.completion for u in found]))
+
+
+def _sum(values: list[int | None]) -> int | None:
+    given = [v for v in values if v is not None]
+    return sum(given) if given else None
 
 
 def usage_of(answer: Mapping[str, Any]) -> Usage:

@@ -4,6 +4,7 @@ pass and settled with the replica's usage, failures refunded, and the Prometheus
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -36,6 +37,9 @@ async def replica(request: web.Request) -> web.StreamResponse:
     if body.get("fail"):
         raise web.HTTPServiceUnavailable()
     tokens = int(body.get("max_tokens", 3))
+    if body.get("batch"):  # SGLang's /generate with a list of texts: one answer per text
+        meta = {"prompt_tokens": 10, "completion_tokens": tokens}
+        return web.json_response([{"text": "x" * tokens, "meta_info": meta}] * body["batch"])
     if body.get("no_usage"):
         return web.json_response({"choices": [{"text": "x" * tokens}]})
     if not body.get("stream"):
@@ -43,7 +47,9 @@ async def replica(request: web.Request) -> web.StreamResponse:
         return web.json_response({"choices": [{"text": "x" * tokens}], "usage": usage})
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
-    for _ in range(tokens):
+    for sent in range(tokens):
+        if sent == body.get("cut_after"):  # the stream breaks (the client hung up) mid-way
+            raise ConnectionResetError("client gone")
         chunk = {"choices": [{"delta": {"content": "t"}}]}
         await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
     usage = {"prompt_tokens": 10, "completion_tokens": tokens}
@@ -149,6 +155,33 @@ def test_whole_answers_settle_from_their_body_and_failures_refund_the_prompt() -
     assert gate.ledger.balance("a", now=0.0) == 10_000 - 15  # the failed request cost nothing
 
 
+def test_a_stream_cut_after_tokens_flowed_stays_charged_for_its_prompt() -> None:
+    # Reading the first events and hanging up must not refund the prompt the replica read (it
+    # did, and a tenant ran at four times its budget so).
+    async def test(client: TestClient, gate: TokenGate) -> None:
+        body = chat(stream=True, max_tokens=50, cut_after=2)
+        with contextlib.suppress(Exception):
+            answer = await client.post("/v1/chat/completions", json=body, headers=AUTH_A)
+            await answer.read()
+
+    gate = run(test, per_minute=60_000)
+    assert gate.ledger.balance("a", now=0.0) == 10_000 - (10 + 2)
+
+
+def test_a_batch_answered_as_a_list_is_charged_every_items_completion() -> None:
+    gate, app = _gate(TokenBudget(tokens_per_minute=60_000))
+
+    async def send() -> None:
+        async with TestClient(TestServer(app)) as client:
+            body = {"text": ["x" * 40, "y" * 40], "batch": 2, "max_tokens": 250}
+            answer = await client.post("/generate", json=body, headers=AUTH_A)
+            assert answer.status == 200
+
+    asyncio.run(send())
+    # Each of the two answers read 10 prompt tokens and generated 250.
+    assert gate.ledger.balance("a", now=0.0) == 10_000 - 2 * (10 + 250)
+
+
 def _gate(budget: TokenBudget, *, model_of: Any = None) -> tuple[TokenGate, web.Application]:
     gate = TokenGate(ledger=TokenLedger({"a": budget}, burst_seconds=10.0), keys=KEYS,
                      clock=Clock())  # fmt: skip
@@ -173,6 +206,12 @@ async def _send(app: web.Application, path: str, body: dict[str, Any]) -> None:
         pytest.param("/v1/completions", {"model": "m", "prompt": [[7] * 80] * 2}, 160, id="batch"),
         pytest.param("/generate", {"input_ids": [7] * 150}, 150, id="sglang-input-ids"),
         pytest.param("/v1/completions", {"model": "m", "prompt": "x" * 40}, 10, id="text"),
+        pytest.param(
+            "/v1/completions",
+            {"model": "m", "messages": [], "prompt": "x" * 40},
+            10,
+            id="empty-messages-beside-a-prompt",
+        ),
     ],
 )
 def test_a_prompt_given_as_token_ids_is_charged_one_token_per_id(
