@@ -14,6 +14,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from radixfleet.bounded_yaml import check_bounds
+
 
 class ProfileError(ValueError):
     """A profile file that cannot be read or does not validate; the message names file and field."""
@@ -187,7 +189,9 @@ def resolve_profile(spec: str | Path | None) -> ReplicaProfile:
 
 def _read_mapping(path: Path) -> dict[str, Any]:
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        check_bounds(text)
+        raw = yaml.safe_load(text)
     except OSError as err:
         raise ProfileError(f"{path}: cannot read profile: {err.strerror}") from None
     except yaml.YAMLError as err:

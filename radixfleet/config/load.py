@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from radixfleet.bounded_yaml import YamlBoundsError, check_bounds
 from radixfleet.config.catalog import Catalog
 from radixfleet.config.crosscheck import check_catalog
 from radixfleet.config.errors import ConfigError, Problem, format_location, not_utf8
@@ -56,6 +57,8 @@ def _parse_yaml(text: str, *, source: str) -> dict[str, Any]:
         data = _load(text)
     except DuplicateKeyError as exc:
         raise ConfigError([Problem(source, exc.where, str(exc))]) from exc
+    except YamlBoundsError as exc:
+        raise ConfigError([Problem(source, f"line {exc.line}", exc.reason)]) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else ""
@@ -66,7 +69,8 @@ def _parse_yaml(text: str, *, source: str) -> dict[str, Any]:
 
 
 def _load(text: str) -> Any:
-    """Safe loaders only: they build plain data."""
+    """Safe loaders only: they build plain data, and only from text within the bounds."""
+    check_bounds(text)
     if not yaml.__with_libyaml__:
         return yaml.load(text, Loader=UniqueKeyLoader)
     try:

@@ -16,8 +16,9 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from radixfleet.bounded_yaml import check_bounds
 from radixfleet.config.errors import ConfigError, Problem
-from radixfleet.config.load import pydantic_problems
+from radixfleet.config.load import MAX_CATALOG_BYTES, pydantic_problems, read_bounded
 from radixfleet.profile import BUILTIN_PROFILES, ProfileError, resolve_profile
 from radixfleet.twin.registry import KINDS, UnknownPolicyError, resolve
 from radixfleet.twin.scenario import (
@@ -35,16 +36,14 @@ Finding = tuple[str, str]
 
 def load_scenario(path: Path) -> Scenario:
     """Load and fully check a scenario file; raise ConfigError listing every problem."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError([Problem(str(path), "", f"cannot read: {exc.strerror}")]) from exc
+    text = read_bounded(path, limit=MAX_CATALOG_BYTES)
     return parse_scenario(text, source=str(path), base=path.parent)
 
 
 def parse_scenario(text: str, *, source: str, base: Path | None = None) -> Scenario:
     """Validate scenario YAML; relative profile and trace paths are taken from `base`."""
     try:
+        check_bounds(text)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError([Problem(source, "", f"not valid YAML: {exc}")]) from exc

@@ -14,6 +14,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
+from radixfleet.bounded_yaml import YamlBoundsError, check_bounds
 from radixfleet.config.errors import ConfigError
 from radixfleet.config.load import MAX_CATALOG_BYTES, read_bounded
 from radixfleet.platform import KNATIVE_FEATURES, KUBERNETES_VERSION
@@ -147,7 +148,9 @@ def _manifest_files(paths: Iterable[Path], *, seen: frozenset[Path]) -> Iterator
 
 def _resources(kustomization: Path) -> list[str]:
     try:
-        loaded = yaml.safe_load(read_bounded(kustomization, limit=MAX_CATALOG_BYTES)) or {}
+        text = read_bounded(kustomization, limit=MAX_CATALOG_BYTES)
+        check_bounds(text)
+        loaded = yaml.safe_load(text) or {}
     except ConfigError as exc:
         raise ManifestTreeError(kustomization, _unreadable(exc)) from exc
     except yaml.YAMLError as exc:
@@ -160,12 +163,15 @@ def _resources(kustomization: Path) -> list[str]:
 
 def _documents(text: str) -> Iterator[Any]:
     """The documents of a file one at a time, on libyaml's parser (a 30 MB file in seconds,
-    not a minute), empty ones skipped."""
+    not a minute), empty ones skipped; text past the YAML bounds is refused before it is built."""
+    check_bounds(text)
     yield from (d for d in yaml.load_all(text, Loader=yaml.CSafeLoader) if d is not None)
 
 
 def _located(text: str, error: yaml.YAMLError) -> yaml.YAMLError:
     """The pure-Python parser's account of the error libyaml stopped at: it says where."""
+    if isinstance(error, YamlBoundsError):
+        return error  # already located, and the pure-Python parser would recurse into it
     try:
         for _ in yaml.safe_load_all(text):
             pass
