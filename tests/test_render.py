@@ -381,6 +381,37 @@ def test_a_listing_that_reaches_outside_its_folder_is_not_followed(tmp_path: Pat
     assert victim.read_text() == "keep me\n"
 
 
+def test_a_listed_file_under_a_symlinked_folder_is_not_removed(tmp_path: Path) -> None:
+    # A folder render generated, replaced by a link to another folder holding a file of the
+    # same name: the listing still names it, and render used to remove the file through it.
+    out = tmp_path / "out"
+    assert CliRunner().invoke(app, ["render", "--out", str(out)]).exit_code == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "victim.yaml").write_text("keep me\n")
+    (out / "inferenceservices" / "linked").symlink_to(elsewhere)
+    listing = out / "inferenceservices" / LISTING
+    listing.write_text(listing.read_text() + "linked/victim.yaml\n")
+    assert CliRunner().invoke(app, ["render", "--out", str(out)]).exit_code == 0
+    assert (elsewhere / "victim.yaml").read_text() == "keep me\n"
+
+
+def test_a_render_that_would_write_through_a_symlinked_folder_stops_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    assert CliRunner().invoke(app, ["render", "--out", str(out)]).exit_code == 0
+    generated = out / "inferenceservices" / "team-search"
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(generated, elsewhere)
+    generated.symlink_to(elsewhere)
+    (elsewhere / "one.yaml").write_text("not render's\n")
+    before = _snapshot(tmp_path)
+    result = CliRunner().invoke(app, ["render", "--out", str(out)])
+    assert result.exit_code == 2 and "symbolic link" in result.output, result.output
+    assert _snapshot(tmp_path) == before
+
+
 def test_tenant_namespaces_enforce_baseline_and_warn_of_restricted_at_the_platforms_minor(
     rendered: Path,
 ) -> None:

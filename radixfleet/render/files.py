@@ -3,6 +3,8 @@
 Every folder render writes holds `.radixfleet-generated`, the list of the files it generated
 there. A later render removes exactly the listed files it no longer produces: anything else in
 the folder (the catalog, Python sources, a user's notes) is never touched, whatever it says.
+Nor is anything outside it: render neither writes nor removes through a symbolic link (a
+subfolder linked elsewhere stops the render with an error and leaves a stale file in place).
 
 Writing is all or nothing: every file is first staged beside its target, and only when all are
 staged are they renamed into place (a rename within a folder is atomic). A full disk, a
@@ -53,6 +55,8 @@ def _stage_all(folders: Folders) -> list[tuple[Path, Path]]:
         for folder, files in folders.items():
             for rel, text in sorted(files.items()):
                 target = folder / rel
+                if _through_symlink(folder, rel):
+                    raise _symlink_error(folder, rel)
                 if target.parent not in ready:
                     created += _make_parents(target.parent)
                     ready.add(target.parent)
@@ -65,6 +69,11 @@ def _stage_all(folders: Folders) -> list[tuple[Path, Path]]:
                 made.rmdir()
         raise
     return staged
+
+
+def _symlink_error(folder: Path, rel: str) -> OSError:
+    message = f"{folder / rel}: a symbolic link on the way; render writes only inside {folder}"
+    return OSError(message)
 
 
 def _make_parents(folder: Path) -> list[Path]:
@@ -106,10 +115,17 @@ def _remove_stale(folder: Path, files: Iterable[str]) -> None:
         if rel in keep or not _inside(rel):
             continue  # a listing edited to reach outside its folder is not followed
         stale = folder / rel
-        if stale.is_file() and not stale.is_symlink():
+        if stale.is_file() and not _through_symlink(folder, rel):
             stale.unlink()
 
 
 def _inside(rel: str) -> bool:
     path = PurePosixPath(rel)
     return not path.is_absolute() and ".." not in path.parts
+
+
+def _through_symlink(folder: Path, rel: str) -> bool:
+    """Whether any part of `rel` under `folder` (a subfolder or the file) is a symbolic link:
+    render then would read, write or remove something outside the folder it was given."""
+    parts = PurePosixPath(rel).parts
+    return any((folder.joinpath(*parts[: i + 1])).is_symlink() for i in range(len(parts)))
