@@ -21,6 +21,7 @@ from pydantic.alias_generators import to_camel
 
 from inferenceservices.builder import MODEL_READER
 from radixfleet.config import Catalog, ConfigError, Problem, Region, load_catalog
+from radixfleet.config.catalog import MAX_NODES, MAX_VOLUME_GIB
 from radixfleet.config.load import pydantic_problems
 
 NAMESPACE = "radixfleet"
@@ -119,9 +120,9 @@ class SystemNodes(Settings):
     """The node group for the add-ons and controllers; GPU pools come from the catalog."""
 
     instance_type: str = "m7i.2xlarge"
-    min_nodes: Annotated[int, Field(ge=1)] = 2
-    max_nodes: Annotated[int, Field(ge=1)] = 6
-    root_volume_gib: Annotated[int, Field(ge=20)] = 100
+    min_nodes: Annotated[int, Field(ge=1, le=MAX_NODES)] = 2
+    max_nodes: Annotated[int, Field(ge=1, le=MAX_NODES)] = 6
+    root_volume_gib: Annotated[int, Field(ge=20, le=MAX_VOLUME_GIB)] = 100
 
 
 class ClusterSettings(Settings):

@@ -33,6 +33,29 @@ PLATFORM_NAMESPACE = "radixfleet-system"
 MONITORING_NAMESPACE = "monitoring"
 KNATIVE_NAMESPACE = "knative-serving"
 
+# Namespaces that belong to Kubernetes or to the platform: what infra installs into
+# (infra/components/kube/addons.py: the charts' releases and the model cache's download jobs),
+# and those of the networking layers and add-ons a platform team commonly runs beside it. No
+# tenant may claim one: a tenant's namespace gets the tenant's roles, Secrets and network rules,
+# which would then reach the platform's pods. Every `kube-` namespace is Kubernetes' too.
+RESERVED_NAMESPACES = frozenset(
+    {
+        "default",
+        PLATFORM_NAMESPACE,
+        MONITORING_NAMESPACE,
+        KNATIVE_NAMESPACE,
+        "knative-operator",
+        "knative-eventing",
+        "kserve",
+        "kserve-localmodel-jobs",
+        "cert-manager",
+        "istio-system",
+        "kourier-system",
+        "amazon-cloudwatch",
+    }
+)
+RESERVED_NAMESPACE_PREFIX = "kube-"
+
 # KServe's mode for an InferenceService with no serving.kserve.io/deploymentMode annotation
 # (the kserve-resources chart's kserve.controller.deploymentMode): Knative, so models scale to
 # zero unless they say otherwise.

@@ -223,11 +223,47 @@ BAD_CATALOGS = [
         "catalog.yaml: tenants[0].namespaces[0]: 'radixfleet-system' belongs to",
         id="tenant-claims-the-operators-namespace",
     ),
+    *(
+        pytest.param(
+            _set("tenants[0].namespaces", [namespace]),
+            f"catalog.yaml: tenants[0].namespaces[0]: '{namespace}' belongs to",
+            id=f"tenant-claims-{namespace}",
+        )
+        for namespace in ("knative-operator", "kserve-localmodel-jobs", "istio-system")
+    ),
     pytest.param(
         _set("models[0].max_replicas", 2**70),
         f"catalog.yaml: models[0].max_replicas: {2**70}: Input should be less than or equal to "
         "2147483647",
         id="max-replicas-beyond-int32",
+    ),
+    pytest.param(
+        _set("models[0].architecture.params_billion", 1e300),
+        "catalog.yaml: models[0].architecture.params_billion: 1e+300: Input should be less than "
+        "or equal to 100000",
+        id="params-billion-1e300-was-a-traceback",
+    ),
+    *(
+        pytest.param(
+            _set(field, 2**70),
+            f"catalog.yaml: {field}: {2**70}: Input should be less",
+            id=f"{field}-2**70",
+        )
+        for field in (
+            "regions[0].gpu_pools[0].max_nodes",
+            "regions[0].gpu_pools[0].model_cache_gib",
+            "tenants[0].gpu_budget.H100.guaranteed",
+            "tenants[0].token_budget.tokens_per_minute",
+            "models[0].slo.ttft_p95_ms",
+            "models[0].context_length",
+            "models[2].max_loras_per_batch",
+        )
+    ),
+    pytest.param(
+        _set("tenants[1].token_budget.per_model.llama-3-1-8b", 10**12),
+        "catalog.yaml: tenants[1].token_budget: a model's budget cannot exceed tokens_per_minute: "
+        "llama-3-1-8b",
+        id="a-models-token-budget-above-the-tenants-was-a-traceback",
     ),
     pytest.param(
         _set("models[0].architecture.params_billion", float("inf")),

@@ -196,6 +196,11 @@ STACK_CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         lambda v: v.update(reservedPools=["ap-northeast-1/l40s-spot", "us-east-1/h100-spot"]),
         "radixfleet:reservedPools: us-east-1/h100-spot is not spare: llama-3-1-8b",
     ),
+    "system-nodes-2**70": (
+        lambda v: v["cluster"].setdefault("systemNodes", {}).update(maxNodes=2**70),
+        f"radixfleet:cluster.systemNodes.maxNodes: {2**70}: Input should be less than or equal "
+        "to 5000",
+    ),
     "reserved-pool-unknown": (
         lambda v: v.update(reservedPools=["ap-northeast-1/l40s-spot", "us-east-1/a10g"]),
         "radixfleet:reservedPools[1]: no deployed GPU pool 'us-east-1/a10g'",

@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from radixfleet.platform import RESERVED_NAMESPACE_PREFIX, RESERVED_NAMESPACES
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 STORAGE_SCHEMES = ("s3://", "hf://", "pvc://", "gs://")
@@ -39,15 +41,22 @@ def _storage_uri(value: str) -> str:
     return value
 
 
-# Namespaces of Kubernetes and of the platform itself: no tenant may claim one.
-RESERVED_NAMESPACES = frozenset(
-    {"default", "kserve", "knative-serving", "cert-manager", "monitoring", "radixfleet-system"}
-)
-INT32_MAX = 2**31 - 1  # Kubernetes' int32 fields (replicas): a larger number is refused there
+# Bounds of the numbers, where the cluster or the cloud sets them: a catalog past one would
+# render manifests the API server or the cloud refuses, or overflow a computation first.
+INT32_MAX = 2**31 - 1  # Kubernetes' int32 fields (replicas) and SGLang's integer flags
+MAX_NODES = 5_000  # the largest cluster Kubernetes supports
+MAX_GPUS_PER_NODE = 16
+MAX_GPUS = MAX_NODES * MAX_GPUS_PER_NODE
+MAX_VOLUME_GIB = 16_384  # an EBS gp3 volume
+# Token counts go to Prometheus, which holds every sample as a float64: exact below 2**53.
+MAX_TOKENS_PER_MINUTE = 2**53 - 1
+MAX_SLO_MS = 3_600_000  # an hour
+MAX_PARAMS_BILLION = 100_000.0  # 100 trillion parameters; the largest models today have 2
+MAX_BYTES_PER_ELEMENT = 8  # float64, the widest weight or KV type
 
 
 def _tenant_namespace(value: str) -> str:
-    if value in RESERVED_NAMESPACES or value.startswith("kube-"):
+    if value in RESERVED_NAMESPACES or value.startswith(RESERVED_NAMESPACE_PREFIX):
         raise ValueError(f"{value!r} belongs to Kubernetes or the platform, not to a tenant")
     return value
 
@@ -56,9 +65,15 @@ Name = Annotated[str, AfterValidator(_dns1123_label)]
 ModelName = Annotated[Name, AfterValidator(_model_name)]
 TenantNamespace = Annotated[Name, AfterValidator(_tenant_namespace)]
 StorageUri = Annotated[str, AfterValidator(_storage_uri)]
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveInt = Annotated[int, Field(gt=0, le=INT32_MAX)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Replicas = Annotated[int, Field(ge=0, le=INT32_MAX)]
+NodeCount = Annotated[int, Field(ge=0, le=MAX_NODES)]
+GpuCount = Annotated[int, Field(ge=0, le=MAX_GPUS)]
+VolumeGib = Annotated[int, Field(ge=0, le=MAX_VOLUME_GIB)]
+TokensPerMinute = Annotated[int, Field(gt=0, le=MAX_TOKENS_PER_MINUTE)]
+Milliseconds = Annotated[int, Field(gt=0, le=MAX_SLO_MS)]
+BytesPerElement = Annotated[float, Field(gt=0, le=MAX_BYTES_PER_ELEMENT, allow_inf_nan=False)]
 
 
 class Strict(BaseModel):
@@ -87,19 +102,19 @@ class GpuPool(Strict):
     name: Name
     instance_type: str
     gpu_type: str
-    gpus_per_node: PositiveInt
-    min_nodes: NonNegativeInt = 0
-    max_nodes: PositiveInt
+    gpus_per_node: Annotated[int, Field(gt=0, le=MAX_GPUS_PER_NODE)]
+    min_nodes: NodeCount = 0
+    max_nodes: Annotated[NodeCount, Field(gt=0)]
     capacity: Capacity = "on-demand"
-    root_volume_gib: PositiveInt = 500
+    root_volume_gib: Annotated[VolumeGib, Field(gt=0)] = 500
     # GPUs kept free for a burst's first replicas: the pool's nodes run placeholder pods of
     # the lowest priority on them, which any serving pod preempts at once, and the cluster
     # autoscaler adds a node for the placeholders it evicted (infra: `m.gpu_headroom`).
-    headroom_gpus: NonNegativeInt = 0
+    headroom_gpus: GpuCount = 0
     # GiB of each node's volume kept for model weights: KServe's local model cache downloads
     # every model of the pool's GPU type there once, and a new replica loads from the node's
     # disk instead of the model store (radixfleet/render/modelcache.py). 0: no cache.
-    model_cache_gib: NonNegativeInt = 0
+    model_cache_gib: VolumeGib = 0
 
 
 class Region(Strict):
@@ -112,15 +127,24 @@ class Region(Strict):
 class GpuBudget(Strict):
     """GPUs a tenant is guaranteed of one GPU type, and how many more it may borrow when unused."""
 
-    guaranteed: NonNegativeInt
-    borrow: NonNegativeInt = 0
+    guaranteed: GpuCount
+    borrow: GpuCount = 0
 
 
 class TokenBudget(Strict):
     """Token-rate budgets in tokens per minute: overall, and optionally per model."""
 
-    tokens_per_minute: PositiveInt
-    per_model: dict[str, PositiveInt] = Field(default_factory=dict)
+    tokens_per_minute: TokensPerMinute
+    per_model: dict[str, TokensPerMinute] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _per_model_within_the_whole(self) -> TokenBudget:
+        above = sorted(m for m, tokens in self.per_model.items() if tokens > self.tokens_per_minute)
+        if above:
+            raise ValueError(
+                f"a model's budget cannot exceed tokens_per_minute: {', '.join(above)}"
+            )
+        return self
 
 
 class Tenant(Strict):
@@ -136,19 +160,19 @@ class Tenant(Strict):
 class Slo(Strict):
     """Serving objectives the autoscaler, the canary judge and the failover detector hold to."""
 
-    ttft_p95_ms: PositiveInt
-    itl_p95_ms: PositiveInt
+    ttft_p95_ms: Milliseconds
+    itl_p95_ms: Milliseconds
 
 
 class ModelArchitecture(Strict):
     """The numbers of a model that size its GPU memory: weights and KV cache per token."""
 
-    params_billion: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    params_billion: Annotated[float, Field(gt=0, le=MAX_PARAMS_BILLION, allow_inf_nan=False)]
     layers: PositiveInt
     kv_heads: PositiveInt
     head_dim: PositiveInt
-    weight_bytes_per_param: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 2.0
-    kv_bytes_per_element: PositiveInt = 2
+    weight_bytes_per_param: BytesPerElement = 2.0
+    kv_bytes_per_element: Annotated[int, Field(gt=0, le=MAX_BYTES_PER_ELEMENT)] = 2
 
     @property
     def kv_bytes_per_token(self) -> int:
