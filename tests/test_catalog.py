@@ -212,6 +212,39 @@ BAD_CATALOGS = [
         "not s3://",
         id="multinode-storage-not-pvc-or-oci",
     ),
+    *(
+        pytest.param(
+            _set("models[0].storage_uri", uri),
+            f"catalog.yaml: models[0].storage_uri: '{uri}' must name a folder inside "
+            "s3://radixfleet-models",
+            id=f"storage-uri-{name}",
+        )
+        for name, uri in [
+            ("bucket-root", "s3://radixfleet-models/"),
+            ("bucket-alone", "s3://radixfleet-models"),
+            ("dot-dot", "s3://radixfleet-models/meta-llama/../adapters"),
+        ]
+    ),
+    pytest.param(
+        _set("models[0].storage_uri", "s3://radixfleet-models/*"),
+        "catalog.yaml: models[0].storage_uri: 's3://radixfleet-models/*': no wildcards",
+        id="storage-uri-wildcard-granted-every-tenants-weights",
+    ),
+    pytest.param(
+        _set("models[0].storage_uri", "s3://radixfleet-models/adapters"),
+        "catalog.yaml: models[0].storage_uri: s3://radixfleet-models/adapters reaches tenant "
+        "'support''s adapter s3://radixfleet-models/adapters/support-tone",
+        id="a-shared-model-over-another-tenants-adapter",
+    ),
+    pytest.param(
+        _set(
+            "models[2].lora_adapters[1].storage_uri",
+            "s3://radixfleet-models/adapters/support-tone/v2",
+        ),
+        "catalog.yaml: models[2].lora_adapters[1].storage_uri: "
+        "s3://radixfleet-models/adapters/support-tone/v2 reaches tenant 'support''s adapter",
+        id="an-adapter-inside-another-tenants-adapter",
+    ),
     pytest.param(
         _set("tenants[0].namespaces", ["kube-system"]),
         "catalog.yaml: tenants[0].namespaces[0]: 'kube-system' belongs to Kubernetes or the "

@@ -35,10 +35,35 @@ def _model_name(value: str) -> str:
     return value
 
 
+# Characters a storage URI's path may not hold: `*` and `?` are IAM's wildcards and `$` starts
+# its policy variables. The path becomes the tenant's S3 read grant (infra: each tenant's pods
+# read only the prefixes of its models), so `s3://radixfleet-models/*` granted every tenant's
+# weights.
+_GRANT_WIDENERS = frozenset("*?$")
+
+
 def _storage_uri(value: str) -> str:
     if not value.startswith(STORAGE_SCHEMES) or len(value.split("://", 1)[1]) == 0:
         raise ValueError(f"{value!r} must start with one of {', '.join(STORAGE_SCHEMES)}")
+    location, path = storage_location(value)
+    if _GRANT_WIDENERS & set(value):
+        raise ValueError(
+            f"{value!r}: no wildcards or variables ({' '.join(sorted(_GRANT_WIDENERS))})"
+        )
+    segments = path.removesuffix("/").split("/")
+    if not path or any(s in ("", ".", "..") for s in segments):
+        raise ValueError(
+            f"{value!r} must name a folder inside {location}: no empty, '.' or '..' parts"
+        )
     return value
+
+
+def storage_location(uri: str) -> tuple[str, str]:
+    """(`scheme://bucket`, key prefix) of a storage URI: the bucket, claim or hub organisation,
+    and the path inside it."""
+    scheme, rest = uri.split("://", 1)
+    bucket, _, path = rest.partition("/")
+    return f"{scheme}://{bucket}", path
 
 
 # Bounds of the numbers, where the cluster or the cloud sets them: a catalog past one would

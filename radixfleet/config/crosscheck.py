@@ -36,6 +36,7 @@ def check_catalog(catalog: Catalog) -> list[Finding]:
         *_tenants(catalog),
         *_model_caches(catalog),
         *(f for i, m in enumerate(catalog.models) for f in _model(catalog, i, m)),
+        *_storage_lanes(catalog),
     ]
 
 
@@ -290,3 +291,30 @@ def _pd_pair(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding]:
         )
     elif peer.storage_uri != model.storage_uri:
         yield f"{loc}.pd_peer", f"{peer.name!r} serves other weights ({peer.storage_uri})"
+
+
+def _storage_lanes(catalog: Catalog) -> Iterator[Finding]:
+    """No tenant reads another's adapter: a URI a tenant's pods load (its models' weights, the
+    adapters it sees) may not lie inside, or contain, an adapter another tenant owns. Each URI
+    becomes a read grant of that tenant's role (infra), so a shared model at
+    `s3://radixfleet-models/adapters` would let every tenant of it read every adapter there."""
+    owned = [(a.storage_uri, a.tenant) for m in catalog.models for a in m.lora_adapters if a.tenant]
+    for i, model in enumerate(catalog.models):
+        loaded: list[tuple[str, str, str | None]] = [
+            (f"models[{i}].storage_uri", model.storage_uri, None)
+        ]
+        loaded += [
+            (f"models[{i}].lora_adapters[{j}].storage_uri", a.storage_uri, a.tenant)
+            for j, a in enumerate(model.lora_adapters)
+        ]
+        for loc, uri, owner in loaded:
+            readers = model.tenants if owner is None else [owner]  # each with its own grant
+            reached = {(o, u) for r in readers for u, o in owned if o != r and _overlap(uri, u)}
+            for other, other_uri in sorted(reached):
+                yield loc, f"{uri} reaches tenant {other!r}'s adapter {other_uri}"
+
+
+def _overlap(first: str, second: str) -> bool:
+    """Whether one storage URI lies inside the other (or both are one folder)."""
+    a, b = (f"{uri.removesuffix('/')}/" for uri in (first, second))
+    return a.startswith(b) or b.startswith(a)
