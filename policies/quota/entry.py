@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from policies.quota.gate import TokenGate, bearer
+from policies.quota.gate import TokenGate
 from policies.quota.kube import TENANTS, KubeSecrets, KubeTenants
 from policies.quota.ledger import TokenLedger
 from policies.quota.metrics import TokenMetrics
@@ -57,7 +57,7 @@ class ClusterGate:
         self.gate.install(app, model_of=model_of)
 
     def tenant_of(self, request: web.Request) -> str | None:
-        return self.gate.keys.get(bearer(request))
+        return self.gate.tenant_of(request)
 
     def registry(self) -> CollectorRegistry:
         return self.metrics.registry

@@ -33,24 +33,12 @@ from policies.quota.usage import (
 )
 from radixfleet.config.catalog import TokenBudget
 from radixfleet.entry.gate import TENANT, ModelOf
+from radixfleet.entry.openai import error_body
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 METERED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/generate"})
-
-
-def error_body(status: int, message: str) -> dict[str, Any]:
-    """SGLang's (and OpenAI's) error shape."""
-    kinds = {401: "UnauthorizedError", 429: "RateLimitError"}
-    return {
-        "error": {
-            "message": message,
-            "type": kinds.get(status, "BadRequestError"),
-            "code": status,
-            "retryable": status == 429,
-        }
-    }
 
 
 @dataclass
@@ -86,6 +74,10 @@ class TokenGate:
         if self.metrics is not None:
             budgets = self.ledger.budgets.items()
             self.metrics.budgets({t: b.tokens_per_minute for t, b in budgets if b is not None})
+
+    def tenant_of(self, request: web.Request) -> str | None:
+        """The tenant whose key `request` carries (None: unknown or missing)."""
+        return self.keys.get(bearer(request))
 
     def reload(self, *, budgets: Mapping[str, TokenBudget | None], keys: Mapping[str, str]) -> None:
         """New budgets and keys, as the Tenants and their Secrets changed (in a cluster the

@@ -22,6 +22,7 @@ from radixfleet.entry.kube import KubeCanaryPolicies, KubeDataPlaneKeys, keep_in
 from radixfleet.entry.prefixes import HotPrefixes
 from radixfleet.entry.server import ClusterEntry, Upstreams
 from radixfleet.entry.signals import TOKEN_ENV, SignalsRelay
+from radixfleet.fleet.entry import entry_runner
 from radixfleet.kit.kube import KubeInferenceServices, api_client
 from radixfleet.kit.registry import entry_gate, load_entry_gate
 from radixfleet.platform import PROMETHEUS_URL
@@ -74,7 +75,7 @@ async def serve(options: EntryOptions) -> None:
                 policies=KubeCanaryPolicies(api),
             )
         )
-        runner = web.AppRunner(entry.app(), shutdown_timeout=DRAIN_S)
+        runner = entry_runner(entry.app(), shutdown_timeout=DRAIN_S)
         await runner.setup()
         await web.TCPSite(runner, "0.0.0.0", options.port).start()
         log.info("entry serving on :%d (%d replicas share each budget)", options.port,

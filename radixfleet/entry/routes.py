@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from radixfleet.labels import BASELINE_POOL, SERVING_POOL
@@ -43,6 +44,7 @@ class ModelRoute:
     namespace: str
     targets: tuple[Target, ...] = ()
     baseline: str | None = None  # the stable revision, while its baseline serves a canary
+    created: int = 0  # the InferenceService's creation, in Unix seconds (OpenAI's `created`)
 
     def pick(self, draw: float) -> Target | None:
         """The target whose share holds `draw` (in [0, 100)); None with no target."""
@@ -115,10 +117,19 @@ def build_routes(
             continue
         name, namespace = str(meta.get("name", "")), str(meta["namespace"])
         route = ModelRoute(tenant=tenant, model=name, namespace=namespace,
-                           targets=targets_of(isvc),
+                           targets=targets_of(isvc), created=_created(meta),
                            baseline=(baselines or {}).get((namespace, name)))  # fmt: skip
         models.setdefault((tenant, route.model), route)  # first namespace of a tenant wins
     return Routes(models)
+
+
+def _created(meta: Mapping[str, Any]) -> int:
+    """`metadata.creationTimestamp` (RFC 3339, UTC) in Unix seconds; 0 when absent."""
+    stamp = meta.get("creationTimestamp")
+    try:
+        return int(datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return 0
 
 
 def _where(isvc: Mapping[str, Any]) -> tuple[str, str]:

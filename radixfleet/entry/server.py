@@ -27,7 +27,7 @@ import aiohttp
 from aiohttp import web
 
 from radixfleet import dataplane
-from radixfleet.emulator.protocol import ApiError
+from radixfleet.entry import openai
 from radixfleet.entry.gate import TENANT, EntryGate
 from radixfleet.entry.prefixes import HotPrefixes
 from radixfleet.entry.routes import ModelRoute, Routes, Target
@@ -37,6 +37,7 @@ from radixfleet.fleet.entry import (
     EntryError,
     StreamFailedEarlyError,
     error_middleware,
+    model_not_found,
     parse_body,
     relay,
 )
@@ -86,7 +87,9 @@ class ClusterEntry:
     def app(self) -> web.Application:
         app = web.Application(middlewares=[error_middleware], client_max_size=64 * 1024**2)
         app.add_routes([web.post(path, self.proxy) for path in PROXIED_PATHS])
-        app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health)])
+        app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health),
+                        web.get("/v1/models/{model}", self.model)])  # fmt: skip
+        openai.install_request_ids(app)
         # Inside the error middleware: a refused request costs nothing. The gate charges the
         # model this entry will resolve, so leaving `model` out never skips its budget.
         self.gate.install(app, model_of=lambda tenant, body: self._route(tenant, body).model)
@@ -112,12 +115,23 @@ class ClusterEntry:
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         """OpenAI's model list: the caller's own models (401 without a known key)."""
+        tenant = self._tenant(request)
+        routes = self.routes.of(tenant) if self.routes else []
+        return web.json_response({"object": "list", "data": [_model_object(r) for r in routes]})
+
+    async def model(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI's `GET /v1/models/{model}`: one of the caller's models, else 404."""
+        tenant, name = self._tenant(request), request.match_info["model"]
+        route = self.routes.resolve(tenant, name) if self.routes else None
+        if route is None:
+            raise model_not_found(name)
+        return web.json_response(_model_object(route))
+
+    def _tenant(self, request: web.Request) -> str:
         tenant = self.gate.tenant_of(request)
         if tenant is None:
-            raise ApiError(401, "Unknown or missing API key.")
-        routes = self.routes.of(tenant) if self.routes else []
-        data = [{"id": r.model, "object": "model", "owned_by": tenant} for r in routes]
-        return web.json_response({"object": "list", "data": data})
+            raise EntryError(401, "Unknown or missing API key.")
+        return tenant
 
     async def health(self, _request: web.Request) -> web.StreamResponse:
         """200 once the entry has read the cluster (Route 53 and the load balancer ask this)."""
@@ -131,10 +145,10 @@ class ClusterEntry:
         if (name is None or name == "default") and len(owned) == 1:
             return owned[0]
         if not isinstance(name, str) or not name:
-            raise ApiError(400, "Field 'model' is required.")
+            raise EntryError(400, "Field 'model' is required.", param="model")
         route = self.routes.resolve(tenant, name)
         if route is None:  # another tenant's model looks exactly like no model at all
-            raise ApiError(404, f"The model '{name}' does not exist.")
+            raise model_not_found(name)
         return route
 
     async def _forward(
@@ -159,7 +173,7 @@ class ClusterEntry:
     ) -> web.StreamResponse | None:  # fmt: skip
         """The revision's router's answer, or None if it has no worker or is not reachable."""
         url = self.upstreams.router(target) + request.path
-        headers = self._upstream_headers(target)
+        headers = {**self._upstream_headers(target), **_request_id(request)}
         relayed = {**served, "x-radixfleet-path": "router"}
         try:
             async with self.session.post(url, data=raw, headers=headers) as upstream:
@@ -173,7 +187,8 @@ class ClusterEntry:
     async def _through_knative(
         self, request: web.Request, target: Target, raw: bytes, served: dict[str, str]
     ) -> web.StreamResponse:
-        headers = {**self._upstream_headers(target), "Knative-Serving-Revision": target.revision,
+        headers = {**self._upstream_headers(target), **_request_id(request),
+                   "Knative-Serving-Revision": target.revision,
                    "Knative-Serving-Namespace": target.namespace}  # fmt: skip
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.wake_timeout_s)
         url = self.upstreams.knative(target) + request.path
@@ -200,6 +215,14 @@ class ClusterEntry:
 
 
 _JSON = {"Content-Type": "application/json"}
+
+
+def _request_id(request: web.Request) -> dict[str, str]:
+    return {openai.REQUEST_ID: openai.request_id(request)}
+
+
+def _model_object(route: ModelRoute) -> dict[str, Any]:
+    return openai.model_object(route.model, created=route.created, owned_by=route.tenant)
 
 
 async def _no_workers(upstream: aiohttp.ClientResponse) -> bool:

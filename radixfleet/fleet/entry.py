@@ -4,7 +4,7 @@ The entry stands where Knative's activator stands in a cluster, in front of each
 smg gateway: it reads the request's `model`, and when that model has no ready replica it asks
 the model's `Scaler` for one and holds the request until the replica is healthy and registered
 with the router (scale-to-zero loses no request). A request held longer than the wake timeout
-gets 503 with `Retry-After` and SGLang's error body. Answers stream through unchanged.
+gets 503 with `Retry-After`. Answers stream through unchanged.
 
 A revision may have several router replicas (`RouterPool`). The entry sends each request to one
 of them: by a consistent (rendezvous) hash of the prompt's opening characters, so that requests
@@ -18,8 +18,9 @@ baseline (the stable model on replicas of its own, canary/README.md), the baseli
 much as the canary once one of its replicas is ready (`radixfleet.revisions.pick_revision`, the
 twin's split too).
 
-Bad input gets SGLang's status and error body, never a traceback: malformed JSON 400, an unknown
-model 404, an unknown path 404.
+Bad input gets its status and OpenAI's error body (`radixfleet/entry/openai.py`), never a
+traceback: malformed JSON 400, an unknown model 404, an unknown path 404, a wrong method 405
+with `Allow`.
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
+from aiohttp.log import access_logger
 
 from radixfleet.emulator.protocol import ApiError
+from radixfleet.entry import openai
 from radixfleet.entry.gate import ModelOf
 from radixfleet.entry.signals import SignalsRelay
 from radixfleet.fleet.scaler import PromptRecorder, Scaler
@@ -56,11 +59,44 @@ _JSON = "application/json"
 
 
 class EntryError(ApiError):
-    """An ApiError with headers to send along (Retry-After)."""
+    """An error of the entry's own, with OpenAI's `code` and `param` and headers to send along
+    (Retry-After)."""
 
-    def __init__(self, status: int, message: str, *, headers: Mapping[str, str]) -> None:
+    def __init__(
+        self, status: int, message: str, *, headers: Mapping[str, str] | None = None,
+        code: str | None = None, param: str | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(status, message)
-        self.headers = dict(headers)
+        self.headers = dict(headers or {})
+        self.code = code
+        self.param = param
+
+    def answer(self) -> web.Response:
+        body = openai.error_body(self.status, self.message, code=self.code, param=self.param)
+        return web.json_response(body, status=self.status, headers=self.headers)
+
+
+def entry_runner(
+    app: web.Application,
+    *,
+    shutdown_timeout: float,
+    access_log: logging.Logger | None = access_logger,
+) -> web.AppRunner:
+    """The aiohttp runner of a region entry (the cluster's and the local fleet's).
+
+    With `handler_cancellation`, a client that hangs up cancels its handler, which closes the
+    request to the router, and smg aborts the generation. aiohttp's default runs the handler to
+    the end: a whole (non-streamed) answer nobody will read was generated and charged, and the
+    SDK's two retries of a timed-out call left three generations running."""
+    return web.AppRunner(
+        app, shutdown_timeout=shutdown_timeout, access_log=access_log, handler_cancellation=True
+    )
+
+
+def model_not_found(name: object) -> EntryError:
+    """404 for a model the caller cannot use (another tenant's looks exactly like none)."""
+    message = f"The model '{name}' does not exist."
+    return EntryError(404, message, code="model_not_found", param="model")
 
 
 @dataclass(frozen=True)
@@ -147,6 +183,8 @@ class Gate(Protocol):
 
     def install(self, app: web.Application, *, model_of: ModelOf | None = None) -> None: ...
 
+    def tenant_of(self, request: web.Request) -> str | None: ...
+
 
 class RegionEntry:
     """The aiohttp application of one region's entry."""
@@ -179,12 +217,15 @@ class RegionEntry:
         self.woken: list[tuple[str, float]] = []  # (model, seconds a request was held)
         self.gate = gate
         self.signals = signals  # the fleet's failover reads the region's Prometheus through it
+        self.started = int(time.time())  # the models' `created`: they exist since the entry does
         self.app = self._build_app()
 
     def _build_app(self) -> web.Application:
         app = web.Application(middlewares=[error_middleware], client_max_size=64 * 1024**2)
         app.add_routes([web.post(path, self.proxy) for path in PROXIED_PATHS])
-        app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health)])
+        app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health),
+                        web.get("/v1/models/{model}", self.model)])  # fmt: skip
+        openai.install_request_ids(app)
         if self.gate is not None:  # inside the error middleware: a throttled request never wakes
             self.gate.install(app, model_of=lambda _tenant, body: self._model_for(body))
         if self.signals is not None:
@@ -219,13 +260,27 @@ class RegionEntry:
         self.scalers[model], self.routers[model] = canary.scaler, as_pool(canary.router)
         return canary
 
-    async def models(self, _request: web.Request) -> web.StreamResponse:
-        """OpenAI's model list: the models this region serves."""
-        data = [
-            {"id": name, "object": "model", "owned_by": "radixfleet", "region": self.region}
-            for name in self.scalers
-        ]
+    async def models(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI's model list: the models this region serves (with a gate: to a known key)."""
+        self._authenticate(request)
+        data = [self._model_object(name) for name in self.scalers]
         return web.json_response({"object": "list", "data": data})
+
+    async def model(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI's `GET /v1/models/{model}`."""
+        self._authenticate(request)
+        name = request.match_info["model"]
+        if name not in self.scalers:
+            raise model_not_found(name)
+        return web.json_response(self._model_object(name))
+
+    def _authenticate(self, request: web.Request) -> None:
+        if self.gate is not None and self.gate.tenant_of(request) is None:
+            raise EntryError(401, "Unknown or missing API key.")
+
+    def _model_object(self, name: str) -> dict[str, Any]:
+        return {**openai.model_object(name, created=self.started, owned_by="radixfleet"),
+                "region": self.region}  # fmt: skip
 
     async def health(self, _request: web.Request) -> web.StreamResponse:
         """200 while the region accepts requests (whatever its models' replica counts)."""
@@ -253,9 +308,10 @@ class RegionEntry:
         if name is None or name == "default":
             if len(self.scalers) == 1:
                 return next(iter(self.scalers))
-            raise ApiError(400, f"Field 'model' is required: {self.region} serves several.")
+            message = f"Field 'model' is required: {self.region} serves several."
+            raise EntryError(400, message, param="model")
         if not isinstance(name, str) or name not in self.scalers:
-            raise ApiError(404, f"The model '{name}' does not exist.")
+            raise model_not_found(name)
         return name
 
     async def _ensure_capacity(self, scaler: Scaler) -> None:
@@ -309,7 +365,7 @@ class RegionEntry:
         request (retry shortly); with `may_resend`, `StreamFailedEarlyError` for a stream that
         failed before its first event."""
         # Only the body goes upstream: a tenant's key stays at the entry that checked it.
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": _JSON, openai.REQUEST_ID: openai.request_id(request)}
         async with self.session.post(url, data=raw, headers=headers) as upstream:
             if upstream.status < 400 or upstream.content_type == "text/event-stream":
                 return await relay(request, upstream, may_resend=may_resend)
@@ -317,8 +373,9 @@ class RegionEntry:
             if not_ready_yet(upstream.status, body) and not last_try:
                 return None
             return web.Response(
-                status=upstream.status, body=body, content_type=upstream.content_type or _JSON
-            )
+                status=upstream.status, body=body, content_type=upstream.content_type or _JSON,
+                headers=retry_after(upstream),
+            )  # fmt: skip
 
 
 def _rotation(pool: RouterPool, first: str) -> Iterator[str]:
@@ -331,25 +388,29 @@ def _rotation(pool: RouterPool, first: str) -> Iterator[str]:
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every error as SGLang's status and JSON body, never a traceback."""
+    """Every error as its status and OpenAI's JSON body (`openai.py`), never a traceback."""
     try:
         return await handler(request)
     except EntryError as err:
-        return web.json_response(err.body(), status=err.status, headers=err.headers)
+        return err.answer()
     except ApiError as err:
-        return web.json_response(err.body(), status=err.status)
+        return EntryError(err.status, err.message).answer()
     except web.HTTPException as err:
         if err.status < 400:
             raise
-        return web.json_response(ApiError(err.status, err.reason).body(), status=err.status)
+        kept = {k: v for k, v in err.headers.items() if k in _KEPT_HEADERS}  # 405's Allow
+        return EntryError(err.status, err.reason, headers=kept).answer()
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-        raise  # the client went away: nothing to answer
+        raise  # the client went away: nothing to answer (aiohttp logs it at debug)
     except aiohttp.ClientError as err:  # the upstream failed (a router or replica went away)
         log.warning("upstream failed on %s: %s", request.path, err)
-        return web.json_response(ApiError(502, "The upstream failed to answer.").body(), status=502)
+        return EntryError(502, "The upstream failed to answer.").answer()
     except Exception:
         log.exception("unhandled error on %s", request.path)
-        return web.json_response(ApiError(500, "Internal server error.").body(), status=500)
+        return EntryError(500, "Internal server error.").answer()
+
+
+_KEPT_HEADERS = frozenset({"Allow", "Retry-After"})
 
 
 # smg 1.13 answers these before any worker saw the request, so a retry is always safe: it
@@ -397,8 +458,21 @@ async def relay(
     body = await upstream.read()
     content_type = upstream.content_type or "application/json"
     return web.Response(
-        status=upstream.status, body=body, content_type=content_type, headers=headers
-    )
+        status=upstream.status, body=body, content_type=content_type,
+        headers={**retry_after(upstream), **(headers or {})},
+    )  # fmt: skip
+
+
+# A relayed 429 or 503 without the upstream's own Retry-After gets this one (smg sends none
+# when every worker of a revision is down); clients and the SDK back off by it.
+RELAYED_RETRY_AFTER_S = 5
+
+
+def retry_after(upstream: aiohttp.ClientResponse) -> dict[str, str]:
+    """The `Retry-After` to relay with the upstream's answer (none unless it is 429 or 503)."""
+    if upstream.status not in (429, 503):
+        return {}
+    return {"Retry-After": upstream.headers.get("Retry-After", str(RELAYED_RETRY_AFTER_S))}
 
 
 async def _stream(
@@ -475,7 +549,7 @@ def _split_events(data: bytes) -> tuple[bytes, bytes]:
 def stream_error_event(message: str) -> bytes:
     """The error event and `[DONE]` that end a broken stream, as SGLang and smg end theirs: the
     client learns the answer is incomplete, and nothing is sent again (no token repeats)."""
-    error = {"error": {"message": message, "type": "stream_error", "code": 502}}
+    error = openai.error_body(502, message, code="stream_error")
     return f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n".encode()
 
 

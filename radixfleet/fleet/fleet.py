@@ -38,7 +38,7 @@ from aiohttp import web
 from radixfleet.emulator.tokenizer import ensure_tokenizer_dir
 from radixfleet.entry.signals import PREFIX as SIGNALS_PREFIX
 from radixfleet.entry.signals import SignalsRelay
-from radixfleet.fleet.entry import Baseline, Canary, Gate, RegionEntry, RouterPool
+from radixfleet.fleet.entry import Baseline, Canary, Gate, RegionEntry, RouterPool, entry_runner
 from radixfleet.fleet.procs import Supervisor, free_ports, stop_async
 from radixfleet.fleet.prometheus import (
     PrometheusServer,
@@ -302,7 +302,7 @@ class LocalFleet:
             gate=self.gates.get(region.spec.name),
             signals=SignalsRelay(token=self.fleet_token, session=self._session),
         )
-        region.runner = web.AppRunner(region.entry.app, access_log=None, shutdown_timeout=1.0)
+        region.runner = entry_runner(region.entry.app, shutdown_timeout=1.0, access_log=None)
         await region.runner.setup()
         # reuse_port: a restarted entry listens beside the old one until that one has drained.
         site = web.TCPSite(region.runner, self.host, port, backlog=4096, reuse_port=True)

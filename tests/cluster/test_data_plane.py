@@ -312,7 +312,7 @@ def test_a_request_without_a_tenants_key_gets_401(
     _, url = plane
     answer = _chat(url, key)
     assert answer.status == 401
-    assert json.loads(answer.body)["error"]["code"] == 401
+    assert json.loads(answer.body)["error"]["code"] == "invalid_api_key"
 
 
 def test_the_operator_made_each_namespaces_data_plane_key_and_only_it_opens_router_and_model(

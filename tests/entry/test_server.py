@@ -144,8 +144,11 @@ def _gate() -> ClusterGate:
 
 def _isvc(name: str, namespace: str) -> dict[str, Any]:
     traffic = [{"revisionName": REVISION, "percent": 100}]
-    return {"metadata": {"name": name, "namespace": namespace},
+    return {"metadata": {"name": name, "namespace": namespace, "creationTimestamp": CREATED},
             "status": {"components": {"predictor": {"traffic": traffic}}}}  # fmt: skip
+
+
+CREATED = "2026-11-28T09:30:00Z"  # 1795858200 in Unix seconds
 
 
 @asynccontextmanager
@@ -260,25 +263,43 @@ def test_a_revision_its_router_cannot_serve_is_reached_the_knative_way(
 
 
 @pytest.mark.parametrize(
-    ("key", "body", "status"),
+    ("key", "body", "status", "code", "param"),
     [
-        pytest.param(None, _chat(), 401, id="no-key"),
-        pytest.param("sk-nobody", _chat(), 401, id="unknown-key"),
-        pytest.param("sk-green", _chat("blue-only"), 404, id="another-tenants-model"),
-        pytest.param("sk-blue", _chat(None), 400, id="model-left-out-with-two-models"),
-        pytest.param("sk-blue", _chat("nope"), 404, id="no-such-model"),
+        pytest.param(None, _chat(), 401, "invalid_api_key", None, id="no-key"),
+        pytest.param("sk-nobody", _chat(), 401, "invalid_api_key", None, id="unknown-key"),
+        pytest.param(
+            "sk-green",
+            _chat("blue-only"),
+            404,
+            "model_not_found",
+            "model",
+            id="another-tenants-model",
+        ),
+        pytest.param(
+            "sk-blue", _chat(None), 400, None, "model", id="model-left-out-with-two-models"
+        ),
+        pytest.param("sk-blue", _chat("nope"), 404, "model_not_found", "model", id="no-such-model"),
     ],
 )
-def test_refusals_are_sglangs_errors(
-    gateways: Gateways, key: str | None, body: dict[str, Any], status: int
+def test_refusals_are_openais_errors(
+    gateways: Gateways,
+    key: str | None,
+    body: dict[str, Any],
+    status: int,
+    code: str | None,
+    param: str | None,
 ) -> None:
     async def go() -> tuple[int, dict[str, str], str]:
         async with _entry(gateways) as (url, _, _entry_app):
             return await _post(url, key, body)
 
-    got, _, text = run(go())
+    got, headers, text = run(go())
     assert got == status, text
-    assert json.loads(text)["error"]["code"] == status
+    error = json.loads(text)["error"]
+    assert set(error) == {"message", "type", "param", "code"}  # OpenAI's, as smg's relayed are
+    assert (error["code"], error["param"]) == (code, param)
+    assert error["type"] == "invalid_request_error" and error["message"]
+    assert {k.lower(): v for k, v in headers.items()}["x-request-id"].startswith("req_")
 
 
 def test_a_namespace_whose_data_plane_key_is_not_known_yet_waits_with_retry_after(
@@ -350,6 +371,51 @@ def test_the_model_list_is_the_callers_own(gateways: Gateways) -> None:
     listed, anonymous = run(go())
     assert [m["id"] for m in listed["data"]] == ["blue-only", "chat"]
     assert anonymous == 401
+    for model in listed["data"]:  # OpenAI's required fields; a typed client refused the list
+        assert model | {"id": None} == {"id": None, "object": "model", "created": 1795858200,
+                                        "owned_by": "blue"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("key", "model", "status"),
+    [
+        pytest.param("sk-blue", "blue-only", 200, id="own-model"),
+        pytest.param("sk-green", "blue-only", 404, id="another-tenants-model"),
+        pytest.param("sk-blue", "nope", 404, id="no-such-model"),
+        pytest.param(None, "chat", 401, id="no-key"),
+    ],
+)
+def test_a_model_is_retrieved_by_its_tenant_only(
+    gateways: Gateways, key: str | None, model: str, status: int
+) -> None:
+    async def go() -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        async with (
+            _entry(gateways) as (url, _, _entry_app),
+            aiohttp.ClientSession() as s,
+            s.get(f"{url}/v1/models/{model}", headers=headers) as answer,
+        ):
+            return answer.status, await answer.json()
+
+    got, body = run(go())
+    assert got == status, body
+    if status == 200:
+        assert (body["id"], body["owned_by"], body["created"]) == (model, "blue", 1795858200)
+    else:
+        assert body["error"]["code"] in ("model_not_found", "invalid_api_key")
+
+
+def test_a_clients_request_id_reaches_the_router_and_comes_back(gateways: Gateways) -> None:
+    async def go() -> tuple[str, list[str]]:
+        async with _entry(gateways) as (url, knative, _entry_app), aiohttp.ClientSession() as s:
+            headers = {"Authorization": "Bearer sk-red", "x-request-id": "trace-77"}
+            async with s.post(f"{url}/v1/chat/completions", json=_chat(), headers=headers) as a:
+                await a.read()
+                ids = [v for h in knative.seen for k, v in h.items() if k.lower() == "x-request-id"]
+                return a.headers["x-request-id"], ids
+
+    returned, upstream = run(go())
+    assert returned == "trace-77" and upstream == ["trace-77"]
 
 
 @pytest.mark.parametrize("replicas", [1, 2, 3, 7])

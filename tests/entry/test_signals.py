@@ -119,7 +119,7 @@ def test_bad_queries_get_a_json_error_and_the_relay_keeps_answering(
             headers = {**auth, "Content-Type": "application/x-www-form-urlencoded"}
             answer = requests.post(query_url, data=form, headers=headers, timeout=10)
         assert answer.status_code == status
-        assert answer.json()["error"]["code"] == status
+        assert answer.json()["error"]["type"] == "invalid_request_error"  # OpenAI's shape
         assert _client(url, TOKEN).scalar("radixfleet_test_ready", at=AT) == 3.0
 
 

@@ -1,15 +1,18 @@
 """The region entry against fakes: a stand-in router and a fake Scaler that records its calls.
 
 Wake from zero (held requests succeed, one wake for many), the bounded wait (503 with
-Retry-After and SGLang's body), streaming through, and bad input answered with SGLang's errors.
+Retry-After), streaming through, bad input answered with OpenAI's errors, OpenAI's model
+routes and request ids, and a client's hang-up reaching the router.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -17,7 +20,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from radixfleet.fleet.entry import Baseline, Canary, RegionEntry, RouterPool
+from radixfleet.fleet.entry import Baseline, Canary, RegionEntry, RouterPool, entry_runner
 from radixfleet.fleet.scaler import ReplicaInfo
 
 
@@ -88,8 +91,12 @@ async def router_standin(request: web.Request) -> web.StreamResponse:
 
 
 @asynccontextmanager
-async def serve(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app, access_log=None)
+async def serve(app: web.Application, *, entry: bool = False) -> AsyncIterator[str]:
+    """`app` on a free port; an entry's on the runner the entries ship with."""
+    if entry:
+        runner = entry_runner(app, shutdown_timeout=1.0, access_log=None)
+    else:
+        runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     try:
@@ -128,7 +135,7 @@ def run(scalers: dict[str, FakeScaler], scenario: Scenario, *, wake_timeout_s: f
                 wake_timeout_s=wake_timeout_s,
                 retry_after_s=7,
             )
-            async with serve(entry.app) as url:
+            async with serve(entry.app, entry=True) as url:
                 await scenario(session, url, entry)
 
     asyncio.run(main())
@@ -160,8 +167,7 @@ def test_a_wake_that_takes_too_long_answers_503_with_retry_after() -> None:
         status, text, headers = await post(session, url, {"model": "m"})
         assert (status, headers["Retry-After"]) == (503, "7")
         error = json.loads(text)["error"]
-        assert (error["type"], error["code"], error["retryable"]) == (
-            "ServiceUnavailableError", 503, True)  # fmt: skip
+        assert (error["type"], error["code"]) == ("server_error", "service_unavailable")
         assert "starting from zero" in error["message"]
 
     run({"m": scaler}, scenario, wake_timeout_s=0.3)
@@ -195,24 +201,33 @@ def test_a_callers_key_never_reaches_the_router() -> None:
     run({"m": FakeScaler("m", ready=1)}, scenario)
 
 
-def test_bad_input_gets_sglang_errors_not_tracebacks() -> None:
+def test_bad_input_gets_openais_errors_not_tracebacks() -> None:
     scalers = {"a": FakeScaler("a", ready=1), "b": FakeScaler("b", ready=1)}
 
     async def scenario(session: aiohttp.ClientSession, url: str, entry: RegionEntry) -> None:
         cases = {
-            b"{not json": (400, "BadRequestError", "Invalid JSON body"),
-            b"[1, 2]": (400, "BadRequestError", "must be a JSON object"),
-            json.dumps({"model": "nope"}).encode(): (404, "NotFoundError", "'nope' does not exist"),
-            json.dumps({"prompt": "x"}).encode(): (400, "BadRequestError", "'model' is required"),
+            b"{not json": (400, None, None, "Invalid JSON body"),
+            b"[1, 2]": (400, None, None, "must be a JSON object"),
+            json.dumps({"model": "nope"}).encode(): (
+                404,
+                "model_not_found",
+                "model",
+                "'nope' does not exist",
+            ),
+            json.dumps({"prompt": "x"}).encode(): (400, None, "model", "'model' is required"),
         }
-        for body, (code, kind, words) in cases.items():
+        for body, (status_wanted, code, param, words) in cases.items():
             status, text, _ = await post(session, url, body)
             error = json.loads(text)["error"]
-            assert (status, error["type"], error["code"]) == (code, kind, code), body
+            assert status == status_wanted and error["type"] == "invalid_request_error", body
+            assert (error["code"], error["param"]) == (code, param), body
             assert words in error["message"] and "Traceback" not in text
         async with session.get(f"{url}/no/such/path") as answer:
             assert answer.status == 404
-            assert (await answer.json())["error"]["type"] == "NotFoundError"
+            assert (await answer.json())["error"]["code"] == "not_found"
+        async with session.get(f"{url}/v1/chat/completions") as answer:
+            assert answer.status == 405 and answer.headers["Allow"] == "POST"
+            assert (await answer.json())["error"]["code"] == "method_not_allowed"
         assert all(count == 0 for count in entry.in_flight.values())
 
     run(scalers, scenario)
@@ -347,12 +362,19 @@ def registering(answers: list[tuple[int, dict[str, Any]]]) -> tuple[web.Applicat
 
 
 def _through(router_app: web.Application, *, wake_timeout_s: float = 5) -> tuple[int, Any]:
-    async def main() -> tuple[int, Any]:
+    status, body, _ = _through_with_headers(router_app, wake_timeout_s=wake_timeout_s)
+    return status, body
+
+
+def _through_with_headers(
+    router_app: web.Application, *, wake_timeout_s: float = 5
+) -> tuple[int, Any, Mapping[str, str]]:
+    async def main() -> tuple[int, Any, Mapping[str, str]]:
         async with serve(router_app) as router, aiohttp.ClientSession() as session:
             entry = one_model_entry(session, router, wake_timeout_s=wake_timeout_s)
-            async with serve(entry.app) as url:
-                status, text, _ = await post(session, url, {"model": "m"})
-                return status, json.loads(text)
+            async with serve(entry.app, entry=True) as url:
+                status, text, headers = await post(session, url, {"model": "m"})
+                return status, json.loads(text), headers
 
     return asyncio.run(main())
 
@@ -376,9 +398,10 @@ def test_other_503s_and_a_router_that_never_gets_ready_are_passed_on(
     answers: list[tuple[int, dict[str, Any]]], wake_timeout_s: float
 ) -> None:
     app, calls = registering(answers)
-    status, body = _through(app, wake_timeout_s=wake_timeout_s)
+    status, body, headers = _through_with_headers(app, wake_timeout_s=wake_timeout_s)
     assert status == 503 and body == answers[0][1]
     assert len(calls) < len(answers) or len(calls) == 1
+    assert headers["Retry-After"] == "5"  # smg sends none; a client backs off by ours
 
 
 EVENT = b'data: {"choices": [{"text": " one"}]}\n\n'
@@ -477,3 +500,117 @@ def test_a_stream_is_sent_once_more_at_most_and_never_after_a_token(
     assert body.count(EVENT) <= 1  # no token sent twice
     assert body.endswith(b"data: [DONE]\n\n")  # a broken stream ends with an error and [DONE]
     assert body == client_sees or b'"stream_error"' in body
+
+
+def test_a_client_that_hangs_up_on_a_whole_answer_closes_the_request_to_the_router() -> None:
+    # aiohttp ran the entry's handler to the end: smg kept generating (and the gate charging)
+    # an answer nobody would read. Now the router sees the connection close, and smg aborts.
+    async def main() -> None:
+        hung_up = asyncio.Event()
+
+        async def slow_router(request: web.Request) -> web.StreamResponse:
+            await request.read()
+            while request.transport is not None and not request.transport.is_closing():
+                await asyncio.sleep(0.02)
+            hung_up.set()
+            return web.json_response({})
+
+        upstream = web.Application()
+        upstream.router.add_post("/v1/completions", slow_router)
+        async with serve(upstream) as router, aiohttp.ClientSession() as session:
+            entry = one_model_entry(session, router)
+            async with serve(entry.app, entry=True) as url:
+                with pytest.raises(TimeoutError):
+                    await session.post(f"{url}/v1/completions", json={"model": "m"},
+                                       timeout=aiohttp.ClientTimeout(total=0.5))  # fmt: skip
+                await asyncio.wait_for(hung_up.wait(), timeout=20)
+                assert entry.in_flight["m"] == 0
+
+    asyncio.run(main())
+
+
+def test_models_are_openai_model_objects_and_each_can_be_retrieved() -> None:
+    async def scenario(session: aiohttp.ClientSession, url: str, entry: RegionEntry) -> None:
+        async with session.get(f"{url}/v1/models") as answer:
+            listed = (await answer.json())["data"]
+        assert [m["id"] for m in listed] == ["m"]
+        assert {"id", "object", "created", "owned_by"} <= set(listed[0])
+        assert abs(listed[0]["created"] - time.time()) < 600
+        async with session.get(f"{url}/v1/models/m") as answer:
+            assert answer.status == 200 and await answer.json() == listed[0]
+        async with session.get(f"{url}/v1/models/nope") as answer:
+            assert answer.status == 404
+            assert (await answer.json())["error"]["code"] == "model_not_found"
+
+    run({"m": FakeScaler("m", ready=1)}, scenario)
+
+
+@pytest.mark.parametrize(
+    ("sent", "kept"),
+    [
+        pytest.param("trace-4f1c.2", True, id="a-clients-id-is-kept"),
+        pytest.param(None, False, id="none-given-one-is-made"),
+        pytest.param("x" * 200, False, id="too-long-is-replaced"),
+        pytest.param("a b\tc", False, id="spaces-are-replaced"),
+    ],
+)
+def test_every_answer_carries_the_request_id_the_router_saw(sent: str | None, kept: bool) -> None:
+    async def main() -> None:
+        seen: list[str] = []
+
+        async def recording_router(request: web.Request) -> web.StreamResponse:
+            seen.append(request.headers.get("x-request-id", ""))
+            return web.json_response({"choices": []})
+
+        upstream = web.Application()
+        upstream.router.add_post("/v1/completions", recording_router)
+        async with serve(upstream) as router, aiohttp.ClientSession() as session:
+            entry = one_model_entry(session, router)
+            async with serve(entry.app, entry=True) as url:
+                headers = {"x-request-id": sent} if sent is not None else {}
+                async with session.post(f"{url}/v1/completions", json={"model": "m"},
+                                        headers=headers) as answer:  # fmt: skip
+                    returned = answer.headers["x-request-id"]
+                async with session.get(f"{url}/v1/models/nope", headers=headers) as refused:
+                    assert refused.headers["x-request-id"] != ""
+        assert seen == [returned]
+        assert (returned == sent) is kept
+        if not kept:
+            assert returned.startswith("req_")
+
+    asyncio.run(main())
+
+
+def test_a_client_that_hangs_up_mid_stream_stops_the_router_and_logs_no_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Each such hang-up logged a full traceback at ERROR (the handler wrote to a closed client).
+    async def main() -> None:
+        hung_up = asyncio.Event()
+
+        async def endless_stream(request: web.Request) -> web.StreamResponse:
+            await request.read()
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            try:
+                while True:
+                    await response.write(b'data: {"choices": [{"text": "x"}]}\n\n')
+                    await asyncio.sleep(0.02)
+            except ConnectionResetError:
+                hung_up.set()
+            return response
+
+        upstream = web.Application()
+        upstream.router.add_post("/v1/completions", endless_stream)
+        async with serve(upstream) as router, aiohttp.ClientSession() as session:
+            entry = one_model_entry(session, router)
+            async with serve(entry.app, entry=True) as url:
+                answer = await session.post(f"{url}/v1/completions",
+                                            json={"model": "m", "stream": True})  # fmt: skip
+                await answer.content.readline()
+                answer.close()
+                await asyncio.wait_for(hung_up.wait(), timeout=20)
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(main())
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

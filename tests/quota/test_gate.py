@@ -97,7 +97,7 @@ def test_unknown_key_is_401_and_reaches_no_replica() -> None:
     async def test(client: TestClient, _: TokenGate) -> None:
         response = await client.post("/v1/chat/completions", json=chat())
         assert response.status == 401
-        assert (await response.json())["error"]["type"] == "UnauthorizedError"
+        assert (await response.json())["error"]["code"] == "invalid_api_key"
 
     run(test)
 
@@ -113,7 +113,7 @@ def test_past_the_budget_answers_429_with_retry_after() -> None:
         throttled = await client.post("/v1/chat/completions", json=chat(), headers=AUTH_A)
         assert throttled.status == 429
         assert int(throttled.headers["Retry-After"]) >= 1
-        assert (await throttled.json())["error"]["retryable"] is True
+        assert (await throttled.json())["error"]["code"] == "rate_limit_exceeded"
         other = await client.post(
             "/v1/chat/completions", json=chat(), headers={"Authorization": "Bearer key-b"}
         )
