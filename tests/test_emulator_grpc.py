@@ -206,3 +206,21 @@ def test_model_and_loads_describe_the_replica(stub: tuple[Any, RunningEmulator])
     server = client.GetServerInfo(pb.GetServerInfoRequest(), timeout=5)
     assert server.server_type == "grpc" and server.sglang_version == "0.5.23"
     assert server.server_args["served_model_name"] == replica.emulator.config.model_name
+
+
+def test_a_stop_string_ends_the_answer_through_the_gateway(
+    gateway: tuple[str, str, list[RunningEmulator]],
+) -> None:
+    # smg sends stop strings to the worker and trims the one it matched from the text; the
+    # replica must stop there, or every benchmark with stop sequences overstates its load.
+    url, _, _ = gateway
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+    ask = {"model": MODEL, "prompt": "Stop at the fifth word", "max_tokens": 120}
+    whole = client.completions.create(**ask, extra_body={"ignore_eos": True})
+    assert whole.usage is not None and whole.usage.completion_tokens == 120
+    fifth = whole.choices[0].text.split(" ")[5]
+    stopped = client.completions.create(**ask, stop=[f" {fifth}"], extra_body={"ignore_eos": True})
+    assert stopped.choices[0].finish_reason == "stop"
+    assert whole.choices[0].text.startswith(stopped.choices[0].text)
+    assert f" {fifth}" not in stopped.choices[0].text
+    assert stopped.usage is not None and stopped.usage.completion_tokens <= 6

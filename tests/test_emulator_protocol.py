@@ -148,3 +148,70 @@ def test_block_keys_cover_full_blocks_only(length: int, blocks: int) -> None:
     keys = protocol.block_keys(list(range(length)), 16)
     assert len(keys) == blocks
     assert all(len(key) == 16 for key in keys)
+
+
+# -- stops: SGLang 0.5.23 ends an answer on a stop string or token, never before its minimum ----
+
+STOP_PROMPT = {"prompt": "Tell me about stops", "max_tokens": 200, "ignore_eos": True}
+
+
+def _natural(tokenizer: EmulatorTokenizer) -> protocol.Job:
+    return protocol.parse_completion(dict(STOP_PROMPT), tokenizer, model="m")
+
+
+def test_a_stop_string_ends_the_answer_before_it_and_counts_its_tokens(
+    tokenizer: EmulatorTokenizer,
+) -> None:
+    # It was ignored: smg cut the text, but the replica generated and reported all 200 tokens.
+    ids = _natural(tokenizer).answer_ids
+    word = tokenizer.decode([ids[6]])  # " word", the seventh token
+    job = protocol.parse_completion({**STOP_PROMPT, "stop": [word, "never seen"]}, tokenizer,
+                                    model="m")  # fmt: skip
+    first = tokenizer.decode(ids).find(word)  # it may occur earlier than the seventh token
+    assert tokenizer.decode(job.answer_ids) == tokenizer.decode(ids)[:first]
+    assert job.completion_tokens == len(job.answer_ids) + 1 <= 7
+    outcome = protocol.Outcome(completion_tokens=job.completion_tokens, cached_tokens=0,
+                               finished=True)  # fmt: skip
+    body = protocol.format_completion(job, outcome, tokenizer.decode(job.answer_ids))
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["choices"][0]["matched_stop"] == word
+    assert body["usage"]["completion_tokens"] == job.completion_tokens
+
+
+def test_a_stop_token_ends_the_answer_and_is_not_in_its_text(tokenizer: EmulatorTokenizer) -> None:
+    ids = _natural(tokenizer).answer_ids
+    job = protocol.parse_completion({**STOP_PROMPT, "stop_token_ids": [ids[4]]}, tokenizer,
+                                    model="m")  # fmt: skip
+    assert job.answer_ids == ids[: ids.index(ids[4])]
+    assert job.stopped and job.matched_stop == ids[4]
+    assert job.generated_ids() == [*job.answer_ids, ids[4]]  # the model did generate it
+
+
+def test_no_stop_counts_before_the_minimum(tokenizer: EmulatorTokenizer) -> None:
+    ids = _natural(tokenizer).answer_ids
+    body = {**STOP_PROMPT, "stop": [tokenizer.decode([ids[2]])], "stop_token_ids": [ids[3]],
+            "min_tokens": 30}  # fmt: skip
+    job = protocol.parse_completion(body, tokenizer, model="m")
+    assert job.completion_tokens >= 30
+
+
+def test_the_minimum_outlasts_a_natural_end(tokenizer: EmulatorTokenizer) -> None:
+    body = {"text": "Hello", "sampling_params": {"max_new_tokens": 600, "min_new_tokens": 400}}
+    job = protocol.parse_generate(body, tokenizer)
+    assert 400 <= len(job.answer_ids) < 600 and job.stopped  # natural ends are at most 256
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        pytest.param({"stop": ""}, id="empty-stop"),
+        pytest.param({"stop": [1]}, id="stop-not-text"),
+        pytest.param({"stop_token_ids": [-1]}, id="negative-token"),
+        pytest.param({"stop_token_ids": "7"}, id="token-ids-not-a-list"),
+        pytest.param({"min_tokens": -2}, id="negative-minimum"),
+    ],
+)
+def test_bad_stops_are_400(tokenizer: EmulatorTokenizer, params: dict[str, Any]) -> None:
+    with pytest.raises(ApiError) as caught:
+        protocol.parse_completion({**STOP_PROMPT, **params}, tokenizer, model="m")
+    assert caught.value.status == 400

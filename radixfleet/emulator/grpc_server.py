@@ -76,15 +76,15 @@ class SchedulerServicer(pb_grpc.SglangSchedulerServicer):
             while not ticket.request.done:
                 await ticket.changed.wait()
                 ticket.changed.clear()
-                upto = min(self.emulator.driver.generated(ticket), len(job.answer_ids))
+                upto = min(self.emulator.driver.generated(ticket), job.completion_tokens)
                 if request.stream and upto > sent and not ticket.request.done:
                     yield self._chunk(job, ticket, sent=sent, upto=upto)
                     sent = upto
             if ticket.request.phase is not Phase.FINISHED:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "The request was aborted.")
-            if request.stream and sent < len(job.answer_ids):
+            if request.stream and sent < job.completion_tokens:
                 # smg builds a stream's text from the chunks alone: the last tokens go in one.
-                yield self._chunk(job, ticket, sent=sent, upto=len(job.answer_ids))
+                yield self._chunk(job, ticket, sent=sent, upto=job.completion_tokens)
             yield self._complete(job, ticket)
         finally:
             self.emulator.driver.release(ticket)
@@ -102,7 +102,7 @@ class SchedulerServicer(pb_grpc.SglangSchedulerServicer):
 
     def _chunk(self, job: Job, ticket: Ticket, *, sent: int, upto: int) -> pb.GenerateResponse:
         chunk = pb.GenerateStreamChunk(
-            token_ids=job.answer_ids[sent:upto],
+            token_ids=_counted_ids(job)[sent:upto],
             prompt_tokens=len(job.prompt_ids),
             completion_tokens=upto,
             cached_tokens=ticket.request.cached_tokens,
@@ -113,14 +113,16 @@ class SchedulerServicer(pb_grpc.SglangSchedulerServicer):
         self.emulator.histograms.observe(ticket.request)
         outcome = self.emulator.final_outcome(job, ticket)
         complete = pb.GenerateComplete(
-            output_ids=job.answer_ids,
+            output_ids=_counted_ids(job),
             finish_reason=protocol.finish_reason(job, outcome) or "stop",
             prompt_tokens=len(job.prompt_ids),
             completion_tokens=outcome.completion_tokens,
             cached_tokens=outcome.cached_tokens,
         )
-        if job.stopped:
-            complete.matched_token_id = self.emulator.tokenizer.eos_token_id
+        if isinstance(job.matched_stop, int):
+            complete.matched_token_id = job.matched_stop
+        elif isinstance(job.matched_stop, str):  # smg trims it from the text, as SGLang does
+            complete.matched_stop_str = job.matched_stop
         return pb.GenerateResponse(request_id=job.rid, complete=complete)
 
     async def Abort(  # noqa: N802
@@ -244,6 +246,9 @@ def _generate_body(request: pb.GenerateRequest) -> dict[str, Any]:
     sampling: dict[str, Any] = {"ignore_eos": params.ignore_eos}
     if params.HasField("max_new_tokens"):
         sampling["max_new_tokens"] = params.max_new_tokens
+    sampling["stop"] = list(params.stop)
+    sampling["stop_token_ids"] = list(params.stop_token_ids)
+    sampling["min_new_tokens"] = params.min_new_tokens
     body: dict[str, Any] = {
         "input_ids": list(request.tokenized.input_ids),
         "sampling_params": sampling,
@@ -254,6 +259,11 @@ def _generate_body(request: pb.GenerateRequest) -> dict[str, Any]:
     if request.lora_id:
         body["lora_path"] = request.lora_id  # the adapter's name, as smg passes it
     return body
+
+
+def _counted_ids(job: Job) -> list[int]:
+    """The ids smg is sent: the answer and a stop string's tokens (smg detokenizes and trims)."""
+    return job.answer_ids + job.stop_ids
 
 
 def _struct(values: dict[str, Any]) -> struct_pb2.Struct:

@@ -8,6 +8,8 @@ adds some of its own).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import time
 import uuid
@@ -88,12 +90,28 @@ class Job:
     prompt_ids: list[int]
     max_new_tokens: int
     answer_ids: list[int] = field(default_factory=list)
-    stopped: bool = False  # ends on EOS rather than on max_new_tokens
+    stopped: bool = False  # ends on EOS or a stop rather than on max_new_tokens
+    # What ended it early: EOS or a stop token id (generated after the answer, neither in its
+    # text nor counted), or a stop string (its tokens, `stop_ids`, generated and counted, not
+    # in the text: SGLang trims the stop string).
+    matched_stop: int | str | None = None
+    stop_ids: list[int] = field(default_factory=list)
     stream: bool = False
     include_usage: bool = False
     rid: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
     namespace: CacheNamespace | None = None  # None: the base model, no salt
+
+    @property
+    def completion_tokens(self) -> int:
+        """Tokens generated and counted: the answer and a stop string's tokens."""
+        return len(self.answer_ids) + len(self.stop_ids)
+
+    def generated_ids(self) -> list[int]:
+        """Every token the model generates for the job, the ending token included."""
+        ending = self.matched_stop if isinstance(self.matched_stop, int) else None
+        ended = [ending] if self.stopped and ending is not None else []
+        return self.answer_ids + self.stop_ids + ended
 
 
 # -- parsing -----------------------------------------------------------------------------------
@@ -136,6 +154,33 @@ def _max_tokens(value: Any, *, name: str) -> int:
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class Stops:
+    """When an answer may end before `max_new_tokens`, as SGLang's sampling params say."""
+
+    strings: tuple[str, ...] = ()
+    token_ids: frozenset[int] = frozenset()
+    min_new_tokens: int = 0
+    ignore_eos: bool = False
+
+
+def parse_stops(params: dict[str, Any], *, min_field: str) -> Stops:
+    """`stop`, `stop_token_ids`, `ignore_eos` and the minimum (`min_new_tokens` in /generate's
+    sampling params, `min_tokens` in the OpenAI routes) of a request or its sampling params."""
+    stop = params.get("stop")
+    strings = (stop,) if isinstance(stop, str) else stop
+    if strings is None:
+        strings = ()
+    if not isinstance(strings, list | tuple) or not all(isinstance(t, str) and t for t in strings):
+        raise ApiError(400, "Field 'stop' must be a non-empty string or a list of them.")
+    token_ids = params.get("stop_token_ids") or []
+    if not isinstance(token_ids, list) or not all(_is_token(t) for t in token_ids):
+        raise ApiError(400, "Field 'stop_token_ids' must be a list of token ids.")
+    minimum = _max_tokens(params.get(min_field) or 0, name=min_field)
+    ignore_eos = bool(params.get("ignore_eos", False))
+    return Stops(tuple(strings), frozenset(token_ids), minimum, ignore_eos)
+
+
 def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
     stream = bool(_field(body, "stream", bool, False))
     options = _field(body, "stream_options", dict, {})
@@ -176,7 +221,7 @@ def parse_generate(body: dict[str, Any], tokenizer: EmulatorTokenizer) -> Job:
     job.namespace = parse_namespace(body)
     if isinstance(body.get("rid"), str):
         job.rid = body["rid"]
-    _decide_answer(job, tokenizer, ignore_eos=bool(params.get("ignore_eos", False)))
+    _decide_answer(job, tokenizer, parse_stops(params, min_field="min_new_tokens"))
     return job
 
 
@@ -192,7 +237,7 @@ def parse_completion(
     job = Job(kind="completion", model=model, prompt_ids=prompt_ids, max_new_tokens=max_new)
     job.stream, job.include_usage = _stream_flags(body)
     job.namespace = parse_namespace(body, adapter=adapter)
-    _decide_answer(job, tokenizer, ignore_eos=bool(body.get("ignore_eos", False)))
+    _decide_answer(job, tokenizer, parse_stops(body, min_field="min_tokens"))
     return job
 
 
@@ -216,7 +261,7 @@ def parse_chat(
     job = Job(kind="chat", model=model, prompt_ids=prompt_ids, max_new_tokens=max_new)
     job.stream, job.include_usage = _stream_flags(body)
     job.namespace = parse_namespace(body, adapter=adapter)
-    _decide_answer(job, tokenizer, ignore_eos=bool(body.get("ignore_eos", False)))
+    _decide_answer(job, tokenizer, parse_stops(body, min_field="min_tokens"))
     return job
 
 
@@ -260,13 +305,55 @@ def _message(item: Any) -> tuple[str, str]:
 ANSWER_CAP = MAX_CONTEXT_TOKENS
 
 
-def _decide_answer(job: Job, tokenizer: EmulatorTokenizer, *, ignore_eos: bool) -> None:
-    """Pick the answer: deterministic in the prompt, ending on EOS unless told otherwise."""
+def _decide_answer(job: Job, tokenizer: EmulatorTokenizer, stops: Stops) -> None:
+    """Pick the answer: deterministic in the prompt, ending on EOS unless told otherwise, or
+    earlier on a stop token or string, never before `min_new_tokens` (SGLang checks no finish
+    condition until then)."""
     seed = hash((len(job.prompt_ids), tuple(job.prompt_ids[-32:]))) & 0xFFFFFFFF
-    natural = NATURAL_MIN + seed % NATURAL_SPAN
-    length = min(job.max_new_tokens if ignore_eos else natural, job.max_new_tokens, ANSWER_CAP)
+    natural = max(NATURAL_MIN + seed % NATURAL_SPAN, stops.min_new_tokens)
+    ceiling = min(job.max_new_tokens, ANSWER_CAP)
+    length = min(ceiling if stops.ignore_eos else natural, ceiling)
+    ids = tokenizer.answer(seed=seed, length=length)
     job.stopped = length < job.max_new_tokens
-    job.answer_ids = tokenizer.answer(seed=seed, length=length)
+    job.matched_stop = tokenizer.eos_token_id if job.stopped else None
+    job.answer_ids = ids
+    at_token = _first_stop_token(ids, stops)
+    at_string = _first_stop_string(ids, tokenizer, stops)
+    if at_string is not None and (at_token is None or at_string[1] < at_token):
+        start, end, matched = at_string
+        job.answer_ids, job.stop_ids = ids[:start], ids[start : end + 1]
+        job.stopped, job.matched_stop = True, matched
+    elif at_token is not None:
+        job.answer_ids, job.stopped, job.matched_stop = ids[:at_token], True, ids[at_token]
+
+
+def _first_stop_token(ids: Sequence[int], stops: Stops) -> int | None:
+    """The index of the first stop token at or past the minimum."""
+    if not stops.token_ids:
+        return None
+    first = max(stops.min_new_tokens - 1, 0)
+    return next((i for i in range(first, len(ids)) if ids[i] in stops.token_ids), None)
+
+
+def _first_stop_string(
+    ids: Sequence[int], tokenizer: EmulatorTokenizer, stops: Stops
+) -> tuple[int, int, str] | None:
+    """(first token the stop string touches, the token that completes it, the string) for the
+    earliest stop string completed at or past the minimum."""
+    if not stops.strings:
+        return None
+    ends = list(itertools.accumulate(len(tokenizer.decode([i])) for i in ids))
+    text = tokenizer.decode(ids)
+    found: list[tuple[int, int, str]] = []
+    for string in stops.strings:
+        at = text.find(string)
+        while at >= 0:
+            end = bisect.bisect_left(ends, at + len(string))  # the token completing it
+            if end + 1 >= stops.min_new_tokens:
+                found.append((bisect.bisect_right(ends, at), end, string))
+                break
+            at = text.find(string, at + 1)
+    return min(found, key=lambda f: f[1], default=None)
 
 
 # -- formatting --------------------------------------------------------------------------------
@@ -308,7 +395,7 @@ def format_generate(
     reason: dict[str, Any] | None = None
     if outcome.finished:
         reason = (
-            {"type": "stop", "matched": tokenizer.eos_token_id}
+            {"type": "stop", "matched": job.matched_stop}
             if job.stopped
             else {"type": "length", "length": len(job.answer_ids)}
         )
@@ -319,7 +406,7 @@ def format_generate(
             "id": job.rid,
             "finish_reason": reason,
             "prompt_tokens": len(job.prompt_ids),
-            "completion_tokens": len(ids),
+            "completion_tokens": len(ids) + (len(job.stop_ids) if outcome.finished else 0),
             "cached_tokens": outcome.cached_tokens,
             "e2e_latency": outcome.e2e_latency,
         },
@@ -333,7 +420,7 @@ def format_completion(job: Job, outcome: Outcome, text: str) -> dict[str, Any]:
         "text": text,
         "logprobs": None,
         "finish_reason": finish_reason(job, outcome),
-        "matched_stop": None,
+        "matched_stop": job.matched_stop if job.stopped else None,
     }
     return {
         "id": job.rid,
@@ -353,7 +440,7 @@ def format_chat(job: Job, outcome: Outcome, text: str) -> dict[str, Any]:
         "message": message,
         "logprobs": None,
         "finish_reason": finish_reason(job, outcome),
-        "matched_stop": None,
+        "matched_stop": job.matched_stop if job.stopped else None,
     }
     return {
         "id": job.rid,

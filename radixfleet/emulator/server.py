@@ -229,13 +229,13 @@ class Emulator:
         raise ApiError(404, f"The model '{name}' does not exist.")
 
     def submit(self, job: Job) -> Ticket:
-        answer = job.answer_ids + ([self.tokenizer.eos_token_id] if job.stopped else [])
+        answer = job.generated_ids()
         block = self.config.block_tokens
         self._check_adapter(job.namespace)
         spec = RequestSpec(
             rid=job.rid,
             prompt_tokens=len(job.prompt_ids),
-            output_tokens=max(1, len(job.answer_ids)),
+            output_tokens=max(1, job.completion_tokens),
             max_new_tokens=max(1, job.max_new_tokens),
             prompt_blocks=protocol.block_keys(job.prompt_ids, block, job.namespace),
             finish_blocks=protocol.block_keys(job.prompt_ids + answer, block, job.namespace),
@@ -298,7 +298,7 @@ class Emulator:
         outcome = self.outcome(ticket)
         # The model runs at least one step even for max_new_tokens=0; report what was asked.
         return Outcome(
-            completion_tokens=len(job.answer_ids),
+            completion_tokens=job.completion_tokens,
             cached_tokens=outcome.cached_tokens,
             finished=True,
             e2e_latency=outcome.e2e_latency,
