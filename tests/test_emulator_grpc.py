@@ -215,11 +215,13 @@ def test_a_stop_string_ends_the_answer_through_the_gateway(
     # replica must stop there, or every benchmark with stop sequences overstates its load.
     url, _, _ = gateway
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
-    ask = {"model": MODEL, "prompt": "Stop at the fifth word", "max_tokens": 120}
-    whole = client.completions.create(**ask, extra_body={"ignore_eos": True})
+    prompt, eos = "Stop at the fifth word", {"ignore_eos": True}
+    whole = client.completions.create(model=MODEL, prompt=prompt, max_tokens=120, extra_body=eos)
     assert whole.usage is not None and whole.usage.completion_tokens == 120
     fifth = whole.choices[0].text.split(" ")[5]
-    stopped = client.completions.create(**ask, stop=[f" {fifth}"], extra_body={"ignore_eos": True})
+    stopped = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=120, stop=[f" {fifth}"], extra_body=eos
+    )
     assert stopped.choices[0].finish_reason == "stop"
     assert whole.choices[0].text.startswith(stopped.choices[0].text)
     assert f" {fifth}" not in stopped.choices[0].text
