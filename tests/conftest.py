@@ -1,10 +1,13 @@
 """Shared pytest setup: plugins that provide servers to the tests (each registers its fixtures),
 and the grouping that lets ``make test`` run the suite on two workers (pytest-xdist).
 
-The machine has one test bed: one cluster (fixed host ports: etcd, the API server, the kubelet)
-and one containerd under runc for the image tests. Every test that uses it goes to one worker,
-in one group (``--dist loadgroup``); the other worker takes the rest, test by test. Most of the
-bed's time is spent waiting for Kubernetes, so the two halves overlap well on two cores.
+The session has one test cluster, started on first use (tests/cluster/fixture.py). Every test
+that uses it goes to one worker, in one group (``--dist loadgroup``). A module that starts a
+cluster of its own (marker ``own_cluster``: the Pulumi program's, from ``make cluster``) is a
+group of its own: each cluster has its own network namespace and address slot
+(testbed/layout.py), so it runs beside the session's, on the other worker. That worker takes the
+rest test by test, the image tests too (their containerd is a throwaway of their own). Most of
+a cluster's time is spent waiting for Kubernetes, so the two halves overlap well on two cores.
 """
 
 import pytest
@@ -13,8 +16,8 @@ pytest_plugins = [
     "tests.cluster.fixture",
 ]
 
-TEST_BED_MARKERS = frozenset({"cluster", "images"})
 TEST_BED_GROUP = "test-bed"
+OWN_CLUSTER_GROUP = "own-cluster"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
@@ -24,5 +27,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         markers = {marker.name for marker in item.iter_markers()}
         uses_cluster = FIXTURE_NAMES & set(getattr(item, "fixturenames", ()))
-        if uses_cluster or TEST_BED_MARKERS & markers:
+        if "own_cluster" in markers and not uses_cluster:
+            item.add_marker(pytest.mark.xdist_group(OWN_CLUSTER_GROUP))
+        elif uses_cluster or "cluster" in markers:
             item.add_marker(pytest.mark.xdist_group(TEST_BED_GROUP))

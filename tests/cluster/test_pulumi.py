@@ -45,7 +45,8 @@ from testbed.layout import NODE_NAME
 from tests.cluster.conftest import REPO
 from tests.cluster.fixture import made_for_people
 
-pytestmark = pytest.mark.cluster  # its own cluster, in the test bed's group
+# Its own cluster, beside the session's: a group of its own, on the other worker (conftest).
+pytestmark = [pytest.mark.cluster, pytest.mark.own_cluster]
 
 CATALOG = REPO / "tests/data/pulumi/catalog.yaml"
 REGION, TENANT, NAMESPACE, MODEL = "local", "pulumi-team", "pulumi-team", "chat"
