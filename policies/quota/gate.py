@@ -97,6 +97,9 @@ class TokenGate:
         if tenant is None:
             return web.json_response(error_body(401, "Unknown or missing API key."), status=401)
         request[TENANT] = tenant  # the entry resolves the model among this tenant's only
+        owing = self.ledger.owing(tenant, now=self.clock())
+        if owing is not None:  # refused before its body is read: it costs the entry nothing
+            return self._throttled(owing)
         body = await _json(request)  # aiohttp keeps the bytes: the handler reads them again
         model = self._model(tenant, body)
         prompt = prompt_tokens(body, self.count_prompt)
@@ -187,7 +190,7 @@ def bearer(request: web.Request) -> str:
 async def _json(request: web.Request) -> dict[str, Any]:
     try:
         body = json.loads(await request.read())
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return {}  # the handler answers 400 for it; nothing is charged but the settlement
     return body if isinstance(body, dict) else {}
 

@@ -108,6 +108,15 @@ class TokenLedger:
             self.buckets[key] = bucket.charged(prompt)
         return Ticket(tenant=tenant, model=model, buckets=keys, prompt=prompt)
 
+    def owing(self, tenant: str, *, now: float) -> Throttled | None:
+        """Throttled when the tenant's overall budget would admit no request at all (empty, or
+        in debt from streamed tokens): the entry refuses it before reading its body."""
+        if self.budgets.get(tenant) is None:
+            return None
+        key: BucketKey = (tenant, None)
+        wait = self._bucket(key, now).wait(1)
+        return None if wait <= 0 else Throttled(tenant, max(1, math.ceil(wait)), _describe(key))
+
     def charge(self, ticket: Ticket, completion: int, *, now: float) -> None:
         """Charge `completion` more streamed tokens to the ticket's buckets."""
         self._apply(ticket, completion, now=now)

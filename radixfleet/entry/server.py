@@ -36,7 +36,7 @@ from radixfleet.fleet.entry import (
     PROXIED_PATHS,
     EntryError,
     StreamFailedEarlyError,
-    error_middleware,
+    entry_application,
     model_not_found,
     parse_body,
     relay,
@@ -85,11 +85,10 @@ class ClusterEntry:
     prefixes: HotPrefixes | None = None  # what each model's prompts began with (pre-warming)
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[error_middleware], client_max_size=64 * 1024**2)
+        app = entry_application()
         app.add_routes([web.post(path, self.proxy) for path in PROXIED_PATHS])
         app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health),
                         web.get("/v1/models/{model}", self.model)])  # fmt: skip
-        openai.install_request_ids(app)
         # Inside the error middleware: a refused request costs nothing. The gate charges the
         # model this entry will resolve, so leaving `model` out never skips its budget.
         self.gate.install(app, model_of=lambda tenant, body: self._route(tenant, body).model)

@@ -76,6 +76,21 @@ class EntryError(ApiError):
         return web.json_response(body, status=self.status, headers=self.headers)
 
 
+# The largest request body an entry reads: a million-token prompt is about 4 MiB of text, 8
+# with JSON's escapes. Larger bodies get 413, by their Content-Length before any byte is read,
+# else as soon as they pass it: four 60 MB bodies took an entry from 285 to 616 MiB (its limit
+# is 512Mi), which would have cut every tenant's streams on that replica.
+MAX_BODY_BYTES = 16 * 1024**2
+
+
+def entry_application() -> web.Application:
+    """The aiohttp application both region entries start from: their errors as OpenAI's, their
+    bodies bounded, a request id on every answer."""
+    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
+    openai.install_request_ids(app)
+    return app
+
+
 def entry_runner(
     app: web.Application,
     *,
@@ -221,11 +236,10 @@ class RegionEntry:
         self.app = self._build_app()
 
     def _build_app(self) -> web.Application:
-        app = web.Application(middlewares=[error_middleware], client_max_size=64 * 1024**2)
+        app = entry_application()
         app.add_routes([web.post(path, self.proxy) for path in PROXIED_PATHS])
         app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health),
                         web.get("/v1/models/{model}", self.model)])  # fmt: skip
-        openai.install_request_ids(app)
         if self.gate is not None:  # inside the error middleware: a throttled request never wakes
             self.gate.install(app, model_of=lambda _tenant, body: self._model_for(body))
         if self.signals is not None:
@@ -390,6 +404,8 @@ def _rotation(pool: RouterPool, first: str) -> Iterator[str]:
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every error as its status and OpenAI's JSON body (`openai.py`), never a traceback."""
     try:
+        if (request.content_length or 0) > MAX_BODY_BYTES:
+            raise EntryError(413, f"The request body is larger than {MAX_BODY_BYTES} bytes.")
         return await handler(request)
     except EntryError as err:
         return err.answer()
@@ -559,6 +575,8 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ApiError(400, f"Invalid JSON body: {err}") from None
+    except RecursionError:  # was a 500 and a logged traceback
+        raise ApiError(400, "Invalid JSON body: nested too deeply.") from None
     if not isinstance(body, dict):
         raise ApiError(400, "The request body must be a JSON object.")
     return body

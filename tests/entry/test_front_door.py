@@ -1,0 +1,132 @@
+"""A hostile tenant at the front door costs the entry almost nothing: a tenant over its budget
+is refused before its body is read, a body past the entry's bound before any byte of it is,
+and JSON nested past Python's recursion limit is a 400, not a 500 with a traceback.
+
+The local fleet's entry (`RegionEntry`) with the quota's token gate, on a real aiohttp server,
+spoken to over a raw socket so a test can send headers and hold the body back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import aiohttp
+import pytest
+from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
+
+from policies.quota.gate import TokenGate
+from policies.quota.ledger import Throttled, TokenLedger
+from radixfleet.config.catalog import TokenBudget
+from radixfleet.fleet.entry import MAX_BODY_BYTES, RegionEntry, entry_runner
+from tests.fleet.test_entry import FakeScaler, serve
+
+BUDGET = TokenBudget(tokens_per_minute=600)
+
+
+async def router(request: web.Request) -> web.StreamResponse:
+    await request.read()
+    usage = {"prompt_tokens": 3, "completion_tokens": 1}
+    return web.json_response({"choices": [{"text": "x"}], "usage": usage})
+
+
+@asynccontextmanager
+async def front_door() -> AsyncIterator[tuple[int, TokenGate]]:
+    """The entry's port, and its gate (tenant `a`, key `key-a`, 600 tokens a minute)."""
+    gate = TokenGate(ledger=TokenLedger({"a": BUDGET}), keys={"key-a": "a"})
+    upstream = web.Application()
+    upstream.router.add_post("/v1/completions", router)
+    async with serve(upstream) as url, aiohttp.ClientSession() as session:
+        entry = RegionEntry(region="test", scalers={"m": FakeScaler("m", ready=1)},
+                            routers={"m": url}, session=session, wake_timeout_s=5,
+                            retry_after_s=7, gate=gate)  # fmt: skip
+        runner = entry_runner(entry.app, shutdown_timeout=1.0, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        try:
+            yield runner.addresses[0][1], gate
+        finally:
+            await runner.cleanup()
+
+
+async def status_of(
+    port: int, *, length: int, sent: bytes, key: str = "key-a", wait_s: float = 20
+) -> int:
+    """The status the entry answers to headers announcing `length` bytes, of which only
+    `sent` are sent: within `wait_s`, or 0 if it waits for the rest (reads the body first)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: entry\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n")  # fmt: skip
+    writer.write(head.encode() + sent)
+    await writer.drain()
+    try:
+        line = await asyncio.wait_for(reader.readline(), timeout=wait_s)
+    except TimeoutError:
+        return 0
+    finally:
+        writer.close()
+    return int(line.split()[1])
+
+
+def run(scenario: Callable[[int, TokenGate], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with front_door() as (port, gate):
+            await scenario(port, gate)
+
+    asyncio.run(main())
+
+
+def test_a_tenant_in_debt_is_refused_before_its_body_is_read() -> None:
+    # The gate read and parsed the whole body (up to 64 MiB) before it asked the ledger.
+    async def scenario(port: int, gate: TokenGate) -> None:
+        assert not isinstance(gate.ledger.admit("a", "m", 10**6, now=gate.clock()), Throttled)
+        assert await status_of(port, length=8 * 1024**2, sent=b'{"model": "m", "prompt": "') == 429
+
+    run(scenario)
+
+
+def test_a_tenant_with_budget_is_read_and_served() -> None:
+    async def scenario(port: int, gate: TokenGate) -> None:
+        body = json.dumps({"model": "m", "prompt": "hello"}).encode()
+        assert await status_of(port, length=len(body), sent=body) == 200
+        assert await status_of(port, length=len(body) + 10, sent=body, wait_s=2) == 0  # awaited
+
+    run(scenario)
+
+
+def test_a_body_past_the_bound_is_refused_by_its_length_before_any_byte() -> None:
+    async def scenario(port: int, gate: TokenGate) -> None:
+        assert await status_of(port, length=MAX_BODY_BYTES + 1, sent=b"") == 413
+        assert await status_of(port, length=60 * 1000**2, sent=b"", key="unknown") == 413
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("depth", [100_000], ids=["100000-nested-arrays"])
+def test_json_nested_past_the_recursion_limit_is_a_400(depth: int) -> None:
+    # It was a 500, with a traceback logged for every such request.
+    async def scenario(port: int, gate: TokenGate) -> None:
+        body = b'{"model": "m", "prompt": ' + b"[" * depth + b"]" * depth + b"}"
+        assert await status_of(port, length=len(body), sent=body) == 400
+
+    run(scenario)
+
+
+@given(
+    spent=st.integers(min_value=0, max_value=10_000),
+    later=st.floats(min_value=0, max_value=120),
+)
+def test_owing_refuses_exactly_when_no_request_would_be_admitted(spent: int, later: float) -> None:
+    ledger = TokenLedger({"a": BUDGET})
+    if spent:
+        ticket = ledger.admit("a", "m", 1, now=0.0)
+        assert not isinstance(ticket, Throttled)
+        ledger.charge(ticket, spent, now=0.0)
+    owing = ledger.owing("a", now=later)
+    admitted = ledger.admit("a", "m", 1, now=later)
+    assert (owing is not None) == isinstance(admitted, Throttled)
+    assert TokenLedger({"a": None}).owing("a", now=later) is None
