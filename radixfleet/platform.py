@@ -25,6 +25,9 @@ PROMETHEUS_URL_ENV = "RADIXFLEET_PROMETHEUS_URL"
 # prompt prefixes when it pre-warms a pod); `RADIXFLEET_ENTRY_URL` overrides it.
 ENTRY_URL = "http://radixfleet-entry.radixfleet-system.svc"
 ENTRY_URL_ENV = "RADIXFLEET_ENTRY_URL"
+# The connections a region entry holds open to the routers, all tenants together; the quota's
+# gate gives each tenant a fair share of them (policies/quota/shares.py).
+UPSTREAM_CONNECTIONS = 512
 
 # Where the platform's own parts run, as the tenant namespaces' NetworkPolicies let them in:
 # radixfleet's operator and region entry; the Prometheus that scrapes the models; Knative's

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from policies.quota.ledger import Throttled, Ticket, TokenLedger
 from policies.quota.metrics import TokenMetrics
+from policies.quota.shares import ConcurrencyShares
 from policies.quota.usage import (
     StreamMeter,
     Usage,
@@ -63,6 +64,7 @@ class TokenGate:
     count_prompt: Callable[[str], int] = estimate_tokens
     paths: frozenset[str] = METERED_PATHS
     model_of: ModelOf | None = None
+    shares: ConcurrencyShares = field(default_factory=ConcurrencyShares)
 
     def install(self, app: web.Application, *, model_of: ModelOf | None = None) -> None:
         """Add the gate to an application that is not running yet. `model_of(tenant, body)`
@@ -100,6 +102,16 @@ class TokenGate:
         owing = self.ledger.owing(tenant, now=self.clock())
         if owing is not None:  # refused before its body is read: it costs the entry nothing
             return self._throttled(owing)
+        if not self.shares.take(tenant, tenants=len(set(self.keys.values()))):
+            return self._over_share(tenant)
+        try:
+            return await self._admit(request, handler, tenant)
+        finally:
+            self.shares.give_back(tenant)
+
+    async def _admit(
+        self, request: web.Request, handler: Handler, tenant: str
+    ) -> web.StreamResponse:
         body = await _json(request)  # aiohttp keeps the bytes: the handler reads them again
         model = self._model(tenant, body)
         prompt = prompt_tokens(body, self.count_prompt)
@@ -137,6 +149,15 @@ class TokenGate:
             status=429,
             headers={"Retry-After": str(throttled.retry_after)},
         )
+
+    def _over_share(self, tenant: str) -> web.StreamResponse:
+        if self.metrics is not None:
+            self.metrics.throttle(tenant)
+        share = self.shares.share(len(set(self.keys.values())))
+        message = (f"{share} requests of this tenant are under way, its share of the entry's "
+                   "connections; retry when one has ended.")  # fmt: skip
+        return web.json_response(error_body(429, message, code="concurrency_limit_exceeded"),
+                                 status=429, headers={"Retry-After": "1"})  # fmt: skip
 
     async def _on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
         metered = request.get(METER_KEY)

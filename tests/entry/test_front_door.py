@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 from policies.quota.gate import TokenGate
 from policies.quota.ledger import Throttled, TokenLedger
+from policies.quota.shares import ConcurrencyShares
 from radixfleet.config.catalog import TokenBudget
 from radixfleet.fleet.entry import MAX_BODY_BYTES, RegionEntry, entry_runner
 from tests.fleet.test_entry import FakeScaler, serve
@@ -29,16 +31,26 @@ BUDGET = TokenBudget(tokens_per_minute=600)
 
 
 async def router(request: web.Request) -> web.StreamResponse:
-    await request.read()
+    """Answers at once, or, for the prompt `hold`, once `RELEASE` is set."""
+    body = await request.json()
+    if body.get("prompt") == "hold":
+        await request.app[RELEASE].wait()
     usage = {"prompt_tokens": 3, "completion_tokens": 1}
     return web.json_response({"choices": [{"text": "x"}], "usage": usage})
 
 
+RELEASE = web.AppKey("release", asyncio.Event)
+
+
 @asynccontextmanager
-async def front_door() -> AsyncIterator[tuple[int, TokenGate]]:
-    """The entry's port, and its gate (tenant `a`, key `key-a`, 600 tokens a minute)."""
-    gate = TokenGate(ledger=TokenLedger({"a": BUDGET}), keys={"key-a": "a"})
+async def front_door(
+    gate: TokenGate | None = None, release: asyncio.Event | None = None
+) -> AsyncIterator[tuple[int, TokenGate]]:
+    """The entry's port, and its gate (by default: tenant `a`, key `key-a`, 600 tokens a
+    minute)."""
+    gate = gate or TokenGate(ledger=TokenLedger({"a": BUDGET}), keys={"key-a": "a"})
     upstream = web.Application()
+    upstream[RELEASE] = release or asyncio.Event()
     upstream.router.add_post("/v1/completions", router)
     async with serve(upstream) as url, aiohttp.ClientSession() as session:
         entry = RegionEntry(region="test", scalers={"m": FakeScaler("m", ready=1)},
@@ -130,3 +142,56 @@ def test_owing_refuses_exactly_when_no_request_would_be_admitted(spent: int, lat
     admitted = ledger.admit("a", "m", 1, now=later)
     assert (owing is not None) == isinstance(admitted, Throttled)
     assert TokenLedger({"a": None}).owing("a", now=later) is None
+
+
+def test_a_tenant_past_its_share_of_connections_cannot_stall_another() -> None:
+    # One tenant's 130 streams filled the entry's 100 upstream connections: two other tenants
+    # waited 24.4 s for a first token. Scaled down: a pool of 4, two tenants, a share of 2.
+    async def main() -> None:
+        keys = {"key-a": "a", "key-b": "b"}
+        gate = TokenGate(ledger=TokenLedger({"a": None, "b": None}), keys=keys,
+                         shares=ConcurrencyShares(pool=4))  # fmt: skip
+        release = asyncio.Event()
+        async with front_door(gate, release) as (port, _), aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{port}/v1/completions"
+
+            async def ask(key: str, prompt: str) -> tuple[int, str]:
+                headers = {"Authorization": f"Bearer {key}"}
+                body = {"model": "m", "prompt": prompt}
+                async with session.post(url, json=body, headers=headers) as answer:
+                    error = (await answer.json()).get("error") or {}
+                    return answer.status, str(error.get("code"))
+
+            held = [asyncio.create_task(ask("key-a", "hold")) for _ in range(5)]
+            for _ in range(300):  # up to 15 s on a busy machine: a's refusals come back
+                if sum(t.done() for t in held) >= 3:
+                    break
+                await asyncio.sleep(0.05)
+            refused = [t.result() for t in held if t.done()]
+            assert refused == [(429, "concurrency_limit_exceeded")] * 3
+            assert await asyncio.wait_for(ask("key-b", "now"), timeout=10) == (200, "None")
+            release.set()
+            answered = await asyncio.wait_for(asyncio.gather(*held), timeout=20)
+            assert sorted(status for status, _ in answered) == [200, 200, 429, 429, 429]
+
+    asyncio.run(main())
+
+
+@given(
+    steps=st.lists(st.tuples(st.sampled_from("abc"), st.booleans()), max_size=60),
+    pool=st.integers(min_value=1, max_value=12),
+)
+def test_no_tenant_ever_holds_more_than_its_share_and_the_pool_is_never_exceeded(
+    steps: list[tuple[str, bool]], pool: int
+) -> None:
+    shares, held = ConcurrencyShares(pool=pool), Counter[str]()
+    for tenant, taking in steps:
+        if taking:
+            if shares.take(tenant, tenants=3):
+                held[tenant] += 1
+        elif held[tenant]:
+            shares.give_back(tenant)
+            held[tenant] -= 1
+        assert +shares.in_flight == +held
+        assert all(n <= shares.share(3) for n in held.values())
+        assert sum(held.values()) <= max(pool, 3)
