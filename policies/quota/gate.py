@@ -27,6 +27,7 @@ from policies.quota.shares import ConcurrencyShares
 from policies.quota.usage import (
     StreamMeter,
     Usage,
+    completion_cap,
     estimate_tokens,
     prompt_tokens,
     usage_of,
@@ -115,7 +116,8 @@ class TokenGate:
         body = await _json(request)  # aiohttp keeps the bytes: the handler reads them again
         model = self._model(tenant, body)
         prompt = prompt_tokens(body, self.count_prompt)
-        admitted = self.ledger.admit(tenant, model, prompt, now=self.clock())
+        reserve = completion_cap(body, path=request.path)
+        admitted = self.ledger.admit(tenant, model, prompt, now=self.clock(), reserve=reserve)
         if isinstance(admitted, Throttled):
             return self._throttled(admitted)
         self._count(admitted, kind="prompt", tokens=prompt)

@@ -73,8 +73,15 @@ class Ticket:
     model: str
     buckets: tuple[BucketKey, ...]
     prompt: int
-    completion: int = 0
+    completion: int = 0  # tokens generated so far (streamed)
+    reserved: int = 0  # completion tokens charged on admission, ahead of their generation
     settled: bool = False
+
+    @property
+    def charged_completion(self) -> int:
+        """Completion tokens the buckets hold for this ticket: the reservation until the
+        stream passes it, then what it generated."""
+        return max(self.completion, self.reserved)
 
 
 @dataclass(frozen=True)
@@ -94,19 +101,22 @@ class TokenLedger:
     burst_seconds: float = DEFAULT_BURST_SECONDS
     buckets: dict[BucketKey, Bucket] = field(default_factory=dict)
 
-    def admit(self, tenant: str, model: str, prompt: int, *, now: float) -> Ticket | Throttled:
-        """Charge `prompt` and return a ticket, or say how long to wait."""
+    def admit(
+        self, tenant: str, model: str, prompt: int, *, now: float, reserve: int = 0
+    ) -> Ticket | Throttled:
+        """Charge `prompt` and `reserve` completion tokens (what the request may generate) and
+        return a ticket, or say how long to wait."""
         keys = self._keys(tenant, model)
         current = {key: self._bucket(key, now) for key in keys}
-        waits = {key: bucket.wait(prompt) for key, bucket in current.items()}
+        waits = {key: bucket.wait(prompt + reserve) for key, bucket in current.items()}
         blocking = max(waits, key=lambda k: waits[k], default=None)
         if blocking is not None and waits[blocking] > 0:
             self.buckets.update(current)
             seconds = max(1, math.ceil(waits[blocking]))
             return Throttled(tenant, seconds, _describe(blocking))
         for key, bucket in current.items():
-            self.buckets[key] = bucket.charged(prompt)
-        return Ticket(tenant=tenant, model=model, buckets=keys, prompt=prompt)
+            self.buckets[key] = bucket.charged(prompt + reserve)
+        return Ticket(tenant=tenant, model=model, buckets=keys, prompt=prompt, reserved=reserve)
 
     def owing(self, tenant: str, *, now: float) -> Throttled | None:
         """Throttled when the tenant's overall budget would admit no request at all (empty, or
@@ -118,22 +128,26 @@ class TokenLedger:
         return None if wait <= 0 else Throttled(tenant, max(1, math.ceil(wait)), _describe(key))
 
     def charge(self, ticket: Ticket, completion: int, *, now: float) -> None:
-        """Charge `completion` more streamed tokens to the ticket's buckets."""
-        self._apply(ticket, completion, now=now)
+        """Count `completion` more streamed tokens; the buckets pay only for those past the
+        ticket's reservation."""
+        before = ticket.charged_completion
         ticket.completion += completion
+        self._apply(ticket, ticket.charged_completion - before, now=now)
 
     def settle(
         self, ticket: Ticket, *, prompt: int | None, completion: int | None, now: float
     ) -> tuple[int, int]:
-        """Replace the estimates with the exact usage (None: keep the estimate); returns the
-        corrections (prompt, completion) charged, negative for a refund."""
+        """Replace the estimates with the exact usage (None: keep the estimate) and give back
+        what was reserved and not generated; returns the corrections (prompt, completion) to
+        the tokens counted so far, negative for a refund."""
         if ticket.settled:
             return 0, 0
         dp = 0 if prompt is None else prompt - ticket.prompt
-        dc = 0 if completion is None else completion - ticket.completion
-        self._apply(ticket, dp + dc, now=now)
+        generated = ticket.completion if completion is None else completion
+        dc = generated - ticket.completion
+        self._apply(ticket, dp + generated - ticket.charged_completion, now=now)
         ticket.prompt += dp
-        ticket.completion += dc
+        ticket.completion, ticket.reserved = generated, 0
         ticket.settled = True
         return dp, dc
 

@@ -4,8 +4,9 @@
 `policies.quota.twin:token_budgets`) enforces each scenario tenant's `token_budget` with the
 ledger that `gate.TokenGate` drives on a region's entry, moved the same three ways:
 
-1. `admit`: the prompt is charged when the request reaches the region; a throttled request ends
-   there with 429 (the twin logs it as THROTTLED, refused by policy, not failed by the fleet);
+1. `admit`: the prompt and the completion's cap (`max_new_tokens`, reserved) are charged when
+   the request reaches the region; a throttled request ends there with 429 (the twin logs it as
+   THROTTLED, refused by policy, not failed by the fleet);
 2. the completion is charged when the request ends (the gate charges it chunk by chunk as it
    streams; the twin has no chunks, so a stream's debt lands at its end, a few seconds late);
 3. `settle` with the exact usage; a request that failed before serving anything gives its
@@ -31,9 +32,11 @@ class TwinTokenGate:
         self._last: Ticket | None = None
         self._open: dict[int, Ticket] = {}
 
-    def admit(self, tenant: str, prompt_tokens: int, now: float) -> bool:
-        """Charge the prompt, or refuse it (429) while the tenant's bucket cannot cover it."""
-        result = self.ledger.admit(tenant, self.models[tenant], prompt_tokens, now=now)
+    def admit(self, tenant: str, prompt_tokens: int, now: float, *, reserve: int = 0) -> bool:
+        """Charge the prompt and reserve the completion's cap, or refuse (429) while the
+        tenant's bucket cannot cover them."""
+        model = self.models[tenant]
+        result = self.ledger.admit(tenant, model, prompt_tokens, now=now, reserve=reserve)
         if isinstance(result, Throttled):
             self.throttled[tenant] = self.throttled.get(tenant, 0) + 1
             return False

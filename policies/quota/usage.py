@@ -44,6 +44,46 @@ def prompt_tokens(body: Mapping[str, Any], count_text: Callable[[str], int]) -> 
     return count_text(prompt_text(body)) + sum(len(ids) for ids in token_id_lists(body))
 
 
+# What a request may generate when it names no cap: SGLang 0.5.23's defaults for completions
+# (16) and /generate (128). A chat without max_tokens may run to the end of the context; 512 is
+# reserved for it, an assumption that settling with the replica's usage corrects.
+DEFAULT_COMPLETION_CAPS = {"/v1/completions": 16, "/generate": 128, "/v1/chat/completions": 512}
+
+
+def completion_cap(body: Mapping[str, Any], *, path: str) -> int:
+    """The completion tokens a request may generate in all: its cap (`max_completion_tokens`,
+    `max_tokens`, or /generate's `sampling_params.max_new_tokens`) per answer, times its
+    answers (`n`, and one per prompt of a batch). Reserved on admission: without it, 100 small
+    prompts asking for long answers ran a tenant at 3.2 times its budget."""
+    params = body.get("sampling_params")
+    params = params if isinstance(params, Mapping) else {}
+    named: list[Any] = [
+        body.get("max_completion_tokens"),
+        body.get("max_tokens"),
+        params.get("max_new_tokens"),
+    ]
+    caps = [c for c in named if _count(c)]
+    cap: int = caps[0] if caps else DEFAULT_COMPLETION_CAPS.get(path, 0)
+    return cap * _positive(body.get("n", params.get("n"))) * _prompts(body)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _positive(value: Any) -> int:
+    return value if _count(value) and value > 0 else 1
+
+
+def _prompts(body: Mapping[str, Any]) -> int:
+    """How many prompts a request carries (a batch of texts or of token id lists)."""
+    for name in ("prompt", "text", "input_ids"):
+        value = body.get(name)
+        if isinstance(value, list) and value and all(isinstance(v, str | list) for v in value):
+            return len(value)
+    return 1
+
+
 def token_id_lists(body: Mapping[str, Any]) -> list[list[int]]:
     """Every prompt given as token ids: a list of ints, or a batch of them."""
     found: list[list[int]] = []

@@ -267,8 +267,9 @@ class CanaryPolicy(Protocol):
 class AdmissionPolicy(Protocol):
     """Per-tenant admission on the request path (token-rate budgets)."""
 
-    def admit(self, tenant: str, prompt_tokens: int, now: float) -> bool:
-        """Whether to accept the request; a refused request fails with 429."""
+    def admit(self, tenant: str, prompt_tokens: int, now: float, *, reserve: int = 0) -> bool:
+        """Whether to accept the request, which may generate `reserve` tokens; a refused
+        request fails with 429."""
         ...
 
 
@@ -292,7 +293,7 @@ class UsageMeter(Protocol):
 class AdmitAll:
     """No budgets: every request is admitted."""
 
-    def admit(self, tenant: str, prompt_tokens: int, now: float) -> bool:
+    def admit(self, tenant: str, prompt_tokens: int, now: float, *, reserve: int = 0) -> bool:
         """Always True."""
         return True
 

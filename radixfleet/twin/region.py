@@ -264,7 +264,8 @@ class Region:
         if service is None:
             self.fail(job, Status.NO_SERVICE, t)
             return
-        if not self.admission.admit(self.tenant_names[tenant], job.spec.prompt_tokens, t):
+        name, spec = self.tenant_names[tenant], job.spec
+        if not self.admission.admit(name, spec.prompt_tokens, t, reserve=spec.max_new_tokens):
             self.fail(job, Status.THROTTLED, t)
             return
         if self._meter is not None:

@@ -104,11 +104,13 @@ def test_unknown_key_is_401_and_reaches_no_replica() -> None:
 
 def test_past_the_budget_answers_429_with_retry_after() -> None:
     async def test(client: TestClient, gate: TokenGate) -> None:
-        # 600 tokens/min: a 100-token burst. Two 40-token streams of 50 completion tokens spend it.
+        # 600 tokens/min: a 100-token burst. Two 10-token prompts, each reserving its 30
+        # completion tokens on admission, leave 20: a chat that reserves more waits.
         for _ in range(2):
             first = await client.post(
-                "/v1/chat/completions", json=chat(stream=True, max_tokens=50), headers=AUTH_A
+                "/v1/chat/completions", json=chat(stream=True, max_tokens=30), headers=AUTH_A
             )
+            assert first.status == 200
             await first.read()
         throttled = await client.post("/v1/chat/completions", json=chat(), headers=AUTH_A)
         assert throttled.status == 429
@@ -230,3 +232,21 @@ def test_leaving_the_model_out_is_charged_to_the_model_the_entry_serves(resolved
     asyncio.run(_send(app, "/v1/completions", {"prompt": "x" * 40}))  # no "model"
     charged = 10_000 - (gate.ledger.balance("a", "m", now=0.0) or 0)
     assert charged == (10 if resolved else 0)
+
+
+def test_completions_are_reserved_on_admission_so_small_prompts_cannot_overspend() -> None:
+    # Ten 10-token prompts asking for 50 tokens each, at once: each was admitted on its prompt
+    # alone and the tenant generated several times its 100-token burst.
+    async def test(client: TestClient, gate: TokenGate) -> None:
+        async def ask() -> tuple[int, int]:
+            answer = await client.post("/v1/chat/completions", json=chat(max_tokens=50),
+                                       headers=AUTH_A)  # fmt: skip
+            body = await answer.json()
+            usage = body.get("usage") or {}
+            return answer.status, usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+
+        answers = await asyncio.gather(*(ask() for _ in range(10)))
+        served = sum(tokens for status, tokens in answers if status == 200)
+        assert 0 < served <= 100, answers
+
+    run(test)

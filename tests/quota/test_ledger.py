@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -169,3 +170,35 @@ def test_new_budgets_restart_only_the_buckets_that_changed() -> None:
     )
     assert book.balance("a", now=0.0) == 0.0  # unchanged budget: the spent bucket stays spent
     assert book.balance("b", now=0.0) == 2000.0  # a new, doubled budget starts full (10 s of 200/s)
+
+
+@given(
+    prompt=st.integers(0, 500),
+    reserve=st.integers(0, 2000),
+    streamed=st.lists(st.integers(1, 300), max_size=8),
+    extra=st.integers(0, 300),
+    usage_known=st.booleans(),
+)
+def test_after_settling_a_reservation_the_buckets_hold_exactly_what_was_generated(
+    prompt: int, reserve: int, streamed: list[int], extra: int, usage_known: bool
+) -> None:
+    # charged == generated: the reservation is a loan, repaid whatever the stream did.
+    book = ledger()
+    full = book.balance("a", now=0.0)
+    assert full is not None
+    ticket = book.admit("a", "m", prompt, now=0.0, reserve=reserve)
+    assert isinstance(ticket, Ticket)
+    for tokens in streamed:
+        book.charge(ticket, tokens, now=0.0)
+    generated = sum(streamed) + extra if usage_known else sum(streamed)
+    book.settle(ticket, prompt=prompt, completion=generated if usage_known else None, now=0.0)
+    assert book.balance("a", now=0.0) == pytest.approx(full - prompt - generated)
+
+
+def test_a_reservation_holds_back_the_next_request_until_it_is_settled() -> None:
+    book = ledger()  # a 1000-token burst
+    first = book.admit("a", "m", 100, now=0.0, reserve=800)
+    assert isinstance(first, Ticket)
+    assert isinstance(book.admit("a", "m", 100, now=0.0, reserve=800), Throttled)
+    book.settle(first, prompt=100, completion=20, now=0.0)  # it generated 20 of its 800
+    assert isinstance(book.admit("a", "m", 100, now=0.0, reserve=700), Ticket)
