@@ -22,7 +22,7 @@ from radixfleet.entry.kube import KubeCanaryPolicies, KubeDataPlaneKeys, keep_in
 from radixfleet.entry.prefixes import HotPrefixes
 from radixfleet.entry.server import ClusterEntry, Upstreams
 from radixfleet.entry.signals import TOKEN_ENV, SignalsRelay
-from radixfleet.fleet.entry import entry_runner
+from radixfleet.fleet.entry import entry_runner, upstream_timeout
 from radixfleet.kit.kube import KubeInferenceServices, api_client
 from radixfleet.kit.registry import entry_gate, load_entry_gate
 from radixfleet.platform import PROMETHEUS_URL, UPSTREAM_CONNECTIONS
@@ -58,10 +58,8 @@ async def serve(options: EntryOptions) -> None:
     api = api_client()
     gate = load_entry_gate(entry_gate())(api, options.replicas, options.region)
     start_http_server(options.metrics_port, registry=gate.registry())
-    # No overall deadline: a long answer streams as long as it takes; a stalled one is cut.
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=600)
     connector = aiohttp.TCPConnector(limit=UPSTREAM_CONNECTIONS)  # shared fairly by the gate
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+    async with aiohttp.ClientSession(timeout=upstream_timeout(), connector=connector) as session:
         upstreams = Upstreams(cluster_domain=options.cluster_domain)
         entry = ClusterEntry(gate=gate, session=session, upstreams=upstreams,
                              signals=signals_relay(options, session, os.environ))  # fmt: skip

@@ -525,7 +525,21 @@ async def _stream(
     return response
 
 
-_BROKEN = (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError)
+# A stream that breaks, or stalls past the idle timeout (`upstream_timeout`): the client gets
+# the error event and the end of the stream, never a second answer.
+_BROKEN = (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ServerTimeoutError)
+
+# An answer with no byte from upstream for this long is cut (a stalled replica or router must
+# not hold a connection of the tenant's share for ever): the OpenAI SDK's own default timeout,
+# after which its client has given up anyway (a whole answer sends its first byte when done).
+# No answer takes longer than the total.
+STREAM_IDLE_TIMEOUT_S = 600.0
+ANSWER_TIMEOUT_S = 3600.0
+
+
+def upstream_timeout(*, idle_s: float = STREAM_IDLE_TIMEOUT_S) -> aiohttp.ClientTimeout:
+    """The timeout of an entry's requests to the routers."""
+    return aiohttp.ClientTimeout(total=ANSWER_TIMEOUT_S, sock_connect=10, sock_read=idle_s)
 
 
 async def _whole_events(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:

@@ -20,7 +20,14 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from radixfleet.fleet.entry import Baseline, Canary, RegionEntry, RouterPool, entry_runner
+from radixfleet.fleet.entry import (
+    Baseline,
+    Canary,
+    RegionEntry,
+    RouterPool,
+    entry_runner,
+    upstream_timeout,
+)
 from radixfleet.fleet.scaler import ReplicaInfo
 
 
@@ -614,3 +621,40 @@ def test_a_client_that_hangs_up_mid_stream_stops_the_router_and_logs_no_error(
     with caplog.at_level(logging.WARNING):
         asyncio.run(main())
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_a_stream_that_stalls_past_the_idle_timeout_is_ended_with_an_error_event() -> None:
+    # Streams were never cut (the cluster entry read for up to 600 s): a stalled router held
+    # the connection, and the tenant's share of them, for as long.
+    async def main() -> str:
+        released = asyncio.Event()
+
+        async def stalls(request: web.Request) -> web.StreamResponse:
+            await request.read()
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            await response.write(EVENT)
+            await released.wait()  # stalled until the test is over
+            return response
+
+        upstream = web.Application()
+        upstream.router.add_post("/v1/completions", stalls)
+        async with (
+            serve(upstream) as router,
+            aiohttp.ClientSession(timeout=upstream_timeout(idle_s=0.5)) as entrys,
+            aiohttp.ClientSession() as clients,
+        ):
+            entry = one_model_entry(entrys, router)
+            async with serve(entry.app, entry=True) as url:
+                try:
+                    status, text, _ = await asyncio.wait_for(
+                        post(clients, url, {"model": "m", "stream": True}), timeout=30
+                    )
+                finally:
+                    released.set()
+                assert status == 200
+                return str(text)
+
+    text = asyncio.run(main())
+    assert text.startswith(EVENT.decode()) and text.endswith("data: [DONE]\n\n")
+    assert '"code": "stream_error"' in text
