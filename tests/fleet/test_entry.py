@@ -595,20 +595,15 @@ def test_a_client_that_hangs_up_mid_stream_stops_the_router_and_logs_no_error(
     async def main() -> None:
         hung_up = asyncio.Event()
 
-        async def endless_stream(request: web.Request) -> web.StreamResponse:
-            await request.read()
-            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await response.prepare(request)
+        async def endless(_request: web.Request, response: web.StreamResponse) -> None:
             try:
                 while True:
-                    await response.write(b'data: {"choices": [{"text": "x"}]}\n\n')
+                    await response.write(EVENT)
                     await asyncio.sleep(0.02)
             except ConnectionResetError:
                 hung_up.set()
-            return response
 
-        upstream = web.Application()
-        upstream.router.add_post("/v1/completions", endless_stream)
+        upstream, _ = streaming([endless])
         async with serve(upstream) as router, aiohttp.ClientSession() as session:
             entry = one_model_entry(session, router)
             async with serve(entry.app, entry=True) as url:
@@ -629,16 +624,11 @@ def test_a_stream_that_stalls_past_the_idle_timeout_is_ended_with_an_error_event
     async def main() -> str:
         released = asyncio.Event()
 
-        async def stalls(request: web.Request) -> web.StreamResponse:
-            await request.read()
-            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await response.prepare(request)
+        async def stalls(_request: web.Request, response: web.StreamResponse) -> None:
             await response.write(EVENT)
             await released.wait()  # stalled until the test is over
-            return response
 
-        upstream = web.Application()
-        upstream.router.add_post("/v1/completions", stalls)
+        upstream, _ = streaming([stalls])
         async with (
             serve(upstream) as router,
             aiohttp.ClientSession(timeout=upstream_timeout(idle_s=0.5)) as entrys,
