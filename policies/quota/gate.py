@@ -82,6 +82,10 @@ class TokenGate:
         """The tenant whose key `request` carries (None: unknown or missing)."""
         return self.keys.get(bearer(request))
 
+    def _tenants(self) -> int:
+        """How many tenants have keys: each gets an equal share of the connections."""
+        return len(set(self.keys.values()))
+
     def reload(self, *, budgets: Mapping[str, TokenBudget | None], keys: Mapping[str, str]) -> None:
         """New budgets and keys, as the Tenants and their Secrets changed (in a cluster the
         entry calls this from a watch, with `observe.api_keys` for the keys)."""
@@ -96,14 +100,14 @@ class TokenGate:
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method != "POST" or request.path not in self.paths:
             return await handler(request)
-        tenant = self.keys.get(bearer(request))
+        tenant = self.tenant_of(request)
         if tenant is None:
             return web.json_response(error_body(401, "Unknown or missing API key."), status=401)
         request[TENANT] = tenant  # the entry resolves the model among this tenant's only
         owing = self.ledger.owing(tenant, now=self.clock())
         if owing is not None:  # refused before its body is read: it costs the entry nothing
             return self._throttled(owing)
-        if not self.shares.take(tenant, tenants=len(set(self.keys.values()))):
+        if not self.shares.take(tenant, tenants=self._tenants()):
             return self._over_share(tenant)
         try:
             return await self._admit(request, handler, tenant)
@@ -155,7 +159,7 @@ class TokenGate:
     def _over_share(self, tenant: str) -> web.StreamResponse:
         if self.metrics is not None:
             self.metrics.throttle(tenant)
-        share = self.shares.share(len(set(self.keys.values())))
+        share = self.shares.share(self._tenants())
         message = (f"{share} requests of this tenant are under way, its share of the entry's "
                    "connections; retry when one has ended.")  # fmt: skip
         return web.json_response(error_body(429, message, code="concurrency_limit_exceeded"),
