@@ -107,6 +107,25 @@ def test_a_shared_prefix_is_routed_by_the_replicas_own_kv_events(
     assert hits >= 6, f"smg routed by its event index only {hits} times"
 
 
+def test_n_choices_and_logprobs_through_the_gateway(
+    gateway: tuple[str, str, list[RunningEmulator]],
+) -> None:
+    # smg asks the worker for `n` samples and log probabilities in the request; the replica
+    # answered one sample without them.
+    url, _, _ = gateway
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+    messages: Any = [{"role": "user", "content": "Two answers over gRPC"}]
+    answer = client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=6, n=2, logprobs=True, top_logprobs=2
+    )
+    assert sorted(c.index for c in answer.choices) == [0, 1]
+    assert answer.usage is not None and answer.usage.completion_tokens == 12
+    for choice in answer.choices:
+        content = choice.logprobs.content if choice.logprobs else None
+        assert content is not None and len(content) == 6
+        assert all(len(entry.top_logprobs) == 2 and entry.logprob < 0 for entry in content)
+
+
 # -- the protocol without the gateway ----------------------------------------------------------
 
 

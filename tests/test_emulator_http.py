@@ -132,6 +132,47 @@ def test_shared_prefix_is_reported_as_cached(client: openai.OpenAI) -> None:
     assert cached >= first.usage.prompt_tokens - 32
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_n_choices_with_openai_client(client: openai.OpenAI, stream: bool) -> None:
+    # `n=2` returned one choice.
+    messages: Any = [{"role": "user", "content": "Two answers, please"}]
+    whole = client.chat.completions.create(model=MODEL, messages=messages, n=2, max_tokens=30)
+    assert [c.index for c in whole.choices] == [0, 1]
+    texts = [c.message.content for c in whole.choices]
+    assert texts[0] != texts[1]
+    assert whole.usage is not None and whole.usage.completion_tokens == 60
+    if stream:
+        chunks = list(client.chat.completions.create(
+            model=MODEL, messages=messages, n=2, max_tokens=30, stream=True,
+            stream_options={"include_usage": True},
+        ))  # fmt: skip
+        streamed = ["", ""]
+        for chunk in chunks:
+            for choice in chunk.choices:
+                streamed[choice.index] += choice.delta.content or ""
+        assert streamed == texts
+        assert {c.choices[0].finish_reason for c in chunks if c.choices} >= {"length"}
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 60
+        assert len({chunk.id for chunk in chunks}) == 1
+
+
+def test_logprobs_with_openai_client(client: openai.OpenAI) -> None:
+    # They came back null, with no error.
+    messages: Any = [{"role": "user", "content": "Hi"}]
+    chat = client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=8, logprobs=True, top_logprobs=3
+    )
+    content = chat.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content is not None and len(content) == 8
+    assert "".join(entry.token for entry in content) == chat.choices[0].message.content
+    assert all(len(entry.top_logprobs) == 3 and entry.logprob < 0 for entry in content)
+    completion = client.completions.create(model=MODEL, prompt="Once", max_tokens=8, logprobs=2)
+    found = completion.choices[0].logprobs
+    assert found is not None and found.tokens is not None and found.top_logprobs is not None
+    assert "".join(found.tokens) == completion.choices[0].text
+    assert all(len(alternatives) == 2 for alternatives in found.top_logprobs)
+
+
 # -- SGLang's native interface -----------------------------------------------------------------
 
 
@@ -144,6 +185,14 @@ def test_generate_native(replica: RunningEmulator) -> None:
     assert len(body["output_ids"]) == 5
     assert body["meta_info"]["finish_reason"] == {"type": "length", "length": 5}
     assert body["meta_info"]["completion_tokens"] == 5
+
+
+def test_generate_with_n_answers_a_list(replica: RunningEmulator) -> None:
+    payload = {"text": "Hello", "sampling_params": {"max_new_tokens": 5, "n": 2}}
+    status, body = post_json(f"{replica.url}/generate", payload)
+    assert status == 200 and isinstance(body, list) and len(body) == 2
+    assert [item["index"] for item in body] == [0, 1]
+    assert all(item["meta_info"]["completion_tokens"] == 5 for item in body)
 
 
 def test_generate_stream_ends_with_done(replica: RunningEmulator) -> None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from radixfleet.emulator import protocol
+from radixfleet.emulator import answers, logprobs, protocol
 from radixfleet.emulator.protocol import ApiError
 from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
 
@@ -170,9 +170,9 @@ def test_a_stop_string_ends_the_answer_before_it_and_counts_its_tokens(
     first = tokenizer.decode(ids).find(word)  # it may occur earlier than the seventh token
     assert tokenizer.decode(job.answer_ids) == tokenizer.decode(ids)[:first]
     assert job.completion_tokens == len(job.answer_ids) + 1 <= 7
-    outcome = protocol.Outcome(completion_tokens=job.completion_tokens, cached_tokens=0,
-                               finished=True)  # fmt: skip
-    body = protocol.format_completion(job, outcome, tokenizer.decode(job.answer_ids))
+    outcome = answers.Outcome(completion_tokens=job.completion_tokens, cached_tokens=0,
+                              finished=True)  # fmt: skip
+    body = answers.format_completion([answers.Sample(job, outcome)], tokenizer)
     assert body["choices"][0]["finish_reason"] == "stop"
     assert body["choices"][0]["matched_stop"] == word
     assert body["usage"]["completion_tokens"] == job.completion_tokens
@@ -215,3 +215,131 @@ def test_bad_stops_are_400(tokenizer: EmulatorTokenizer, params: dict[str, Any])
     with pytest.raises(ApiError) as caught:
         protocol.parse_completion({**STOP_PROMPT, **params}, tokenizer, model="m")
     assert caught.value.status == 400
+
+
+# -- n samples and log probabilities -----------------------------------------------------------
+
+
+def _finished(job: protocol.Job) -> answers.Sample:
+    outcome = answers.Outcome(completion_tokens=job.completion_tokens, cached_tokens=0,
+                              finished=True)  # fmt: skip
+    return answers.Sample(job, outcome)
+
+
+def test_n_samples_are_answered_apart_and_the_prompt_is_counted_once(
+    tokenizer: EmulatorTokenizer,
+) -> None:
+    # `n` was ignored: one choice came back, and usage counted one answer.
+    body = {"messages": [{"role": "user", "content": "Three ideas"}], "n": 3, "max_tokens": 40}
+    job = protocol.parse_chat(body, tokenizer, model="m", context_length=CONTEXT)
+    jobs = protocol.samples(job, tokenizer)
+    assert [j.index for j in jobs] == [0, 1, 2]
+    assert len({j.rid for j in jobs}) == 3 and {j.request_id for j in jobs} == {job.rid}
+    assert len({tuple(j.answer_ids) for j in jobs}) == 3  # sampled apart
+    answer = answers.format_chat([_finished(j) for j in jobs], tokenizer)
+    assert [c["index"] for c in answer["choices"]] == [0, 1, 2]
+    assert answer["id"] == job.rid
+    texts = [c["message"]["content"] for c in answer["choices"]]
+    assert texts == [tokenizer.decode(j.answer_ids) for j in jobs]
+    assert answer["usage"]["prompt_tokens"] == len(job.prompt_ids)
+    assert answer["usage"]["completion_tokens"] == sum(j.completion_tokens for j in jobs)
+
+
+def test_the_first_sample_is_the_answer_without_n(tokenizer: EmulatorTokenizer) -> None:
+    one = protocol.parse_completion({"prompt": "Same prompt", "max_tokens": 30}, tokenizer,
+                                    model="m")  # fmt: skip
+    two = protocol.parse_completion({"prompt": "Same prompt", "max_tokens": 30, "n": 2},
+                                    tokenizer, model="m")  # fmt: skip
+    assert protocol.samples(two, tokenizer)[0].answer_ids == one.answer_ids
+
+
+@pytest.mark.parametrize(
+    ("route", "fields", "message"),
+    [
+        ("completion", {"n": 0}, "'n'"),
+        ("completion", {"n": protocol.MAX_SAMPLES + 1}, "'n'"),
+        ("chat", {"n": "2"}, "'n'"),
+        ("chat", {"n": True}, "'n'"),
+        ("completion", {"logprobs": protocol.MAX_TOP_LOGPROBS + 1}, "'logprobs'"),
+        ("completion", {"logprobs": -1}, "'logprobs'"),
+        ("chat", {"logprobs": True, "top_logprobs": 21}, "'top_logprobs'"),
+        ("chat", {"top_logprobs": 2}, "needs 'logprobs'"),
+        ("chat", {"logprobs": "yes"}, "'logprobs'"),
+        ("generate", {"return_logprob": True, "top_logprobs_num": 99}, "'top_logprobs_num'"),
+    ],
+    ids=["n-zero", "n-too-many", "n-string", "n-bool", "logprobs-too-many", "logprobs-negative",
+         "top-logprobs-too-many", "top-without-logprobs", "logprobs-string", "generate-too-many"],
+)  # fmt: skip
+def test_bad_n_and_logprobs_are_400(
+    tokenizer: EmulatorTokenizer, route: str, fields: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ApiError, match=message) as raised:
+        if route == "completion":
+            protocol.parse_completion({"prompt": "x", **fields}, tokenizer, model="m")
+        elif route == "chat":
+            body = {"messages": [{"role": "user", "content": "x"}], **fields}
+            protocol.parse_chat(body, tokenizer, model="m", context_length=CONTEXT)
+        else:
+            protocol.parse_generate({"text": "x", **fields}, tokenizer)
+    assert raised.value.status == 400
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), top=st.integers(0, protocol.MAX_TOP_LOGPROBS), start=st.integers(0, 999))
+def test_log_probabilities_are_ordered_below_zero_and_the_same_each_time(
+    tokenizer: EmulatorTokenizer, data: st.DataObject, top: int, start: int
+) -> None:
+    ids = data.draw(st.lists(st.sampled_from(tokenizer.answer_ids), min_size=1, max_size=12))
+    found = logprobs.values(ids, tokenizer, top=top, start=start)
+    assert found == logprobs.values(ids, tokenizer, top=top, start=start)
+    for token, value in zip(ids, found, strict=True):
+        assert value.token_id == token and value.logprob < 0
+        assert len(value.top) == top and len({i for i, _ in value.top}) == top
+        if top:
+            assert value.top[0] == (token, value.logprob)  # the sampled token, most likely
+        ranked = [lp for _, lp in value.top]
+        assert ranked == sorted(ranked, reverse=True) and len(set(ranked)) == len(ranked)
+
+
+@pytest.mark.parametrize("kind", ["completion", "chat"])
+def test_logprobs_describe_the_answers_tokens_and_chunks_add_up_to_the_whole(
+    tokenizer: EmulatorTokenizer, kind: str
+) -> None:
+    # They came back null with no error.
+    if kind == "completion":
+        job = protocol.parse_completion({"prompt": "Hello", "max_tokens": 12, "logprobs": 3},
+                                        tokenizer, model="m")  # fmt: skip
+    else:
+        body = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 12,
+                "logprobs": True, "top_logprobs": 3}  # fmt: skip
+        job = protocol.parse_chat(body, tokenizer, model="m", context_length=CONTEXT)
+    whole = answers.stream_chunk(job, tokenizer, start=0, end=12)["choices"][0]["logprobs"]
+    parts = [answers.stream_chunk(job, tokenizer, start=a, end=b)["choices"][0]["logprobs"]
+             for a, b in ((0, 5), (5, 12))]  # fmt: skip
+    text = tokenizer.decode(job.answer_ids)
+    if kind == "completion":
+        assert "".join(whole["tokens"]) == text and all(len(t) == 3 for t in whole["top_logprobs"])
+        for token, offset in zip(whole["tokens"], whole["text_offset"], strict=True):
+            assert text[offset : offset + len(token)] == token
+        for field in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+            assert parts[0][field] + parts[1][field] == whole[field], field
+    else:
+        assert "".join(entry["token"] for entry in whole["content"]) == text
+        assert all(len(entry["top_logprobs"]) == 3 for entry in whole["content"])
+        assert parts[0]["content"] + parts[1]["content"] == whole["content"]
+    answer = (answers.format_completion if kind == "completion" else answers.format_chat)(
+        [_finished(job)], tokenizer
+    )
+    assert answer["choices"][0]["logprobs"] == whole
+
+
+def test_generate_reports_output_logprobs_when_asked(tokenizer: EmulatorTokenizer) -> None:
+    body = {"text": "Hello", "sampling_params": {"max_new_tokens": 6}, "return_logprob": True,
+            "top_logprobs_num": 2}  # fmt: skip
+    job = protocol.parse_generate(body, tokenizer)
+    meta = answers.format_generate(job, _finished(job).outcome, tokenizer, upto=6)["meta_info"]
+    assert [entry[1] for entry in meta["output_token_logprobs"]] == job.answer_ids
+    assert all(len(alternatives) == 2 for alternatives in meta["output_top_logprobs"])
+    plain = protocol.parse_generate({**body, "return_logprob": False}, tokenizer)
+    meta = answers.format_generate(plain, _finished(plain).outcome, tokenizer, upto=6)
+    assert "output_token_logprobs" not in meta["meta_info"]

@@ -119,3 +119,18 @@ class Driver:
         loop = asyncio.get_running_loop()
         # The model's clock and the loop's clock are both time.monotonic(), with one offset.
         self._timer = loop.call_at(loop.time() + (when - self.now()), self._tick)
+
+
+async def any_changed(tickets: list[Ticket]) -> None:
+    """Wait until one of `tickets` has news."""
+    if len(tickets) == 1:  # the common case, without a task per wait
+        await tickets[0].changed.wait()
+    else:
+        waits = [asyncio.ensure_future(ticket.changed.wait()) for ticket in tickets]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+    for ticket in tickets:
+        ticket.changed.clear()

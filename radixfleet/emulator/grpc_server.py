@@ -32,7 +32,8 @@ from smg_grpc_proto.generated import sglang_scheduler_pb2 as pb
 from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc as pb_grpc
 
 from radixfleet import __version__
-from radixfleet.emulator import protocol
+from radixfleet.emulator import answers, logprobs, protocol
+from radixfleet.emulator.driver import any_changed
 from radixfleet.emulator.info import SGLANG_VERSION, loads, server_info
 from radixfleet.emulator.kv_events import KvEventLog
 from radixfleet.emulator.protocol import ApiError, Job
@@ -68,33 +69,48 @@ class SchedulerServicer(pb_grpc.SglangSchedulerServicer):
     async def Generate(  # noqa: N802 (the protocol's name)
         self, request: pb.GenerateRequest, context: Context
     ) -> AsyncIterator[pb.GenerateResponse]:
-        """One generation: chunks of new token ids while streaming, then the complete answer."""
+        """One generation, or `n` of them (each response carries its sample's index): chunks of
+        new token ids while streaming, then each sample's complete answer."""
         await self._admit(context)
-        ticket, job = await self._submit(request, context)
+        jobs, tickets = await self._submit(request, context)
         try:
-            sent = 0
-            while not ticket.request.done:
-                await ticket.changed.wait()
-                ticket.changed.clear()
-                upto = min(self.emulator.driver.generated(ticket), job.completion_tokens)
-                if request.stream and upto > sent and not ticket.request.done:
-                    yield self._chunk(job, ticket, sent=sent, upto=upto)
-                    sent = upto
-            if ticket.request.phase is not Phase.FINISHED:
-                await context.abort(grpc.StatusCode.UNAVAILABLE, "The request was aborted.")
-            if request.stream and sent < job.completion_tokens:
-                # smg builds a stream's text from the chunks alone: the last tokens go in one.
-                yield self._chunk(job, ticket, sent=sent, upto=job.completion_tokens)
-            yield self._complete(job, ticket)
+            sent, completed = [0] * len(jobs), set[int]()
+            while len(completed) < len(jobs):
+                for i, (job, ticket) in enumerate(zip(jobs, tickets, strict=True)):
+                    if i in completed:
+                        continue
+                    done = ticket.request.done
+                    if done and ticket.request.phase is not Phase.FINISHED:
+                        await context.abort(grpc.StatusCode.UNAVAILABLE, "The request was aborted.")
+                    upto = job.completion_tokens if done else self._generated(job, ticket)
+                    # smg builds a stream's text from the chunks alone: the last tokens go in one.
+                    if request.stream and upto > sent[i]:
+                        yield self._chunk(job, ticket, sent=sent[i], upto=upto)
+                        sent[i] = upto
+                    if done:
+                        yield self._complete(job, ticket)
+                        completed.add(i)
+                if len(completed) < len(jobs):
+                    await any_changed([t for i, t in enumerate(tickets) if i not in completed])
         finally:
-            self.emulator.driver.release(ticket)
+            for ticket in tickets:
+                self.emulator.driver.release(ticket)
 
-    async def _submit(self, request: pb.GenerateRequest, context: Context) -> tuple[Ticket, Job]:
-        """Judge the request as /generate would (one parser for both) and queue it."""
+    def _generated(self, job: Job, ticket: Ticket) -> int:
+        return min(self.emulator.driver.generated(ticket), job.completion_tokens)
+
+    async def _submit(
+        self, request: pb.GenerateRequest, context: Context
+    ) -> tuple[list[Job], list[Ticket]]:
+        """Judge the request as /generate would (one parser for both) and queue its samples."""
         body = _generate_body(request)
+        tokenizer = self.emulator.tokenizer
         try:
-            job = await asyncio.to_thread(protocol.parse_generate, body, self.emulator.tokenizer)
-            return self.emulator.submit(job), job
+            job = await asyncio.to_thread(protocol.parse_generate, body, tokenizer)
+            jobs = [job]
+            if job.samples > 1:
+                jobs = await asyncio.to_thread(protocol.samples, job, tokenizer)
+            return jobs, self.emulator.submit_all(jobs)
         except ApiError as err:
             code = _STATUS_CODES.get(err.status, grpc.StatusCode.INTERNAL)
             await context.abort(code, err.message)
@@ -106,24 +122,45 @@ class SchedulerServicer(pb_grpc.SglangSchedulerServicer):
             prompt_tokens=len(job.prompt_ids),
             completion_tokens=upto,
             cached_tokens=ticket.request.cached_tokens,
+            index=job.index,
         )
-        return pb.GenerateResponse(request_id=job.rid, chunk=chunk)
+        if job.top_logprobs is not None:
+            chunk.output_logprobs.CopyFrom(self._logprobs(job, start=sent, end=upto))
+        return pb.GenerateResponse(request_id=job.request_id, chunk=chunk)
 
     def _complete(self, job: Job, ticket: Ticket) -> pb.GenerateResponse:
         self.emulator.histograms.observe(ticket.request)
         outcome = self.emulator.final_outcome(job, ticket)
         complete = pb.GenerateComplete(
             output_ids=_counted_ids(job),
-            finish_reason=protocol.finish_reason(job, outcome) or "stop",
+            finish_reason=answers.finish_reason(job, outcome) or "stop",
             prompt_tokens=len(job.prompt_ids),
             completion_tokens=outcome.completion_tokens,
             cached_tokens=outcome.cached_tokens,
+            index=job.index,
         )
         if isinstance(job.matched_stop, int):
             complete.matched_token_id = job.matched_stop
         elif isinstance(job.matched_stop, str):  # smg trims it from the text, as SGLang does
             complete.matched_stop_str = job.matched_stop
-        return pb.GenerateResponse(request_id=job.rid, complete=complete)
+        if job.top_logprobs is not None:
+            ids = _counted_ids(job)
+            complete.output_logprobs.CopyFrom(self._logprobs(job, start=0, end=len(ids)))
+        return pb.GenerateResponse(request_id=job.request_id, complete=complete)
+
+    def _logprobs(self, job: Job, *, start: int, end: int) -> pb.OutputLogProbs:
+        """The log probabilities of the counted tokens [start, end), as SGLang's servicer sends
+        them: one value and id per token, and its alternatives."""
+        found = logprobs.values(_counted_ids(job)[start:end], self.emulator.tokenizer,
+                                top=job.top_logprobs or 0, start=start)  # fmt: skip
+        return pb.OutputLogProbs(
+            token_logprobs=[t.logprob for t in found],
+            token_ids=[t.token_id for t in found],
+            top_logprobs=[
+                pb.TopLogProbs(values=[lp for _, lp in t.top], token_ids=[i for i, _ in t.top])
+                for t in found
+            ],
+        )
 
     async def Abort(  # noqa: N802
         self, request: pb.AbortRequest, context: Context
@@ -249,6 +286,8 @@ def _generate_body(request: pb.GenerateRequest) -> dict[str, Any]:
     sampling["stop"] = list(params.stop)
     sampling["stop_token_ids"] = list(params.stop_token_ids)
     sampling["min_new_tokens"] = params.min_new_tokens
+    if params.n > 1:  # proto3's 0 is "not set", one sample
+        sampling["n"] = params.n
     body: dict[str, Any] = {
         "input_ids": list(request.tokenized.input_ids),
         "sampling_params": sampling,
@@ -256,6 +295,8 @@ def _generate_body(request: pb.GenerateRequest) -> dict[str, Any]:
     }
     if request.request_id:
         body["rid"] = request.request_id
+    if request.return_logprob:
+        body |= {"return_logprob": True, "top_logprobs_num": request.top_logprobs_num}
     if request.lora_id:
         body["lora_path"] = request.lora_id  # the adapter's name, as smg passes it
     return body

@@ -1,7 +1,8 @@
-"""SGLang 0.5.23's request and response bodies: parsing into a Job, formatting the answers.
+"""SGLang 0.5.23's request bodies, parsed into Jobs; the answers' bodies are in `answers.py`.
 
-Pure functions, no I/O: the server reads JSON, calls `parse_*`, runs the job through the model,
-and calls `format_*`. Bad input raises :class:`ApiError` carrying SGLang's status and error body
+Pure functions, no I/O: the server reads JSON, calls `parse_*`, expands the job into the
+request's `n` samples (`samples`), runs them through the model, and formats the answer with
+`answers.py`. Bad input raises :class:`ApiError` carrying SGLang's status and error body
 `{"error": {"message", "type", "code", "retryable"}}`. Unknown fields are accepted (the router
 adds some of its own).
 """
@@ -9,6 +10,7 @@ adds some of its own).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import math
 import time
@@ -25,6 +27,10 @@ GENERATE_MAX_NEW_TOKENS = 128
 COMPLETION_MAX_TOKENS = 16
 #: Longest LoRA adapter name or cache salt a request may give.
 MAX_NAMESPACE_CHARS = 256
+#: Most samples a request may ask for (`n`) and most alternatives per token (`top_logprobs`):
+#: OpenAI's bounds, which the clients SGLang serves are written against.
+MAX_SAMPLES = 128
+MAX_TOP_LOGPROBS = 20
 #: Bounds of the "natural" answer length when a request does not force one (EOS not ignored).
 NATURAL_MIN, NATURAL_SPAN = 16, 240
 
@@ -81,6 +87,16 @@ class NamespacedPage:
     tokens: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Stops:
+    """When an answer may end before `max_new_tokens`, as SGLang's sampling params say."""
+
+    strings: tuple[str, ...] = ()
+    token_ids: frozenset[int] = frozenset()
+    min_new_tokens: int = 0
+    ignore_eos: bool = False
+
+
 @dataclass(slots=True)
 class Job:
     """One generation as the server runs it: the prompt in tokens and the answer to give."""
@@ -101,6 +117,16 @@ class Job:
     rid: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
     namespace: CacheNamespace | None = None  # None: the base model, no salt
+    stops: Stops = field(default_factory=Stops)
+    samples: int = 1  # the request's `n`: how many answers it asked for
+    index: int = 0  # which of them this job is
+    top_logprobs: int | None = None  # alternatives to report per token; None: no logprobs
+    parent: str | None = None  # the request's id, for the samples after its first
+
+    @property
+    def request_id(self) -> str:
+        """The id the answer carries: the request's, shared by its samples."""
+        return self.parent or self.rid
 
     @property
     def completion_tokens(self) -> int:
@@ -152,16 +178,6 @@ def _max_tokens(value: Any, *, name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ApiError(400, f"{name} must be a non-negative integer, got {value!r}.")
     return value
-
-
-@dataclass(frozen=True, slots=True)
-class Stops:
-    """When an answer may end before `max_new_tokens`, as SGLang's sampling params say."""
-
-    strings: tuple[str, ...] = ()
-    token_ids: frozenset[int] = frozenset()
-    min_new_tokens: int = 0
-    ignore_eos: bool = False
 
 
 def parse_stops(params: dict[str, Any], *, min_field: str) -> Stops:
@@ -221,6 +237,9 @@ def parse_generate(body: dict[str, Any], tokenizer: EmulatorTokenizer) -> Job:
     job.namespace = parse_namespace(body)
     if isinstance(body.get("rid"), str):
         job.rid = body["rid"]
+    job.samples = _samples(params)
+    if _field(body, "return_logprob", bool, False):
+        job.top_logprobs = _top_logprobs(body.get("top_logprobs_num"), name="top_logprobs_num")
     _decide_answer(job, tokenizer, parse_stops(params, min_field="min_new_tokens"))
     return job
 
@@ -237,6 +256,9 @@ def parse_completion(
     job = Job(kind="completion", model=model, prompt_ids=prompt_ids, max_new_tokens=max_new)
     job.stream, job.include_usage = _stream_flags(body)
     job.namespace = parse_namespace(body, adapter=adapter)
+    job.samples = _samples(body)
+    if body.get("logprobs") is not None:  # here the number of alternatives, as in OpenAI's API
+        job.top_logprobs = _top_logprobs(body["logprobs"], name="logprobs")
     _decide_answer(job, tokenizer, parse_stops(body, min_field="min_tokens"))
     return job
 
@@ -261,8 +283,54 @@ def parse_chat(
     job = Job(kind="chat", model=model, prompt_ids=prompt_ids, max_new_tokens=max_new)
     job.stream, job.include_usage = _stream_flags(body)
     job.namespace = parse_namespace(body, adapter=adapter)
+    job.samples = _samples(body)
+    job.top_logprobs = _chat_logprobs(body)
     _decide_answer(job, tokenizer, parse_stops(body, min_field="min_tokens"))
     return job
+
+
+def _samples(params: dict[str, Any]) -> int:
+    n = params.get("n")
+    if n is None:
+        return 1
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_SAMPLES:
+        raise ApiError(400, f"Field 'n' must be an integer from 1 to {MAX_SAMPLES}, got {n!r}.")
+    return n
+
+
+def _top_logprobs(value: Any, *, name: str) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TOP_LOGPROBS:
+        message = f"Field '{name}' must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {value!r}."
+        raise ApiError(400, message)
+    return value
+
+
+def _chat_logprobs(body: dict[str, Any]) -> int | None:
+    """Chat's `logprobs` switch and `top_logprobs` count; a count without the switch is refused,
+    as OpenAI refuses it."""
+    wanted = _field(body, "logprobs", bool, False)
+    top = body.get("top_logprobs")
+    if not wanted:
+        if top:
+            raise ApiError(400, "Field 'top_logprobs' needs 'logprobs' set to true.")
+        return None
+    return _top_logprobs(top, name="top_logprobs")
+
+
+def samples(job: Job, tokenizer: EmulatorTokenizer) -> list[Job]:
+    """The request's `n` generations: the parsed job, then copies answered afresh (the index is
+    part of their seed, as sampling would make them differ), each with its own request id."""
+    copies = [job]
+    for index in range(1, job.samples):
+        copy = dataclasses.replace(
+            job, index=index, rid=f"{job.rid}-{index}", parent=job.rid, answer_ids=[],
+            stop_ids=[], stopped=False, matched_stop=None,
+        )  # fmt: skip
+        _decide_answer(copy, tokenizer, job.stops)
+        copies.append(copy)
+    return copies
 
 
 def parse_namespace(body: dict[str, Any], *, adapter: str | None = None) -> CacheNamespace | None:
@@ -309,11 +377,13 @@ def _decide_answer(job: Job, tokenizer: EmulatorTokenizer, stops: Stops) -> None
     """Pick the answer: deterministic in the prompt, ending on EOS unless told otherwise, or
     earlier on a stop token or string, never before `min_new_tokens` (SGLang checks no finish
     condition until then)."""
-    seed = hash((len(job.prompt_ids), tuple(job.prompt_ids[-32:]))) & 0xFFFFFFFF
+    key = (len(job.prompt_ids), tuple(job.prompt_ids[-32:]))
+    seed = hash(key if job.index == 0 else (*key, job.index)) & 0xFFFFFFFF
     natural = max(NATURAL_MIN + seed % NATURAL_SPAN, stops.min_new_tokens)
     ceiling = min(job.max_new_tokens, ANSWER_CAP)
     length = min(ceiling if stops.ignore_eos else natural, ceiling)
     ids = tokenizer.answer(seed=seed, length=length)
+    job.stops = stops
     job.stopped = length < job.max_new_tokens
     job.matched_stop = tokenizer.eos_token_id if job.stopped else None
     job.answer_ids = ids
@@ -356,134 +426,7 @@ def _first_stop_string(
     return min(found, key=lambda f: f[1], default=None)
 
 
-# -- formatting --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What the model reported about a finished (or streaming) job."""
-
-    completion_tokens: int
-    cached_tokens: int
-    finished: bool
-    e2e_latency: float = 0.0
-
-
-def finish_reason(job: Job, outcome: Outcome) -> str | None:
-    """OpenAI's finish reason once finished."""
-    if not outcome.finished:
-        return None
-    return "stop" if job.stopped else "length"
-
-
-def usage(job: Job, outcome: Outcome) -> dict[str, Any]:
-    """OpenAI usage, with SGLang's cached-token report."""
-    prompt = len(job.prompt_ids)
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": outcome.completion_tokens,
-        "total_tokens": prompt + outcome.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": outcome.cached_tokens},
-    }
-
-
-def format_generate(
-    job: Job, outcome: Outcome, tokenizer: EmulatorTokenizer, *, upto: int
-) -> dict[str, Any]:
-    """A /generate body (or stream chunk): cumulative text and ids up to `upto` tokens."""
-    ids = job.answer_ids[:upto]
-    reason: dict[str, Any] | None = None
-    if outcome.finished:
-        reason = (
-            {"type": "stop", "matched": job.matched_stop}
-            if job.stopped
-            else {"type": "length", "length": len(job.answer_ids)}
-        )
-    return {
-        "text": tokenizer.decode(ids),
-        "output_ids": ids,
-        "meta_info": {
-            "id": job.rid,
-            "finish_reason": reason,
-            "prompt_tokens": len(job.prompt_ids),
-            "completion_tokens": len(ids) + (len(job.stop_ids) if outcome.finished else 0),
-            "cached_tokens": outcome.cached_tokens,
-            "e2e_latency": outcome.e2e_latency,
-        },
-    }
-
-
-def format_completion(job: Job, outcome: Outcome, text: str) -> dict[str, Any]:
-    """A whole /v1/completions body."""
-    choice = {
-        "index": 0,
-        "text": text,
-        "logprobs": None,
-        "finish_reason": finish_reason(job, outcome),
-        "matched_stop": job.matched_stop if job.stopped else None,
-    }
-    return {
-        "id": job.rid,
-        "object": "text_completion",
-        "created": job.created,
-        "model": job.model,
-        "choices": [choice],
-        "usage": usage(job, outcome),
-    }
-
-
-def format_chat(job: Job, outcome: Outcome, text: str) -> dict[str, Any]:
-    """A whole /v1/chat/completions body."""
-    message = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
-    choice = {
-        "index": 0,
-        "message": message,
-        "logprobs": None,
-        "finish_reason": finish_reason(job, outcome),
-        "matched_stop": job.matched_stop if job.stopped else None,
-    }
-    return {
-        "id": job.rid,
-        "object": "chat.completion",
-        "created": job.created,
-        "model": job.model,
-        "choices": [choice],
-        "usage": usage(job, outcome),
-    }
-
-
-def stream_chunk(job: Job, *, delta: str, reason: str | None, role: bool = False) -> dict[str, Any]:
-    """One OpenAI streaming chunk (completion or chat) carrying `delta`."""
-    if job.kind == "chat":
-        delta_body: dict[str, Any] = {"content": delta}
-        if role:
-            delta_body["role"] = "assistant"
-        choice: dict[str, Any] = {"index": 0, "delta": delta_body, "logprobs": None}
-        obj = "chat.completion.chunk"
-    else:
-        choice = {"index": 0, "text": delta, "logprobs": None}
-        obj = "text_completion"
-    choice["finish_reason"] = reason
-    return {
-        "id": job.rid,
-        "object": obj,
-        "created": job.created,
-        "model": job.model,
-        "choices": [choice],
-    }
-
-
-def usage_chunk(job: Job, outcome: Outcome) -> dict[str, Any]:
-    """The final usage-only chunk sent when `stream_options.include_usage` is set."""
-    obj = "chat.completion.chunk" if job.kind == "chat" else "text_completion"
-    return {
-        "id": job.rid,
-        "object": obj,
-        "created": job.created,
-        "model": job.model,
-        "choices": [],
-        "usage": usage(job, outcome),
-    }
+# -- the cache ---------------------------------------------------------------------------------
 
 
 def block_keys(

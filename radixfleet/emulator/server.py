@@ -21,12 +21,13 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from radixfleet import __version__
-from radixfleet.emulator import protocol
-from radixfleet.emulator.driver import Driver, Ticket
+from radixfleet.emulator import answers, protocol
+from radixfleet.emulator.answers import Outcome, Sample
+from radixfleet.emulator.driver import Driver, Ticket, any_changed
 from radixfleet.emulator.grpc_server import start_grpc
 from radixfleet.emulator.info import loads, model_info, models_list, server_info
 from radixfleet.emulator.metrics import build_registry
-from radixfleet.emulator.protocol import ApiError, Job, Outcome
+from radixfleet.emulator.protocol import ApiError, Job
 from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
 from radixfleet.profile import ReplicaProfile
 from radixfleet.replica import (
@@ -256,14 +257,30 @@ class Emulator:
         raise ApiError(400, f"The LoRA adapter '{lora}' is not loaded.")
 
     async def _run(self, request: web.Request, job: Job) -> web.StreamResponse:
-        ticket = self.submit(job)
+        jobs = [job]
+        if job.samples > 1:  # each answered afresh: tokenizer work, off the event loop
+            jobs = await asyncio.to_thread(protocol.samples, job, self.tokenizer)
+        tickets = self.submit_all(jobs)
         try:
             if job.stream:
-                return await self._stream(request, job, ticket)
-            await self.wait_done(ticket)
-            return self._answer(request, job, ticket)
+                return await self._stream(request, jobs, tickets)
+            await asyncio.gather(*(self.wait_done(ticket) for ticket in tickets))
+            return self._answer(request, jobs, tickets)
         finally:
-            self.driver.release(ticket)
+            for ticket in tickets:
+                self.driver.release(ticket)
+
+    def submit_all(self, jobs: list[Job]) -> list[Ticket]:
+        """Queue every sample, or none: one refused releases those already queued."""
+        tickets: list[Ticket] = []
+        try:
+            for job in jobs:
+                tickets.append(self.submit(job))
+        except ApiError:
+            for ticket in tickets:
+                self.driver.release(ticket)
+            raise
+        return tickets
 
     async def wait_done(self, ticket: Ticket) -> None:
         while not ticket.request.done:
@@ -281,18 +298,26 @@ class Emulator:
             e2e_latency=request.e2e_latency or 0.0,
         )
 
-    def _answer(self, request: web.Request, job: Job, ticket: Ticket) -> web.StreamResponse:
-        if ticket.request.phase is not Phase.FINISHED:
+    def _answer(
+        self, request: web.Request, jobs: list[Job], tickets: list[Ticket]
+    ) -> web.StreamResponse:
+        if any(ticket.request.phase is not Phase.FINISHED for ticket in tickets):
             return _drop(request)  # aborted by a crash: the client sees the connection go
+        samples = [self._finished(job, ticket) for job, ticket in zip(jobs, tickets, strict=True)]
+        if jobs[0].kind == "generate":
+            bodies = [
+                answers.format_generate(
+                    s.job, s.outcome, self.tokenizer, upto=len(s.job.answer_ids)
+                )
+                for s in samples
+            ]
+            return web.json_response(bodies if len(bodies) > 1 else bodies[0])
+        format_body = answers.format_chat if jobs[0].kind == "chat" else answers.format_completion
+        return web.json_response(format_body(samples, self.tokenizer))
+
+    def _finished(self, job: Job, ticket: Ticket) -> Sample:
         self.histograms.observe(ticket.request)
-        outcome = self.final_outcome(job, ticket)
-        if job.kind == "generate":
-            body = protocol.format_generate(job, outcome, self.tokenizer, upto=len(job.answer_ids))
-        else:
-            text = self.tokenizer.decode(job.answer_ids)
-            format_body = protocol.format_chat if job.kind == "chat" else protocol.format_completion
-            body = format_body(job, outcome, text)
-        return web.json_response(body)
+        return Sample(job, self.final_outcome(job, ticket))
 
     def final_outcome(self, job: Job, ticket: Ticket) -> Outcome:
         outcome = self.outcome(ticket)
@@ -306,27 +331,37 @@ class Emulator:
 
     # -- streaming ---------------------------------------------------------------------------
 
-    async def _stream(self, request: web.Request, job: Job, ticket: Ticket) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, jobs: list[Job], tickets: list[Ticket]
+    ) -> web.StreamResponse:
+        """Each sample's tokens as they come (chunks carry the sample's index), its end when it
+        ends, and, once every sample has ended, the usage and [DONE]."""
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await response.prepare(request)
-        if job.kind == "chat":
-            await _send(response, protocol.stream_chunk(job, delta="", reason=None, role=True))
-        sent = 0
-        while True:
-            done = ticket.request.done
-            upto = min(self.driver.generated(ticket), len(job.answer_ids))
-            if done and ticket.request.phase is not Phase.FINISHED:
-                return _drop(request)
-            if upto > sent or done:
-                await self._send_progress(response, job, ticket, sent=sent, upto=upto)
-                sent = upto
-            if done:
-                break
-            await ticket.changed.wait()
-            ticket.changed.clear()
-        await self._send_tail(response, job, ticket)
+        if jobs[0].kind == "chat":
+            for job in jobs:
+                await _send(response, answers.stream_chunk(job, self.tokenizer, start=0, end=0,
+                                                           role=True))  # fmt: skip
+        sent = [0] * len(jobs)
+        ended: dict[int, Sample] = {}
+        while len(ended) < len(jobs):
+            for i, (job, ticket) in enumerate(zip(jobs, tickets, strict=True)):
+                if i in ended:
+                    continue
+                done = ticket.request.done
+                if done and ticket.request.phase is not Phase.FINISHED:
+                    return _drop(request)
+                upto = min(self.driver.generated(ticket), len(job.answer_ids))
+                if upto > sent[i] or done:
+                    await self._send_progress(response, job, ticket, sent=sent[i], upto=upto)
+                    sent[i] = upto
+                if done:
+                    ended[i] = await self._send_end(response, job, ticket)
+            if len(ended) < len(jobs):
+                await any_changed([t for i, t in enumerate(tickets) if i not in ended])
+        await self._send_tail(response, [ended[i] for i in range(len(jobs))])
         return response
 
     async def _send_progress(
@@ -335,20 +370,25 @@ class Emulator:
         if job.kind == "generate":
             outcome = self.outcome(ticket)
             upto = len(job.answer_ids) if outcome.finished else upto
-            await _send(response, protocol.format_generate(job, outcome, self.tokenizer, upto=upto))
+            await _send(response, answers.format_generate(job, outcome, self.tokenizer, upto=upto))
             return
         if upto > sent:
-            delta = self.tokenizer.decode(job.answer_ids[sent:upto])
-            await _send(response, protocol.stream_chunk(job, delta=delta, reason=None))
+            await _send(response, answers.stream_chunk(job, self.tokenizer, start=sent, end=upto))
 
-    async def _send_tail(self, response: web.StreamResponse, job: Job, ticket: Ticket) -> None:
-        self.histograms.observe(ticket.request)
-        outcome = self.final_outcome(job, ticket)
+    async def _send_end(self, response: web.StreamResponse, job: Job, ticket: Ticket) -> Sample:
+        """A sample's last chunk: its finish reason (OpenAI routes)."""
+        sample = self._finished(job, ticket)
         if job.kind != "generate":
-            reason = protocol.finish_reason(job, outcome)
-            await _send(response, protocol.stream_chunk(job, delta="", reason=reason))
-            if job.include_usage:
-                await _send(response, protocol.usage_chunk(job, outcome))
+            reason = answers.finish_reason(job, sample.outcome)
+            end = len(job.answer_ids)
+            chunk = answers.stream_chunk(job, self.tokenizer, start=end, end=end, reason=reason)
+            await _send(response, chunk)
+        return sample
+
+    async def _send_tail(self, response: web.StreamResponse, samples: list[Sample]) -> None:
+        first = samples[0].job
+        if first.kind != "generate" and first.include_usage:
+            await _send(response, answers.usage_chunk(samples))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
 
