@@ -55,6 +55,7 @@ from testbed.deploy import (
 )  # fmt: skip
 from testbed.emulated import emulated_isvc, get, model_volume, ready
 from tests.cluster.conftest import REPO
+from tests.openai_conformance import CHECKS, Endpoint
 
 MODEL = "chat"
 REVISION = f"{MODEL}-predictor-00001"
@@ -313,6 +314,15 @@ def test_a_request_without_a_tenants_key_gets_401(
     answer = _chat(url, key)
     assert answer.status == 401
     assert json.loads(answer.body)["error"]["code"] == "invalid_api_key"
+
+
+@pytest.mark.parametrize("check", CHECKS.values(), ids=CHECKS.keys())
+def test_the_openai_sdk_is_served_as_by_openai(
+    plane: tuple[Cluster, str], check: Callable[[Endpoint], None]
+) -> None:
+    """The conformance checks of tests/openai_conformance.py, through the deployed entry."""
+    _, url = plane
+    check(Endpoint(f"{url}/v1", BLUE.key, MODEL))
 
 
 def test_the_operator_made_each_namespaces_data_plane_key_and_only_it_opens_router_and_model(
