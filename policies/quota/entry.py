@@ -68,7 +68,8 @@ class ClusterGate:
         parsed = [obj for obj, _ in map(tenant_object, found) if obj.tenant is not None]
         budgets = {o.name: per_replica(o.tenant.token_budget, self.replicas)
                    for o in parsed if o.tenant}  # fmt: skip
-        self.gate.reload(budgets=budgets, keys=api_keys(found, self.secrets))
+        keys = api_keys(found, self.secrets)
+        self.gate.reload(budgets=budgets, keys=keys.tenants, expiries=keys.expiries)
         return {o.name: list(o.tenant.namespaces) for o in parsed if o.tenant}
 
 

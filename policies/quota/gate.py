@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -56,12 +57,15 @@ METER_KEY = web.RequestKey("radixfleet.quota.meter", Metered)
 
 @dataclass
 class TokenGate:
-    """Identify, admit or throttle, meter and settle. `keys` maps API key to tenant."""
+    """Identify, admit or throttle, meter and settle. `keys` maps API key to tenant;
+    `expiries`, the keys that expire to when (a key past it is unknown)."""
 
     ledger: TokenLedger
     keys: Mapping[str, str]
     metrics: TokenMetrics | None = None
     clock: Callable[[], float] = time.monotonic
+    expiries: Mapping[str, datetime] = field(default_factory=dict)
+    wall_clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     count_prompt: Callable[[str], int] = estimate_tokens
     paths: frozenset[str] = METERED_PATHS
     model_of: ModelOf | None = None
@@ -79,18 +83,38 @@ class TokenGate:
             self.metrics.budgets({t: b.tokens_per_minute for t, b in budgets if b is not None})
 
     def tenant_of(self, request: web.Request) -> str | None:
-        """The tenant whose key `request` carries (None: unknown or missing)."""
-        return self.keys.get(bearer(request))
+        """The tenant whose key `request` carries (None: unknown, expired or missing)."""
+        key = bearer(request)
+        return None if self._expired(key) else self.keys.get(key)
+
+    def _expired(self, key: str) -> datetime | None:
+        """When `key` expired, if it has."""
+        end = self.expiries.get(key)
+        return end if end is not None and end <= self.wall_clock() else None
+
+    def _unknown(self, request: web.Request) -> web.StreamResponse:
+        expired = self._expired(bearer(request))
+        message = ("Unknown or missing API key." if expired is None
+                   else f"This API key expired at {expired.isoformat()}.")  # fmt: skip
+        return web.json_response(error_body(401, message), status=401)
 
     def _tenants(self) -> int:
         """How many tenants have keys: each gets an equal share of the connections."""
         return len(set(self.keys.values()))
 
-    def reload(self, *, budgets: Mapping[str, TokenBudget | None], keys: Mapping[str, str]) -> None:
+    def reload(
+        self,
+        *,
+        budgets: Mapping[str, TokenBudget | None],
+        keys: Mapping[str, str],
+        expiries: Mapping[str, datetime] | None = None,
+    ) -> None:
         """New budgets and keys, as the Tenants and their Secrets changed (in a cluster the
-        entry calls this from a watch, with `observe.api_keys` for the keys)."""
+        entry calls this from its sync, with `observe.api_keys` for the keys). Requests under
+        way are not touched: a key removed or expired refuses only the requests after it."""
         self.ledger.set_budgets(budgets)
         self.keys = dict(keys)
+        self.expiries = dict(expiries or {})
         if self.metrics is not None:
             self.metrics.budgets(
                 {t: b.tokens_per_minute for t, b in budgets.items() if b is not None}
@@ -102,7 +126,7 @@ class TokenGate:
             return await handler(request)
         tenant = self.tenant_of(request)
         if tenant is None:
-            return web.json_response(error_body(401, "Unknown or missing API key."), status=401)
+            return self._unknown(request)
         request[TENANT] = tenant  # the entry resolves the model among this tenant's only
         owing = self.ledger.owing(tenant, now=self.clock())
         if owing is not None:  # refused before its body is read: it costs the entry nothing

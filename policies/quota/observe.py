@@ -7,6 +7,8 @@ it would hand its namespaces to no one silently.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -98,13 +100,32 @@ def check_keys(
     return missing, resolved
 
 
-def api_keys(tenants: Iterable[Mapping[str, Any]], secrets: Secrets) -> dict[str, str]:
-    """API key -> tenant, for the region entry's gate in a cluster. A key two tenants share
-    is dropped: a request with it could be charged to either."""
+@dataclass(frozen=True)
+class ApiKeys:
+    """The region entry's keys: whose each is, and when the ones that expire do."""
+
+    tenants: dict[str, str] = field(default_factory=dict)  # API key -> tenant
+    expiries: dict[str, datetime] = field(default_factory=dict)  # API key -> expiry, if any
+
+
+def api_keys(tenants: Iterable[Mapping[str, Any]], secrets: Secrets) -> ApiKeys:
+    """Every tenant's keys, each Secret read once. A key two tenants share is dropped: a
+    request with it could be charged to either. A key named twice by its tenant expires at
+    the later of its expiries, or never if one reference has none."""
     owners: dict[str, set[str]] = {}
+    expiries: dict[str, list[datetime | None]] = {}
     for obj in tenants:
         found, spec = tenant_object(obj)
         for ref in spec.api_keys if spec else []:
             if key := secrets.key(ref):
                 owners.setdefault(key, set()).add(found.name)
-    return {key: next(iter(names)) for key, names in owners.items() if len(names) == 1}
+                expiries.setdefault(key, []).append(ref.expires_at)
+    owned = {key: next(iter(names)) for key, names in owners.items() if len(names) == 1}
+    ends = {key: _latest(expiries[key]) for key in owned}
+    return ApiKeys(owned, {key: end for key, end in ends.items() if end is not None})
+
+
+def _latest(expiries: list[datetime | None]) -> datetime | None:
+    """The latest of a key's expiries; None (never) if one of them is."""
+    found = [end for end in expiries if end is not None]
+    return max(found) if len(found) == len(expiries) else None

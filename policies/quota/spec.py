@@ -8,6 +8,7 @@ never in the spec: it names Secrets that hold them.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -56,11 +57,23 @@ class WireTokenBudget(Wire):
 
 
 class SecretKeyRef(Wire):
-    """A Secret key holding one API key of the tenant (a tenant may hold several, to rotate)."""
+    """A Secret key holding one API key of the tenant, and when it stops being accepted. A
+    tenant holds several to rotate without a cutover: add the new one, move the clients, then
+    remove the old one or let it expire. The reference is the key's name (`str`), in the
+    status, the logs and the metrics; the key itself never is."""
 
     name: Name
     namespace: Name
     key: str = DEFAULT_SECRET_KEY
+    # RFC 3339 on the wire ("2027-01-31T00:00:00Z"), as Kubernetes writes times: parsed here
+    # despite the spec's strictness. A time without a zone is refused: it would mean any.
+    expires_at: Annotated[datetime, Field(strict=False)] | None = None
+
+    @model_validator(mode="after")
+    def _expiry_has_a_zone(self) -> Self:
+        if self.expires_at is not None and self.expires_at.utcoffset() is None:
+            raise ValueError("expiresAt needs a time zone, e.g. 2027-01-31T00:00:00Z")
+        return self
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}[{self.key}]"

@@ -7,16 +7,22 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import generate_latest
+from pydantic import ValidationError
 
+from policies.quota.entry import ClusterGate
+from policies.quota.fakes import FakeSecrets, FakeTenants
 from policies.quota.gate import TokenGate
 from policies.quota.ledger import TokenLedger
 from policies.quota.metrics import TokenMetrics
+from policies.quota.observe import api_keys
+from policies.quota.spec import TenantSpec
 from radixfleet.config.catalog import TokenBudget
 
 KEYS = {"key-a": "a", "key-b": "b"}
@@ -250,3 +256,78 @@ def test_completions_are_reserved_on_admission_so_small_prompts_cannot_overspend
         assert 0 < served <= 100, answers
 
     run(test)
+
+
+# -- keys that rotate --------------------------------------------------------------------------
+
+NOON = datetime(2026, 11, 28, 12, tzinfo=UTC)
+NEW_YEAR_IN_PARIS = datetime(2026, 12, 31, 23, tzinfo=UTC)
+
+
+def test_keys_rotate_with_traffic_flowing_and_an_expired_key_is_refused_saying_so() -> None:
+    """Rotation as a platform team does it: the new key beside the old one, the clients moved,
+    the old one expiring. Both keys are served while both live; a stream admitted before its
+    key expired is answered whole; after the expiry the old key gets 401, which says why."""
+
+    async def test(client: TestClient, gate: TokenGate) -> None:
+        wall = [NOON]
+        gate.wall_clock = lambda: wall[0]
+        expiry = NOON + timedelta(minutes=5)
+        gate.reload(budgets=gate.ledger.budgets, keys={**KEYS, "key-a2": "a"},
+                    expiries={"key-a": expiry})  # fmt: skip
+        new = {"Authorization": "Bearer key-a2"}
+        for headers in (AUTH_A, new, AUTH_A, new):
+            answer = await client.post("/v1/chat/completions", json=chat(), headers=headers)
+            assert answer.status == 200, await answer.text()
+        under_way = await client.post(
+            "/v1/chat/completions", json=chat(stream=True, max_tokens=5), headers=AUTH_A
+        )
+        wall[0] = expiry  # the old key expires while its stream is being answered
+        assert under_way.status == 200 and (await under_way.read()).count(b'"content"') == 5
+        refused = await client.post("/v1/chat/completions", json=chat(), headers=AUTH_A)
+        assert refused.status == 401
+        error = (await refused.json())["error"]
+        assert (
+            error["code"] == "invalid_api_key" and "expired at 2026-11-28T12:05" in error["message"]
+        )
+        served = await client.post("/v1/chat/completions", json=chat(), headers=new)
+        assert served.status == 200
+
+    run(test, per_minute=60_000)
+
+
+def test_a_tenants_keys_and_their_expiries_are_read_from_its_secrets() -> None:
+    tenants, secrets = FakeTenants(), FakeSecrets()
+    ref = {"name": "keys", "namespace": "team-a"}
+    refs = [ref | {"key": "old", "expiresAt": "2026-12-01T00:00:00Z"}, ref | {"key": "new"},
+            ref | {"key": "gone"}]  # fmt: skip
+    tenants.add({"metadata": {"name": "a"}, "spec": {"namespaces": ["team-a"], "apiKeys": refs}})
+    secrets.keys |= {("team-a", "keys", "old"): "sk-old", ("team-a", "keys", "new"): "sk-new"}
+    cluster = ClusterGate(tenants, secrets, replicas=1, region="test")
+    cluster.sync()
+    assert cluster.gate.keys == {"sk-old": "a", "sk-new": "a"}
+    assert cluster.gate.expiries == {"sk-old": datetime(2026, 12, 1, tzinfo=UTC)}
+
+
+@pytest.mark.parametrize(
+    ("expiries", "latest"),
+    [(["2026-12-01T00:00:00Z", "2027-01-01T00:00:00+01:00"], NEW_YEAR_IN_PARIS),
+     (["2026-12-01T00:00:00Z", None], None)],
+    ids=["the-later-expiry", "never-if-one-never-does"],
+)  # fmt: skip
+def test_a_key_named_twice_by_its_tenant_expires_at_the_later(
+    expiries: list[str | None], latest: datetime | None
+) -> None:
+    refs = [{"name": f"keys-{i}", "namespace": "team-a"} | ({"expiresAt": e} if e else {})
+            for i, e in enumerate(expiries)]  # fmt: skip
+    tenant = {"metadata": {"name": "a"}, "spec": {"namespaces": ["team-a"], "apiKeys": refs}}
+    secrets = FakeSecrets({("team-a", f"keys-{i}", "api-key"): "sk-a" for i in range(2)})
+    found = api_keys([tenant], secrets)
+    assert found.tenants == {"sk-a": "a"}
+    assert found.expiries.get("sk-a") == latest
+
+
+def test_an_expiry_without_a_time_zone_is_refused() -> None:
+    ref = {"name": "keys", "namespace": "team-a", "expiresAt": "2027-01-01T00:00:00"}
+    with pytest.raises(ValidationError, match="time zone"):
+        TenantSpec.model_validate({"namespaces": ["team-a"], "apiKeys": [ref]})

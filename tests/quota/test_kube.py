@@ -106,6 +106,14 @@ def test_defaults_fill_in(api: client.CustomObjectsApi) -> None:
         pytest.param(
             {"namespaces": ["a"], "priority": 5000}, "less than or equal to 1000", id="priority"
         ),
+        pytest.param(
+            {
+                "namespaces": ["a"],
+                "apiKeys": [{"name": "k", "namespace": "a", "expiresAt": "next tuesday"}],
+            },
+            "date-time",
+            id="key-expiry-not-a-time",
+        ),
     ],
 )
 def test_the_schema_rejects_bad_budgets(
@@ -189,4 +197,4 @@ def test_resource_quotas_and_secrets(kube_client: Any, namespace: str) -> None:
     assert secrets.key(SecretKeyRef(name="a", namespace=namespace, key="other")) is None
     assert secrets.key(SecretKeyRef(name="gone", namespace=namespace)) is None
     spec = {"namespaces": ["a"], "apiKeys": [{"name": "a", "namespace": namespace}]}
-    assert api_keys([tenant("a", spec)], secrets) == {"sk-a": "a"}
+    assert api_keys([tenant("a", spec)], secrets).tenants == {"sk-a": "a"}
