@@ -106,6 +106,25 @@ CASES: list[Any] = [
         f"spec.predictor.maxReplicas: {2**70} is greater than the maximum of 2147483647",
         id="replicas-beyond-int32",
     ),
+    # A hand-written manifest could widen the tenant's S3 grant the catalog refuses to widen.
+    pytest.param(
+        ISVC,
+        lambda d: predictor(d)["model"].update(storageUri="s3://radixfleet-models/*"),
+        "spec.predictor.model.storageUri: 's3://radixfleet-models/*': no wildcards",
+        id="storage-wildcard",
+    ),
+    pytest.param(
+        ISVC,
+        lambda d: predictor(d)["model"].update(storageUri="s3://radixfleet-models/"),
+        "spec.predictor.model.storageUri: 's3://radixfleet-models/' must name a folder",
+        id="storage-bucket-root",
+    ),
+    pytest.param(
+        ISVC,
+        lambda d: predictor(d)["model"].update(storageUri="s3://radixfleet-models/a/../b"),
+        "spec.predictor.model.storageUri: 's3://radixfleet-models/a/../b' must name a folder",
+        id="storage-dot-dot",
+    ),
 ]
 
 

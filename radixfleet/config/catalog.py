@@ -45,17 +45,24 @@ _GRANT_WIDENERS = frozenset("*?$")
 def _storage_uri(value: str) -> str:
     if not value.startswith(STORAGE_SCHEMES) or len(value.split("://", 1)[1]) == 0:
         raise ValueError(f"{value!r} must start with one of {', '.join(STORAGE_SCHEMES)}")
-    location, path = storage_location(value)
-    if _GRANT_WIDENERS & set(value):
-        raise ValueError(
-            f"{value!r}: no wildcards or variables ({' '.join(sorted(_GRANT_WIDENERS))})"
-        )
+    problem = storage_grant_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def storage_grant_problem(uri: str) -> str | None:
+    """Why `uri` would reach beyond its own folder if granted (wildcards, policy variables, the
+    bucket's root, `.` or `..`), or None. `radixfleet validate` applies it to any manifest."""
+    if "://" not in uri:
+        return None  # a path in the image or a claim's mount: no grant is made from it
+    location, path = storage_location(uri)
+    if _GRANT_WIDENERS & set(uri):
+        return f"{uri!r}: no wildcards or variables ({' '.join(sorted(_GRANT_WIDENERS))})"
     segments = path.removesuffix("/").split("/")
     if not path or any(s in ("", ".", "..") for s in segments):
-        raise ValueError(
-            f"{value!r} must name a folder inside {location}: no empty, '.' or '..' parts"
-        )
-    return value
+        return f"{uri!r} must name a folder inside {location}: no empty, '.' or '..' parts"
+    return None
 
 
 def storage_location(uri: str) -> tuple[str, str]:

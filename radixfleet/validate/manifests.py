@@ -15,6 +15,7 @@ import kubernetes_validate
 import yaml
 
 from radixfleet.bounded_yaml import YamlBoundsError, check_bounds
+from radixfleet.config.catalog import storage_grant_problem
 from radixfleet.config.errors import ConfigError
 from radixfleet.config.load import MAX_CATALOG_BYTES, read_bounded
 from radixfleet.platform import KNATIVE_FEATURES, KUBERNETES_VERSION
@@ -217,6 +218,7 @@ def _check(doc: Any) -> Iterator[tuple[str, str]]:
     yield from _check_metadata(doc)
     yield from _check_schema(doc)
     yield from _check_sglang(doc)
+    yield from _check_storage(doc)
 
 
 def _check_metadata(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
@@ -274,6 +276,21 @@ def _message(error: jsonschema.ValidationError) -> str:
         extra = sorted(set(given) - set(schema.get("properties", {})))
         return f"unknown field {', '.join(repr(e) for e in extra)}"
     return error.message
+
+
+def _check_storage(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """An InferenceService's storage URIs by the catalog's rule: infra grants each tenant's
+    role its models' prefixes, so a wildcard or a bucket root widens that grant."""
+    if doc["kind"] != "InferenceService":
+        return
+    predictor = (doc.get("spec") or {}).get("predictor") or {}
+    uris = [("spec.predictor.model.storageUri", (predictor.get("model") or {}).get("storageUri")),
+            ("spec.predictor.storageUri", predictor.get("storageUri"))]  # fmt: skip
+    for i, item in enumerate(predictor.get("storageUris") or []):
+        uris.append((f"spec.predictor.storageUris[{i}].uri", (item or {}).get("uri")))
+    for location, uri in uris:
+        if isinstance(uri, str) and (problem := storage_grant_problem(uri)) is not None:
+            yield location, problem
 
 
 def _check_sglang(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
