@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -55,8 +56,9 @@ BODY = {"model": MODEL, "stream": True, "max_tokens": 8,
 # -- the entry, in its own process -------------------------------------------------------------
 
 
-def serve_entry(port: int, router: str) -> None:
-    """The cluster entry with one tenant and one model whose revision's router is `router`."""
+def serve_entry(port: int, router: str, *, loop: str) -> None:
+    """The cluster entry with one tenant and one model whose revision's router is `router`, on
+    asyncio's own event loop or uvloop's (`loop`)."""
     from aiohttp import web
 
     from policies.quota.entry import ClusterGate
@@ -98,7 +100,12 @@ def serve_entry(port: int, router: str) -> None:
             await web.TCPSite(runner, "127.0.0.1", port).start()
             await asyncio.Event().wait()
 
-    asyncio.run(run())
+    if loop == "uvloop":
+        import uvloop  # type: ignore[import-not-found,unused-ignore]  # `uv run --with uvloop`
+
+        uvloop.run(run())
+    else:
+        asyncio.run(run())
 
 
 # -- processes ---------------------------------------------------------------------------------
@@ -265,10 +272,16 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=400)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="the entry's event loop (uvloop: run with `uv run --with uvloop`)",
+    )
     parser.add_argument("--serve-entry", nargs=2, metavar=("PORT", "ROUTER"))
     args = parser.parse_args()
     if args.serve_entry:
-        serve_entry(int(args.serve_entry[0]), args.serve_entry[1])
+        serve_entry(int(args.serve_entry[0]), args.serve_entry[1], loop=args.loop)
         return
     replica, router, entry = free_port(), free_port(), free_port()
     logs = args.out / "entry_overhead-logs"
@@ -280,7 +293,7 @@ def main() -> None:
                str(router), "--worker-urls", f"http://127.0.0.1:{replica}",
                "--policy", "cache_aware", "--prometheus-port", str(free_port()),
                "--log-level", "warn"], core=1, log=logs / "smg.log"),
-        spawn([sys.executable, __file__, "--serve-entry", str(entry),
+        spawn([sys.executable, __file__, "--loop", args.loop, "--serve-entry", str(entry),
                f"http://127.0.0.1:{router}"], core=0, log=logs / "entry.log"),
     ]  # fmt: skip
     os.sched_setaffinity(0, {1})
@@ -298,7 +311,7 @@ def main() -> None:
             child.wait(timeout=15)
     args.out.mkdir(parents=True, exist_ok=True)
     settings = {"pairs": args.pairs, "seconds": args.seconds, "levels": LEVELS, "body": BODY,
-                "replica_time_scale": 0.001}  # fmt: skip
+                "replica_time_scale": 0.001, "entry_loop": args.loop}  # fmt: skip
     added_summary = {k: v for k, v in first.items() if k != "samples"}
     result = {
         "benchmark": "entry_overhead",
@@ -308,8 +321,10 @@ def main() -> None:
         "added": added_summary,
         "load": levels,
     }
-    (args.out / "entry_overhead.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(first, levels, args.out / "entry_overhead.png")
+    shutil.rmtree(logs)  # kept only when a run fails
+    name = "entry_overhead" + ("" if args.loop == "asyncio" else f"-{args.loop}")
+    (args.out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(first, levels, args.out / f"{name}.png")
     print(json.dumps(result["verdict"], indent=2))
 
 

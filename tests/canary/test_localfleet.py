@@ -182,8 +182,10 @@ def test_beside_a_baseline_the_canary_is_judged_against_it_and_the_baseline_ends
     assert run.lost == []
     # Released with the rollout: its replicas and router stop, and are no longer scraped.
     assert local.revisions(REGION, MODEL).baseline_ready is None
+    # Both target files are rewritten once the processes have stopped: wait for each.
+    targets = (local.replica_targets_file, local.router_targets_file)
     deadline = time.monotonic() + 60
-    while '"baseline"' in local.replica_targets_file.read_text() and time.monotonic() < deadline:
+    while any('"baseline"' in t.read_text() for t in targets) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert '"baseline"' not in local.replica_targets_file.read_text()
     assert '"baseline"' not in local.router_targets_file.read_text()
