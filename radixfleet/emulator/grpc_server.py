@@ -107,9 +107,7 @@ class SchedulerServicer(pb_grpc.SglangSchedulerServicer):
         tokenizer = self.emulator.tokenizer
         try:
             job = await asyncio.to_thread(protocol.parse_generate, body, tokenizer)
-            jobs = [job]
-            if job.samples > 1:
-                jobs = await asyncio.to_thread(protocol.samples, job, tokenizer)
+            jobs = await self.emulator.samples(job)
             return jobs, self.emulator.submit_all(jobs)
         except ApiError as err:
             code = _STATUS_CODES.get(err.status, grpc.StatusCode.INTERNAL)

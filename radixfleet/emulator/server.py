@@ -257,9 +257,7 @@ class Emulator:
         raise ApiError(400, f"The LoRA adapter '{lora}' is not loaded.")
 
     async def _run(self, request: web.Request, job: Job) -> web.StreamResponse:
-        jobs = [job]
-        if job.samples > 1:  # each answered afresh: tokenizer work, off the event loop
-            jobs = await asyncio.to_thread(protocol.samples, job, self.tokenizer)
+        jobs = await self.samples(job)
         tickets = self.submit_all(jobs)
         try:
             if job.stream:
@@ -269,6 +267,13 @@ class Emulator:
         finally:
             for ticket in tickets:
                 self.driver.release(ticket)
+
+    async def samples(self, job: Job) -> list[Job]:
+        """The request's `n` samples (`protocol.samples`): beyond the first, each is answered
+        afresh, tokenizer work done off the event loop."""
+        if job.samples == 1:
+            return [job]
+        return await asyncio.to_thread(protocol.samples, job, self.tokenizer)
 
     def submit_all(self, jobs: list[Job]) -> list[Ticket]:
         """Queue every sample, or none: one refused releases those already queued."""
