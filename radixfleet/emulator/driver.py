@@ -9,6 +9,7 @@ chunks, as SGLang streams them, without a timer per decode step.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 from radixfleet.replica import (
     EventKind,
@@ -119,6 +120,20 @@ class Driver:
         loop = asyncio.get_running_loop()
         # The model's clock and the loop's clock are both time.monotonic(), with one offset.
         self._timer = loop.call_at(loop.time() + (when - self.now()), self._tick)
+
+
+async def each_change(tickets: list[Ticket]) -> AsyncIterator[tuple[int, bool]]:
+    """(index, done) of every ticket still running, once now and again after each change,
+    until all are done: the loop a handler of `n` samples streams them with."""
+    running = set(range(len(tickets)))
+    while running:
+        for index in sorted(running):
+            done = tickets[index].request.done
+            yield index, done
+            if done:
+                running.discard(index)
+        if running:
+            await any_changed([tickets[index] for index in sorted(running)])
 
 
 async def any_changed(tickets: list[Ticket]) -> None:

@@ -33,7 +33,7 @@ from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc as pb_grpc
 
 from radixfleet import __version__
 from radixfleet.emulator import answers, logprobs, protocol
-from radixfleet.emulator.driver import any_changed
+from radixfleet.emulator.driver import each_change
 from radixfleet.emulator.info import SGLANG_VERSION, loads, server_info
 from radixfleet.emulator.kv_events import KvEventLog
 from radixfleet.emulator.protocol import ApiError, Job
@@ -74,24 +74,18 @@ class SchedulerServicer(pb_grpc.SglangSchedulerServicer):
         await self._admit(context)
         jobs, tickets = await self._submit(request, context)
         try:
-            sent, completed = [0] * len(jobs), set[int]()
-            while len(completed) < len(jobs):
-                for i, (job, ticket) in enumerate(zip(jobs, tickets, strict=True)):
-                    if i in completed:
-                        continue
-                    done = ticket.request.done
-                    if done and ticket.request.phase is not Phase.FINISHED:
-                        await context.abort(grpc.StatusCode.UNAVAILABLE, "The request was aborted.")
-                    upto = job.completion_tokens if done else self._generated(job, ticket)
-                    # smg builds a stream's text from the chunks alone: the last tokens go in one.
-                    if request.stream and upto > sent[i]:
-                        yield self._chunk(job, ticket, sent=sent[i], upto=upto)
-                        sent[i] = upto
-                    if done:
-                        yield self._complete(job, ticket)
-                        completed.add(i)
-                if len(completed) < len(jobs):
-                    await any_changed([t for i, t in enumerate(tickets) if i not in completed])
+            sent = [0] * len(jobs)
+            async for i, done in each_change(tickets):
+                job, ticket = jobs[i], tickets[i]
+                if done and ticket.request.phase is not Phase.FINISHED:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "The request was aborted.")
+                upto = job.completion_tokens if done else self._generated(job, ticket)
+                # smg builds a stream's text from the chunks alone: the last tokens go in one.
+                if request.stream and upto > sent[i]:
+                    yield self._chunk(job, ticket, sent=sent[i], upto=upto)
+                    sent[i] = upto
+                if done:
+                    yield self._complete(job, ticket)
         finally:
             for ticket in tickets:
                 self.emulator.driver.release(ticket)

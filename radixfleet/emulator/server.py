@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from radixfleet import __version__
 from radixfleet.emulator import answers, protocol
 from radixfleet.emulator.answers import Outcome, Sample
-from radixfleet.emulator.driver import Driver, Ticket, any_changed
+from radixfleet.emulator.driver import Driver, Ticket, each_change
 from radixfleet.emulator.grpc_server import start_grpc
 from radixfleet.emulator.info import loads, model_info, models_list, server_info
 from radixfleet.emulator.metrics import build_registry
@@ -351,21 +351,16 @@ class Emulator:
                                                            role=True))  # fmt: skip
         sent = [0] * len(jobs)
         ended: dict[int, Sample] = {}
-        while len(ended) < len(jobs):
-            for i, (job, ticket) in enumerate(zip(jobs, tickets, strict=True)):
-                if i in ended:
-                    continue
-                done = ticket.request.done
-                if done and ticket.request.phase is not Phase.FINISHED:
-                    return _drop(request)
-                upto = min(self.driver.generated(ticket), len(job.answer_ids))
-                if upto > sent[i] or done:
-                    await self._send_progress(response, job, ticket, sent=sent[i], upto=upto)
-                    sent[i] = upto
-                if done:
-                    ended[i] = await self._send_end(response, job, ticket)
-            if len(ended) < len(jobs):
-                await any_changed([t for i, t in enumerate(tickets) if i not in ended])
+        async for i, done in each_change(tickets):
+            job, ticket = jobs[i], tickets[i]
+            if done and ticket.request.phase is not Phase.FINISHED:
+                return _drop(request)
+            upto = min(self.driver.generated(ticket), len(job.answer_ids))
+            if upto > sent[i] or done:
+                await self._send_progress(response, job, ticket, sent=sent[i], upto=upto)
+                sent[i] = upto
+            if done:
+                ended[i] = await self._send_end(response, job, ticket)
         await self._send_tail(response, [ended[i] for i in range(len(jobs))])
         return response
 
