@@ -27,26 +27,38 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 command -v go >/dev/null || { echo "provision: Go is needed to build the test cluster" >&2; exit 1; }
 
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/radixfleet"
+mkdir -p "$cache"
+programs=(kube coredns kserve kserve-localmodel kube-rbac-proxy knative netpol helm)
+
+# Download every build's Go modules in the background, at normal priority: it is mostly network
+# wait and unzipping, which then overlaps the compiles below instead of preceding each. The
+# Pulumi builds first (their own compile runs at idle priority, below), then the others in the
+# reverse of their build order, so that it stays ahead of the build it feeds rather than racing
+# it for the same modules. A no-op for what is built. Its log: ~/.cache/radixfleet/prefetch.log.
+python3 -m testbed.builds --prefetch pulumi pulumi-kubernetes helm netpol knative \
+  kube-rbac-proxy kserve-localmodel kserve coredns >"$cache/prefetch.log" 2>&1 </dev/null &
+
 # The Pulumi CLI and pulumi-kubernetes' provider (testbed/builds.py), which only
 # tests/cluster/test_pulumi.py needs, late in the run: built in the background at idle CPU
 # priority (SCHED_IDLE: on cycles nothing else wants), so that a cold machine builds them while
 # the other builds download and while the tests wait on the cluster, not before them. The test
 # waits for them (each build holds a lock while it runs). About 20 CPU-minutes cold; warm, a
 # no-op. Its log: ~/.cache/radixfleet/pulumi-build.log.
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/radixfleet"
-mkdir -p "$cache"
 nohup chrt --idle 0 python3 -m testbed.builds pulumi pulumi-kubernetes \
   >"$cache/pulumi-build.log" 2>&1 </dev/null &
+
+# Build the test bed's images (testbed/images.py: Debian base, pause, radixfleet, smg, KServe's
+# storage-initializer), cached by their inputs under ~/.cache/radixfleet/images, beside the Go
+# builds: none needs the other, and much of an image build is waiting on Debian's and Python's
+# package servers. Minutes the first time, a no-op after.
+python3 -m testbed.images &
+images=$!
 
 # Build the test cluster's Go programs (testbed/builds.py: Kubernetes 1.35 as one multi-call
 # binary, CoreDNS, KServe's manager and its local model cache's two programs, the
 # kube-rbac-proxy KServe's chart runs beside its manager, Knative Serving's five programs, the
 # NetworkPolicy enforcer, Helm), cached by source hash under ~/.cache/radixfleet/go: cold,
 # Kubernetes alone takes 10-20 minutes on two cores; a warm run is a no-op.
-python3 -m testbed.builds kube coredns kserve kserve-localmodel kube-rbac-proxy knative netpol \
-  helm
-
-# Build the test bed's images (testbed/images.py: Debian base, pause, radixfleet, smg, KServe's
-# storage-initializer), cached by their inputs under ~/.cache/radixfleet/images: minutes the
-# first time, a no-op after.
-python3 -m testbed.images
+python3 -m testbed.builds "${programs[@]}"
+wait "$images"

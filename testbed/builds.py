@@ -1,6 +1,6 @@
 """Every Go program the test bed builds, and a command that builds them all.
 
-``python3 -m testbed.builds [NAME...]``.
+``python3 -m testbed.builds [NAME...]``; ``--prefetch NAME...`` only downloads their modules.
 
 Standard library only: ``scripts/provision.sh`` runs it before the project's environment exists.
 """
@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.gobuild import Addition, BuildError, Edit, GoBuild, ensure_built
+from testbed.gobuild import Addition, BuildError, Edit, GoBuild, ensure_built, prefetch
 
 HERE = Path(__file__).resolve().parent
 KUBE_VERSION = "v1.35.4"
@@ -199,9 +199,16 @@ ALL: tuple[GoBuild, ...] = (
 
 
 def main(argv: list[str]) -> int:
-    wanted = set(argv) or {build.name for build in ALL}
-    for build in ALL:
-        if build.name not in wanted:
+    only_download = argv[:1] == ["--prefetch"]
+    by_name = {build.name: build for build in ALL}
+    names = argv[only_download:] or list(by_name)
+    unknown = [name for name in names if name not in by_name]
+    if unknown:
+        print(f"testbed build: unknown {unknown}; known: {', '.join(by_name)}", file=sys.stderr)
+        return 2
+    for build in (by_name[name] for name in names):  # in the order given
+        if only_download:
+            prefetch(build)
             continue
         started = time.monotonic()
         try:

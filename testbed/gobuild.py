@@ -125,6 +125,25 @@ def ensure_built(build: GoBuild, *, log: Path | None = None) -> Path:
     return folder
 
 
+def prefetch(build: GoBuild) -> None:
+    """Download the modules ``build`` compiles from, unless it is built already: network and
+    unzipping, little compiling, so it overlaps another build's compile. The build itself
+    reports anything missing, so a failure here is only printed."""
+    if _complete(build, build.folder()):
+        return
+    command = [str(find_go()), "list", "-e", "-deps", "-f", "{{.ImportPath}}"]
+    if build.tags:
+        command += ["-tags", ",".join(build.tags)]
+    env = dict(os.environ, GOFLAGS="-mod=mod", CGO_ENABLED="0")
+    packages = [package for _, package in build.mains]
+    result = subprocess.run(
+        [*command, *packages], cwd=build.source_dir, env=env, capture_output=True, text=True,
+        check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        print(f"testbed prefetch: {build.name}: {result.stderr[-1000:]}")
+
+
 def _complete(build: GoBuild, folder: Path) -> bool:
     return all((folder / main).is_file() for main, _ in build.mains)
 
