@@ -2,7 +2,8 @@
 UV ?= uv
 export UV_PYTHON ?= 3.11
 # Two pytest workers: the test bed's tests (one cluster) on one, everything else on the other
-# (tests/conftest.py). TEST_WORKERS=0 runs the suite in one process.
+# (tests/conftest.py), in the order conftest sorts them (--no-loadscope-reorder: xdist would
+# otherwise hand out the largest groups first). TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
 
 .PHONY: setup provision demo demo-cluster test lint typecheck render check-rendered unit cluster cluster-down
@@ -32,7 +33,7 @@ typecheck: setup
 	$(UV) run mypy
 
 test: provision lint typecheck  ## everything CI runs: provision, lint, types, and the whole test suite
-	$(UV) run pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
+	$(UV) run pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30
 
 cluster: setup provision  ## a one-node Kubernetes 1.35 on this machine, left running (kubeconfig: out/cluster/kubeconfig)
 	$(UV) run python -m testbed up --out out/cluster

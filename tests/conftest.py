@@ -31,8 +31,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(OWN_CLUSTER_GROUP))
         elif uses_cluster or "cluster" in markers:
             item.add_marker(pytest.mark.xdist_group(TEST_BED_GROUP))
-    # Last: xdist hands work out in collection order, so the other worker runs the unit tests
-    # first. On a fresh machine the Pulumi module waits for the Pulumi builds, which run in the
-    # background at idle priority (scripts/provision.sh); first in the order, its worker sat
-    # idle for them while the unit tests waited (the cold run of 6a1fa86).
-    items.sort(key=lambda item: item.get_closest_marker("own_cluster") is not None)
+    items.sort(key=_turn)
+
+
+def _turn(item: pytest.Item) -> int:
+    """When a test's group is handed out (`make test` passes --no-loadscope-reorder, so xdist
+    keeps this order; by default it hands out the largest groups first). The test bed first:
+    it is the longest, alone on its worker. The Pulumi module last: on a fresh machine it waits
+    for the Pulumi builds, which run in the background at idle priority (scripts/provision.sh),
+    so the other worker runs the unit tests first. Handed out second, as xdist's reordering did,
+    its worker sat idle for them while every unit test waited (20 minutes, cold runs of 6a1fa86
+    and 739d600)."""
+    group = item.get_closest_marker("xdist_group")
+    name = (group.args[0] if group.args else group.kwargs.get("name")) if group else None
+    return {TEST_BED_GROUP: 0, OWN_CLUSTER_GROUP: 2}.get(name, 1)
