@@ -31,13 +31,14 @@ cache="${XDG_CACHE_HOME:-$HOME/.cache}/radixfleet"
 mkdir -p "$cache"
 programs=(kube coredns kserve kserve-localmodel kube-rbac-proxy knative netpol helm)
 
-# Download every build's Go modules in the background, at normal priority: it is mostly network
-# wait and unzipping, which then overlaps the compiles below instead of preceding each. The
-# Pulumi builds first (their own compile runs at idle priority, below), then the others in the
-# reverse of their build order, so that it stays ahead of the build it feeds rather than racing
-# it for the same modules. A no-op for what is built. Its log: ~/.cache/radixfleet/prefetch.log.
-python3 -m testbed.builds --prefetch pulumi pulumi-kubernetes helm netpol knative \
-  kube-rbac-proxy kserve-localmodel kserve coredns >"$cache/prefetch.log" 2>&1 </dev/null &
+# Download the cluster builds' Go modules in the background: mostly network wait and unzipping,
+# which then overlaps the compiles below instead of preceding each. In the reverse of their build
+# order, so that it stays ahead of the build it feeds rather than racing it for the same modules.
+# Not the Pulumi builds' (below): at normal priority their unzipping competes with the cluster
+# builds, and their own idle-priority build fetches them in time. A no-op for what
+# is built. Its log: ~/.cache/radixfleet/prefetch.log.
+python3 -m testbed.builds --prefetch helm netpol knative kube-rbac-proxy kserve-localmodel \
+  kserve coredns >"$cache/prefetch.log" 2>&1 </dev/null &
 
 # The Pulumi CLI and pulumi-kubernetes' provider (testbed/builds.py), which only
 # tests/cluster/test_pulumi.py needs, late in the run: built in the background at idle CPU
