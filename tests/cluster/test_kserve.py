@@ -131,13 +131,20 @@ def _missing(expected: Any, actual: Any, path: str) -> list[str]:
     return [] if expected == actual else [f"{path}: {expected!r} != {actual!r}"]
 
 
+# The API server's words when KServe's webhook did not answer within its 10 s: on a busy machine
+# (a cold CI run: the test bed's first minutes beside the other worker's tests) it has, once.
+# Temporary, like the quota's "retry shortly": a later apply goes through.
+WEBHOOK_TIMEOUT = "context deadline exceeded"
+
+
 def _applied(cluster: Cluster, objects: list[dict[str, Any]]) -> bool:
     documents = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
     applied = cluster.kubectl(
         "apply", "--server-side", "--field-manager=radixfleet", "-f", "-", stdin=documents,
         check=False,
     )  # fmt: skip
-    assert applied.returncode == 0 or "retry shortly" in applied.stderr, applied.stderr
+    passing = ("retry shortly", WEBHOOK_TIMEOUT)
+    assert applied.returncode == 0 or any(w in applied.stderr for w in passing), applied.stderr
     return applied.returncode == 0
 
 
