@@ -245,7 +245,8 @@ class Observed:
     unreadable: Mapping[str, str] = field(default_factory=dict)  # "ns/name" -> why
     quotas: Mapping[str, Quota] = field(default_factory=dict)  # by namespace
     missing_secrets: Mapping[str, Sequence[str]] = field(default_factory=dict)  # by tenant
-    api_keys: Mapping[str, int] = field(default_factory=dict)  # resolved keys, by tenant
+    # When each resolved key of a tenant expires (None: never), by tenant.
+    api_keys: Mapping[str, Sequence[datetime | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -325,10 +326,12 @@ def _status(
 ) -> TenantStatus:
     granted = sorted(ns for ns, owner in owners.items() if owner == obj.name)
     gpus = table.get(obj.name, {})
+    resolved = observed.api_keys.get(obj.name, ())
+    live = sum(1 for end in resolved if end is None or end > now)
     found = [
         _claims_condition(conflicts.get(obj.name, [])),
         _gpu_types_condition(obj),
-        _keys_condition(observed.missing_secrets.get(obj.name, ())),
+        _keys_condition(observed.missing_secrets.get(obj.name, ()), resolved, live),
         _budget_condition(gpus, _unreadable_in(observed.unreadable, granted)),
     ]
     conditions = [_ready(obj, found), *found]
@@ -338,7 +341,7 @@ def _status(
         gpus=gpus,
         running_gpus=sum(observed.quotas.get(ns, Quota()).used for ns in granted),
         commitments=counted.get(obj.name, {}),
-        api_keys=observed.api_keys.get(obj.name, 0),
+        api_keys=live,  # what the entries accept now: an expired key is refused
         conditions=[_stamped(c, obj, now) for c in conditions],
     )
 
@@ -371,10 +374,25 @@ def _gpu_types_condition(obj: TenantObject) -> Found:
     return (ConditionType.GPU_TYPES_KNOWN, True, "Known", "")
 
 
-def _keys_condition(missing: Sequence[str]) -> Found:
+def _keys_condition(
+    missing: Sequence[str], resolved: Sequence[datetime | None], live: int
+) -> Found:
     if missing:
-        return (ConditionType.API_KEYS_RESOLVED, False, "SecretMissing",
-                f"API key Secrets not found: {', '.join(missing)}")  # fmt: skip
+        return (
+            ConditionType.API_KEYS_RESOLVED,
+            False,
+            "SecretMissing",
+            f"API key Secrets not found: {', '.join(missing)} (radixfleet reads only the "
+            "Secrets its Role in the namespace names: render the tenant with its keys)",
+        )
+    if resolved and not live:
+        last = max(end for end in resolved if end is not None)
+        return (
+            ConditionType.API_KEYS_RESOLVED,
+            False,
+            "AllKeysExpired",
+            f"every API key has expired, the last at {last.isoformat()}: add a new one",
+        )
     return (ConditionType.API_KEYS_RESOLVED, True, "Resolved", "")
 
 

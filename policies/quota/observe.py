@@ -87,16 +87,16 @@ def quota_of(quota: Mapping[str, Any] | None) -> Quota:
 
 def check_keys(
     parsed: Iterable[tuple[TenantObject, TenantSpec | None]], secrets: Secrets
-) -> tuple[dict[str, list[str]], dict[str, int]]:
-    """Per tenant: the key references that resolve to nothing, and how many resolve."""
+) -> tuple[dict[str, list[str]], dict[str, list[datetime | None]]]:
+    """Per tenant: the key references that resolve to nothing, and when each one that resolves
+    expires (None: never); whether it has expired is the decision's, which knows the time."""
     missing: dict[str, list[str]] = {}
-    resolved: dict[str, int] = {}
+    resolved: dict[str, list[datetime | None]] = {}
     for obj, spec in parsed:
-        refs = spec.api_keys if spec else []
-        absent = [str(ref) for ref in refs if not secrets.key(ref)]
-        if absent:
+        found = [(ref, bool(secrets.key(ref))) for ref in (spec.api_keys if spec else [])]
+        if absent := [str(ref) for ref, ok in found if not ok]:
             missing[obj.name] = absent
-        resolved[obj.name] = len(refs) - len(absent)
+        resolved[obj.name] = [ref.expires_at for ref, ok in found if ok]
     return missing, resolved
 
 

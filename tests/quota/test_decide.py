@@ -325,8 +325,30 @@ def test_unknown_gpu_types_and_missing_secrets_are_conditions() -> None:
     assert condition(status, ConditionType.API_KEYS_RESOLVED) == (
         "False",
         "SecretMissing",
-        "API key Secrets not found: keys/a[api-key]",
+        "API key Secrets not found: keys/a[api-key] (radixfleet reads only the Secrets its "
+        "Role in the namespace names: render the tenant with its keys)",
     )
+
+
+@pytest.mark.parametrize(
+    ("expiries", "live", "reason"),
+    [
+        pytest.param([None, T0 + timedelta(days=1)], 2, "Resolved", id="both-live"),
+        pytest.param([T0 - timedelta(hours=1), None], 1, "Resolved", id="rotated-old-expired"),
+        pytest.param([T0 - timedelta(hours=2), T0], 0, "AllKeysExpired", id="all-expired"),
+    ],
+)
+def test_the_status_counts_only_the_keys_the_entries_accept_now(
+    expiries: list[datetime | None], live: int, reason: str
+) -> None:
+    obj = tenant_obj("a", ["ns-a"], budget={})
+    status = decide(Observed(tenants=[obj], api_keys={"a": expiries}), T0).statuses["a"]
+    assert status.api_keys == live
+    kind, found, message = condition(status, ConditionType.API_KEYS_RESOLVED)
+    assert (kind, found) == ("True" if live else "False", reason)
+    if not live:  # the last expiry is named, so the team knows since when its clients fail
+        assert T0.isoformat() in message
+        assert condition(status, ConditionType.READY)[:2] == ("False", "AllKeysExpired")
 
 
 def test_an_unparseable_spec_is_kept_and_reported() -> None:
