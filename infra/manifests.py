@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from inferenceservices.builder import (
+    api_keys_secret,
     build_autoscale_policy,
     build_canary_policy,
     build_failover_policy,
@@ -33,8 +34,10 @@ from radixfleet.config import Catalog, GpuPool, Region
 from radixfleet.config.catalog import KNOWN_RUNTIMES, Model, Tenant
 from radixfleet.config.gpus import gpu_label_value
 from radixfleet.entry.signals import PREFIX as SIGNALS_PREFIX
+from radixfleet.kit.rbac import CLUSTER, scoped
 from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES
 from radixfleet.render import entry, headroom, modelcache, monitoring, operator
+from radixfleet.render.tenant_access import tenant_access
 from runtimes.builder import build_runtime
 
 Manifest = dict[str, Any]
@@ -314,7 +317,7 @@ def controller_cluster_rules() -> list[Manifest]:
     declare plus what kopf needs, derived in one place (radixfleet/render/operator.py) for both
     this program and the kustomize base deploy/operator/.
     """
-    return [r.to_manifest() for r in operator.operator_rules()]
+    return [r.to_manifest() for r in scoped(operator.operator_rules(), CLUSTER)]
 
 
 def controller_deployment(
@@ -339,7 +342,7 @@ def controller_deployment(
 
 def entry_cluster_rules() -> list[Manifest]:
     """The region entry's ClusterRole rules (radixfleet/render/entry.py, as deploy/entry/)."""
-    return [r.to_manifest() for r in entry.entry_rules()]
+    return [r.to_manifest() for r in scoped(entry.entry_rules(), CLUSTER)]
 
 
 def entry_deployment(
@@ -471,6 +474,15 @@ def region_router_access(catalog: Catalog, region: Region) -> list[Manifest]:
     """The routers' ServiceAccount, Role and RoleBinding in each of the region's namespaces."""
     namespaces = sorted({namespace_of(t) for _, t in _region_models(catalog, region)})
     return [obj for namespace in namespaces for obj in build_router_access(namespace)]
+
+
+def region_secret_access(catalog: Catalog, region: Region) -> list[Manifest]:
+    """The operator's and the entry's Secrets access in each of the region's namespaces: the
+    data plane's key and the API keys of the tenants there (radixfleet/render/tenant_access.py)."""
+    keys: dict[str, list[str]] = {}
+    for _, tenant in _region_models(catalog, region):
+        keys.setdefault(namespace_of(tenant), []).append(api_keys_secret(tenant))
+    return [obj for ns, names in sorted(keys.items()) for obj in tenant_access(ns, set(names))]
 
 
 def region_network_policies(catalog: Catalog, region: Region) -> list[Manifest]:

@@ -43,6 +43,7 @@ from radixfleet.fleet.spec import demo_spec
 from radixfleet.fleet.workloads import demo_workload
 from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
+from radixfleet.render.tenant_access import tenant_access
 from radixfleet.workload.records import RequestResult
 from radixfleet.workload.replay import Replayer
 from radixfleet.workload.stats import breakdown
@@ -233,7 +234,8 @@ def _tenant(cluster: Cluster, key: str, image: str) -> None:
     }  # fmt: skip
     policy = {"apiVersion": "radixfleet.io/v1alpha1", "kind": "CanaryPolicy",
               "metadata": {"name": "default", "namespace": NAMESPACE}, "spec": POLICY}  # fmt: skip
-    session.apply(cluster, [*build_router_access(NAMESPACE), tenant, policy])
+    access = [*build_router_access(NAMESPACE), *tenant_access(NAMESPACE, ["api-keys"])]
+    session.apply(cluster, [*access, tenant, policy])
     wait_accounted(cluster, NAMESPACE)
     volumes = [v for m in (WAKES, CANARY) for v in model_volume(cluster, namespace=NAMESPACE,
                                                                model=m)]  # fmt: skip

@@ -579,14 +579,21 @@ def test_controllers_are_least_privilege_and_unprivileged(stack: RecordingMocks)
         *of_type(stack, "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"),
         *of_type(stack, "kubernetes:rbac.authorization.k8s.io/v1:Role"),
     ]
+    secret_roles = 0
     for role in roles:
         for rule in role.inputs["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["apiGroups"]
             assert "*" not in rule["resources"]
-            # The quota reads the one API-key Secret a Tenant names: get, never list or watch.
-            # Secrets: one read by name, the data plane's key created; never listed or changed.
-            assert "secrets" not in rule["resources"] or set(rule["verbs"]) <= {"get", "create"}
             assert not {"delete", "deletecollection", "escalate", "bind"} & set(rule["verbs"])
+            if "secrets" not in rule["resources"]:
+                continue
+            # Secrets: in a tenant namespace only (a Role), read by name, the data plane's key
+            # created; never listed, watched or changed.
+            assert "namespace" in role.inputs["metadata"], "a ClusterRole holds a Secret"
+            assert set(rule["verbs"]) in ({"get"}, {"create"})
+            assert rule["verbs"] == ["create"] or rule["resourceNames"]
+            secret_roles += 1
+    assert secret_roles, "no account may read the tenants' keys"
     for deployment in of_type(stack, "kubernetes:apps/v1:Deployment"):
         pod = deployment.inputs["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True

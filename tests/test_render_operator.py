@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from radixfleet.cli import app
-from radixfleet.kit.rbac import KOPF_RULES
+from radixfleet.kit.rbac import CLUSTER, KOPF_RULES
 from radixfleet.kit.registry import plugins
 from radixfleet.render.operator import render_operator
 
@@ -55,11 +55,16 @@ def test_committed_base_is_what_render_produces(tmp_path: Path) -> None:
     assert committed == fresh, "deploy/operator/ drifted: run `radixfleet render`"
 
 
-def test_the_cluster_role_is_exactly_the_declared_rules_and_kopfs() -> None:
+def test_the_cluster_role_is_exactly_the_declared_cluster_wide_rules_and_kopfs() -> None:
     role = of_kind(kustomize(BASE), "ClusterRole")
-    declared = {t for p in plugins() for r in p.rules() for t in r.triples()}
-    declared |= {t for r in KOPF_RULES for t in r.triples()}
+    rules = [*(r for p in plugins() for r in p.rules()), *KOPF_RULES]
+    declared = {t for r in rules if r.scope == CLUSTER for t in r.triples()}
     assert triples(role["rules"]) == declared
+    # Secrets are granted in tenant namespaces only (radixfleet/render/tenant_access.py).
+    assert {t for r in rules if r.scope != CLUSTER for t in r.triples()} == {
+        ("", "secrets", "get"),
+        ("", "secrets", "create"),
+    }
 
 
 @pytest.mark.parametrize(
@@ -68,13 +73,12 @@ def test_the_cluster_role_is_exactly_the_declared_rules_and_kopfs() -> None:
         ("", "pods", "patch"),  # autoscale: pod deletion cost
         ("serving.knative.dev", "revisions", "patch"),  # autoscale: scale bounds
         ("autoscaling.internal.knative.dev", "podautoscalers", "patch"),
-        ("", "secrets", "get"),  # quota: API keys
         ("", "resourcequotas", "list"),  # quota: watched cluster-wide
         ("", "configmaps", "create"),  # failover: floors
         ("kopf.dev", "clusterkopfpeerings", "patch"),  # kopf: peering keep-alives
         ("", "namespaces", "watch"),  # kopf
     ],
-    ids=["pods", "revisions", "podautoscalers", "secrets", "quotas", "configmaps", "peering",
+    ids=["pods", "revisions", "podautoscalers", "quotas", "configmaps", "peering",
          "namespaces"],
 )  # fmt: skip
 def test_yesterdays_gaps_are_granted(group: str, resource: str, verb: str) -> None:
@@ -86,9 +90,8 @@ def test_nothing_broad_is_granted() -> None:
     for rule in of_kind(kustomize(BASE), "ClusterRole")["rules"]:
         assert "*" not in rule["verbs"] + rule["apiGroups"] + rule["resources"]
         assert not {"delete", "deletecollection", "escalate", "bind"} & set(rule["verbs"])
-        # Secrets: read one by name (API keys), create the data plane's; never list, watch,
-        # or change one (a tenant's key, or the data plane's once made).
-        assert "secrets" not in rule["resources"] or set(rule["verbs"]) <= {"get", "create"}
+        # No Secret anywhere: those it needs are granted by name in tenant namespaces.
+        assert "secrets" not in rule["resources"]
 
 
 def test_the_operator_pod_is_unprivileged_probed_and_leader_elected() -> None:

@@ -27,7 +27,7 @@ from radixfleet.kit.kube import (
     kube_call,
     read_secret_value,
 )
-from radixfleet.kit.rbac import KOPF_TIMER, PolicyRule, rule
+from radixfleet.kit.rbac import KOPF_TIMER, TENANT_NAMESPACES, PolicyRule, rule
 from radixfleet.labels import GROUP
 
 KSERVE = Resource("serving.kserve.io", "v1beta1", "inferenceservices")
@@ -43,7 +43,7 @@ RULES: tuple[PolicyRule, ...] = (
     rule("", "pods", "list", "patch"),
     # Pre-warming: the data plane's key of a tenant namespace, by its one name, to warm its
     # pods and ask the entry for their model's hottest prefixes (policies/autoscale/warming.py).
-    rule("", "secrets", "get"),
+    rule("", "secrets", "get", scope=TENANT_NAMESPACES),
     OURS.rule(*KOPF_TIMER),  # kopf's timer on the policies
     *KubeStatus.rules(OURS),
     *KubeEvents.RULES,

@@ -25,12 +25,12 @@ from policies.quota.observe import api_keys, tenant_object
 from policies.quota.ports import Secrets, Tenants
 from radixfleet.config.catalog import TokenBudget
 from radixfleet.entry.gate import ModelOf
-from radixfleet.kit.rbac import PolicyRule, rule
+from radixfleet.kit.rbac import TENANT_NAMESPACES, PolicyRule, rule
 
 RULES: tuple[PolicyRule, ...] = (
     TENANTS.rule("list"),
     # API keys: one Secret at a time, by the name a Tenant gives (never listed).
-    rule("", "secrets", "get"),
+    rule("", "secrets", "get", scope=TENANT_NAMESPACES),
 )
 
 

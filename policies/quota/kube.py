@@ -21,7 +21,7 @@ from radixfleet.kit.kube import (
     kube_call,
     read_secret_value,
 )
-from radixfleet.kit.rbac import READ, PolicyRule, rule
+from radixfleet.kit.rbac import READ, TENANT_NAMESPACES, PolicyRule, rule
 
 FIELD_MANAGER = "radixfleet-quota"
 TENANTS = Resource(labels.GROUP, API_VERSION, PLURAL, namespaced=False)
@@ -32,8 +32,9 @@ RULES: tuple[PolicyRule, ...] = (
     *KubeStatus.rules(TENANTS),
     INFERENCE_SERVICES.rule("list", "watch"),
     rule("", "resourcequotas", *READ, "create", "patch"),
-    # API keys: one Secret at a time, by the name a Tenant gives (never listed).
-    rule("", "secrets", "get"),
+    # API keys: one Secret at a time, by the name a Tenant gives (never listed), in its
+    # namespace (radixfleet/render/tenant_access.py).
+    rule("", "secrets", "get", scope=TENANT_NAMESPACES),
 )
 
 

@@ -18,7 +18,7 @@ from policies.routers.spec import COMPONENT, ROLE, Router
 from radixfleet import dataplane, labels
 from radixfleet.kit.errors import ConflictError
 from radixfleet.kit.kube import INFERENCE_SERVICES, Resource, kube_call
-from radixfleet.kit.rbac import READ, PolicyRule, rule
+from radixfleet.kit.rbac import READ, TENANT_NAMESPACES, PolicyRule, rule
 
 FIELD_MANAGER = "radixfleet-routers"
 REVISIONS = Resource("serving.knative.dev", "v1", "revisions")
@@ -35,7 +35,7 @@ RULES: tuple[PolicyRule, ...] = (
     rule("apps", "deployments", "list", "create", "patch"),
     rule("", "services", "create", "patch"),
     # The data plane's key: created once per namespace, never read back (radixfleet/dataplane.py).
-    rule("", "secrets", "create"),
+    rule("", "secrets", "create", scope=TENANT_NAMESPACES),
 )
 
 

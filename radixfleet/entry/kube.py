@@ -27,7 +27,7 @@ from radixfleet.kit.kube import (
     list_everywhere,
     read_secret_value,
 )
-from radixfleet.kit.rbac import PolicyRule, rule
+from radixfleet.kit.rbac import TENANT_NAMESPACES, PolicyRule, rule
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,8 @@ CANARY_POLICIES = Resource(labels.GROUP, "v1alpha1", "canarypolicies")
 RULES: tuple[PolicyRule, ...] = (
     INFERENCE_SERVICES.rule("list"),
     CANARY_POLICIES.rule("list"),  # which rollouts run a baseline, from their status
-    rule("", "secrets", "get"),  # each namespace's data-plane key, by its one name
+    # Each namespace's data-plane key, by its one name.
+    rule("", "secrets", "get", scope=TENANT_NAMESPACES),
 )
 
 

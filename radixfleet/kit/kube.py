@@ -23,7 +23,7 @@ import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from radixfleet.kit.errors import CONFLICT, ConflictError, KubeError
+from radixfleet.kit.errors import CONFLICT, FORBIDDEN, ConflictError, KubeError
 from radixfleet.kit.rbac import PolicyRule, rule
 
 T = TypeVar("T")
@@ -73,10 +73,19 @@ def absent_as_none(what: str, call: Callable[[], T]) -> T | None:
 
 def read_secret_value(api_client: Any, namespace: str, name: str, key: str) -> str | None:
     """One value of a Secret, decoded and stripped; None when the Secret, the key or a
-    readable value is missing (never the whole Secret: the caller names the key it wants)."""
+    readable value is missing, or when radixfleet may not read it (never the whole Secret: the
+    caller names the key it wants)."""
     core = client.CoreV1Api(api_client)
-    found = absent_as_none(f"get secret {namespace}/{name}",
-                           lambda: core.read_namespaced_secret(name, namespace))  # fmt: skip
+    what = f"get secret {namespace}/{name}"
+    try:
+        found = absent_as_none(what, lambda: core.read_namespaced_secret(name, namespace))
+    except KubeError as error:
+        if error.status != FORBIDDEN:
+            raise
+        # Not ours to read: reads are held to the Secrets a tenant namespace's Role names
+        # (radixfleet/render/tenant_access.py). The caller sees a missing key, as it should.
+        log.warning("%s (not named in the namespace's secret access)", error)
+        return None
     encoded = (getattr(found, "data", None) or {}).get(key)
     if not encoded:
         return None

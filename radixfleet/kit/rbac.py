@@ -4,6 +4,13 @@ Every `*/kube.py` declares `RULES`, the PolicyRules its methods need, next to th
 the calls (a test records every call on a fake client and checks it is covered). The operator's
 ClusterRole is `union()` over the registered controllers' rules and `KOPF_RULES`, rendered once
 by `cluster_role()` for both the kustomize base and the Pulumi program.
+
+A rule's scope says where it is granted. Most are cluster-wide (the ClusterRole). Secrets are
+not: no radixfleet account may read or create one outside a tenant namespace, and inside one it
+may read only those it is told of (the data plane's key, the tenant's API keys). Those rules are
+`TENANT_NAMESPACES` rules, rendered by `namespace_role()` as a Role in each tenant namespace,
+whose reads name their objects (`resourceNames`); `radixfleet/render/tenant_access.py` renders
+them with the tenant.
 """
 
 from __future__ import annotations
@@ -20,6 +27,11 @@ KOPF_TIMER = (*READ, "patch")
 
 # Verb order as `kubectl describe clusterrole` reads best: reads first, then writes.
 _VERB_ORDER = ("get", "list", "watch", "create", "update", "patch", "delete")
+# Where a rule is granted: everywhere (the ClusterRole), or in each tenant namespace only.
+CLUSTER = "cluster"
+TENANT_NAMESPACES = "tenant-namespaces"
+# The verbs RBAC cannot hold to named objects: a create's object has no name to check yet.
+_UNNAMEABLE = frozenset({"create", "deletecollection"})
 
 
 @dataclass(frozen=True)
@@ -29,24 +41,30 @@ class PolicyRule:
     api_groups: tuple[str, ...]
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
+    scope: str = CLUSTER
 
     def triples(self) -> set[tuple[str, str, str]]:
         """(group, resource, verb) for every combination the rule allows."""
         return {(g, r, v) for g in self.api_groups for r in self.resources for v in self.verbs}
 
-    def to_manifest(self) -> dict[str, Any]:
-        """The rule as a Role's `rules` entry."""
-        return {
+    def to_manifest(self, resource_names: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The rule as a Role's `rules` entry (for those objects only, if named)."""
+        manifest: dict[str, Any] = {
             "apiGroups": list(self.api_groups),
             "resources": list(self.resources),
             "verbs": list(self.verbs),
         }
+        if resource_names:
+            manifest["resourceNames"] = list(resource_names)
+        return manifest
 
 
-def rule(group: str, resources: str | tuple[str, ...], *verbs: str) -> PolicyRule:
+def rule(
+    group: str, resources: str | tuple[str, ...], *verbs: str, scope: str = CLUSTER
+) -> PolicyRule:
     """A PolicyRule in one line: `rule("", "pods", "list", "patch")`."""
     names = (resources,) if isinstance(resources, str) else resources
-    return PolicyRule(api_groups=(group,), resources=names, verbs=verbs)
+    return PolicyRule(api_groups=(group,), resources=names, verbs=verbs, scope=scope)
 
 
 # What kopf itself calls, whatever the handlers do: it discovers resources through the CRDs,
@@ -66,20 +84,25 @@ def covers(rules: Iterable[PolicyRule], group: str, resource: str, verb: str) ->
 
 
 def union(rules: Iterable[PolicyRule]) -> tuple[PolicyRule, ...]:
-    """The same permissions in the fewest rules: one per group and verb set, sorted."""
-    verbs: dict[tuple[str, str], set[str]] = defaultdict(set)
+    """The same permissions in the fewest rules: one per scope, group and verb set, sorted."""
+    verbs: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     for granted in rules:
         for group, resource, verb in granted.triples():
-            verbs[(group, resource)].add(verb)
-    grouped: dict[tuple[str, tuple[str, ...]], list[str]] = defaultdict(list)
-    for (group, resource), allowed in sorted(verbs.items()):
-        grouped[(group, _ordered(allowed))].append(resource)
+            verbs[(granted.scope, group, resource)].add(verb)
+    grouped: dict[tuple[str, str, tuple[str, ...]], list[str]] = defaultdict(list)
+    for (scope, group, resource), allowed in sorted(verbs.items()):
+        grouped[(scope, group, _ordered(allowed))].append(resource)
     return tuple(
-        PolicyRule(api_groups=(group,), resources=tuple(resources), verbs=verb_list)
-        for (group, verb_list), resources in sorted(
-            grouped.items(), key=lambda kv: (kv[0][0], kv[1])
+        PolicyRule(api_groups=(group,), resources=tuple(resources), verbs=verb_list, scope=scope)
+        for (scope, group, verb_list), resources in sorted(
+            grouped.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[1])
         )
     )
+
+
+def scoped(rules: Iterable[PolicyRule], scope: str) -> tuple[PolicyRule, ...]:
+    """The rules granted in `scope`, merged."""
+    return union(r for r in rules if r.scope == scope)
 
 
 def _ordered(verbs: set[str]) -> tuple[str, ...]:
@@ -90,12 +113,52 @@ def _ordered(verbs: set[str]) -> tuple[str, ...]:
 def cluster_role(
     name: str, rules: Iterable[PolicyRule], *, labels: dict[str, str]
 ) -> dict[str, Any]:
-    """A ClusterRole manifest with `union(rules)`."""
+    """A ClusterRole manifest with the cluster-wide ones of `rules`, merged."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {"name": name, "labels": dict(labels)},
-        "rules": [r.to_manifest() for r in union(rules)],
+        "rules": [r.to_manifest() for r in scoped(rules, CLUSTER)],
+    }
+
+
+def namespace_role(
+    name: str,
+    namespace: str,
+    rules: Iterable[PolicyRule],
+    *,
+    names: Iterable[str],
+    labels: dict[str, str],
+) -> dict[str, Any]:
+    """A Role in `namespace` with the tenant-namespace ones of `rules`; each verb is held to
+    the objects `names` lists, but a create (its object has no name to check yet)."""
+    named, entries = tuple(sorted(set(names))), []
+    for granted in scoped(rules, TENANT_NAMESPACES):
+        by_name = tuple(v for v in granted.verbs if v not in _UNNAMEABLE)
+        others = tuple(v for v in granted.verbs if v in _UNNAMEABLE)
+        for verbs, only in ((by_name, named), (others, ())):
+            if verbs:
+                part = PolicyRule(granted.api_groups, granted.resources, verbs, granted.scope)
+                entries.append(part.to_manifest(only))
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "rules": entries,
+    }
+
+
+def role_binding(
+    name: str, namespace: str, *, account_namespace: str, labels: dict[str, str]
+) -> dict[str, Any]:
+    """The RoleBinding in `namespace` of Role `name` to the ServiceAccount `name` of
+    `account_namespace`."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": account_namespace}],
     }
 
 

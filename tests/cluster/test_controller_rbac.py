@@ -2,7 +2,9 @@
 ClusterRole radixfleet renders for it (`radixfleet.render.operator.operator_rules`, the code that
 renders infra's and the kustomize base's role), and does its work without one Forbidden answer.
 The whole operator then runs the same way under the union, with kopf's peering. A controller
-whose role lacks one of its rules is refused by the API server, and this harness sees it.
+whose role lacks one of its rules is refused by the API server, and this harness sees it. Neither
+the operator nor the entry may touch a Secret outside a tenant namespace, nor read one there
+that it is not told of (radixfleet/render/tenant_access.py), in the API server's own words.
 
 Each controller is the real `radixfleet <controller> run` process (tests/cluster/controllers.py),
 its Kubernetes client authenticated by the ServiceAccount's token.
@@ -20,8 +22,10 @@ from typing import Any
 
 import pytest
 
-from radixfleet.kit.rbac import PolicyRule, cluster_role
+from radixfleet import dataplane
+from radixfleet.kit.rbac import PolicyRule, cluster_role, namespace_role, role_binding
 from radixfleet.kit.registry import plugins
+from radixfleet.render import entry as entry_base
 from radixfleet.render.operator import operator_rules
 from testbed import images, session
 from testbed.cluster import Cluster
@@ -32,6 +36,8 @@ from tests.cluster.conftest import REPO
 NAMESPACE = "rbac-check"
 ACCOUNTS = "radixfleet-rbac"
 ISVC = "guarded"
+KEYS = "rbac-team-api-keys"
+OURS = {"app.kubernetes.io/managed-by": "rbac-test"}
 RUN_S = 35.0  # three of kopf's 10 s ticks, and start-up
 # A busy CI machine can take half a minute just to import a controller (the routers process once
 # began 34 s after it was started, 1 s before a fixed 35 s wait ended): each process gets until
@@ -60,7 +66,7 @@ def _policies() -> list[dict[str, Any]]:
         {"apiVersion": group, "kind": "Tenant", "metadata": {"name": "rbac-team"},
          "spec": {"namespaces": [NAMESPACE], "gpuBudget": {"H100": {"guaranteed": 2}},
                   "tokenBudget": {"tokensPerMinute": 1000},
-                  "apiKeys": [{"name": "rbac-team-api-keys", "namespace": NAMESPACE}]}},
+                  "apiKeys": [{"name": KEYS, "namespace": NAMESPACE}]}},
     ]  # fmt: skip
 
 
@@ -86,7 +92,7 @@ def world(kserve: Cluster) -> Cluster:
         },
     )  # fmt: skip
     kserve.kubectl(
-        "create", "secret", "generic", "rbac-team-api-keys", "-n", NAMESPACE,
+        "create", "secret", "generic", KEYS, "-n", NAMESPACE,
         "--from-literal=api-key=not-a-real-key",
     )  # fmt: skip
     session.apply(kserve, [*model_volume(kserve, namespace=NAMESPACE, model=ISVC), isvc])
@@ -97,7 +103,7 @@ def world(kserve: Cluster) -> Cluster:
 
 def _account(cluster: Cluster, name: str, rules: Sequence[PolicyRule], folder: Path) -> Path:
     """A ServiceAccount bound to a ClusterRole of exactly `rules`; a kubeconfig with its token."""
-    role = cluster_role(name, rules, labels={"app.kubernetes.io/managed-by": "rbac-test"})
+    role = cluster_role(name, rules, labels=OURS)
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
@@ -107,7 +113,10 @@ def _account(cluster: Cluster, name: str, rules: Sequence[PolicyRule], folder: P
     }
     account = {"apiVersion": "v1", "kind": "ServiceAccount",
                "metadata": {"name": name, "namespace": ACCOUNTS}}  # fmt: skip
-    session.apply(cluster, [account, role, binding])
+    # Its Secrets, in the tenant's namespace only, by name: as tenant_access renders them.
+    secrets = namespace_role(name, NAMESPACE, rules, names=[dataplane.SECRET, KEYS], labels=OURS)
+    secrets_binding = role_binding(name, NAMESPACE, account_namespace=ACCOUNTS, labels=OURS)
+    session.apply(cluster, [account, role, binding, secrets, secrets_binding])
     token = cluster.kubectl("create", "token", name, "-n", ACCOUNTS, "--duration=1h").stdout
     return cluster.token_kubeconfig(token.strip(), folder / f"{name}.kubeconfig")
 
@@ -259,3 +268,44 @@ def _without(rules: Sequence[PolicyRule], group: str, resource: str, verb: str) 
         for g, res, v in sorted(r.triples())
         if (g, res, v) != (group, resource, verb)
     ]
+
+
+# (verb, resource, namespace, allowed): Secrets only in the tenant's namespace, reads only of the
+# ones named there (the data plane's key, the tenant's API keys), never a list.
+SECRET_ACCESS = [
+    ("get", f"secret/{dataplane.SECRET}", NAMESPACE, True),
+    ("get", f"secret/{KEYS}", NAMESPACE, True),
+    ("get", "secret/a-workloads-own-secret", NAMESPACE, False),
+    ("list", "secrets", NAMESPACE, False),
+    ("watch", "secrets", NAMESPACE, False),
+    ("get", f"secret/{dataplane.SECRET}", ACCOUNTS, False),
+    ("get", "secret/radixfleet-fleet-token", "radixfleet-system", False),
+    ("get", "secret/bootstrap-token-abcdef", "kube-system", False),
+    ("create", "secrets", "kube-system", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("account", "creates"),
+    [pytest.param("operator", True, id="operator"), pytest.param("entry", False, id="entry")],
+)
+def test_an_account_reads_only_the_secrets_it_is_told_of_and_only_in_tenant_namespaces(
+    world: Cluster, tmp_path: Path, account: str, creates: bool
+) -> None:
+    """The API server's own answer (`kubectl auth can-i` as the ServiceAccount) for the operator's
+    and the entry's rendered rules: their ClusterRoles hold no Secret at all."""
+    rules = operator_rules() if account == "operator" else entry_base.entry_rules()
+    name = f"rf-{account}-secrets"
+    _account(world, name, rules, tmp_path)
+    cases = [*SECRET_ACCESS, ("create", "secrets", NAMESPACE, creates)]
+    answers = {case: _can_i(world, f"system:serviceaccount:{ACCOUNTS}:{name}", *case[:3])
+               for case in cases}  # fmt: skip
+    wrong = {case: said for case, said in answers.items() if (said == "yes") != case[3]}
+    assert not wrong, f"{account}: (verb, resource, namespace, allowed) -> can-i said: {wrong}"
+
+
+def _can_i(cluster: Cluster, user: str, verb: str, resource: str, namespace: str) -> str:
+    """The API server's "yes" or "no" to `user` doing `verb` on `resource` in `namespace`."""
+    said = cluster.kubectl("auth", "can-i", verb, resource, "-n", namespace, f"--as={user}",
+                           check=False)  # fmt: skip
+    return said.stdout.strip()

@@ -41,6 +41,7 @@ from policies.routers.spec import ROUTES_FOR
 from radixfleet import dataplane, labels
 from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
+from radixfleet.render.tenant_access import tenant_access
 from radixfleet.workload.records import RequestResult, WorkItem
 from radixfleet.workload.replay import Replayer
 from testbed import images, netpol, prometheus, session
@@ -121,12 +122,13 @@ def _namespace(team: Team) -> dict[str, Any]:
 
 
 def _onboard(cluster: Cluster, team: Team, image: str, model: dict[str, Any] | None = None) -> None:
-    """What a platform team applies for a tenant: namespace, router access, key, Tenant, model
-    (`chat` from `image` unless another is given)."""
+    """What a platform team applies for a tenant: namespace, router and secret access, key,
+    Tenant, model (`chat` from `image` unless another is given)."""
     session.apply(cluster, [_namespace(team)])
     cluster.kubectl("create", "secret", "generic", "api-keys", "-n", team.namespace,
                     f"--from-literal=api-key={team.key}")  # fmt: skip
-    session.apply(cluster, [*access(team.namespace), _tenant(team)])
+    session.apply(cluster, [*access(team.namespace), *tenant_access(team.namespace, ["api-keys"]),
+                            _tenant(team)])  # fmt: skip
     wait_accounted(cluster, team.namespace)
     # No data-plane key from the test bed: the operator must create it.
     volume = model_volume(cluster, namespace=team.namespace, model=MODEL, data_plane_key=False)

@@ -33,6 +33,7 @@ import pytest
 
 from radixfleet.kit.operator import READINESS_PORT
 from radixfleet.render import operator
+from radixfleet.render.tenant_access import tenant_access
 from testbed import images, prometheus, session
 from testbed.cluster import Cluster, ClusterError, restart_apiserver
 from testbed.deploy import (
@@ -121,7 +122,7 @@ def tenant(deployed: Cluster) -> Iterator[Cluster]:
     deployed.kubectl("create", "namespace", NAMESPACE)
     deployed.kubectl("create", "secret", "generic", f"{TENANT}-api-keys", "-n", NAMESPACE,
                      "--from-literal=api-key=not-a-real-key")  # fmt: skip
-    session.apply(deployed, [_tenant(2)])
+    session.apply(deployed, [*tenant_access(NAMESPACE, [f"{TENANT}-api-keys"]), _tenant(2)])
     session.wait_for(lambda: _quota_gpus(deployed) == "2", timeout_s=TIMEOUT_S,
                      what=f"ResourceQuota {NAMESPACE}/{QUOTA} of 2 GPUs")  # fmt: skip
     yield deployed

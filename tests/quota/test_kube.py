@@ -107,6 +107,11 @@ def test_defaults_fill_in(api: client.CustomObjectsApi) -> None:
             {"namespaces": ["a"], "priority": 5000}, "less than or equal to 1000", id="priority"
         ),
         pytest.param(
+            {"namespaces": ["a"], "apiKeys": [{"name": "k", "namespace": "b"}]},
+            "must be in one of the tenant's namespaces",
+            id="key-outside-the-tenants-namespaces",
+        ),
+        pytest.param(
             {
                 "namespaces": ["a"],
                 "apiKeys": [{"name": "k", "namespace": "a", "expiresAt": "next tuesday"}],

@@ -38,6 +38,8 @@ class WorkloadsArgs:
     policies: Sequence[m.Manifest]
     # The routers' ServiceAccount, Role and RoleBinding per tenant namespace.
     router_access: Sequence[m.Manifest]
+    # The operator's and the entry's Roles (Secrets, by name) per tenant namespace.
+    secret_access: Sequence[m.Manifest]
     # The serving pods' ServiceAccount per tenant namespace (infra gives each a cloud role).
     model_readers: Sequence[m.Manifest]
     # Who may reach each tenant namespace's pods (inferenceservices/builder.py).
@@ -96,6 +98,7 @@ def region_workloads_args(
         inference_services=inference_services,
         policies=[*m.region_policies(catalog, region), *failover_policies],
         router_access=m.region_router_access(catalog, region),
+        secret_access=m.region_secret_access(catalog, region),
         model_readers=m.region_model_readers(catalog, region),
         network_policies=m.region_network_policies(catalog, region),
         headroom=headroom,
@@ -265,8 +268,8 @@ class Workloads(pulumi.ComponentResource):
         after = [*first, *namespaces, controllers_namespace]
         for policy in self._args.policies:
             self._custom(policy, after)
-        for obj in [*self._args.router_access, *self._args.model_readers,
-                    *self._args.network_policies]:  # fmt: skip
+        for obj in [*self._args.router_access, *self._args.secret_access,
+                    *self._args.model_readers, *self._args.network_policies]:  # fmt: skip
             self._core(obj, namespaces)
 
     def _core(self, obj: m.Manifest, after: Sequence[pulumi.Resource]) -> None:
