@@ -16,7 +16,6 @@ from typing import Any
 import yaml
 
 from inferenceservices.builder import (
-    api_keys_secret,
     build_autoscale_policy,
     build_canary_policy,
     build_failover_policy,
@@ -37,7 +36,7 @@ from radixfleet.entry.signals import PREFIX as SIGNALS_PREFIX
 from radixfleet.kit.rbac import CLUSTER, scoped
 from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES
 from radixfleet.render import entry, headroom, modelcache, monitoring, operator
-from radixfleet.render.tenant_access import tenant_access
+from radixfleet.render.tenant_access import secret_access
 from runtimes.builder import build_runtime
 
 Manifest = dict[str, Any]
@@ -479,10 +478,7 @@ def region_router_access(catalog: Catalog, region: Region) -> list[Manifest]:
 def region_secret_access(catalog: Catalog, region: Region) -> list[Manifest]:
     """The operator's and the entry's Secrets access in each of the region's namespaces: the
     data plane's key and the API keys of the tenants there (radixfleet/render/tenant_access.py)."""
-    keys: dict[str, list[str]] = {}
-    for _, tenant in _region_models(catalog, region):
-        keys.setdefault(namespace_of(tenant), []).append(api_keys_secret(tenant))
-    return [obj for ns, names in sorted(keys.items()) for obj in tenant_access(ns, set(names))]
+    return secret_access(tenant for _, tenant in _region_models(catalog, region))
 
 
 def region_network_policies(catalog: Catalog, region: Region) -> list[Manifest]:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inferenceservices.builder import (
-    api_keys_secret,
     build_autoscale_policy,
     build_canary_policy,
     build_inference_service,
@@ -27,7 +26,7 @@ from inferenceservices.builder import (
 )
 from radixfleet.config.catalog import KNOWN_RUNTIMES, Catalog
 from radixfleet.render.files import write_folders
-from radixfleet.render.tenant_access import tenant_access
+from radixfleet.render.tenant_access import secret_access
 from radixfleet.render.yamlout import to_yaml
 from runtimes.builder import build_runtime
 
@@ -64,7 +63,7 @@ def render_tree(catalog: Catalog) -> RenderedTree:
     served = sorted({namespace_of(t) for m in catalog.models for t in served_tenants(catalog, m)})
     isvcs["router-access.yaml"] = _documents(o for ns in served for o in build_router_access(ns))
     isvcs["secret-access.yaml"] = _documents(
-        o for ns, keys in sorted(_api_key_secrets(catalog).items()) for o in tenant_access(ns, keys)
+        secret_access(t for m in catalog.models for t in served_tenants(catalog, m))
     )
     isvcs["model-readers.yaml"] = _documents(build_model_reader(ns) for ns in served)
     isvcs["network-policies.yaml"] = _documents(
@@ -77,15 +76,6 @@ def render_tree(catalog: Catalog) -> RenderedTree:
     runtimes["kustomization.yaml"] = _kustomization(runtimes)
     isvcs["kustomization.yaml"] = _kustomization(isvcs)
     return RenderedTree(runtimes=runtimes, inferenceservices=isvcs)
-
-
-def _api_key_secrets(catalog: Catalog) -> dict[str, set[str]]:
-    """The names of the API key Secrets in each namespace that serves a model."""
-    keys: dict[str, set[str]] = {}
-    for model in catalog.models:
-        for tenant in served_tenants(catalog, model):
-            keys.setdefault(namespace_of(tenant), set()).add(api_keys_secret(tenant))
-    return keys
 
 
 def _canary_policies(catalog: Catalog) -> set[tuple[str, str]]:

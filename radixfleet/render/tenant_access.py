@@ -18,13 +18,24 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from inferenceservices.builder import api_keys_secret, namespace_of
 from radixfleet import dataplane, labels
+from radixfleet.config.catalog import Tenant
 from radixfleet.kit.rbac import namespace_role, role_binding
 from radixfleet.render import entry, operator
 
 Manifest = dict[str, Any]
 
 ACCESS_LABELS = {labels.MANAGED_BY: labels.MANAGER}
+
+
+def secret_access(tenants: Iterable[Tenant]) -> list[Manifest]:
+    """`tenant_access` of each namespace where `tenants` (those served there: a catalog's, a
+    region's) run models, naming their API-key Secrets; sorted by namespace."""
+    keys: dict[str, set[str]] = {}
+    for tenant in tenants:
+        keys.setdefault(namespace_of(tenant), set()).add(api_keys_secret(tenant))
+    return [obj for ns, names in sorted(keys.items()) for obj in tenant_access(ns, names)]
 
 
 def tenant_access(namespace: str, api_key_secrets: Iterable[str]) -> list[Manifest]:
