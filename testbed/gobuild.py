@@ -131,14 +131,11 @@ def prefetch(build: GoBuild) -> None:
     reports anything missing, so a failure here is only printed."""
     if _complete(build, build.folder()):
         return
-    command = [str(find_go()), "list", "-e", "-deps", "-f", "{{.ImportPath}}"]
-    if build.tags:
-        command += ["-tags", ",".join(build.tags)]
-    env = dict(os.environ, GOFLAGS="-mod=mod", CGO_ENABLED="0")
+    command = [str(find_go()), "list", "-e", "-deps", "-f", "{{.ImportPath}}", *_tags(build)]
     packages = [package for _, package in build.mains]
     result = subprocess.run(
-        [*command, *packages], cwd=build.source_dir, env=env, capture_output=True, text=True,
-        check=False,
+        [*command, *packages], cwd=build.source_dir, env=_go_env(), capture_output=True,
+        text=True, check=False,
     )  # fmt: skip
     if result.returncode != 0:
         print(f"testbed prefetch: {build.name}: {result.stderr[-1000:]}")
@@ -157,6 +154,16 @@ def _locked(folder: Path) -> Iterator[None]:
         yield
 
 
+def _go_env() -> dict[str, str]:
+    # GOFLAGS replaces the machine's own (go env), so it says all we need: resolve modules from
+    # go.mod and go.sum as committed, and no cgo (static binaries that run in any image).
+    return dict(os.environ, GOFLAGS="-mod=mod", CGO_ENABLED="0")
+
+
+def _tags(build: GoBuild) -> list[str]:
+    return ["-tags", ",".join(build.tags)] if build.tags else []
+
+
 def _go_args() -> list[str]:
     # -trimpath and no VCS stamp: the binary depends on the sources only, not on where the
     # checkout is or what git says about it.
@@ -164,9 +171,7 @@ def _go_args() -> list[str]:
 
 
 def _build(build: GoBuild, folder: Path, *, log: Path | None) -> None:
-    # GOFLAGS replaces the machine's own (go env), so it says all we need: resolve modules from
-    # go.mod and go.sum as committed, and no cgo (static binaries that run in any image).
-    env = dict(os.environ, GOFLAGS="-mod=mod", CGO_ENABLED="0")
+    env = _go_env()
     # Build into a temporary folder and rename it, so an interrupted build never looks finished.
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".build-"))
     started = time.monotonic()
@@ -256,8 +261,7 @@ def _go_build(
     modfile: Path | None = None,
 ) -> None:
     command = [str(find_go()), *_go_args(), "-ldflags", build.ldflags, "-o", str(out)]
-    if build.tags:
-        command += ["-tags", ",".join(build.tags)]
+    command += _tags(build)
     if modfile is not None:
         command += ["-modfile", str(modfile)]
     result = subprocess.run(
