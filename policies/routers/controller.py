@@ -10,8 +10,10 @@ router image the controller halts: it logs once per pass and changes nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any, Protocol
 
 import kopf
@@ -77,14 +79,29 @@ class Controller:
             return Plan()
         existing = self.routers.existing()
         plan = decide(isvcs, self.revisions.listed(), existing, image=self.image)
+        # One router refused (a namespace whose tenant access is not rendered: the operator may
+        # write Deployments only where it is) holds back no other; the pass then fails, and the
+        # loop tries it again.
+        failed: list[KubeError] = []
         for router in plan.apply:
-            self.routers.apply(router, image=self.image)
-            log.info("router %s/%s applied", router.namespace, router.name)
+            _attempt(failed, partial(self._apply, router))
         for key in plan.park:
-            if self._still_unwanted(key, existing[key]):
-                self.routers.park(key)
-                log.info("router %s/%s parked: its revision serves no traffic", *key)
+            _attempt(failed, partial(self._park, key, existing[key]))
+        if failed:
+            for error in failed[1:]:
+                log.warning("routers: %s", error)
+            raise failed[0]
         return plan
+
+    def _apply(self, router: Router) -> None:
+        assert self.image is not None
+        self.routers.apply(router, image=self.image)
+        log.info("router %s/%s applied", router.namespace, router.name)
+
+    def _park(self, key: Key, found: Existing) -> None:
+        if self._still_unwanted(key, found):
+            self.routers.park(key)
+            log.info("router %s/%s parked: its revision serves no traffic", *key)
 
     def _ensure_keys(self, namespaces: set[str]) -> None:
         # One namespace refusing its key (one being deleted refuses new objects) holds back
@@ -101,6 +118,13 @@ class Controller:
         isvc = self.isvcs.get(key[0], found.isvc)
         routers = wanted(isvc) if isvc is not None else None
         return routers is not None and key[1] not in {r.name for r in routers}
+
+
+def _attempt(failed: list[KubeError], action: Callable[[], None]) -> None:
+    try:
+        action()
+    except KubeError as error:
+        failed.append(error)
 
 
 def register(registry: kopf.OperatorRegistry, controller: Controller) -> Loop:

@@ -34,8 +34,10 @@ class FakeInferenceServices:
 
 @dataclass
 class FakeRevisions:
+    extra: dict[Key, RevisionRef] = field(default_factory=dict)
+
     def listed(self) -> dict[Key, RevisionRef]:
-        return dict(UIDS)
+        return {**UIDS, **self.extra}
 
 
 @dataclass
@@ -48,7 +50,11 @@ class FakeRouters:
     def existing(self) -> dict[Key, Existing]:
         return dict(self.found)
 
+    refuse_namespaces: set[str] = field(default_factory=set)  # where writes are Forbidden
+
     def apply(self, router: Router, *, image: str) -> None:
+        if router.namespace in self.refuse_namespaces:
+            raise KubeError(f"apply router {router.namespace}: HTTP 403 forbidden", status=403)
         self.applied.append((router, image))
         self.found[(router.namespace, router.name)] = Existing(router.isvc, image)
 
@@ -121,3 +127,23 @@ def test_a_namespace_whose_key_cannot_be_made_holds_back_no_other_router() -> No
     routers.refuse_keys.clear()
     controller.reconcile(now=NOW)
     assert routers.keyed == ["team-a", "team-gone"]
+
+
+def test_a_router_refused_in_one_namespace_holds_back_no_other_apply_or_park() -> None:
+    """Seen on the test cluster: an InferenceService in a namespace whose tenant access was never
+    rendered (the operator may write Deployments only in tenant namespaces) stopped the pass at
+    its router, and another tenant's stale router was never parked."""
+    stale = ("team-a", router_name("r0"))
+    models = [isvc("hand-made", "team-x", traffic=[("r1", 100)]), isvc(traffic=[("r1", 100)])]
+    isvcs = FakeInferenceServices(models, {("team-a", "chat"): models[1]})
+    routers = FakeRouters({stale: Existing("chat", IMAGE)}, refuse_namespaces={"team-x"})
+    revisions = FakeRevisions({("team-x", "r1"): RevisionRef("uid-x")})
+    controller = Controller(isvcs, revisions, routers, IMAGE)
+    try:
+        controller.reconcile(now=NOW)
+    except KubeError as error:
+        assert error.status == 403
+    else:
+        raise AssertionError("the refusal must fail the pass, so the loop tries it again")
+    assert {(r.namespace, r.revision) for r, _ in routers.applied} == {("team-a", "r1")}
+    assert routers.parked == [stale]
