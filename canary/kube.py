@@ -19,7 +19,7 @@ from canary.ports import StaleRevisionError, merge_rollout
 from canary.spec import API_VERSION, PLURAL
 from radixfleet.kit.errors import KubeError
 from radixfleet.kit.kube import KubeEvents, KubeStatus, Resource, as_dict, kube_call
-from radixfleet.kit.rbac import KOPF_TIMER, PolicyRule, rule
+from radixfleet.kit.rbac import KOPF_TIMER, TENANT_NAMESPACES, PolicyRule, rule
 from radixfleet.labels import BASELINE_POOL, GROUP, POOL
 
 KSERVE_GROUP, KSERVE_VERSION, ISVC_PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"
@@ -35,7 +35,9 @@ RULES: tuple[PolicyRule, ...] = (
     POLICIES.rule(*KOPF_TIMER),
     *KubeStatus.rules(POLICIES),
     *KubeEvents.RULES,
-    rule("", "pods", "list", "patch"),  # a baseline: the stable revision's pods' pool label
+    rule("", "pods", "list"),
+    # A baseline: the stable revision's pods' pool label, only in tenant namespaces.
+    rule("", "pods", "patch", scope=TENANT_NAMESPACES, by_name=False),
 )
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
 REVISION_LABEL = "serving.knative.dev/revision"

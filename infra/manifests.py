@@ -35,7 +35,7 @@ from radixfleet.config.gpus import gpu_label_value
 from radixfleet.entry.signals import PREFIX as SIGNALS_PREFIX
 from radixfleet.kit.rbac import CLUSTER, scoped
 from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES
-from radixfleet.render import entry, headroom, modelcache, monitoring, operator
+from radixfleet.render import data_plane_guard, entry, headroom, modelcache, monitoring, operator
 from radixfleet.render.tenant_access import secret_access
 from runtimes.builder import build_runtime
 
@@ -344,6 +344,12 @@ def entry_cluster_rules() -> list[Manifest]:
     return [r.to_manifest() for r in scoped(entry.entry_rules(), CLUSTER)]
 
 
+def entry_ledger() -> list[Manifest]:
+    """The ConfigMap the entry's replicas keep their debts in, and the Role and RoleBinding that
+    let the entry get and patch that one ConfigMap (radixfleet/render/entry.py)."""
+    return [entry.ledger(), entry.platform_role(), entry.platform_role_binding()]
+
+
 def entry_deployment(
     *, image: str, replicas: int, region: str, node_selector: Mapping[str, str] = SYSTEM_NODE_LABELS
 ) -> Manifest:
@@ -479,6 +485,12 @@ def region_secret_access(catalog: Catalog, region: Region) -> list[Manifest]:
     """The operator's and the entry's Secrets access in each of the region's namespaces: the
     data plane's key and the API keys of the tenants there (radixfleet/render/tenant_access.py)."""
     return secret_access(tenant for _, tenant in _region_models(catalog, region))
+
+
+def admission_policies() -> list[Manifest]:
+    """The policies that keep the data plane's key and labels on its own pods in every tenant
+    namespace, and their bindings (radixfleet/render/data_plane_guard.py)."""
+    return data_plane_guard.manifests()
 
 
 def region_network_policies(catalog: Catalog, region: Region) -> list[Manifest]:

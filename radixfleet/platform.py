@@ -25,6 +25,9 @@ PROMETHEUS_URL_ENV = "RADIXFLEET_PROMETHEUS_URL"
 # prompt prefixes when it pre-warms a pod); `RADIXFLEET_ENTRY_URL` overrides it.
 ENTRY_URL = "http://radixfleet-entry.radixfleet-system.svc"
 ENTRY_URL_ENV = "RADIXFLEET_ENTRY_URL"
+# The ConfigMap, in radixfleet's namespace, where each entry replica keeps what its token buckets
+# are owed, so that a replica gone does not take the debts with it (policies/quota/carry.py).
+ENTRY_LEDGER = "radixfleet-entry-ledger"
 # The connections a region entry holds open to the routers, all tenants together; the quota's
 # gate gives each tenant a fair share of them (policies/quota/shares.py).
 UPSTREAM_CONNECTIONS = 512
@@ -35,6 +38,8 @@ UPSTREAM_CONNECTIONS = 512
 PLATFORM_NAMESPACE = "radixfleet-system"
 MONITORING_NAMESPACE = "monitoring"
 KNATIVE_NAMESPACE = "knative-serving"
+# Where infra installs KServe's controller (its chart's releases).
+KSERVE_NAMESPACE = "kserve"
 
 # Namespaces that belong to Kubernetes or to the platform: what infra installs into
 # (infra/components/kube/addons.py: the charts' releases and the model cache's download jobs),
@@ -49,7 +54,7 @@ RESERVED_NAMESPACES = frozenset(
         KNATIVE_NAMESPACE,
         "knative-operator",
         "knative-eventing",
-        "kserve",
+        KSERVE_NAMESPACE,
         "kserve-localmodel-jobs",
         "cert-manager",
         "istio-system",

@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from infra import manifests
+from radixfleet.platform import KSERVE_NAMESPACE
 from testbed.charts import ModuleChart, kserve_chart
 
 Obj = dict[str, Any]
 
-NAMESPACE = "kserve"  # where infra installs KServe's releases
+NAMESPACE = KSERVE_NAMESPACE  # where infra installs KServe's releases
 CONTROLLER = "kserve-controller-manager"
 LOCALMODEL_CONTROLLER = "kserve-localmodel-controller-manager"
 LOCALMODEL_AGENT = "kserve-localmodelnode-agent"

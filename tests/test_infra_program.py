@@ -35,7 +35,8 @@ from radixfleet.config.gpus import INSTANCE_TYPES
 from radixfleet.kit.health import serve_readiness
 from radixfleet.kit.leader import PeeringReadiness
 from radixfleet.kit.operator import READINESS_PORT
-from radixfleet.platform import ENTRY_URL, KNATIVE_FEATURES
+from radixfleet.platform import ENTRY_LEDGER, ENTRY_URL, KNATIVE_FEATURES
+from radixfleet.render import data_plane_guard
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -509,6 +510,20 @@ def test_every_tenant_namespace_refuses_ingress_but_from_the_platform(
         assert served and denied == served, region
 
 
+def test_every_region_guards_who_may_make_the_data_planes_pods(stack: RecordingMocks) -> None:
+    """The policies that keep the data plane's key and labels on its own pods, bound, in every
+    region, as `inferenceservices/data-plane-guard.yaml` has them."""
+    wanted = {(o["kind"], o["metadata"]["name"]): o["spec"] for o in data_plane_guard.manifests()}
+    for region in REGIONS:
+        declared = {
+            (kind, r.inputs["metadata"]["name"]): r.inputs["spec"]
+            for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+            for r in in_region(of_type(stack, f"kubernetes:admissionregistration.k8s.io/v1:{kind}"),
+                               region)
+        }  # fmt: skip
+        assert declared == wanted, region
+
+
 def _uris(value: object) -> list[str]:
     if isinstance(value, str):
         return [value] if value.startswith("s3://") else []
@@ -687,6 +702,35 @@ def test_each_region_serves_through_an_ha_entry_behind_its_load_balancer(
         assert host == f"{meta['name']}.{meta['namespace']}.svc"
         assert spec["selector"] == {"app.kubernetes.io/name": manifests.ENTRY}
         assert spec.get("type", "ClusterIP") == "ClusterIP"
+
+
+def test_each_regions_entry_keeps_its_debts_in_its_ledger_and_may_touch_no_other_configmap(
+    stack: RecordingMocks,
+) -> None:
+    """As deploy/entry/ has them: the ledger ConfigMap, rendered without data, and the entry's
+    Role in radixfleet's namespace, which gets and patches that one ConfigMap by name."""
+    wanted = {obj["kind"]: obj for obj in manifests.entry_ledger()}
+    for region in REGIONS:
+        for kind in ("ConfigMap", "Role", "RoleBinding"):
+            group = "rbac.authorization.k8s.io/v1" if kind != "ConfigMap" else "core/v1"
+            declared = [
+                r.inputs
+                for r in in_region(of_type(stack, f"kubernetes:{group}:{kind}"), region)
+                if r.inputs["metadata"]["namespace"] == manifests.CONTROLLERS_NAMESPACE
+                and r.inputs["metadata"]["name"] == wanted[kind]["metadata"]["name"]
+            ]
+            assert len(declared) == 1, (region, kind)
+            for field in ("rules", "roleRef", "subjects"):
+                assert declared[0].get(field) == wanted[kind].get(field), (region, kind, field)
+    (role,) = [o for o in manifests.entry_ledger() if o["kind"] == "Role"]
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "verbs": ["get", "patch"],
+            "resourceNames": [ENTRY_LEDGER],
+        }
+    ]
 
 
 def test_the_operator_runs_the_routers_on_the_configured_gateway_image(

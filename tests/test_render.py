@@ -81,6 +81,9 @@ def test_kubectl_kustomize_builds(folder: str) -> None:
             "RoleBinding",
             # Who may reach a tenant namespace's pods (inferenceservices/builder.py).
             "NetworkPolicy",
+            # Who may make the data plane's pods (radixfleet/render/data_plane_guard.py).
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         },
     }
     assert set(kinds) == expected[folder]

@@ -108,3 +108,19 @@ def test_pulumi_grants_what_render_grants_in_each_region() -> None:
 def test_no_cluster_role_of_ours_holds_a_secret() -> None:
     for rules in (m.controller_cluster_rules(), m.entry_cluster_rules()):
         assert not [r for r in rules if "secrets" in r["resources"]]
+
+
+def test_no_cluster_role_of_ours_writes_workloads_and_the_operators_role_does_in_a_tenants() -> (
+    None
+):
+    writes = {"create", "patch", "update", "delete"}
+    for rules in (m.controller_cluster_rules(), m.entry_cluster_rules()):
+        for granted in rules:
+            if {"deployments", "services", "pods"} & set(granted["resources"]):
+                assert not writes & set(granted["verbs"]), granted
+    role = _by_kind(tenant_access("team-a", ["a-keys"]), "Role")[("team-a", operator.NAME)]
+    unnamed = {(res, verb) for r in role["rules"] if "resourceNames" not in r
+               for res in r["resources"] for verb in r["verbs"]}  # fmt: skip
+    wanted = {("deployments", "create"), ("deployments", "patch"), ("services", "create"),
+              ("services", "patch"), ("pods", "patch")}  # fmt: skip
+    assert unnamed >= wanted

@@ -40,7 +40,9 @@ RULES: tuple[PolicyRule, ...] = (
     KSERVE.rule("get"),
     REVISIONS.rule("get", "patch"),
     PODAUTOSCALERS.rule("patch"),
-    rule("", "pods", "list", "patch"),
+    rule("", "pods", "list"),
+    # A pod's pool label and deletion cost, only in tenant namespaces, for any of their pods.
+    rule("", "pods", "patch", scope=TENANT_NAMESPACES, by_name=False),
     # Pre-warming: the data plane's key of a tenant namespace, by its one name, to warm its
     # pods and ask the entry for their model's hottest prefixes (policies/autoscale/warming.py).
     rule("", "secrets", "get", scope=TENANT_NAMESPACES),

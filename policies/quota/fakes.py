@@ -8,9 +8,11 @@ test says is running.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from policies.quota.carry import Stored
 from policies.quota.spec import GPU_QUOTA_RESOURCE, SecretKeyRef
 from radixfleet.kit.errors import KubeError
 
@@ -75,3 +77,38 @@ class FakeSecrets:
 
     def key(self, ref: SecretKeyRef) -> str | None:
         return self.keys.get((ref.namespace, ref.name, ref.key))
+
+
+@dataclass
+class FakeLedgerStore:
+    """The entry replicas' ledger ConfigMap (policies/quota/carry.py): entries by replica, and a
+    version that every write moves on, as a resourceVersion does; a claim from a stale version
+    is refused, as the API server's 409 refuses it."""
+
+    entries: dict[str, str] = field(default_factory=dict)
+    version: int = 1
+    claims: list[tuple[str, ...]] = field(default_factory=list)
+    next_error: KubeError | None = None
+
+    def read(self) -> Stored:
+        error, self.next_error = self.next_error, None
+        _fail(error)
+        return Stored(str(self.version), dict(self.entries))
+
+    def claim(self, version: str, replicas: Sequence[str]) -> bool:
+        if version != str(self.version):
+            return False
+        self.claims.append(tuple(replicas))
+        for replica in replicas:
+            self.entries.pop(replica, None)
+        self.version += 1
+        return True
+
+    def write(self, replica: str, text: str | None) -> None:
+        error, self.next_error = self.next_error, None
+        _fail(error)
+        if text is None:
+            self.entries.pop(replica, None)
+        else:
+            self.entries[replica] = text
+        self.version += 1

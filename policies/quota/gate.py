@@ -112,7 +112,7 @@ class TokenGate:
         """New budgets and keys, as the Tenants and their Secrets changed (in a cluster the
         entry calls this from its sync, with `observe.api_keys` for the keys). Requests under
         way are not touched: a key removed or expired refuses only the requests after it."""
-        self.ledger.set_budgets(budgets)
+        self.ledger.set_budgets(budgets, now=self.clock())
         self.keys = dict(keys)
         self.expiries = dict(expiries or {})
         if self.metrics is not None:

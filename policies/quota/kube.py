@@ -7,12 +7,15 @@ call below and every watch of the quota's kopf handlers, as RBAC.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kubernetes import client
 
+from policies.quota.carry import Stored
 from policies.quota.spec import API_VERSION, GPU_QUOTA_RESOURCE, PLURAL, QUOTA_NAME, SecretKeyRef
 from radixfleet import labels
+from radixfleet.kit.errors import ConflictError
 from radixfleet.kit.kube import (
     INFERENCE_SERVICES,
     KubeStatus,
@@ -21,7 +24,8 @@ from radixfleet.kit.kube import (
     kube_call,
     read_secret_value,
 )
-from radixfleet.kit.rbac import READ, TENANT_NAMESPACES, PolicyRule, rule
+from radixfleet.kit.rbac import OWN_NAMESPACE, READ, TENANT_NAMESPACES, PolicyRule, rule
+from radixfleet.platform import ENTRY_LEDGER, PLATFORM_NAMESPACE
 
 FIELD_MANAGER = "radixfleet-quota"
 TENANTS = Resource(labels.GROUP, API_VERSION, PLURAL, namespaced=False)
@@ -111,3 +115,48 @@ class KubeSecrets:
 
     def key(self, ref: SecretKeyRef) -> str | None:
         return read_secret_value(self.api_client, ref.namespace, ref.name, ref.key)
+
+
+ENTRY_FIELD_MANAGER = "radixfleet-entry"
+
+
+class KubeLedgerStore:
+    """The entry replicas' debts (policies/quota/carry.py) in one ConfigMap of radixfleet's
+    namespace, a key per replica: each replica patches only its own key; a claim of others'
+    keys carries the resourceVersion it read, so the API server refuses it (409) if anyone wrote
+    since. The ConfigMap is rendered with the entry, so the entry needs no right to create one."""
+
+    RULES: tuple[PolicyRule, ...] = (rule("", "configmaps", "get", "patch", scope=OWN_NAMESPACE),)
+
+    def __init__(
+        self, api_client: Any, *, namespace: str = PLATFORM_NAMESPACE, name: str = ENTRY_LEDGER
+    ) -> None:
+        self.api = client.CoreV1Api(api_client)
+        self.namespace, self.name = namespace, name
+
+    def read(self) -> Stored:
+        read = kube_call(
+            f"get configmap {self.namespace}/{self.name}",
+            lambda: self.api.read_namespaced_config_map(self.name, self.namespace),
+        )
+        found: dict[str, Any] = self.api.api_client.sanitize_for_serialization(read)
+        return Stored(found["metadata"]["resourceVersion"], dict(found.get("data") or {}))
+
+    def claim(self, version: str, replicas: Sequence[str]) -> bool:
+        body = {"metadata": {"resourceVersion": version}, "data": dict.fromkeys(replicas)}
+        try:
+            self._patch(f"claim {len(replicas)} entries of", body)
+        except ConflictError:
+            return False
+        return True
+
+    def write(self, replica: str, text: str | None) -> None:
+        self._patch(f"write {replica}'s entry in", {"data": {replica: text}})
+
+    def _patch(self, what: str, body: dict[str, Any]) -> None:
+        kube_call(
+            f"{what} configmap {self.namespace}/{self.name}",
+            lambda: self.api.patch_namespaced_config_map(
+                self.name, self.namespace, body, field_manager=ENTRY_FIELD_MANAGER
+            ),
+        )

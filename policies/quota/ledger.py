@@ -151,13 +151,35 @@ class TokenLedger:
         ticket.settled = True
         return dp, dc
 
-    def set_budgets(self, budgets: Mapping[str, TokenBudget | None]) -> None:
-        """Take new budgets (a Tenant changed); a bucket whose budget changed starts afresh,
-        the others keep their balance (and any debt)."""
-        old, self.budgets = self.budgets, dict(budgets)
-        self.buckets = {
-            k: b for k, b in self.buckets.items() if _rate(old, k) == _rate(self.budgets, k)
-        }
+    def set_budgets(self, budgets: Mapping[str, TokenBudget | None], *, now: float) -> None:
+        """Take new budgets (a Tenant changed, or the entry's replica count). A bucket whose
+        budget changed takes the new rate and capacity but keeps its balance as of `now`, debt
+        included (capped at the new capacity): a budget change forgives nothing, and a raise
+        grants no fresh burst. A bucket whose budget went away goes with it."""
+        old, new = self.budgets, dict(budgets)
+        if new == dict(old):  # the usual sync: nothing to redo
+            return
+        self.budgets = new
+        # Bucket by bucket, in place: the entry reloads from another thread than the one that
+        # charges, and a whole new dict would lose a charge made while it was being built.
+        for key, bucket in list(self.buckets.items()):
+            rate = _rate(new, key)
+            if rate is None:
+                self.buckets.pop(key, None)
+            elif rate != _rate(old, key):
+                fresh = Bucket.full(rate, burst_seconds=self.burst_seconds, now=now)
+                level = min(fresh.capacity, bucket.at_time(now).level)
+                self.buckets[key] = Bucket(fresh.capacity, fresh.rate, level, fresh.at)
+
+    def rate(self, key: BucketKey) -> int | None:
+        """The bucket's budget in tokens per minute (None: no such budget)."""
+        return _rate(self.budgets, key)
+
+    def owe(self, key: BucketKey, tokens: float, *, now: float) -> None:
+        """Charge a bucket `tokens` it owes from elsewhere (another replica's ledger,
+        policies/quota/carry.py); nothing for a budget that does not exist."""
+        if self.rate(key) is not None:
+            self.buckets[key] = self._bucket(key, now).charged(tokens)
 
     def balance(self, tenant: str, model: str | None = None, *, now: float) -> float | None:
         """The bucket's level now (None: no such budget); for status and tests."""

@@ -32,8 +32,11 @@ RULES: tuple[PolicyRule, ...] = (
     INFERENCE_SERVICES.rule(*READ),
     REVISIONS.rule("list"),  # their UIDs, for the owner references
     # A server-side apply is a patch, and needs `create` too when the object is new.
-    rule("apps", "deployments", "list", "create", "patch"),
-    rule("", "services", "create", "patch"),
+    # Only in tenant namespaces, where the models are; a router is named for its revision, so
+    # no Role can name it ahead.
+    rule("apps", "deployments", "list"),
+    rule("apps", "deployments", "create", "patch", scope=TENANT_NAMESPACES, by_name=False),
+    rule("", "services", "create", "patch", scope=TENANT_NAMESPACES, by_name=False),
     # The data plane's key: created once per namespace, never read back (radixfleet/dataplane.py).
     rule("", "secrets", "create", scope=TENANT_NAMESPACES),
 )

@@ -7,6 +7,7 @@ one tenant.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -74,6 +75,7 @@ async def serve(options: EntryOptions) -> None:
                 policies=KubeCanaryPolicies(api),
             )
         )
+        kept = asyncio.create_task(gate.keep())
         runner = entry_runner(entry.app(), shutdown_timeout=DRAIN_S)
         await runner.setup()
         await web.TCPSite(runner, "0.0.0.0", options.port).start()
@@ -85,6 +87,10 @@ async def serve(options: EntryOptions) -> None:
             sync.cancel()
             # Stops accepting, then waits up to DRAIN_S for the answers under way.
             await runner.cleanup()
+            # After the answers under way: the gate's last word counts what they charged.
+            kept.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await kept
             log.info("entry stopped")
 
 

@@ -5,12 +5,17 @@ the calls (a test records every call on a fake client and checks it is covered).
 ClusterRole is `union()` over the registered controllers' rules and `KOPF_RULES`, rendered once
 by `cluster_role()` for both the kustomize base and the Pulumi program.
 
-A rule's scope says where it is granted. Most are cluster-wide (the ClusterRole). Secrets are
-not: no radixfleet account may read or create one outside a tenant namespace, and inside one it
-may read only those it is told of (the data plane's key, the tenant's API keys). Those rules are
-`TENANT_NAMESPACES` rules, rendered by `namespace_role()` as a Role in each tenant namespace,
-whose reads name their objects (`resourceNames`); `radixfleet/render/tenant_access.py` renders
-them with the tenant.
+A rule's scope says where it is granted. Reads are mostly cluster-wide (the ClusterRole), and
+so are writes to radixfleet's own kinds. Writes to Kubernetes' workloads are not: the operator
+creates and patches the routers' Deployments and Services, and patches pods' pool labels, only
+in tenant namespaces (a leaked token of the operator's cannot touch `kube-system`). Nor are
+Secrets: no radixfleet account may read or create one outside a tenant namespace, and inside
+one it may read only those it is told of (the data plane's key, the tenant's API keys). Those
+rules are `TENANT_NAMESPACES` rules, rendered by `namespace_role()` as a Role in each tenant
+namespace, whose verbs name their objects (`resourceNames`) unless the rule says they cannot
+(`by_name` False: a router's Deployment is named for a revision no Role can list ahead);
+`radixfleet/render/tenant_access.py` renders them with the tenant. `OWN_NAMESPACE` rules are
+granted the same way in radixfleet's own namespace (the entry's ledger ConfigMap, by name).
 """
 
 from __future__ import annotations
@@ -27,9 +32,11 @@ KOPF_TIMER = (*READ, "patch")
 
 # Verb order as `kubectl describe clusterrole` reads best: reads first, then writes.
 _VERB_ORDER = ("get", "list", "watch", "create", "update", "patch", "delete")
-# Where a rule is granted: everywhere (the ClusterRole), or in each tenant namespace only.
+# Where a rule is granted: everywhere (the ClusterRole), in each tenant namespace only, or in
+# radixfleet's own namespace only (both as Roles whose verbs name their objects).
 CLUSTER = "cluster"
 TENANT_NAMESPACES = "tenant-namespaces"
+OWN_NAMESPACE = "own-namespace"
 # The verbs RBAC cannot hold to named objects: a create's object has no name to check yet.
 _UNNAMEABLE = frozenset({"create", "deletecollection"})
 
@@ -42,6 +49,9 @@ class PolicyRule:
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
     scope: str = CLUSTER
+    # In a namespace's Role: whether the verbs are held to the objects the Role names, or reach
+    # every object of the kind there.
+    by_name: bool = True
 
     def triples(self) -> set[tuple[str, str, str]]:
         """(group, resource, verb) for every combination the rule allows."""
@@ -60,11 +70,17 @@ class PolicyRule:
 
 
 def rule(
-    group: str, resources: str | tuple[str, ...], *verbs: str, scope: str = CLUSTER
+    group: str,
+    resources: str | tuple[str, ...],
+    *verbs: str,
+    scope: str = CLUSTER,
+    by_name: bool = True,
 ) -> PolicyRule:
     """A PolicyRule in one line: `rule("", "pods", "list", "patch")`."""
     names = (resources,) if isinstance(resources, str) else resources
-    return PolicyRule(api_groups=(group,), resources=names, verbs=verbs, scope=scope)
+    return PolicyRule(
+        api_groups=(group,), resources=names, verbs=verbs, scope=scope, by_name=by_name
+    )
 
 
 # What kopf itself calls, whatever the handlers do: it discovers resources through the CRDs,
@@ -84,20 +100,22 @@ def covers(rules: Iterable[PolicyRule], group: str, resource: str, verb: str) ->
 
 
 def union(rules: Iterable[PolicyRule]) -> tuple[PolicyRule, ...]:
-    """The same permissions in the fewest rules: one per scope, group and verb set, sorted."""
-    verbs: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    """The same permissions in the fewest rules: one per scope, naming, group and verb set,
+    sorted."""
+    verbs: dict[tuple[str, bool, str, str], set[str]] = defaultdict(set)
     for granted in rules:
         for group, resource, verb in granted.triples():
-            verbs[(granted.scope, group, resource)].add(verb)
-    grouped: dict[tuple[str, str, tuple[str, ...]], list[str]] = defaultdict(list)
-    for (scope, group, resource), allowed in sorted(verbs.items()):
-        grouped[(scope, group, _ordered(allowed))].append(resource)
+            verbs[(granted.scope, granted.by_name, group, resource)].add(verb)
+    grouped: dict[tuple[str, bool, str, tuple[str, ...]], list[str]] = defaultdict(list)
+    for (scope, by_name, group, resource), allowed in sorted(verbs.items()):
+        grouped[(scope, by_name, group, _ordered(allowed))].append(resource)
     return tuple(
-        PolicyRule(api_groups=(group,), resources=tuple(resources), verbs=verb_list, scope=scope)
-        for (scope, group, verb_list), resources in sorted(
-            grouped.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[1])
+        PolicyRule(api_groups=(group,), resources=tuple(resources), verbs=verb_list, scope=scope,
+                   by_name=by_name)
+        for (scope, by_name, group, verb_list), resources in sorted(
+            grouped.items(), key=lambda kv: (kv[0][0], not kv[0][1], kv[0][2], kv[1])
         )
-    )
+    )  # fmt: skip
 
 
 def scoped(rules: Iterable[PolicyRule], scope: str) -> tuple[PolicyRule, ...]:
@@ -129,11 +147,16 @@ def namespace_role(
     *,
     names: Iterable[str],
     labels: dict[str, str],
+    scope: str = TENANT_NAMESPACES,
 ) -> dict[str, Any]:
-    """A Role in `namespace` with the tenant-namespace ones of `rules`; each verb is held to
-    the objects `names` lists, but a create (its object has no name to check yet)."""
+    """A Role in `namespace` with the ones of `rules` granted in `scope`; each verb of a rule
+    `by_name` is held to the objects `names` lists, but a create (its object has no name to
+    check yet)."""
     named, entries = tuple(sorted(set(names))), []
-    for granted in scoped(rules, TENANT_NAMESPACES):
+    for granted in scoped(rules, scope):
+        if not granted.by_name:
+            entries.append(granted.to_manifest())
+            continue
         by_name = tuple(v for v in granted.verbs if v not in _UNNAMEABLE)
         others = tuple(v for v in granted.verbs if v in _UNNAMEABLE)
         for verbs, only in ((by_name, named), (others, ())):

@@ -5,7 +5,8 @@ Two replicas and a PodDisruptionBudget keep it serving through a node drain; eac
 enforces its share of every token budget (`--replicas`, see policies/quota/entry.py), so the
 replica count is rendered once and passed to both. Its ClusterRole is derived like the
 operator's: what the entry's own adapter reads (`radixfleet/entry/kube.py`) and what the gate
-a plug-in offers needs (`ControllerPlugin.entry_rules`).
+a plug-in offers needs (`ControllerPlugin.entry_rules`); the rules of radixfleet's own namespace
+(the ledger ConfigMap the replicas keep their debts in, by name) make a Role there.
 """
 
 from __future__ import annotations
@@ -14,8 +15,17 @@ from typing import Any
 
 from radixfleet import labels
 from radixfleet.entry import DRAIN_S, kube
-from radixfleet.kit.rbac import PolicyRule, cluster_role, cluster_role_binding, union
+from radixfleet.kit.rbac import (
+    OWN_NAMESPACE,
+    PolicyRule,
+    cluster_role,
+    cluster_role_binding,
+    namespace_role,
+    union,
+)
+from radixfleet.kit.rbac import role_binding as namespace_role_binding
 from radixfleet.kit.registry import entry_gate
+from radixfleet.platform import ENTRY_LEDGER
 from radixfleet.render.operator import IMAGE, NAMESPACE, RUN_AS_USER, fleet_token_env
 from radixfleet.render.yamlout import Notes, to_yaml, with_kustomization
 
@@ -44,6 +54,23 @@ def _meta(name: str, namespace: str | None = NAMESPACE) -> Manifest:
 
 def role_binding() -> Manifest:
     return cluster_role_binding(NAME, namespace=NAMESPACE, labels=META_LABELS)
+
+
+def ledger() -> Manifest:
+    """The ConfigMap where the replicas keep what their token buckets are owed
+    (policies/quota/carry.py). Rendered without data, which only the replicas write: applied
+    again, by kubectl or Pulumi, it keeps theirs; and the entry needs no right to create one."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(ENTRY_LEDGER)}
+
+
+def platform_role() -> Manifest:
+    """The entry's Role in radixfleet's namespace: its rules of that scope, held to the ledger."""
+    return namespace_role(NAME, NAMESPACE, entry_rules(), names=[ENTRY_LEDGER],
+                          labels=META_LABELS, scope=OWN_NAMESPACE)  # fmt: skip
+
+
+def platform_role_binding() -> Manifest:
+    return namespace_role_binding(NAME, NAMESPACE, account_namespace=NAMESPACE, labels=META_LABELS)
 
 
 def deployment(
@@ -151,6 +178,9 @@ def render_entry() -> dict[str, str]:
                                 "metadata": _meta(NAME)},
         "clusterrole.yaml": cluster_role(NAME, entry_rules(), labels=META_LABELS),
         "clusterrolebinding.yaml": role_binding(),
+        "role.yaml": platform_role(),
+        "rolebinding.yaml": platform_role_binding(),
+        "ledger.yaml": ledger(),
         "service.yaml": service(),
         "poddisruptionbudget.yaml": disruption_budget(),
     }  # fmt: skip

@@ -25,6 +25,7 @@ from inferenceservices.builder import (
     served_tenants,
 )
 from radixfleet.config.catalog import KNOWN_RUNTIMES, Catalog
+from radixfleet.render import data_plane_guard
 from radixfleet.render.files import write_folders
 from radixfleet.render.tenant_access import secret_access
 from radixfleet.render.yamlout import to_yaml
@@ -69,6 +70,7 @@ def render_tree(catalog: Catalog) -> RenderedTree:
     isvcs["network-policies.yaml"] = _documents(
         policy for ns in served for policy in build_network_policies(ns)
     )
+    isvcs["data-plane-guard.yaml"] = _documents(data_plane_guard.manifests())
     for namespace, policy in sorted(_canary_policies(catalog)):
         isvcs[f"{namespace}/canarypolicy-{policy}.yaml"] = to_yaml(
             build_canary_policy(policy, namespace), header=MARKER

@@ -1,11 +1,14 @@
-"""What radixfleet's own accounts may do inside one tenant namespace: its Secrets, and only there.
+"""What radixfleet's own accounts may do inside one tenant namespace, and only there: its Secrets
+and its workloads.
 
-The operator and the region entry hold no right to Secrets in their ClusterRoles. In each tenant
-namespace a Role per account grants what their adapters declare for tenant namespaces
-(`TENANT_NAMESPACES` rules in `*/kube.py`): the operator reads the data plane's key and the
-tenant's API keys and creates the data plane's key (routers, autoscale, quota); the entry reads
-the same keys. Every read names its Secrets, so neither account can read any other Secret, a
-tenant's own workloads' included, and neither can create one outside a tenant namespace.
+The operator and the region entry hold no right to Secrets in their ClusterRoles, and the
+operator none to write Deployments, Services or pods. In each tenant namespace a Role per account
+grants what their adapters declare for tenant namespaces (`TENANT_NAMESPACES` rules in
+`*/kube.py`): the operator reads the data plane's key and the tenant's API keys and creates the
+data plane's key (routers, autoscale, quota), creates and patches the routers' Deployments and
+Services, and patches pods' pool labels (autoscale, canary); the entry reads the same keys. Every
+Secret read names its Secrets, so neither account can read any other Secret, a tenant's own
+workloads' included, and neither can create one, nor a Deployment, outside a tenant namespace.
 
 Rendered with the tenant: by `radixfleet render` (inferenceservices/secret-access.yaml) and by
 the Pulumi program for each region's namespaces. A Tenant whose `apiKeys` name a Secret not

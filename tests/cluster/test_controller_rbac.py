@@ -12,6 +12,7 @@ its Kubernetes client authenticated by the ServiceAccount's token.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 import urllib.request
@@ -23,8 +24,15 @@ from typing import Any
 import pytest
 
 from radixfleet import dataplane
-from radixfleet.kit.rbac import PolicyRule, cluster_role, namespace_role, role_binding
+from radixfleet.kit.rbac import (
+    OWN_NAMESPACE,
+    PolicyRule,
+    cluster_role,
+    namespace_role,
+    role_binding,
+)
 from radixfleet.kit.registry import plugins
+from radixfleet.platform import ENTRY_LEDGER
 from radixfleet.render import entry as entry_base
 from radixfleet.render.operator import operator_rules
 from testbed import images, session
@@ -116,7 +124,11 @@ def _account(cluster: Cluster, name: str, rules: Sequence[PolicyRule], folder: P
     # Its Secrets, in the tenant's namespace only, by name: as tenant_access renders them.
     secrets = namespace_role(name, NAMESPACE, rules, names=[dataplane.SECRET, KEYS], labels=OURS)
     secrets_binding = role_binding(name, NAMESPACE, account_namespace=ACCOUNTS, labels=OURS)
-    session.apply(cluster, [account, role, binding, secrets, secrets_binding])
+    # Its own namespace's (the accounts' here, radixfleet-system in a region): the entry's ledger.
+    own = namespace_role(name, ACCOUNTS, rules, names=[ENTRY_LEDGER], labels=OURS,
+                         scope=OWN_NAMESPACE)  # fmt: skip
+    own_binding = role_binding(name, ACCOUNTS, account_namespace=ACCOUNTS, labels=OURS)
+    session.apply(cluster, [account, role, binding, secrets, secrets_binding, own, own_binding])
     token = cluster.kubectl("create", "token", name, "-n", ACCOUNTS, "--duration=1h").stdout
     return cluster.token_kubeconfig(token.strip(), folder / f"{name}.kubeconfig")
 
@@ -182,12 +194,23 @@ def _ticks(port: int) -> float:
 
 
 def _forbidden(log: str) -> list[str]:
-    """The log's lines that report an RBAC refusal."""
+    """The log's lines that report an RBAC refusal, but in another tenant namespace: the
+    controllers watch the whole shared test cluster, and a namespace other modules left there
+    has no Role for these accounts, as a namespace whose tenant access is not rendered has none
+    in a region."""
+    elsewhere = re.compile(r'in the namespace "(?!' + re.escape(NAMESPACE) + r'")[^"]+"')
     return [
         line
         for line in log.splitlines()
-        if ("forbidden: User" in line and " cannot " in line) or "APIForbiddenError" in line
+        if (("forbidden: User" in line and " cannot " in line) or "APIForbiddenError" in line)
+        and not (elsewhere.search(line) and _tenant_namespace_elsewhere(line))
     ]
+
+
+def _tenant_namespace_elsewhere(line: str) -> bool:
+    """Whether the refusal is of a Role held in a tenant namespace (Secrets, the routers'
+    Deployments and Services, pods' labels): those are granted per namespace."""
+    return any(f'resource "{r}"' in line for r in ("secrets", "deployments", "services", "pods"))
 
 
 # Each controller's own command (all without peering: they would elect one leader among them).
@@ -302,6 +325,57 @@ def test_an_account_reads_only_the_secrets_it_is_told_of_and_only_in_tenant_name
                for case in cases}  # fmt: skip
     wrong = {case: said for case, said in answers.items() if (said == "yes") != case[3]}
     assert not wrong, f"{account}: (verb, resource, namespace, allowed) -> can-i said: {wrong}"
+
+
+# (verb, resource, namespace, allowed): the operator writes Kubernetes' workloads (the routers'
+# Deployments and Services, pods' pool labels) only in tenant namespaces, and lists them anywhere.
+WORKLOAD_WRITES = [
+    ("create", "deployments", NAMESPACE, True),
+    ("patch", "deployments", NAMESPACE, True),
+    ("create", "services", NAMESPACE, True),
+    ("patch", "pods", NAMESPACE, True),
+    ("list", "deployments", "kube-system", True),
+    ("create", "deployments", "kube-system", False),
+    ("patch", "deployments", ACCOUNTS, False),
+    ("create", "services", "kube-system", False),
+    ("patch", "pods", "kube-system", False),
+    ("delete", "deployments", NAMESPACE, False),
+]
+
+
+def test_the_operator_writes_workloads_only_in_tenant_namespaces(
+    world: Cluster, tmp_path: Path
+) -> None:
+    """Before, its ClusterRole created and patched Deployments, Services and pods in every
+    namespace: a leaked token could run a pod in `kube-system`."""
+    name = "rf-operator-workloads"
+    _account(world, name, operator_rules(), tmp_path)
+    answers = {case: _can_i(world, f"system:serviceaccount:{ACCOUNTS}:{name}", *case[:3])
+               for case in WORKLOAD_WRITES}  # fmt: skip
+    wrong = {case: said for case, said in answers.items() if (said == "yes") != case[3]}
+    assert not wrong, f"(verb, resource, namespace, allowed) -> can-i said: {wrong}"
+
+
+def test_the_entry_reads_and_patches_only_its_ledger_in_its_own_namespace(
+    world: Cluster, tmp_path: Path
+) -> None:
+    """The ConfigMap the entry's replicas keep their debts in, and no other (policies/quota/
+    carry.py): rendered with the entry, so it may not create one, nor list them."""
+    name = "rf-entry-ledger"
+    _account(world, name, entry_base.entry_rules(), tmp_path)
+    cases = [
+        ("get", f"configmap/{ENTRY_LEDGER}", ACCOUNTS, True),
+        ("patch", f"configmap/{ENTRY_LEDGER}", ACCOUNTS, True),
+        ("delete", f"configmap/{ENTRY_LEDGER}", ACCOUNTS, False),
+        ("get", "configmap/another", ACCOUNTS, False),
+        ("list", "configmaps", ACCOUNTS, False),
+        ("create", "configmaps", ACCOUNTS, False),
+        ("get", f"configmap/{ENTRY_LEDGER}", NAMESPACE, False),
+    ]
+    answers = {case: _can_i(world, f"system:serviceaccount:{ACCOUNTS}:{name}", *case[:3])
+               for case in cases}  # fmt: skip
+    wrong = {case: said for case, said in answers.items() if (said == "yes") != case[3]}
+    assert not wrong, f"(verb, resource, namespace, allowed) -> can-i said: {wrong}"
 
 
 def _can_i(cluster: Cluster, user: str, verb: str, resource: str, namespace: str) -> str:

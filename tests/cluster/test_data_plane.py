@@ -36,11 +36,13 @@ from policies.autoscale.kube import HttpWarmUp, KubeDataPlaneKeys, KubePods, Kub
 from policies.autoscale.spec import AutoscalePolicySpec
 from policies.autoscale.state import Observed, ReplicaMetrics
 from policies.autoscale.warming import WARMED, Warmer
+from policies.quota.carry import Owed
 from policies.routers.manifests import access
 from policies.routers.spec import ROUTES_FOR
 from radixfleet import dataplane, labels
+from radixfleet.platform import ENTRY_LEDGER
+from radixfleet.render import data_plane_guard, operator
 from radixfleet.render import entry as entry_base
-from radixfleet.render import operator
 from radixfleet.render.tenant_access import tenant_access
 from radixfleet.workload.records import RequestResult, WorkItem
 from radixfleet.workload.replay import Replayer
@@ -150,6 +152,9 @@ def plane(
     apply_overlay(kserve, overlay(root / "operator", "operator", image,
                                   patches=[router_image_patch(smg)]))  # fmt: skip
     apply_overlay(kserve, overlay(root / "entry", "entry", image))
+    # The whole data plane below is made under the guard: its routers and predictors come
+    # through the chain of controllers it admits (radixfleet/render/data_plane_guard.py).
+    session.apply(kserve, data_plane_guard.manifests())
     try:
         for team in TEAMS:
             _onboard(kserve, team, image.pinned)
@@ -165,6 +170,9 @@ def plane(
             kserve.kubectl("delete", "namespace", team.namespace, "--wait=false", check=False)
         kserve.kubectl("delete", "-k", str(root / "entry"), "--wait=false", check=False)
         remove_operator(kserve)
+        for obj in data_plane_guard.manifests():
+            kserve.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--wait=false",
+                           check=False)  # fmt: skip
 
 
 def _wait_ready(cluster: Cluster, team: Team) -> None:
@@ -187,10 +195,17 @@ class Answer:
 
 
 def _chat(
-    url: str, key: str | None, *, model: str = MODEL, timeout_s: float = 240, max_tokens: int = 8
+    url: str,
+    key: str | None,
+    *,
+    model: str = MODEL,
+    timeout_s: float = 240,
+    max_tokens: int = 8,
+    **extra: Any,
 ) -> Answer:
+    """A streamed chat; `extra` adds to its body."""
     body = {"model": model, "stream": True, "max_tokens": max_tokens,
-            "messages": [{"role": "user", "content": "Say hello."}]}  # fmt: skip
+            "messages": [{"role": "user", "content": "Say hello."}], **extra}  # fmt: skip
     headers = {"Content-Type": "application/json"}
     if key is not None:
         headers["Authorization"] = f"Bearer {key}"
@@ -355,6 +370,72 @@ def test_the_operator_made_each_namespaces_data_plane_key_and_only_it_opens_rout
         ("predictor", "nobody"): 401, ("predictor", "tenant"): 401,
         ("predictor", "data plane"): 200,
     }  # fmt: skip
+
+
+# A person of the tenant's, bound to Kubernetes' own `edit` in its namespace: may make pods,
+# Deployments and Knative Services there, and read none of the namespace's Secrets.
+TENANT_USER = "alice@blue"
+
+
+def _as_tenant(cluster: Cluster, *args: str, stdin: str | None = None) -> tuple[int, str]:
+    """`kubectl ARGS` as the tenant's person, dry-run on the server (admission runs, nothing is
+    kept); the exit status and what it said."""
+    done = cluster.kubectl(*args, f"--as={TENANT_USER}", "--dry-run=server", "-n",
+                           BLUE.namespace, check=False, stdin=stdin)  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
+
+
+def _tenant_pod(name: str, pod_labels: dict[str, str], env: list[Any] | None = None) -> Any:
+    """A tenant's own pod (as `_workload`, Pod Security `restricted`) with these labels and
+    environment."""
+    pod = _workload(BLUE.namespace, images.radixfleet().pinned)
+    pod["metadata"] = {"name": name, "labels": pod_labels}
+    pod["spec"]["containers"][0]["env"] = env or []
+    return pod
+
+
+def test_a_tenants_own_pod_cannot_pass_for_the_data_plane(plane: tuple[Cluster, str]) -> None:
+    """The guard under the real API server, with the data plane made under it (this module's
+    routers and predictors came through the chain it admits): a tenant's person, with `edit` in
+    its namespace, is refused a pod labelled as a router or a predictor, a pod that mounts the
+    data plane's key, a Deployment of such pods, and a new image for the router's Deployment,
+    each with the guard's reason; its own plain pod and a scale of the router are admitted."""
+    cluster, _ = plane
+    cluster.kubectl("create", "rolebinding", "tenant-edit", "--clusterrole=edit",
+                    f"--user={TENANT_USER}", "-n", BLUE.namespace)  # fmt: skip
+    may = ("auth", "can-i", "create", "pods", f"--as={TENANT_USER}", "-n", BLUE.namespace)
+    session.wait_for(lambda: cluster.kubectl(*may, check=False).returncode == 0, timeout_s=60,
+                     what="the tenant's person bound to edit")  # fmt: skip
+    try:
+        key = [{"name": "K", "valueFrom": {"secretKeyRef": {
+            "name": dataplane.SECRET, "key": dataplane.KEY}}}]  # fmt: skip
+        router_labels = {labels.COMPONENT: labels.ROUTER_COMPONENT}
+        predictor_labels = {data_plane_guard.PREDICTOR_LABEL: MODEL}
+        routers = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "mine"},
+                   "spec": {"selector": {"matchLabels": router_labels},
+                            "template": {k: v for k, v in _tenant_pod("x", router_labels).items()
+                                         if k in ("metadata", "spec")}}}  # fmt: skip
+        create = ("create", "-f", "-")
+        tries: dict[str, tuple[tuple[str, ...], Any]] = {
+            "plain pod": (create, _tenant_pod("mine", {"app": "mine"})),
+            "router-labelled pod": (create, _tenant_pod("r", router_labels)),
+            "predictor-labelled pod": (create, _tenant_pod("p", predictor_labels)),
+            "pod with the key": (create, _tenant_pod("k", {"app": "mine"}, key)),
+            "Deployment of routers": (create, routers),
+            "router's new image": (("set", "image", f"deployment/{ROUTER}", "*=evil:1"), None),
+            "router scaled": (("scale", f"deployment/{ROUTER}", "--replicas=2"), None),
+        }
+        outcomes = {
+            name: _as_tenant(cluster, *args, stdin=None if obj is None else json.dumps(obj))
+            for name, (args, obj) in tries.items()
+        }
+    finally:
+        cluster.kubectl("delete", "rolebinding", "tenant-edit", "-n", BLUE.namespace, check=False)
+    admitted = {name for name, (status, _) in outcomes.items() if status == 0}
+    assert admitted == {"plain pod", "router scaled"}, outcomes
+    for name, (_, said) in outcomes.items():
+        if name not in admitted:
+            assert "data-plane-guard" in said and f"{TENANT_USER} may not make" in said, said
 
 
 def test_a_tenant_over_its_token_budget_gets_429_while_another_is_served(
@@ -916,3 +997,67 @@ def _released(cluster: Cluster) -> None:
         return bool(router["spec"]["replicas"] == 0)
 
     session.wait_for(parked, timeout_s=TIMEOUT_S, what=f"{BASELINE_ROUTER} parked")
+
+
+# ---- a tenant's debt outlives the entry pods that held it (policies/quota/carry.py) -----------
+
+ENTRY_PODS = f"app.kubernetes.io/name={entry_base.NAME}"
+# Green's budget while the entry restarts: 60 tokens a minute, 0.5 a second per entry replica,
+# so whatever one answer left it owing is still owed minutes later, however slow the restart.
+SLOW_REPAY = 60
+
+
+def _green_owed(cluster: Cluster) -> dict[str, float]:
+    """What each entry replica's ledger entry says green owes (its overall bucket), by pod."""
+    found = get(cluster, "configmap", ENTRY_LEDGER, "-n", operator.NAMESPACE).get("data") or {}
+    owed = {pod: Owed.from_wire(text) for pod, text in found.items()}
+    return {pod: o.tokens.get((GREEN.name, None), 0.0) for pod, o in owed.items() if o}
+
+
+def _green_budget(cluster: Cluster, per_minute: int) -> None:
+    patch = {"spec": {"tokenBudget": {"tokensPerMinute": per_minute}}}
+    cluster.kubectl("patch", "tenant", GREEN.name, "--type=merge", "-p", json.dumps(patch))
+
+
+def test_a_tenants_debt_outlives_the_entry_pods_that_held_it(plane: tuple[Cluster, str]) -> None:
+    """Green is served a long answer, which leaves the replica that served it owing; its budget
+    is then cut (a change forgives nothing), and both entry pods are deleted. Their last words go
+    into the entry's ledger ConfigMap, a new pod takes the debt on, and, asked directly, refuses
+    green for as long as the debt takes to repay. Before, a restarted entry (a rollout, a
+    drained node, an OOM kill), or a changed budget, forgave it. Last in the module: green
+    stays owing for minutes after it."""
+    cluster, url = plane
+    served = _chat(url, GREEN.key, max_tokens=200, min_tokens=200, ignore_eos=True)
+    for _ in range(30):  # an earlier test may have left green owing: wait its turn
+        if served.status == 200:
+            break
+        time.sleep(int(served.headers.get("Retry-After", "5")))
+        served = _chat(url, GREEN.key, max_tokens=200, min_tokens=200, ignore_eos=True)
+    assert served.status == 200, served.body[:300]
+    _green_budget(cluster, SLOW_REPAY)
+    try:
+        # The settled debt, written by the replica at its next pass (every 5 s).
+        time.sleep(12)
+        owing = _green_owed(cluster)
+        assert max(owing.values(), default=0) > 20, owing
+        old = {p["metadata"]["name"] for p in get(cluster, "pods", "-n", operator.NAMESPACE,
+                                                    "-l", ENTRY_PODS)["items"]}  # fmt: skip
+        cluster.kubectl("delete", "pods", "-l", ENTRY_PODS, "-n", operator.NAMESPACE,
+                        "--wait=false")  # fmt: skip
+
+        def taken_on() -> bool:
+            owed = _green_owed(cluster)
+            return bool(owed) and not set(owed) & old and max(owed.values()) > 0
+
+        session.wait_for(taken_on, timeout_s=TIMEOUT_S, what="green's debt taken on by a new pod")
+        session.wait_rollout(cluster, namespace=operator.NAMESPACE, deployment=entry_base.NAME)
+        holder, owed = max(_green_owed(cluster).items(), key=lambda kv: kv[1])
+        ip = get(cluster, "pod", holder, "-n", operator.NAMESPACE)["status"]["podIP"]
+        refused = _chat(f"http://{ip}:{entry_base.PORT}", GREEN.key)
+    finally:
+        _green_budget(cluster, GREEN.tokens_per_minute)
+    print(f"green owed {max(owing.values()):.0f} tokens before the restart, {owed:.0f} to "
+          f"{holder} after it")  # fmt: skip
+    assert refused.status == 429, refused.body[:300]
+    # A fresh replica admits a first short chat; this one asks green to wait for its debt.
+    assert int(refused.headers["Retry-After"]) >= 10, refused.headers

@@ -44,6 +44,8 @@ class FlakyGate:
     def registry(self) -> CollectorRegistry:
         return CollectorRegistry()
 
+    async def keep(self) -> None: ...
+
     def sync(self) -> Mapping[str, Sequence[str]]:
         self.calls += 1
         if self.errors:

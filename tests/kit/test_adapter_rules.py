@@ -193,3 +193,19 @@ def test_the_recorder_reads_paths_as_rbac_does() -> None:
     assert triple("GET", "/apis/radixfleet.io/v1alpha1/tenants/t", {}) == (
         "radixfleet.io", "tenants", "get",
     )  # fmt: skip
+
+
+def test_the_entrys_ledger_calls_exactly_what_its_rules_allow() -> None:
+    """The quota's entry gate keeps its debts in one ConfigMap (policies/quota/carry.py): get,
+    patch, and a claim refused by a 409, nothing more (the ConfigMap is rendered, not made)."""
+    from policies.quota.kube import KubeLedgerStore
+
+    recorder = Recorder()
+    recorder.answers[("", "configmaps", "get")] = obj("radixfleet-entry-ledger", data={"a": "1"})
+    store = KubeLedgerStore(RecordingApiClient(recorder))
+    assert store.read().entries == {"a": "1"}
+    store.write("me", "owed")
+    recorder.fail[("", "configmaps", "patch")] = [409]
+    assert not store.claim("1", ["a"])
+    rules = KubeLedgerStore.RULES
+    assert set(recorder.calls) == {t for r in rules for t in r.triples()}

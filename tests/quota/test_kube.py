@@ -18,11 +18,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from policies.quota.controller import Controller
-from policies.quota.kube import KubeResourceQuotas, KubeSecrets, KubeTenants
+from policies.quota.kube import KubeLedgerStore, KubeResourceQuotas, KubeSecrets, KubeTenants
 from policies.quota.observe import api_keys
 from policies.quota.spec import SecretKeyRef
 from policies.quota.state import ConditionType, TenantStatus
 from radixfleet.kit.kube import KubeInferenceServices
+from radixfleet.platform import ENTRY_LEDGER
 from tests.quota.test_controller import tenant
 
 OURS = ("radixfleet.io", "v1alpha1", "tenants")
@@ -203,3 +204,23 @@ def test_resource_quotas_and_secrets(kube_client: Any, namespace: str) -> None:
     assert secrets.key(SecretKeyRef(name="gone", namespace=namespace)) is None
     spec = {"namespaces": ["a"], "apiKeys": [{"name": "a", "namespace": namespace}]}
     assert api_keys([tenant("a", spec)], secrets).tenants == {"sk-a": "a"}
+
+
+def test_the_entry_ledger_on_a_real_configmap(kube_client: Any, namespace: str) -> None:
+    """Each replica's key patched alone, removed with null; a claim from a resourceVersion that
+    moved on is refused (the API server's 409), one from the current one removes the keys. The
+    ConfigMap is rendered without data (radixfleet/render/entry.py), as created here."""
+    meta = {"name": ENTRY_LEDGER, "namespace": namespace}
+    client.CoreV1Api(kube_client).create_namespaced_config_map(namespace, {"metadata": meta})
+    store = KubeLedgerStore(kube_client, namespace=namespace)
+    assert store.read().entries == {}
+    store.write("entry-1", "one")
+    store.write("entry-2", "two")
+    seen = store.read()
+    assert seen.entries == {"entry-1": "one", "entry-2": "two"}
+    store.write("entry-2", "two, later")
+    assert not store.claim(seen.version, ["entry-1"]), "claimed from a version gone by"
+    assert store.read().entries == {"entry-1": "one", "entry-2": "two, later"}
+    assert store.claim(store.read().version, ["entry-1"])
+    store.write("entry-2", None)
+    assert store.read().entries == {}

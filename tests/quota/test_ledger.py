@@ -160,16 +160,29 @@ def test_prompt_text_and_usage_of_whole_answers() -> None:
     assert usage_of({"usage": {"prompt_tokens": True}}) == Usage()
 
 
-def test_new_budgets_restart_only_the_buckets_that_changed() -> None:
+def test_a_budget_change_forgives_nothing() -> None:
+    """Before, a changed budget started its bucket afresh: full, its debt forgotten."""
+    book = ledger()  # 6,000 a minute: 100/s, a 1,000-token burst
+    spent = book.admit("a", "m", 1000, now=0.0)
+    assert isinstance(spent, Ticket)
+    streaming = book.admit("b", "m", 200, now=0.0)
+    assert isinstance(streaming, Ticket)
+    book.charge(streaming, 1300, now=0.0)  # a stream took b 500 tokens into debt
+    doubled = TokenBudget(tokens_per_minute=12_000)  # 200/s, a 2,000-token burst
+    book.set_budgets({"a": doubled, "b": doubled, "c": None}, now=1.0)
+    assert book.balance("a", now=1.0) == 100.0  # spent stays spent: 1 s refilled at the old rate
+    assert book.balance("b", now=1.0) == -400.0  # the debt stays, less 1 s of refill
+    assert book.balance("b", now=3.0) == 0.0  # and is repaid at the new rate
+    assert book.balance("a", now=100.0) == 2000.0  # the new capacity, once refilled
+
+
+def test_a_budget_lowered_caps_the_balance_and_one_removed_drops_it() -> None:
     book = ledger()
     for tenant in ("a", "b"):
-        ticket = book.admit(tenant, "m", 1000, now=0.0)
-        assert isinstance(ticket, Ticket)
-    book.set_budgets(
-        {"a": TokenBudget(tokens_per_minute=PER_MINUTE), "b": TokenBudget(tokens_per_minute=12_000)}
-    )
-    assert book.balance("a", now=0.0) == 0.0  # unchanged budget: the spent bucket stays spent
-    assert book.balance("b", now=0.0) == 2000.0  # a new, doubled budget starts full (10 s of 200/s)
+        assert isinstance(book.admit(tenant, "m", 10, now=0.0), Ticket)
+    book.set_budgets({"a": TokenBudget(tokens_per_minute=600), "b": None}, now=0.0)
+    assert book.balance("a", now=0.0) == 100.0  # 990 left, capped at the new 100
+    assert book.balance("b", now=0.0) is None and ("b", None) not in book.buckets
 
 
 @given(

@@ -15,6 +15,7 @@ import pulumi_random as random
 
 from infra import manifests as m
 from infra.settings import Chart, KnativeSettings
+from radixfleet.platform import KSERVE_NAMESPACE
 
 # Helm waits this long for a release to become ready; KServe and Prometheus need several minutes
 # on a fresh cluster while images pull.
@@ -159,9 +160,11 @@ class AddOns(pulumi.ComponentResource):
 
     def _kserve(self, serving: pulumi.Resource) -> k8s.helm.v3.Release:
         cert_manager = self._release("cert-manager", "cert-manager", m.cert_manager_values())
-        crds = self._release("kserve-crd", "kserve", {})
+        crds = self._release("kserve-crd", KSERVE_NAMESPACE, {})
         values = m.kserve_values(domain=self._args.domain, model_cache=self._args.model_cache)
-        return self._release("kserve-resources", "kserve", values, [cert_manager, crds, serving])
+        return self._release(
+            "kserve-resources", KSERVE_NAMESPACE, values, [cert_manager, crds, serving]
+        )
 
     def _model_cache(self) -> k8s.helm.v3.Release:
         """KServe's local model charts, from where and at the version KServe's own come: they
@@ -169,9 +172,9 @@ class AddOns(pulumi.ComponentResource):
         kserve = self._args.charts["kserve-resources"]
         jobs = self._namespace(m.MODEL_CACHE_JOBS)
         crd_chart = kserve.model_copy(update={"chart": "kserve-localmodel-crd"})
-        crds = self._release("kserve-localmodel-crd", "kserve", {}, chart=crd_chart)
+        crds = self._release("kserve-localmodel-crd", KSERVE_NAMESPACE, {}, chart=crd_chart)
         return self._release(
-            "kserve-localmodel-resources", "kserve", m.kserve_localmodel_values(),
+            "kserve-localmodel-resources", KSERVE_NAMESPACE, m.kserve_localmodel_values(),
             [self.kserve, crds, jobs],
             chart=kserve.model_copy(update={"chart": "kserve-localmodel-resources"}),
         )  # fmt: skip

@@ -44,6 +44,8 @@ class WorkloadsArgs:
     model_readers: Sequence[m.Manifest]
     # Who may reach each tenant namespace's pods (inferenceservices/builder.py).
     network_policies: Sequence[m.Manifest]
+    # ValidatingAdmissionPolicies and their bindings: who may make the data plane's pods.
+    admission_policies: Sequence[m.Manifest]
     # Placeholder pods holding GPU pools' headroom free, and their PriorityClass (may be empty).
     headroom: Sequence[m.Manifest]
     # The node groups and caches of the weights the GPU nodes keep (empty: none), and KServe's
@@ -101,6 +103,7 @@ def region_workloads_args(
         secret_access=m.region_secret_access(catalog, region),
         model_readers=m.region_model_readers(catalog, region),
         network_policies=m.region_network_policies(catalog, region),
+        admission_policies=m.admission_policies(),
         headroom=headroom,
         model_cache=model_cache,
         model_cache_controller=model_cache_controller,
@@ -137,6 +140,7 @@ class Workloads(pulumi.ComponentResource):
             )
             for ns in args.namespaces
         }
+        self._admission()
         controllers_namespace, operator = self._controllers(crds)
         self._fleet_token(controllers_namespace)
         self.ingress_hostname = self._entry(controllers_namespace)
@@ -148,6 +152,20 @@ class Workloads(pulumi.ComponentResource):
             self._dashboards(controllers_namespace)
         self._headroom(controllers_namespace)
         self.register_outputs({"ingressHostname": self.ingress_hostname})
+
+    def _admission(self) -> None:
+        """The admission policies, first: they bind by the namespaces' labels, not by name."""
+        for obj in self._args.admission_policies:
+            name = f"{self._name}-{obj['kind'].lower()}-{obj['metadata']['name']}"
+            meta, spec = as_input(obj["metadata"]), as_input(obj["spec"])
+            if obj["kind"] == "ValidatingAdmissionPolicy":
+                k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+                    name, metadata=meta, spec=spec, opts=self._opts()
+                )
+            else:
+                k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+                    name, metadata=meta, spec=spec, opts=self._opts()
+                )
 
     def _headroom(self, namespace: k8s.core.v1.Namespace) -> None:
         """The GPU pools' placeholders: their PriorityClass first, then a Deployment per pool."""
@@ -232,6 +250,8 @@ class Workloads(pulumi.ComponentResource):
         budget = m.entry_disruption_budget()
         k8s.policy.v1.PodDisruptionBudget(name, metadata=as_input(budget["metadata"]),
                                           spec=as_input(budget["spec"]), opts=after)  # fmt: skip
+        for obj in m.entry_ledger():  # where the replicas keep their debts
+            self._core(obj, [namespace])
         inside = m.entry_service()  # what the operator's pre-warmer calls
         k8s.core.v1.Service(name, metadata=as_input(inside["metadata"]),
                             spec=as_input(inside["spec"]), opts=after)  # fmt: skip
@@ -273,7 +293,8 @@ class Workloads(pulumi.ComponentResource):
             self._core(obj, namespaces)
 
     def _core(self, obj: m.Manifest, after: Sequence[pulumi.Resource]) -> None:
-        """A ServiceAccount, Role, RoleBinding or NetworkPolicy from its manifest."""
+        """A ServiceAccount, Role, RoleBinding, NetworkPolicy or (data-less) ConfigMap from its
+        manifest."""
         metadata = obj["metadata"]
         name = f"{self._name}-{obj['kind'].lower()}-{metadata['namespace']}-{metadata['name']}"
         meta, opts = as_input(metadata), self._opts(after)
@@ -286,6 +307,8 @@ class Workloads(pulumi.ComponentResource):
         elif obj["kind"] == "NetworkPolicy":
             k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=as_input(obj["spec"]),
                                             opts=opts)  # fmt: skip
+        elif obj["kind"] == "ConfigMap" and "data" not in obj:
+            k8s.core.v1.ConfigMap(name, metadata=meta, opts=opts)
         elif obj["kind"] == "RoleBinding":
             k8s.rbac.v1.RoleBinding(name, metadata=meta, role_ref=as_input(obj["roleRef"]),
                                     subjects=as_input(obj["subjects"]), opts=opts)  # fmt: skip
