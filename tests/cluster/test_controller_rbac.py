@@ -321,9 +321,7 @@ def test_an_account_reads_only_the_secrets_it_is_told_of_and_only_in_tenant_name
     name = f"rf-{account}-secrets"
     _account(world, name, rules, tmp_path)
     cases = [*SECRET_ACCESS, ("create", "secrets", NAMESPACE, creates)]
-    answers = {case: _can_i(world, f"system:serviceaccount:{ACCOUNTS}:{name}", *case[:3])
-               for case in cases}  # fmt: skip
-    wrong = {case: said for case, said in answers.items() if (said == "yes") != case[3]}
+    wrong = _wrong_answers(world, name, cases)
     assert not wrong, f"{account}: (verb, resource, namespace, allowed) -> can-i said: {wrong}"
 
 
@@ -350,9 +348,7 @@ def test_the_operator_writes_workloads_only_in_tenant_namespaces(
     namespace: a leaked token could run a pod in `kube-system`."""
     name = "rf-operator-workloads"
     _account(world, name, operator_rules(), tmp_path)
-    answers = {case: _can_i(world, f"system:serviceaccount:{ACCOUNTS}:{name}", *case[:3])
-               for case in WORKLOAD_WRITES}  # fmt: skip
-    wrong = {case: said for case, said in answers.items() if (said == "yes") != case[3]}
+    wrong = _wrong_answers(world, name, WORKLOAD_WRITES)
     assert not wrong, f"(verb, resource, namespace, allowed) -> can-i said: {wrong}"
 
 
@@ -372,10 +368,18 @@ def test_the_entry_reads_and_patches_only_its_ledger_in_its_own_namespace(
         ("create", "configmaps", ACCOUNTS, False),
         ("get", f"configmap/{ENTRY_LEDGER}", NAMESPACE, False),
     ]
-    answers = {case: _can_i(world, f"system:serviceaccount:{ACCOUNTS}:{name}", *case[:3])
-               for case in cases}  # fmt: skip
-    wrong = {case: said for case, said in answers.items() if (said == "yes") != case[3]}
+    wrong = _wrong_answers(world, name, cases)
     assert not wrong, f"(verb, resource, namespace, allowed) -> can-i said: {wrong}"
+
+
+def _wrong_answers(
+    cluster: Cluster, account: str, cases: Sequence[tuple[str, str, str, bool]]
+) -> dict[tuple[str, str, str, bool], str]:
+    """The cases (verb, resource, namespace, allowed) the API server answers otherwise for
+    the ServiceAccount `account` of ACCOUNTS, with what it said."""
+    user = f"system:serviceaccount:{ACCOUNTS}:{account}"
+    answers = {case: _can_i(cluster, user, *case[:3]) for case in cases}
+    return {case: said for case, said in answers.items() if (said == "yes") != case[3]}
 
 
 def _can_i(cluster: Cluster, user: str, verb: str, resource: str, namespace: str) -> str:
