@@ -16,6 +16,7 @@ from radixfleet.cli import app
 from radixfleet.kit.rbac import CLUSTER, KOPF_RULES
 from radixfleet.kit.registry import plugins
 from radixfleet.render.operator import render_operator
+from radixfleet.render.tenant_access import tenant_access
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = REPO / "deploy" / "operator"
@@ -60,10 +61,16 @@ def test_the_cluster_role_is_exactly_the_declared_cluster_wide_rules_and_kopfs()
     rules = [*(r for p in plugins() for r in p.rules()), *KOPF_RULES]
     declared = {t for r in rules if r.scope == CLUSTER for t in r.triples()}
     assert triples(role["rules"]) == declared
-    # Secrets are granted in tenant namespaces only (radixfleet/render/tenant_access.py).
+    # Secrets, and writes to Kubernetes' workloads, are granted in tenant namespaces only
+    # (radixfleet/render/tenant_access.py).
     assert {t for r in rules if r.scope != CLUSTER for t in r.triples()} == {
         ("", "secrets", "get"),
         ("", "secrets", "create"),
+        ("apps", "deployments", "create"),
+        ("apps", "deployments", "patch"),
+        ("", "services", "create"),
+        ("", "services", "patch"),
+        ("", "pods", "patch"),
     }
 
 
@@ -82,8 +89,11 @@ def test_the_cluster_role_is_exactly_the_declared_cluster_wide_rules_and_kopfs()
          "namespaces"],
 )  # fmt: skip
 def test_yesterdays_gaps_are_granted(group: str, resource: str, verb: str) -> None:
+    """Cluster-wide, or (pods' patch) in the operator's Role in each tenant namespace."""
     role = of_kind(kustomize(BASE), "ClusterRole")
-    assert (group, resource, verb) in triples(role["rules"])
+    (tenant_role,) = [o for o in tenant_access("team-a", []) if o["kind"] == "Role"
+                      and o["metadata"]["name"] == "radixfleet-operator"]  # fmt: skip
+    assert (group, resource, verb) in triples([*role["rules"], *tenant_role["rules"]])
 
 
 def test_nothing_broad_is_granted() -> None:
