@@ -3,8 +3,10 @@
 ``up`` builds what is missing, starts a cluster whose files live in ``--out`` (default
 ``out/cluster``; the kubeconfig is ``out/cluster/kubeconfig``), installs the platform radixfleet
 runs on as infra installs it (KServe and Knative Serving; ``--bare`` leaves a bare Kubernetes)
-and leaves it running, with the test bed's KIngress marker beside it (``kingress``, a process of
-its own: no Knative networking layer can run here, see ``testbed/NETWORKING.md``). ``down``
+readies it for the README's kubectl path (radixfleet's and smg's images loaded, predictor pods
+fitted to the node) and leaves it running, with the test bed's KIngress marker beside it
+(``kingress``, a process of its own: no Knative networking layer can run here, see
+``testbed/NETWORKING.md``). ``down``
 stops both and removes everything but the logs. ``make cluster`` and ``make cluster-down`` call
 these.
 """
@@ -19,9 +21,15 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from testbed.cluster import Cluster
 
 DEFAULT_OUT = Path("out/cluster")
 MARKER_PID = "kingress-marker.pid"
+# The images `up` loaded, as the README's kubectl path reads them: `source out/cluster/images.env`.
+IMAGES_ENV = "images.env"
 
 
 def main(argv: list[str]) -> int:
@@ -61,19 +69,36 @@ def _up(out: Path, *, bare: bool) -> int:
     if not bare:
         try:
             session.install_platform(running)
+            _ready_for_the_kubectl_path(running, out / IMAGES_ENV)
         except (ClusterError, ChartError, BuildError, ImageError) as error:
             print(f"cluster: the platform did not install: {error}", file=sys.stderr)
             print("the cluster is still up: `make cluster-down` stops it", file=sys.stderr)
             return 1
         _start_marker(out)
         print("  KServe v0.20.0 and Knative Serving 1.21.1 installed as infra installs them;")
-        print("  KIngresses marked ready by the test bed (it routes nothing by host name)")
+        print("  KIngresses marked ready by the test bed (it routes nothing by host name);")
+        print("  the images for the README's kubectl path, loaded into the node (SGLang's is")
+        print(f"  the emulated replica): source {(out / IMAGES_ENV).resolve()}")
     print(
         f"  export KUBECONFIG={layout.kubeconfig.resolve()}\n"
         f"  kubectl: {layout.bin / 'kubectl'} (Kubernetes 1.35)\n"
         f"  logs: {layout.logs}"
     )
     return 0
+
+
+def _ready_for_the_kubectl_path(running: Cluster, env_file: Path) -> None:
+    """The README's kubectl path on this node: the images it names, loaded by digest (no
+    registry here), their variables written to `env_file` for a shell to source, and predictor
+    pods fitted to the node's 2 cores (the test bed's one admission policy)."""
+    from testbed import emulated, images, session
+
+    radixfleet, smg = images.radixfleet(), images.smg()
+    session.load_images(running, [radixfleet, smg])
+    session.apply(running, emulated.fit_to_the_node())
+    variables = {"RADIXFLEET_IMAGE": radixfleet.pinned, "SMG_IMAGE": smg.pinned,
+                 "SGLANG_IMAGE": radixfleet.pinned}  # fmt: skip
+    env_file.write_text("".join(f"export {k}={v}\n" for k, v in variables.items()))
 
 
 def _start_marker(out: Path) -> None:

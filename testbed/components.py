@@ -98,6 +98,10 @@ def apiserver(layout: Layout, kube: Path) -> Step:
         # plugins (ValidatingAdmissionPolicy and webhooks among them) plus NodeRestriction.
         "--authorization-mode=Node,RBAC",
         "--enable-admission-plugins=NodeRestriction",
+        # Beta in 1.35, off by default: the README's kubectl path test fits the catalog's pods
+        # (sized for a p5 node) to this 2-core node with one (tests/cluster/test_readme.py).
+        "--feature-gates=MutatingAdmissionPolicy=true",
+        "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
         "--allow-privileged=true",
         "--profiling=false",
         "--event-ttl=1h",

@@ -18,15 +18,52 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-from radixfleet import dataplane
+from radixfleet import dataplane, labels
 from testbed.cluster import Cluster
 
 MODE = "serving.kserve.io/deploymentMode"
+FIT_TO_THE_NODE = "radixfleet-test-bed-fit-to-the-node"
 
 
 # The data plane's key in every test namespace this process makes (radixfleet/dataplane.py): the
 # rendered runtimes start SGLang with `--api-key` from it, so a test calling a predictor sends it.
 DATA_PLANE_KEY = secrets.token_urlsafe(24)
+
+
+def fit_to_the_node() -> list[dict[str, Any]]:
+    """TEST BED ONLY: a MutatingAdmissionPolicy (beta in 1.35; the test bed's API server enables
+    it) that brings a predictor container's CPU and memory requests in tenant namespaces down to
+    what this 2-core node has, so manifests apply as written (sized for a p5 node: 8 CPUs and
+    32 GiB and up). Its GPU request, its limits and everything else stay as declared."""
+    small = {"cpu": "100m", "memory": "128Mi"}
+    containers = (
+        "object.spec.containers.filter(c, c.name == 'kserve-container').map(c, "
+        "Object.spec.containers{name: c.name, resources: Object.spec.containers.resources{"
+        f"requests: {json.dumps(small)}}}}})"
+    )
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1beta1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": FIT_TO_THE_NODE},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                "resources": ["pods"],
+            }]},
+            "reinvocationPolicy": "Never",
+            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+                "expression": f"Object{{spec: Object.spec{{containers: {containers}}}}}",
+            }}],
+        },
+    }  # fmt: skip
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1beta1",
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": FIT_TO_THE_NODE},
+        "spec": {"policyName": FIT_TO_THE_NODE, "matchResources": {"namespaceSelector": {
+            "matchExpressions": [{"key": labels.TENANT, "operator": "Exists"}]}}},
+    }  # fmt: skip
+    return [policy, binding]
 
 
 def model_volume(

@@ -5,7 +5,9 @@ talk to Kubernetes. Fixtures, each building on the one before:
 - ``platform_crds``: the same, with radixfleet's CRDs and kopf's peering CRD installed;
 - ``kube_client``: a ``kubernetes`` client for it, as its administrator;
 - ``kserve``: the same cluster with KServe (both deployment modes) and Knative Serving;
-- ``namespace``: a fresh Namespace for one test, deleted after it.
+- ``namespace``: a fresh Namespace for one test, deleted after it;
+- ``cluster_for_people``: another cluster, started as ``make cluster`` starts one, for the
+  modules marked ``own_cluster``.
 
 The cluster is brought up on first use and taken down at the end of the session. Its logs (every
 component's, in ``<run dir>/logs``) are kept when a test failed, and the path is printed; a
@@ -113,6 +115,16 @@ def own_cluster(request: pytest.FixtureRequest, *, name: str | None) -> Iterator
             print(f"\ncluster logs kept in {running.layout.logs}")
         else:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster_for_people(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A second cluster, as `make cluster` leaves one (KServe and Knative, nothing of ours), for
+    the modules that deploy radixfleet as a team would: the Pulumi program's and the README's
+    kubectl path. They run one after the other on one worker (marker ``own_cluster``), and each
+    removes what it deployed, as its test of removal proves."""
+    with made_for_people(request, name="people") as running:
+        yield running
 
 
 @contextlib.contextmanager

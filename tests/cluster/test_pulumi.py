@@ -4,8 +4,9 @@ cluster the team already runs), with the Pulumi CLI and pulumi-kubernetes' provi
 the API server and every object the program declares (CRDs, the operator, the entry, the
 runtimes, the tenant, its namespace and model). What differs from a platform team's cluster:
 KServe and Knative were installed by the test bed (not by Pulumi), no prometheus-operator runs
-(the stack says `monitoring: false`), and the node has 2 cores and 24 GiB, so the predictor's
-CPU and memory requests are dropped by a stack transformation of this test's (its GPU stays).
+(the stack says `monitoring: false`), and the node has 2 cores and 24 GiB, so an admission
+policy `make cluster` installs brings the predictor pod's CPU and memory requests down
+(`testbed.emulated.fit_to_the_node`; its GPU stays). The program runs unmodified.
 
 Proven, in order, on a fresh cluster of this module's own (the session's holds what other
 modules left behind), started as a newcomer's `make cluster` starts one (KServe from its charts
@@ -26,13 +27,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pulumi
 import pytest
 from pulumi import automation as auto
 
 from inferenceservices.builder import api_keys_secret
 from infra.manifests import SYSTEM_NODE_LABELS
-from infra.program import main
 from radixfleet import labels
 from radixfleet.config import load_catalog
 from radixfleet.render import entry as entry_base
@@ -43,7 +42,6 @@ from testbed.cluster import Cluster
 from testbed.emulated import get, model_volume, ready
 from testbed.layout import NODE_NAME
 from tests.cluster.conftest import REPO
-from tests.cluster.fixture import made_for_people
 
 # Its own cluster, beside the session's: a group of its own, on the other worker (conftest).
 pytestmark = [pytest.mark.cluster, pytest.mark.own_cluster]
@@ -82,29 +80,6 @@ def stack_config(
     }
 
 
-Transformation = pulumi.ResourceTransformationResult
-
-
-def _fit_the_test_node(args: pulumi.ResourceTransformationArgs) -> Transformation | None:
-    """TEST BED ONLY: the node has 2 cores and 24 GiB, so a predictor keeps its GPU request and
-    drops the CPU and memory ones (sized for a p5 node). Everything else is as declared."""
-    if not args.type_.endswith(":InferenceService"):
-        return None
-    props = dict(args.props)
-    spec = json.loads(json.dumps(props["spec"]))
-    resources = spec["predictor"]["model"]["resources"]
-    for part in ("requests", "limits"):
-        resources[part] = {labels.GPU_RESOURCE: resources[part][labels.GPU_RESOURCE]}
-    props["spec"] = spec
-    return Transformation(props, args.opts)
-
-
-def program() -> None:
-    """infra.program.main, with the test node's one transformation."""
-    pulumi.runtime.register_stack_transformation(_fit_the_test_node)
-    main()
-
-
 @dataclass
 class Deployed:
     cluster: Cluster
@@ -115,15 +90,15 @@ class Deployed:
 
 
 @pytest.fixture(scope="module")
-def platform(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    """A fresh cluster with KServe and Knative only, as `make cluster` leaves one: what a
-    team's existing cluster brings. Not the session's, where other modules leave their objects
-    (and their finalizers). Its
-    node then loses the label of infra's system nodes (KServe's controller, placed by it, is
-    running): a team's cluster has no such label, and the stack must not need one."""
-    with made_for_people(request, name="pulumi") as running:
-        running.kubectl("label", "node", NODE_NAME, *(f"{k}-" for k in SYSTEM_NODE_LABELS))
-        yield running
+def platform(cluster_for_people: Cluster) -> Cluster:
+    """A cluster with KServe and Knative only, as `make cluster` leaves one: what a team's
+    existing cluster brings. Not the session's, where other modules leave their objects (and
+    their finalizers). Its node then loses the label of infra's system nodes (KServe's
+    controller, placed by it, is running): a team's cluster has no such label, and the stack
+    must not need one."""
+    cluster_for_people.kubectl("label", "node", NODE_NAME,
+                               *(f"{k}-" for k in SYSTEM_NODE_LABELS))  # fmt: skip
+    return cluster_for_people
 
 
 @pytest.fixture(scope="module")
@@ -131,8 +106,7 @@ def deployed(platform: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
     radixfleet, smg = images.radixfleet(), images.smg()
     session.load_images(platform, [radixfleet, smg])
     work = tmp_path_factory.mktemp("pulumi")
-    stack = pulumi_stack.stack(work, "test-bed", stack_config(platform, radixfleet, smg),
-                               program=program)  # fmt: skip
+    stack = pulumi_stack.stack(work, "test-bed", stack_config(platform, radixfleet, smg))
     output: list[str] = []
     started = time.monotonic()
     try:
