@@ -42,6 +42,7 @@ MARKER = "<!-- tests/cluster/test_readme.py runs the next two blocks as they are
 CATALOG = REPO / "tests/data/readme/catalog.yaml"
 NAMESPACE, MODEL = "team-search", "llama-3-1-8b"
 BLOCK_TIMEOUT_S = 1200.0
+HARNESS = "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\nPS4='+ $(date +%T) '; set -x\n"
 # What a checkout holds besides the repository's files: not copied into the fork.
 NOT_THE_REPOSITORY = shutil.ignore_patterns(
     ".git", ".venv", "out", "__pycache__", ".*_cache", ".hypothesis", "overlay"
@@ -97,16 +98,21 @@ def _chat_answer(output: str) -> dict[str, Any]:
 
 
 def _trace(ran: subprocess.CompletedProcess[str]) -> str:
-    """The commands a block ran, each with the time it started; the tenant's key left out."""
-    commands = (line for line in ran.stderr.splitlines() if line.startswith("+ "))
-    return "\n".join(re.sub(r"[0-9a-f]{48}", "KEY", line)[:120] for line in commands)
+    """The commands a block ran, each with the time it started."""
+    commands = (line for line in _told(ran).splitlines() if line.startswith("+ "))
+    return "\n".join(line[:120] for line in commands)
+
+
+def _told(ran: subprocess.CompletedProcess[str]) -> str:
+    """What a block printed, the tenant's key (`openssl rand -hex 24`) left out."""
+    return re.sub(r"\b[0-9a-f]{48}\b", "KEY", f"{ran.stdout}\n{ran.stderr}")
 
 
 def _bash(block: str, *, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     # Each command is traced to stderr with the time it started: a failure's message shows
-    # which command failed and how long each before it took.
-    traced = f"PS4='+ $(date +%T) '; set -x\n{block}"
-    argv = ["bash", "-euo", "pipefail", "-c", traced]
+    # which command failed and how long each before it took. A block that fails part way
+    # leaves no port-forward behind (bash leaves background jobs running when it exits).
+    argv = ["bash", "-euo", "pipefail", "-c", f"{HARNESS}{block}"]
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=BLOCK_TIMEOUT_S, check=False)  # fmt: skip
 
@@ -135,11 +141,11 @@ def test_the_readmes_kubectl_path_serves_a_chat_and_removes_cleanly(
     deployed = _bash(deploy, cwd=fork, env=env)
     removed = _bash(remove, cwd=fork, env=env)
     print(f"\n{_trace(deployed)}\n{_trace(removed)}")
-    assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
+    assert deployed.returncode == 0, _told(deployed)[-6000:]
     answer = _chat_answer(deployed.stdout)
     assert answer["object"] == "chat.completion" and answer["choices"][0]["message"]["content"]
     assert answer["usage"]["completion_tokens"] > 0, answer
-    assert removed.returncode == 0, removed.stdout[-3000:] + removed.stderr[-3000:]
+    assert removed.returncode == 0, _told(removed)[-6000:]
     left = cluster.kubectl("get", "namespaces,clusterroles,crd,clusterservingruntimes",
                            "-l", f"{labels.MANAGED_BY}={labels.MANAGER}", "-o", "name")  # fmt: skip
     assert left.stdout.strip() == "", left.stdout
