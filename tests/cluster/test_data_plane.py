@@ -264,7 +264,17 @@ def _served_by_router(cluster: Cluster, url: str, team: Team) -> Answer:
     """A chat once the router has found the revision's pod (the first may wake it)."""
     _chat(url, team.key)
     _wait_router(cluster, team.namespace)
-    session.wait_for(lambda: bool(_router_workers(cluster, team.namespace)), timeout_s=TIMEOUT_S,
+
+    def listed() -> bool:
+        if _router_workers(cluster, team.namespace):
+            return True
+        # Blue scales down after 6 s idle: on a busy machine its pod may be gone before the
+        # router has seen it, and a router with no worker waits for one forever. A chat
+        # through the entry brings the revision back (Knative's activator), so keep asking.
+        _chat(url, team.key)
+        return False
+
+    session.wait_for(listed, timeout_s=TIMEOUT_S,
                      what=f"the router of {team.namespace}/{REVISION} lists a worker")  # fmt: skip
     return _chat(url, team.key)
 
