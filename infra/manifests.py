@@ -48,6 +48,7 @@ CONTROLLERS_NAMESPACE = operator.NAMESPACE
 MONITORING_NAMESPACE = "monitoring"
 DASHBOARD_FOLDER = "radixfleet"
 KNATIVE_NAMESPACE = "knative-serving"
+KNATIVE_OPERATOR = "knative-operator"  # the operator chart's release and its namespace
 # Encrypted gp3, the default storage class of every cluster.
 STORAGE_CLASS = "gp3-encrypted"
 # `fleet.<region>.<domain>`: where the failover reads a region's signals (its entry).
@@ -236,6 +237,13 @@ def cluster_autoscaler_values(*, cluster: str, region: str, service_account: str
         },
         **system_placement(),
     }
+
+
+def knative_operator_values() -> Manifest:
+    """The Knative operator chart's values: its defaults (the operator and its webhook, one
+    replica each, placed by the scheduler; the GPU nodes' taints keep them off GPU nodes). All
+    of Serving's settings go in the KnativeServing below."""
+    return {}
 
 
 def knative_serving(

@@ -74,14 +74,35 @@ KUBE_RBAC_PROXY = GoBuild(
 )
 
 # Knative Serving 1.21.1 (knative.dev/serving v0.48.1, the version KServe v0.20.0 requires):
-# five mains built one after another; Go's build cache compiles the packages they share once.
+# the programs of its release manifests (serving-hpa.yaml runs autoscaler-hpa; cleanup is one
+# of the Jobs the operator runs after an install) built one after another; Go's build cache
+# compiles the packages they share once.
 # Cold, on the same shared cores: 25 min wall (the controller 22 min, the four others 3 min
 # together), 407 s user + 84 s system CPU, 1.1 GB peak RSS; 281 MB of binaries (queue 29 MB).
-KNATIVE_COMMANDS = ("controller", "webhook", "autoscaler", "activator", "queue")
+KNATIVE_COMMANDS = ("controller", "webhook", "autoscaler", "activator", "queue", "autoscaler-hpa")
 KNATIVE = GoBuild(
     name="knative",
     source_dir=HERE / "knative",
-    mains=tuple((name, f"knative.dev/serving/cmd/{name}") for name in KNATIVE_COMMANDS),
+    mains=(
+        *((name, f"knative.dev/serving/cmd/{name}") for name in KNATIVE_COMMANDS),
+        ("cleanup", "knative.dev/serving/pkg/cleanup/cmd/cleanup"),
+    ),
+)
+
+# The Knative operator v1.21.1 (knative.dev/operator v0.48.1), which infra's Helm chart runs and
+# which installs Knative Serving from the release manifests its image carries (``kodata``), and
+# knative.dev/pkg's storage-version migration, the Job it runs after installing Serving. Its own
+# module (testbed/knative-operator) so that its requirements never change Serving's build; the
+# two share their Kubernetes and Knative libraries at the same versions, compiled once.
+KNATIVE_OPERATOR_MODULE = "knative.dev/operator"
+KNATIVE_OPERATOR = GoBuild(
+    name="knative-operator",
+    source_dir=HERE / "knative-operator",
+    mains=(
+        ("operator", f"{KNATIVE_OPERATOR_MODULE}/cmd/operator"),
+        ("webhook", f"{KNATIVE_OPERATOR_MODULE}/cmd/webhook"),
+        ("migrate", "knative.dev/pkg/apiextensions/storageversion/cmd/migrate"),
+    ),
 )
 
 # Kubernetes SIG Network's NetworkPolicy enforcer (sigs.k8s.io/kube-network-policies v0.8.0, the
@@ -193,8 +214,8 @@ PULUMI_KUBERNETES = GoBuild(
 )
 
 ALL: tuple[GoBuild, ...] = (
-    KUBE, COREDNS, KSERVE, KSERVE_LOCALMODEL, KUBE_RBAC_PROXY, KNATIVE, NETPOL, HELM, PULUMI,
-    PULUMI_KUBERNETES,
+    KUBE, COREDNS, KSERVE, KSERVE_LOCALMODEL, KUBE_RBAC_PROXY, KNATIVE, KNATIVE_OPERATOR, NETPOL,
+    HELM, PULUMI, PULUMI_KUBERNETES,
 )  # fmt: skip
 
 

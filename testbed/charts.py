@@ -10,7 +10,11 @@ cluster, as the Pulumi program's Helm releases do.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -38,6 +42,10 @@ class ModuleChart:
     module: str
     go_mod: Path
     folder: str
+    # Text to put in place of a placeholder in the chart's Chart.yaml and values.yaml, for a
+    # chart its project fills in when it publishes a release (the Knative operator's
+    # hack/generate-helm.sh writes the version there); path() then gives a filled copy.
+    fill: tuple[tuple[str, str], ...] = ()
 
     def version(self) -> str:
         """The module's version, as our go.mod requires it (one place for it)."""
@@ -56,7 +64,35 @@ class ModuleChart:
         )  # fmt: skip
         if done.returncode != 0:
             raise ChartError(f"go mod download {spec}: {done.stderr.strip() or done.stdout}")
-        return Path(json.loads(done.stdout)["Dir"]) / self.folder
+        folder = Path(json.loads(done.stdout)["Dir"]) / self.folder
+        return self._filled(folder) if self.fill else folder
+
+    def _filled(self, folder: Path) -> Path:
+        """A copy of ``folder`` with ``fill`` applied, made once per module version and fill."""
+        key = hashlib.sha256(repr((self.module, self.version(), self.fill)).encode()).hexdigest()
+        copy = _cache_root() / f"{Path(self.folder).name}-{key[:16]}"
+        if copy.is_dir():
+            return copy
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=copy.parent, prefix=".fill-"))
+        shutil.copytree(folder, staging, dirs_exist_ok=True)
+        for path in (staging, *staging.rglob("*")):  # the module cache's modes are read-only
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        for name in ("Chart.yaml", "values.yaml"):
+            path = staging / name
+            text = path.read_text()
+            for placeholder, value in self.fill:
+                text = text.replace(placeholder, value)
+            path.write_text(text)
+        with contextlib.suppress(OSError):  # another process filled it first: keep theirs
+            staging.rename(copy)
+        shutil.rmtree(staging, ignore_errors=True)
+        return copy
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "radixfleet" / "charts"
 
 
 def kserve_chart(name: str) -> ModuleChart:

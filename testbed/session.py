@@ -25,7 +25,14 @@ import yaml
 from infra.manifests import SYSTEM_NODE_LABELS
 from testbed import certificates, charts, dns, fake_kingress, images, knative, kserve
 from testbed import cluster as cluster_mod
-from testbed.builds import COREDNS, KNATIVE, KSERVE, KSERVE_LOCALMODEL, KUBE_RBAC_PROXY
+from testbed.builds import (
+    COREDNS,
+    KNATIVE,
+    KNATIVE_OPERATOR,
+    KSERVE,
+    KSERVE_LOCALMODEL,
+    KUBE_RBAC_PROXY,
+)
 from testbed.cluster import Cluster, ClusterError
 from testbed.gobuild import BuildError, ensure_built
 from testbed.images import ImageError
@@ -34,6 +41,12 @@ from testbed.layout import NODE_NAME
 GPUS_PER_NODE = 8
 FIELD_MANAGER = "radixfleet-testbed"
 READY_TIMEOUT_S = 180.0
+# Serving's five Deployments start together, beside KServe's, on two shared cores.
+KNATIVE_READY_TIMEOUT_S = 300.0
+KNATIVE_SERVINGS = "knativeservings.operator.knative.dev"
+KNATIVE_SERVICES = "services.serving.knative.dev"
+# Deleted first: no webhook configuration may outlive its server.
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 # The labels a GPU node group of infra/ carries, so catalog predictors schedule here (infra's
 # gpu_node_labels writes the GPU type as `gpu_label_value` spells it, lower case), and, the one
 # node being the system node too, the label of infra's system node group, where infra's values
@@ -101,24 +114,23 @@ def install_platform(running: Cluster) -> None:
 
 
 def install_kserve(running: Cluster, *, knative_features: Mapping[str, str]) -> None:
-    """Knative Serving 1.21.1 (built here), its config-features set to ``knative_features``,
-    then KServe v0.20.0 (built here, with its storage-initializer) from KServe's own charts
-    with infra's values (``testbed.kserve``), its webhooks' certificates issued in
-    cert-manager's stead (``testbed.certificates``): ready to admit and reconcile. Knative's
-    CRDs come first: KServe's manager checks for them only when it starts (and never watches
-    Knative Services if they were late)."""
+    """Knative Serving 1.21.1 as infra installs it (the Knative operator's chart, then a
+    KnativeServing; ``testbed.knative``), its config-features set to ``knative_features``,
+    then KServe v0.20.0 from KServe's own charts with infra's values (``testbed.kserve``), its
+    webhooks' certificates issued in cert-manager's stead (``testbed.certificates``): every
+    program built here, ready to admit and reconcile. Knative's CRDs come first: KServe's
+    manager checks for them only when it starts (and never watches Knative Services if they
+    were late)."""
     built = _kserve_images() | _knative_images()
     load_images(running, list(built.values()))
-    _install_knative(running, {key: built[key].pinned for key in knative.image_keys()},
-                     features=knative_features)  # fmt: skip
+    _install_knative(running, built, features=knative_features)
     _apply_crds(running, cert_manager_crds())
     references = {key: image.reference for key, image in built.items()}
     for release in kserve.releases(references):
         charts.install(release.chart, release.values, release=release.name,
                        namespace=kserve.NAMESPACE, kubeconfig=running.kubeconfig)  # fmt: skip
     certificates.issue(running, namespace=kserve.NAMESPACE)
-    for deployment in knative.DEPLOYMENTS:
-        wait_rollout(running, namespace=knative.NAMESPACE, deployment=deployment)
+    wait_knative_ready(running)
     wait_rollout(running, namespace=kserve.NAMESPACE, deployment=kserve.CONTROLLER)
     wait_for(lambda: _kserve_admits(running), timeout_s=READY_TIMEOUT_S,
              what="KServe's webhooks to answer")  # fmt: skip
@@ -143,11 +155,55 @@ def _kserve_admits(running: Cluster) -> bool:
 
 
 def _install_knative(
-    running: Cluster, images: Mapping[str, str], *, features: Mapping[str, str]
+    running: Cluster, built: Mapping[str, images.ImageRecord], *, features: Mapping[str, str]
 ) -> None:
-    objects = knative.knative_objects(images, features=features)
-    _apply_crds(running, [o for o in objects if o["kind"] == "CustomResourceDefinition"])
-    apply(running, [o for o in objects if o["kind"] != "CustomResourceDefinition"])
+    """The operator's chart, then the KnativeServing; returns once the operator has applied
+    Serving's CRDs (what KServe needs next), not waiting for Serving to run."""
+    values = knative.operator_values({key: built[key].reference for key in knative.image_keys()})
+    charts.install(knative.operator_chart(), values, release=knative.OPERATOR_RELEASE,
+                   namespace=knative.OPERATOR_NAMESPACE, kubeconfig=running.kubeconfig)  # fmt: skip
+    serving = knative.knative_serving(
+        {key: built[key].pinned for key in knative.image_keys()}, features=features
+    )
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": knative.NAMESPACE}}
+    wait_established(running, [KNATIVE_SERVINGS])
+    apply(running, [namespace, serving])
+    wait_for(lambda: _established(running, KNATIVE_SERVICES), timeout_s=READY_TIMEOUT_S,
+             what="the Knative operator to install Serving's CRDs")  # fmt: skip
+    wait_established(running, [KNATIVE_SERVICES])
+
+
+def wait_knative_ready(running: Cluster) -> None:
+    """Until the KnativeServing is Ready: the operator has installed Serving and every one of
+    its Deployments is available."""
+    serving = f"{KNATIVE_SERVINGS}/{knative.NAMESPACE}"
+    running.kubectl("wait", serving, "-n", knative.NAMESPACE, "--for=condition=Ready",
+                    f"--timeout={KNATIVE_READY_TIMEOUT_S:.0f}s")  # fmt: skip
+    for deployment in knative.DEPLOYMENTS:
+        wait_rollout(running, namespace=knative.NAMESPACE, deployment=deployment)
+
+
+def set_knative_features(running: Cluster, features: Mapping[str, str]) -> None:
+    """Knative's config-features as exactly ``features`` (the release's defaults for the
+    rest), through the KnativeServing as a platform team sets them (the operator owns the
+    ConfigMap and puts back any edit of it); returns once the operator has written them."""
+    patch = [{"op": "replace", "path": "/spec/config/features", "value": dict(features)}]
+    running.kubectl("patch", KNATIVE_SERVINGS, knative.NAMESPACE, "-n", knative.NAMESPACE,
+                    "--type=json", "-p", json.dumps(patch))  # fmt: skip
+    wanted = knative.default_features() | dict(features)
+
+    def written() -> bool:
+        found = running.kubectl("get", "configmap", "config-features", "-n", knative.NAMESPACE,
+                                "-o", "json")  # fmt: skip
+        data = json.loads(found.stdout).get("data", {})
+        return {k: v for k, v in data.items() if k != "_example"} == wanted
+
+    wait_for(written, timeout_s=READY_TIMEOUT_S, what="the Knative operator to set the features")
+
+
+def _established(running: Cluster, crd: str) -> bool:
+    found = running.kubectl("get", "crd", crd, "-o", "name", check=False)
+    return found.returncode == 0
 
 
 def _apply_crds(
@@ -198,7 +254,7 @@ def uninstall_local_models(running: Cluster) -> None:
 def remove(running: Cluster, objects: Sequence[Mapping[str, Any]]) -> None:
     """Delete ``objects`` (webhook configurations first: none may outlive its server) and wait
     for them to go."""
-    ordered = sorted(objects, key=lambda o: o["kind"] not in knative.LAST_KINDS)
+    ordered = sorted(objects, key=lambda o: o["kind"] not in WEBHOOK_KINDS)
     documents = {"apiVersion": "v1", "kind": "List", "items": list(ordered)}
     running.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=true", "--timeout=120s",
                     stdin=json.dumps(documents), check=False)  # fmt: skip
@@ -222,17 +278,27 @@ def _kserve_images() -> dict[str, images.ImageRecord]:
 
 
 def _knative_images() -> dict[str, images.ImageRecord]:
-    """One image per Knative program, its binary the entrypoint (Knative's Deployments and the
-    queue-proxy sidecar set no command)."""
-    folder = ensure_built(KNATIVE)
-    return {
-        f"knative-{command}": images.go_binary_image(
-            f"knative-{command}",
-            folder / command,
-            entrypoint=[f"/usr/local/bin/{command}"],
-        )
-        for command in knative.COMMANDS
+    """One image per Knative program, its binary the entrypoint (Knative's Deployments, the
+    queue-proxy sidecar and the operator's chart set no command); the operator's carries the
+    release manifests it installs, where ko images carry them."""
+    serving, operator = ensure_built(KNATIVE), ensure_built(KNATIVE_OPERATOR)
+    built = {
+        f"knative-{command}": _program_image(f"knative-{command}", serving / command)
+        for command in knative.SERVING_COMMANDS
     }
+    for command in knative.OPERATOR_COMMANDS:
+        name = f"knative-operator-{command}"
+        data = (knative.KO_DATA[0], knative.kodata().path()) if command == "operator" else None
+        env = [knative.KO_DATA[1]] if data else []
+        built[name] = _program_image(name, operator / command, data=data, env=env)
+    return built
+
+
+def _program_image(
+    name: str, binary: Path, *, data: tuple[str, Path] | None = None, env: Sequence[str] = ()
+) -> images.ImageRecord:
+    entrypoint = [f"/usr/local/bin/{binary.name}"]
+    return images.go_binary_image(name, binary, entrypoint=entrypoint, data=data, env=env)
 
 
 class KubectlKIngresses:
@@ -329,7 +395,8 @@ def wait_established(running: Cluster, crds: Sequence[str]) -> None:
         result = running.kubectl("get", "crd", *crds, "-o", "json", check=False)
         if result.returncode != 0:
             return False
-        items = json.loads(result.stdout).get("items", [])
+        found = json.loads(result.stdout)
+        items = found["items"] if found.get("kind") == "List" else [found]  # one asked: itself
         return len(items) == len(crds) and all(map(_is_established, items))
 
     wait_for(established, timeout_s=READY_TIMEOUT_S, what=f"CRDs {', '.join(crds)} Established")

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from radixfleet.platform import KNATIVE_FEATURES
+from testbed import session
 from testbed.cluster import Cluster
 from testbed.emulated import MODE, get
 from tests.audit_cases import AuditCase, load_cases
@@ -83,12 +84,9 @@ def test_kserves_webhooks_judge_each_case_as_validate_does(
 
 
 def _set_features(cluster: Cluster, features: Mapping[str, str]) -> None:
-    """Knative's config-features as exactly `features` (Knative's defaults for the rest)."""
-    patch = [{"op": "replace", "path": "/data", "value": dict(features)}]
-    cluster.kubectl(
-        "patch", "configmap", "config-features", "-n", "knative-serving", "--type=json",
-        "-p", json.dumps(patch),
-    )  # fmt: skip
+    """Knative's config-features as exactly `features` (the release's defaults for the rest),
+    set in the KnativeServing as a platform team sets them."""
+    session.set_knative_features(cluster, features)
     # The webhook reads the ConfigMap through an informer: give the watch event a moment.
     time.sleep(3)
 

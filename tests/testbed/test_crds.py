@@ -9,15 +9,22 @@ from typing import Any
 import pytest
 import yaml
 
-from testbed import charts, kserve
+from testbed import charts, knative, kserve
 from testbed.cluster import Cluster
-from testbed.knative import image_keys, knative_objects
 from testbed.session import cert_manager_crds
 
 
 def _knative() -> list[dict[str, Any]]:
-    images = {key: f"localhost/radixfleet/{key}:test" for key in image_keys()}
-    return knative_objects(images, features={})
+    """The operator chart's CRDs, and those of the Serving release the operator installs."""
+    images = {key: f"localhost/radixfleet/{key}:test" for key in knative.image_keys()}
+    operator = charts.render(knative.operator_chart(), knative.operator_values(images),
+                             release=knative.OPERATOR_RELEASE,
+                             namespace=knative.OPERATOR_NAMESPACE, kube_version="1.35")  # fmt: skip
+    version = knative.release(knative.module_version())
+    crds = knative.kodata().path() / "knative-serving" / version / "1-serving-crds.yaml"
+    serving = [doc for doc in yaml.load_all(crds.read_text(),
+                                            Loader=knative.LOADER) if doc]  # fmt: skip
+    return operator + serving
 
 
 def _kserve() -> list[dict[str, Any]]:

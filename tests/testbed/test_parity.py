@@ -11,7 +11,7 @@ import pytest
 
 from infra.testing import example_config
 from testbed import charts, knative
-from testbed.builds import KUBE_VERSION
+from testbed.builds import HERE, KUBE_VERSION
 
 
 @pytest.fixture(scope="module")
@@ -31,11 +31,18 @@ def test_cert_managers_crds_are_of_the_release_infra_installs(stack: dict[str, A
 
 
 def test_knative_serving_is_the_release_infras_operator_installs(stack: dict[str, Any]) -> None:
-    # Knative's Go modules are tagged v0.(N+27).P for release 1.N.P.
-    _, minor, patch = knative.SERVING_VERSION.removeprefix("v").split(".")
-    release = f"1.{int(minor) - 27}.{patch}"
+    release = knative.release(knative.module_version())
     assert stack["radixfleet:knative"]["servingVersion"] == release
     assert stack["radixfleet:charts"]["knative-operator"]["version"] == f"v{release}"
+
+
+def test_the_operator_builds_the_serving_the_test_bed_builds() -> None:
+    # The operator installs the Serving release its own go.mod requires, and the test bed runs
+    # the Serving programs it builds from testbed/knative: one version on both sides.
+    serving = charts.ModuleChart("knative.dev/serving", HERE / "knative" / "go.mod", ".")
+    operator = charts.ModuleChart(knative.OPERATOR_MODULE, knative.OPERATOR_GO_MOD, ".")
+    operator_requires = (operator.path() / "go.mod").read_text()
+    assert f"knative.dev/serving {serving.version()}" in operator_requires
 
 
 def test_kubernetes_is_infras_eks_minor(stack: dict[str, Any]) -> None:

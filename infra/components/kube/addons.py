@@ -136,7 +136,9 @@ class AddOns(pulumi.ComponentResource):
 
     def _knative(self) -> k8s.apiextensions.CustomResource:
         namespace = self._namespace(m.KNATIVE_NAMESPACE)
-        operator = self._release("knative-operator", "knative-operator", {})
+        operator = self._release(
+            m.KNATIVE_OPERATOR, m.KNATIVE_OPERATOR, m.knative_operator_values()
+        )
         knative = self._args.knative
         serving = m.knative_serving(
             version=knative.serving_version,
