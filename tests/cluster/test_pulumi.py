@@ -13,7 +13,8 @@ modules left behind), started as a newcomer's `make cluster` starts one (KServe 
 with infra's values, Knative Serving, the KIngress marker) and taken down as `make
 cluster-down` does: `up` ends green (every Deployment Available: both operator replicas
 Ready); the tenant's model, once its key and weights are there, answers a chat through the
-entry; a second `up` changes nothing; `destroy` leaves no object of ours.
+entry; `kubectl apply --server-side` cannot change what `up` made (a conflict with Pulumi's
+field manager); a second `up` changes nothing; `destroy` leaves no object of ours.
 """
 
 from __future__ import annotations
@@ -177,6 +178,29 @@ def test_the_tenants_model_answers_through_the_entry(deployed: Deployed) -> None
         answered, timeout_s=TIMEOUT_S, what=f"a chat through the entry: {answers[-1:]}"
     )
     assert json.loads(answers[-1][1])["choices"][0]["message"]["content"]
+
+
+def test_kubectl_cannot_take_over_what_pulumi_made(deployed: Deployed) -> None:
+    """One owner per fleet, held by the API server: Pulumi applies server-side, so the fields
+    `up` set are its field manager's, and a `kubectl apply --server-side` (the README's
+    rollout command) that would change one stops with a conflict naming that manager and
+    changes nothing."""
+    cluster = deployed.cluster
+    isvc = get(cluster, "isvc", MODEL, "-n", NAMESPACE)
+    appliers = {f["manager"] for f in isvc["metadata"]["managedFields"]
+                if f["operation"] == "Apply"}  # fmt: skip
+    pulumis = {manager for manager in appliers if "pulumi" in manager}
+    assert pulumis, appliers
+    floor = isvc["spec"]["predictor"]["minReplicas"]
+    theirs = {"apiVersion": isvc["apiVersion"], "kind": isvc["kind"],
+              "metadata": {"name": MODEL, "namespace": NAMESPACE},
+              "spec": {"predictor": {"minReplicas": floor + 1}}}  # fmt: skip
+    refused = cluster.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(theirs),
+                              check=False)  # fmt: skip
+    assert refused.returncode != 0, refused.stdout
+    assert "conflict" in refused.stderr.lower(), refused.stderr
+    assert any(manager in refused.stderr for manager in pulumis), refused.stderr
+    assert get(cluster, "isvc", MODEL, "-n", NAMESPACE)["spec"]["predictor"]["minReplicas"] == floor
 
 
 def test_a_second_up_changes_nothing(deployed: Deployed) -> None:
