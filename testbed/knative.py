@@ -6,7 +6,7 @@ changes (``tests/testbed/test_knative.py`` holds everything else equal to infra'
 
 - every image is one built here (no registry can be reached): the chart's two by its values,
   Serving's through the KnativeServing's ``registry.override``, the operator's documented way to
-  install from a private registry;
+  install from a private registry, and the queue-proxy sidecar's in ``config-deployment``;
 - Knative skips tag-to-digest resolution for ``localhost/`` images (it would ask a registry);
 - Kourier, the networking layer infra enables, runs Envoy, which cannot be built here: the
   KnativeServing leaves it disabled (so the operator installs no Kourier; its gateway's HPA
@@ -128,7 +128,12 @@ def knative_serving(images: Mapping[str, str], *, features: Mapping[str, str]) -
     spec = serving["spec"]
     spec["registry"] = {"override": registry_override(images)}
     spec["ingress"]["kourier"]["enabled"] = False
-    spec["config"]["deployment"] = {"registries-skipping-tag-resolving": SKIP_TAG_RESOLVING}
+    # The operator's override reaches containers and the queue-proxy's cache entry, not
+    # config-deployment, from which Knative adds the queue-proxy sidecar to every revision.
+    spec["config"]["deployment"] = {
+        "queue-sidecar-image": images["knative-queue"],
+        "registries-skipping-tag-resolving": SKIP_TAG_RESOLVING,
+    }
     spec["config"]["features"] = dict(features)
     return serving
 

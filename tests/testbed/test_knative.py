@@ -103,6 +103,21 @@ def test_every_container_serving_runs_is_overridden_with_an_image_built_here(
         assert image["metadata"]["name"] in override
 
 
+def test_every_image_the_releases_config_names_is_set_to_one_built_here(
+    serving: dict[str, Any], release_manifests: list[dict[str, Any]]
+) -> None:
+    # Knative adds the queue-proxy sidecar from config-deployment: the operator's registry
+    # override does not reach a ConfigMap, so the KnativeServing's config must.
+    config = serving["spec"]["config"]
+    named = [(cm["metadata"]["name"].removeprefix("config-"), key)
+             for cm in of_kind(release_manifests, "ConfigMap")
+             for key, value in (cm.get("data") or {}).items()
+             if key != "_example" and "@sha256:" in value]  # fmt: skip
+    assert named
+    for section, key in named:
+        assert config.get(section, {}).get(key) in PINNED.values(), (section, key)
+
+
 def test_kourier_is_left_out_but_its_ingress_class_kept(serving: dict[str, Any]) -> None:
     kourier = serving["spec"]["ingress"]["kourier"]
     assert kourier == {"enabled": False, "service-type": "ClusterIP"}
