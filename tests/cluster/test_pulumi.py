@@ -186,7 +186,9 @@ def test_kubectl_cannot_take_over_what_pulumi_made(deployed: Deployed) -> None:
     rollout command) that would change one stops with a conflict naming that manager and
     changes nothing."""
     cluster = deployed.cluster
-    isvc = get(cluster, "isvc", MODEL, "-n", NAMESPACE)
+    found = cluster.kubectl("get", "isvc", MODEL, "-n", NAMESPACE, "-o", "json",
+                            "--show-managed-fields")  # fmt: skip
+    isvc = json.loads(found.stdout)
     appliers = {f["manager"] for f in isvc["metadata"]["managedFields"]
                 if f["operation"] == "Apply"}  # fmt: skip
     pulumis = {manager for manager in appliers if "pulumi" in manager}
