@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -25,7 +24,7 @@ from typing import Any
 import yaml
 
 from testbed.builds import HELM, HERE
-from testbed.gobuild import BuildError, ensure_built, find_go
+from testbed.gobuild import BuildError, cache_root, ensure_built, find_go
 
 Obj = dict[str, Any]
 
@@ -70,7 +69,7 @@ class ModuleChart:
     def _filled(self, folder: Path) -> Path:
         """A copy of ``folder`` with ``fill`` applied, made once per module version and fill."""
         key = hashlib.sha256(repr((self.module, self.version(), self.fill)).encode()).hexdigest()
-        copy = _cache_root() / f"{Path(self.folder).name}-{key[:16]}"
+        copy = cache_root().parent / "charts" / f"{Path(self.folder).name}-{key[:16]}"
         if copy.is_dir():
             return copy
         copy.parent.mkdir(parents=True, exist_ok=True)
@@ -88,11 +87,6 @@ class ModuleChart:
             staging.rename(copy)
         shutil.rmtree(staging, ignore_errors=True)
         return copy
-
-
-def _cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "radixfleet" / "charts"
 
 
 def kserve_chart(name: str) -> ModuleChart:

@@ -168,9 +168,7 @@ def _install_knative(
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": knative.NAMESPACE}}
     wait_established(running, [KNATIVE_SERVINGS])
     apply(running, [namespace, serving])
-    wait_for(lambda: _established(running, KNATIVE_SERVICES), timeout_s=READY_TIMEOUT_S,
-             what="the Knative operator to install Serving's CRDs")  # fmt: skip
-    wait_established(running, [KNATIVE_SERVICES])
+    wait_established(running, [KNATIVE_SERVICES])  # the operator applies them first
 
 
 def wait_knative_ready(running: Cluster) -> None:
@@ -199,11 +197,6 @@ def set_knative_features(running: Cluster, features: Mapping[str, str]) -> None:
         return {k: v for k, v in data.items() if k != "_example"} == wanted
 
     wait_for(written, timeout_s=READY_TIMEOUT_S, what="the Knative operator to set the features")
-
-
-def _established(running: Cluster, crd: str) -> bool:
-    found = running.kubectl("get", "crd", crd, "-o", "name", check=False)
-    return found.returncode == 0
 
 
 def _apply_crds(
