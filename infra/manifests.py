@@ -307,6 +307,24 @@ def owned_by_controllers(manifest: Manifest) -> list[str]:
     return list(OWNED_BY_CONTROLLERS.get(str(manifest.get("kind")), []))
 
 
+# What `pulumi up` waits for on a created object before it counts as ready (pulumi-kubernetes'
+# `pulumi.com/waitFor`, the syntax of `kubectl wait --for`). A Tenant: the quota controller's
+# first accounting, since until then the GPU-budget admission policy refuses the tenant's
+# models ("retry shortly") and pulumi-kubernetes does not retry a refusal.
+AWAITED: dict[str, str] = {"Tenant": "jsonpath={.status.observedGeneration}"}
+WAIT_FOR = "pulumi.com/waitFor"
+
+
+def awaited(manifest: Manifest) -> Manifest:
+    """`manifest` as `pulumi up` creates it: with what to wait for, if its kind has anything."""
+    condition = AWAITED.get(str(manifest.get("kind")))
+    if condition is None:
+        return manifest
+    metadata = manifest["metadata"]
+    annotations = {**metadata.get("annotations", {}), WAIT_FOR: condition}
+    return {**manifest, "metadata": {**metadata, "annotations": annotations}}
+
+
 def load_crds(directory: Path) -> list[Manifest]:
     """The radixfleet CustomResourceDefinitions shipped in `directory` (none is fine)."""
     if not directory.is_dir():
@@ -497,8 +515,10 @@ def region_secret_access(catalog: Catalog, region: Region) -> list[Manifest]:
 
 def admission_policies() -> list[Manifest]:
     """The policies that keep the data plane's key and labels on its own pods in every tenant
-    namespace, and their bindings (radixfleet/render/data_plane_guard.py)."""
-    return data_plane_guard.manifests()
+    namespace (radixfleet/render/data_plane_guard.py) and the operator's controllers' (the
+    quota's GPU budgets), and their bindings: deploy/operator/ and inferenceservices/ hold the
+    same."""
+    return [*data_plane_guard.manifests(), *operator.admission_policies()]
 
 
 def region_network_policies(catalog: Catalog, region: Region) -> list[Manifest]:

@@ -28,6 +28,7 @@ from infra.components.aws.nodes import EKS_TAINT_EFFECTS
 from infra.settings import PINNED, REQUIRED_CHARTS, REQUIRED_EKS_ADDONS, Fleet
 from infra.testing import Declared, RecordingMocks, example_config, radixfleet_values, run_program
 from policies.failover.spec import FailoverPolicySpec
+from policies.quota import admission
 from radixfleet import labels
 from radixfleet.config import GpuPool, load_catalog
 from radixfleet.config.catalog import KNOWN_RUNTIMES
@@ -510,10 +511,14 @@ def test_every_tenant_namespace_refuses_ingress_but_from_the_platform(
         assert served and denied == served, region
 
 
-def test_every_region_guards_who_may_make_the_data_planes_pods(stack: RecordingMocks) -> None:
-    """The policies that keep the data plane's key and labels on its own pods, bound, in every
-    region, as `inferenceservices/data-plane-guard.yaml` has them."""
-    wanted = {(o["kind"], o["metadata"]["name"]): o["spec"] for o in data_plane_guard.manifests()}
+def test_every_region_installs_the_data_plane_guard_and_the_quotas_gpu_budget_policy(
+    stack: RecordingMocks,
+) -> None:
+    """The policies that keep the data plane's key and labels on its own pods, as
+    `inferenceservices/data-plane-guard.yaml` has them, and the quota's GPU budgets, as
+    `deploy/operator/` has them: bound, in every region."""
+    objects = [*data_plane_guard.manifests(), *admission.manifests()]
+    wanted = {(o["kind"], o["metadata"]["name"]): o["spec"] for o in objects}
     for region in REGIONS:
         declared = {
             (kind, r.inputs["metadata"]["name"]): r.inputs["spec"]
@@ -522,6 +527,17 @@ def test_every_region_guards_who_may_make_the_data_planes_pods(stack: RecordingM
                                region)
         }  # fmt: skip
         assert declared == wanted, region
+
+
+def test_every_tenant_is_awaited_until_the_quota_has_counted_it(stack: RecordingMocks) -> None:
+    """`pulumi up` creates a tenant's models only after its Tenant, and counts a Tenant created
+    only once the quota controller has written its status: before that the GPU-budget policy
+    refuses the models, and pulumi-kubernetes does not retry a refusal."""
+    tenants = of_type(stack, "kubernetes:radixfleet.io/v1alpha1:Tenant")
+    assert tenants
+    for tenant in tenants:
+        annotations = tenant.inputs["metadata"].get("annotations", {})
+        assert annotations.get("pulumi.com/waitFor") == "jsonpath={.status.observedGeneration}"
 
 
 def _uris(value: object) -> list[str]:

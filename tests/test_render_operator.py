@@ -12,6 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from policies.quota import admission
 from radixfleet.cli import app
 from radixfleet.kit.rbac import CLUSTER, KOPF_RULES
 from radixfleet.kit.registry import plugins
@@ -74,6 +75,18 @@ def test_the_cluster_role_is_exactly_the_declared_cluster_wide_rules_and_kopfs()
     }
 
 
+def test_the_base_installs_the_quotas_gpu_budget_policy_bound_to_every_tenant() -> None:
+    """The operator keeps the policy's parameters (each Tenant's accounting), so the policy
+    comes with it: applied with the base, as `kubectl apply -k` builds it."""
+    built = kustomize(BASE)
+    policy = of_kind(built, "ValidatingAdmissionPolicy")
+    binding = of_kind(built, "ValidatingAdmissionPolicyBinding")
+    assert [policy, binding] == admission.manifests()
+    assert policy["spec"]["paramKind"] == {"apiVersion": "radixfleet.io/v1alpha1", "kind": "Tenant"}
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+
+
 @pytest.mark.parametrize(
     ("group", "resource", "verb"),
     [
@@ -108,7 +121,7 @@ def test_the_operator_pod_is_unprivileged_probed_and_leader_elected() -> None:
     docs = kustomize(BASE)
     assert {d["kind"] for d in docs} == {
         "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment",
-        "ClusterKopfPeering",
+        "ClusterKopfPeering", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
     }  # fmt: skip
     deployment = of_kind(docs, "Deployment")
     assert deployment["metadata"]["namespace"] == "radixfleet-system"

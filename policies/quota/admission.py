@@ -29,7 +29,9 @@ from radixfleet import labels
 from radixfleet.kit.errors import RETRY_SHORTLY
 
 POLICY_NAME = "inferenceservice-gpu-budget.radixfleet.io"
-# The rendered copy `kubectl apply -f` takes (and `infra/` deploys); a test keeps it current.
+# The rendered copy for running the quota on its own (`radixfleet quota run`); a test keeps it
+# current. The operator's base deploy/operator/ and the Pulumi program install the same
+# objects through the quota's plug-in.
 MANIFEST_PATH = "policies/quota/admission-policy.yaml"
 BINDING_NAME = POLICY_NAME
 

@@ -37,6 +37,12 @@ def _entry_rules() -> Sequence[PolicyRule]:
     return RULES
 
 
+def _admission() -> Sequence[dict[str, Any]]:
+    from policies.quota.admission import manifests
+
+    return manifests()
+
+
 def _metrics(controller: Any) -> Any:
     return None if controller.metrics is None else controller.metrics.registry
 
@@ -52,4 +58,5 @@ PLUGIN = ControllerPlugin(
     cli="policies.quota.cli:quota_app",
     entry_gate="policies.quota.entry:build",
     entry_rules=_entry_rules,
+    admission=_admission,
 )

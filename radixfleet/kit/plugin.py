@@ -46,7 +46,9 @@ class ControllerPlugin:
     controllers (the failover: one per fleet, not per region) run only when
     asked for by name. `entry_gate` is the "module:factory" of the gate the region entry puts
     in front of its routes (`factory(api_client, replicas, region)`, see
-    `radixfleet.entry.gate`), and `entry_rules` the RBAC that gate needs.
+    `radixfleet.entry.gate`), and `entry_rules` the RBAC that gate needs. `admission()` lists
+    the ValidatingAdmissionPolicies and bindings that hold the controller's rules at the API
+    server (the quota's GPU budgets); they are installed with the operator.
     """
 
     name: str
@@ -60,6 +62,7 @@ class ControllerPlugin:
     opt_in: bool = False
     entry_gate: str | None = None
     entry_rules: Callable[[], Sequence[PolicyRule]] = field(default=lambda: ())
+    admission: Callable[[], Sequence[Mapping[str, Any]]] = field(default=lambda: ())
 
 
 def parse_contexts(pairs: Sequence[str]) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""The operator's manifests: one Deployment running every controller, and the RBAC it needs.
+"""The operator's manifests: one Deployment running every controller, the RBAC it needs, and
+the admission policies its controllers keep the parameters of.
 
 The ClusterRole is derived, never written by hand: the union of the rules each registered
 controller's Kubernetes adapters declare (`*/kube.py: RULES`) and what kopf itself calls
@@ -55,6 +56,13 @@ def operator_rules(registered: Iterable[ControllerPlugin] | None = None) -> tupl
     """Every registered controller's declared rules and kopf's own, merged."""
     chosen = plugins() if registered is None else registered
     return union([*KOPF_RULES, *(r for plugin in chosen for r in plugin.rules())])
+
+
+def admission_policies(registered: Iterable[ControllerPlugin] | None = None) -> list[Manifest]:
+    """Every registered controller's admission policies and their bindings (the quota's GPU
+    budgets), installed with the operator: it is the operator that keeps their parameters."""
+    chosen = plugins() if registered is None else registered
+    return [dict(obj) for plugin in chosen for obj in plugin.admission()]
 
 
 def namespace() -> Manifest:
@@ -205,5 +213,8 @@ def render_operator() -> dict[str, str]:
         "clusterrolebinding.yaml": to_yaml(role_binding(), header=MARKER),
         "deployment.yaml": to_yaml(deployment(), notes=DEPLOYMENT_NOTES, header=MARKER),
         "peering.yaml": to_yaml(peering(), header=MARKER),
+        "admission-policies.yaml": "---\n".join(
+            to_yaml(obj, header=MARKER) for obj in admission_policies()
+        ),
     }
     return with_kustomization(files, header=MARKER)

@@ -14,7 +14,8 @@ with infra's values, Knative Serving, the KIngress marker) and taken down as `ma
 cluster-down` does: `up` ends green (every Deployment Available: both operator replicas
 Ready); the tenant's model, once its key and weights are there, answers a chat through the
 entry; `kubectl apply --server-side` cannot change what `up` made (a conflict with Pulumi's
-field manager); a second `up` changes nothing; `destroy` leaves no object of ours.
+field manager); the quota's GPU-budget policy refuses a model past the tenant's budget; a
+second `up` changes nothing; `destroy` leaves no object of ours.
 """
 
 from __future__ import annotations
@@ -205,6 +206,23 @@ def test_kubectl_cannot_take_over_what_pulumi_made(deployed: Deployed) -> None:
     assert get(cluster, "isvc", MODEL, "-n", NAMESPACE)["spec"]["predictor"]["minReplicas"] == floor
 
 
+def test_the_quotas_gpu_budget_holds_on_the_fleet(deployed: Deployed) -> None:
+    """`up` installed the quota's admission policy (after the Tenant CRD, before the tenant's
+    models, which waited for the quota to count their tenant): a second copy of the model with
+    3 replicas of 1 GPU, beside the first (1 GPU), does not fit the tenant's 2."""
+    cluster = deployed.cluster
+    isvc = get(cluster, "isvc", MODEL, "-n", NAMESPACE)
+    wider = {"apiVersion": isvc["apiVersion"], "kind": isvc["kind"],
+             "metadata": {"name": f"{MODEL}-wider", "namespace": NAMESPACE,
+                          "annotations": isvc["metadata"]["annotations"]},
+             "spec": {"predictor": {**isvc["spec"]["predictor"], "maxReplicas": 3}}}  # fmt: skip
+    refused = cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(wider),
+                              check=False)  # fmt: skip
+    assert refused.returncode != 0, refused.stdout
+    assert "inferenceservice-gpu-budget.radixfleet.io" in refused.stderr, refused.stderr
+    assert "H100 budget exceeded" in refused.stderr, refused.stderr
+
+
 def test_a_second_up_changes_nothing(deployed: Deployed) -> None:
     again = deployed.stack.up(on_output=deployed.output.append, color="never")
     assert pulumi_stack.changes(again.summary) == {}, "".join(deployed.output[-50:])
@@ -215,7 +233,8 @@ def test_destroy_leaves_nothing_of_ours(deployed: Deployed) -> None:
     deployed.stack.destroy(on_output=deployed.output.append, color="never")
     ours = f"{labels.MANAGED_BY}={labels.MANAGER}"
     left = cluster.kubectl(
-        "get", "namespaces,clusterroles,clusterrolebindings,crd,clusterservingruntimes",
+        "get", "namespaces,clusterroles,clusterrolebindings,crd,clusterservingruntimes,"
+        "validatingadmissionpolicies,validatingadmissionpolicybindings",
         "-l", ours, "-o", "name", check=False,
     )  # fmt: skip
     assert left.stdout.strip() == "", left.stdout

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from radixfleet import labels
 from testbed import session
@@ -139,13 +140,32 @@ def test_the_readmes_kubectl_path_serves_a_chat_and_removes_cleanly(
     deploy, remove = readme_blocks((fork / "README.md").read_text())
     env = _environment(cluster)
     deployed = _bash(deploy, cwd=fork, env=env)
+    wider = _wider_model_tried(cluster, fork) if deployed.returncode == 0 else ""
     removed = _bash(remove, cwd=fork, env=env)
     print(f"\n{_trace(deployed)}\n{_trace(removed)}")
     assert deployed.returncode == 0, _told(deployed)[-6000:]
     answer = _chat_answer(deployed.stdout)
     assert answer["object"] == "chat.completion" and answer["choices"][0]["message"]["content"]
     assert answer["usage"]["completion_tokens"] > 0, answer
+    # The quota's GPU budget holds on a fleet made this way: its policy came with the operator.
+    assert "inferenceservice-gpu-budget.radixfleet.io" in wider, wider
+    assert "H100 budget exceeded" in wider, wider
     assert removed.returncode == 0, _told(removed)[-6000:]
-    left = cluster.kubectl("get", "namespaces,clusterroles,crd,clusterservingruntimes",
-                           "-l", f"{labels.MANAGED_BY}={labels.MANAGER}", "-o", "name")  # fmt: skip
+    left = cluster.kubectl(
+        "get", "namespaces,clusterroles,crd,clusterservingruntimes,validatingadmissionpolicies,"
+        "validatingadmissionpolicybindings", "-l", f"{labels.MANAGED_BY}={labels.MANAGER}",
+        "-o", "name",
+    )  # fmt: skip
     assert left.stdout.strip() == "", left.stdout
+
+
+def _wider_model_tried(cluster: Cluster, fork: Path) -> str:
+    """What the API server says to a second copy of the model with 3 replicas of 1 GPU, beside
+    the served one (1 GPU), for a tenant of 2 (a server-side dry run: nothing is made)."""
+    rendered = fork / "inferenceservices" / NAMESPACE / f"{MODEL}.yaml"
+    isvc = yaml.safe_load(rendered.read_text())
+    isvc["metadata"]["name"] = f"{MODEL}-wider"
+    isvc["spec"]["predictor"]["maxReplicas"] = 3
+    tried = cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(isvc),
+                            check=False)  # fmt: skip
+    return tried.stderr if tried.returncode else f"admitted: {tried.stdout}"

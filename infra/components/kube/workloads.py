@@ -140,31 +140,34 @@ class Workloads(pulumi.ComponentResource):
             )
             for ns in args.namespaces
         }
-        self._admission()
+        self._admission(crds)
         controllers_namespace, operator = self._controllers(crds)
         self._fleet_token(controllers_namespace)
         self.ingress_hostname = self._entry(controllers_namespace)
-        self._serving(list(namespaces.values()), controllers_namespace)
         # After the operator: the controllers' finalizers on these are the operator's to
         # remove, so `pulumi destroy` deletes them while it still runs.
-        self._policies([*crds, operator], list(namespaces.values()), controllers_namespace)
+        tenants = self._policies([*crds, operator], list(namespaces.values()),
+                                 controllers_namespace)  # fmt: skip
+        self._serving(list(namespaces.values()), controllers_namespace, tenants)
         if args.with_monitoring:
             self._dashboards(controllers_namespace)
         self._headroom(controllers_namespace)
         self.register_outputs({"ingressHostname": self.ingress_hostname})
 
-    def _admission(self) -> None:
-        """The admission policies, first: they bind by the namespaces' labels, not by name."""
+    def _admission(self, crds: Sequence[pulumi.Resource]) -> None:
+        """The admission policies, before any tenant namespace (they bind by the namespaces'
+        labels, not by name) and after the CRDs: a policy whose parameter kind (the quota's
+        Tenant) is not served refuses every InferenceService."""
         for obj in self._args.admission_policies:
             name = f"{self._name}-{obj['kind'].lower()}-{obj['metadata']['name']}"
             meta, spec = as_input(obj["metadata"]), as_input(obj["spec"])
             if obj["kind"] == "ValidatingAdmissionPolicy":
                 k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
-                    name, metadata=meta, spec=spec, opts=self._opts()
+                    name, metadata=meta, spec=spec, opts=self._opts(crds)
                 )
             else:
                 k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-                    name, metadata=meta, spec=spec, opts=self._opts()
+                    name, metadata=meta, spec=spec, opts=self._opts(crds)
                 )
 
     def _headroom(self, namespace: k8s.core.v1.Namespace) -> None:
@@ -282,15 +285,20 @@ class Workloads(pulumi.ComponentResource):
         first: Sequence[pulumi.Resource],
         namespaces: list[k8s.core.v1.Namespace],
         controllers_namespace: k8s.core.v1.Namespace,
-    ) -> None:
+    ) -> list[pulumi.Resource]:
         """The controllers' objects, and the routers' access, the serving pods' account and the
-        NetworkPolicies of each tenant namespace (after `first`: the CRDs and the operator)."""
+        NetworkPolicies of each tenant namespace (after `first`: the CRDs and the operator).
+        Returns the Tenants, each created once the quota controller has counted it."""
         after = [*first, *namespaces, controllers_namespace]
+        tenants: list[pulumi.Resource] = []
         for policy in self._args.policies:
-            self._custom(policy, after)
+            created = self._custom(m.awaited(policy), after)
+            if policy["kind"] == "Tenant":
+                tenants.append(created)
         for obj in [*self._args.router_access, *self._args.secret_access,
                     *self._args.model_readers, *self._args.network_policies]:  # fmt: skip
             self._core(obj, namespaces)
+        return tenants
 
     def _core(self, obj: m.Manifest, after: Sequence[pulumi.Resource]) -> None:
         """A ServiceAccount, Role, RoleBinding, NetworkPolicy or (data-less) ConfigMap from its
@@ -341,14 +349,18 @@ class Workloads(pulumi.ComponentResource):
         )
 
     def _serving(
-        self, namespaces: list[k8s.core.v1.Namespace], platform: k8s.core.v1.Namespace
+        self,
+        namespaces: list[k8s.core.v1.Namespace],
+        platform: k8s.core.v1.Namespace,
+        tenants: Sequence[pulumi.Resource],
     ) -> None:
         runtimes = [self._custom(r, [self._args.kserve]) for r in self._args.runtimes]
         caches = self._model_cache(platform)
         for isvc in self._args.inference_services:
             # After the caches: KServe's webhook mounts a cache only if it exists when it
-            # admits the InferenceService.
-            self._custom(isvc, [self._args.kserve, *runtimes, *namespaces, *caches])
+            # admits the InferenceService. After the tenants: the GPU-budget policy admits a
+            # model only once its tenant is counted.
+            self._custom(isvc, [self._args.kserve, *runtimes, *namespaces, *caches, *tenants])
 
     def _model_cache(self, platform: k8s.core.v1.Namespace) -> list[pulumi.Resource]:
         """The nodes' cache folder handed to KServe's agent, the node groups, then the caches
