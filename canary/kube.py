@@ -30,7 +30,9 @@ ISVCS = Resource(KSERVE_GROUP, KSERVE_VERSION, ISVC_PLURAL)
 POLICIES = Resource(GROUP, API_VERSION, PLURAL)
 
 RULES: tuple[PolicyRule, ...] = (
-    ISVCS.rule("get", "list", "patch"),
+    ISVCS.rule("get", "list"),
+    # A rollout's traffic step, only in tenant namespaces, where the models are.
+    ISVCS.rule("patch", scope=TENANT_NAMESPACES, by_name=False),
     # kopf's timer watches the policies; commands are annotations (patch) on them.
     POLICIES.rule(*KOPF_TIMER),
     *KubeStatus.rules(POLICIES),

@@ -38,8 +38,11 @@ FIELD_MANAGER = "radixfleet-autoscale"
 
 RULES: tuple[PolicyRule, ...] = (
     KSERVE.rule("get"),
-    REVISIONS.rule("get", "patch"),
-    PODAUTOSCALERS.rule("patch"),
+    REVISIONS.rule("get"),
+    # A revision's scale bounds, on it and its PodAutoscaler, only in tenant namespaces, where
+    # the models are; a revision is named per generation, so no Role can name it ahead.
+    REVISIONS.rule("patch", scope=TENANT_NAMESPACES, by_name=False),
+    PODAUTOSCALERS.rule("patch", scope=TENANT_NAMESPACES, by_name=False),
     rule("", "pods", "list"),
     # A pod's pool label and deletion cost, only in tenant namespaces, for any of their pods.
     rule("", "pods", "patch", scope=TENANT_NAMESPACES, by_name=False),

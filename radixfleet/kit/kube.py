@@ -24,7 +24,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from radixfleet.kit.errors import CONFLICT, FORBIDDEN, ConflictError, KubeError
-from radixfleet.kit.rbac import PolicyRule, rule
+from radixfleet.kit.rbac import CLUSTER, PolicyRule, rule
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -126,11 +126,13 @@ class Resource:
     plural: str
     namespaced: bool = True
 
-    def rule(self, *verbs: str, subresource: str = "") -> PolicyRule:
-        """A rule for `verbs` on this resource (or on its `subresource`)."""
-        return rule(
-            self.group, f"{self.plural}/{subresource}" if subresource else self.plural, *verbs
-        )
+    def rule(
+        self, *verbs: str, subresource: str = "", scope: str = CLUSTER, by_name: bool = True
+    ) -> PolicyRule:
+        """A rule for `verbs` on this resource (or on its `subresource`), granted in `scope`
+        (radixfleet.kit.rbac)."""
+        resources = f"{self.plural}/{subresource}" if subresource else self.plural
+        return rule(self.group, resources, *verbs, scope=scope, by_name=by_name)
 
 
 class KubeStatus:

@@ -6,9 +6,10 @@ ClusterRole is `union()` over the registered controllers' rules and `KOPF_RULES`
 by `cluster_role()` for both the kustomize base and the Pulumi program.
 
 A rule's scope says where it is granted. Reads are mostly cluster-wide (the ClusterRole), and
-so are writes to radixfleet's own kinds. Writes to Kubernetes' workloads are not: the operator
-creates and patches the routers' Deployments and Services, and patches pods' pool labels, only
-in tenant namespaces (a leaked token of the operator's cannot touch `kube-system`). Nor are
+so are writes to radixfleet's own kinds. Writes to the serving objects are not: the operator
+creates and patches the routers' Deployments and Services, patches pods' pool labels, a
+revision's scale bounds (on it and its PodAutoscaler) and an InferenceService's canary traffic,
+only in tenant namespaces (a leaked token of the operator's cannot touch `kube-system`). Nor are
 Secrets: no radixfleet account may read or create one outside a tenant namespace, and inside
 one it may read only those it is told of (the data plane's key, the tenant's API keys). Those
 rules are `TENANT_NAMESPACES` rules, rendered by `namespace_role()` as a Role in each tenant

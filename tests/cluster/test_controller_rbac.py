@@ -326,7 +326,9 @@ def test_an_account_reads_only_the_secrets_it_is_told_of_and_only_in_tenant_name
 
 
 # (verb, resource, namespace, allowed): the operator writes Kubernetes' workloads (the routers'
-# Deployments and Services, pods' pool labels) only in tenant namespaces, and lists them anywhere.
+# Deployments and Services, pods' pool labels) and the serving objects (a revision's scale
+# bounds, on it and its PodAutoscaler; a model's canary traffic) only in tenant namespaces, and
+# reads them anywhere.
 WORKLOAD_WRITES = [
     ("create", "deployments", NAMESPACE, True),
     ("patch", "deployments", NAMESPACE, True),
@@ -338,14 +340,22 @@ WORKLOAD_WRITES = [
     ("create", "services", "kube-system", False),
     ("patch", "pods", "kube-system", False),
     ("delete", "deployments", NAMESPACE, False),
+    ("patch", "revisions.serving.knative.dev", NAMESPACE, True),
+    ("patch", "podautoscalers.autoscaling.internal.knative.dev", NAMESPACE, True),
+    ("patch", "inferenceservices.serving.kserve.io", NAMESPACE, True),
+    ("get", "revisions.serving.knative.dev", "kube-system", True),
+    ("patch", "revisions.serving.knative.dev", "kube-system", False),
+    ("patch", "podautoscalers.autoscaling.internal.knative.dev", ACCOUNTS, False),
+    ("patch", "inferenceservices.serving.kserve.io", "kube-system", False),
 ]
 
 
 def test_the_operator_writes_workloads_only_in_tenant_namespaces(
     world: Cluster, tmp_path: Path
 ) -> None:
-    """Before, its ClusterRole created and patched Deployments, Services and pods in every
-    namespace: a leaked token could run a pod in `kube-system`."""
+    """Before, its ClusterRole created and patched Deployments, Services and pods, and patched
+    revisions, PodAutoscalers and InferenceServices, in every namespace: a leaked token could run
+    a pod in `kube-system`, or scale or shift any model in the cluster."""
     name = "rf-operator-workloads"
     _account(world, name, operator_rules(), tmp_path)
     wrong = _wrong_answers(world, name, WORKLOAD_WRITES)
