@@ -140,7 +140,7 @@ class Workloads(pulumi.ComponentResource):
             )
             for ns in args.namespaces
         }
-        self._admission(crds)
+        admission = self._admission(crds)
         controllers_namespace, operator = self._controllers(crds)
         self._fleet_token(controllers_namespace)
         self.ingress_hostname = self._entry(controllers_namespace)
@@ -148,27 +148,25 @@ class Workloads(pulumi.ComponentResource):
         # remove, so `pulumi destroy` deletes them while it still runs.
         tenants = self._policies([*crds, operator], list(namespaces.values()),
                                  controllers_namespace)  # fmt: skip
-        self._serving(list(namespaces.values()), controllers_namespace, tenants)
+        self._serving(list(namespaces.values()), controllers_namespace, [*admission, *tenants])
         if args.with_monitoring:
             self._dashboards(controllers_namespace)
         self._headroom(controllers_namespace)
         self.register_outputs({"ingressHostname": self.ingress_hostname})
 
-    def _admission(self, crds: Sequence[pulumi.Resource]) -> None:
-        """The admission policies, before any tenant namespace (they bind by the namespaces'
-        labels, not by name) and after the CRDs: a policy whose parameter kind (the quota's
-        Tenant) is not served refuses every InferenceService."""
+    def _admission(self, crds: Sequence[pulumi.Resource]) -> list[pulumi.Resource]:
+        """The admission policies and their bindings, after the CRDs (a policy whose parameter
+        kind, the quota's Tenant, is not served refuses every InferenceService). They bind by
+        the namespaces' labels, not by name; the models wait for them."""
+        made: list[pulumi.Resource] = []
         for obj in self._args.admission_policies:
             name = f"{self._name}-{obj['kind'].lower()}-{obj['metadata']['name']}"
             meta, spec = as_input(obj["metadata"]), as_input(obj["spec"])
-            if obj["kind"] == "ValidatingAdmissionPolicy":
-                k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
-                    name, metadata=meta, spec=spec, opts=self._opts(crds)
-                )
-            else:
-                k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-                    name, metadata=meta, spec=spec, opts=self._opts(crds)
-                )
+            kind = (k8s.admissionregistration.v1.ValidatingAdmissionPolicy
+                    if obj["kind"] == "ValidatingAdmissionPolicy"
+                    else k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding)  # fmt: skip
+            made.append(kind(name, metadata=meta, spec=spec, opts=self._opts(crds)))
+        return made
 
     def _headroom(self, namespace: k8s.core.v1.Namespace) -> None:
         """The GPU pools' placeholders: their PriorityClass first, then a Deployment per pool."""
@@ -352,15 +350,15 @@ class Workloads(pulumi.ComponentResource):
         self,
         namespaces: list[k8s.core.v1.Namespace],
         platform: k8s.core.v1.Namespace,
-        tenants: Sequence[pulumi.Resource],
+        first: Sequence[pulumi.Resource],
     ) -> None:
         runtimes = [self._custom(r, [self._args.kserve]) for r in self._args.runtimes]
         caches = self._model_cache(platform)
         for isvc in self._args.inference_services:
             # After the caches: KServe's webhook mounts a cache only if it exists when it
-            # admits the InferenceService. After the tenants: the GPU-budget policy admits a
-            # model only once its tenant is counted.
-            self._custom(isvc, [self._args.kserve, *runtimes, *namespaces, *caches, *tenants])
+            # admits the InferenceService. After `first`, the admission policies and the
+            # tenants: the GPU-budget policy admits a model once its tenant is counted.
+            self._custom(isvc, [self._args.kserve, *runtimes, *namespaces, *caches, *first])
 
     def _model_cache(self, platform: k8s.core.v1.Namespace) -> list[pulumi.Resource]:
         """The nodes' cache folder handed to KServe's agent, the node groups, then the caches
