@@ -7,9 +7,10 @@ grants what their adapters declare for tenant namespaces (`TENANT_NAMESPACES` ru
 `*/kube.py`): the operator reads the data plane's key and the tenant's API keys and creates the
 data plane's key (routers, autoscale, quota), creates and patches the routers' Deployments and
 Services, patches pods' pool labels (autoscale, canary), revisions' and PodAutoscalers' scale
-bounds (autoscale) and InferenceServices' canary traffic (canary); the entry reads the same keys. Every
-Secret read names its Secrets, so neither account can read any other Secret, a tenant's own
-workloads' included, and neither can create one, nor a Deployment, outside a tenant namespace.
+bounds (autoscale) and InferenceServices' canary traffic (canary); the entry reads the same
+keys. Every Secret read names its Secrets, so neither account can read any other Secret, a
+tenant's own workloads' included, and neither can create one, nor a Deployment, outside a
+tenant namespace.
 
 Rendered with the tenant: by `radixfleet render` (inferenceservices/secret-access.yaml) and by
 the Pulumi program for each region's namespaces. A Tenant whose `apiKeys` name a Secret not
