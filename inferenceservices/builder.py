@@ -24,13 +24,14 @@ from radixfleet.config.catalog import Catalog, Model, Tenant
 from radixfleet.config.gpus import gpu_label_value
 from radixfleet.config.modelcache import cacheable, node_group_name
 from radixfleet.config.sizing import weight_gib
-from radixfleet.platform import (
-    KNATIVE_NAMESPACE,
-    KUBERNETES_VERSION,
-    MONITORING_NAMESPACE,
-    PLATFORM_NAMESPACE,
-)
+from radixfleet.platform import KNATIVE_NAMESPACE, MONITORING_NAMESPACE, PLATFORM_NAMESPACE
 from radixfleet.profile import resolve_profile
+from radixfleet.render.isolation import (
+    deny_ingress,
+    from_namespace,
+    network_policy,
+    pod_security_labels,
+)
 from radixfleet.render.yamlout import Notes
 
 ADAPTER_DIR = "/mnt/adapters"
@@ -245,16 +246,6 @@ def build_namespaces(catalog: Catalog) -> list[dict[str, Any]]:
     ]
 
 
-def pod_security_labels() -> dict[str, str]:
-    """Pod Security admission's labels, pinned to the platform's Kubernetes minor."""
-    version = f"v{KUBERNETES_VERSION}"
-    out = {}
-    for mode, level in labels.POD_SECURITY_LEVELS.items():
-        out[f"pod-security.kubernetes.io/{mode}"] = level
-        out[f"pod-security.kubernetes.io/{mode}-version"] = version
-    return out
-
-
 def build_model_reader(namespace: str) -> dict[str, Any]:
     """The service account a tenant namespace's serving pods run as: KServe's storage
     initializer reads the weights and adapters as it, and infra gives it a cloud role that
@@ -293,32 +284,18 @@ def build_network_policies(namespace: str) -> list[dict[str, Any]]:
     which authenticates and charges them. Egress stays open: weights come from an object store
     NetworkPolicy cannot name (it has no host names)."""
     return [
-        _network_policy(namespace, "radixfleet-deny-ingress", {}, []),
-        _network_policy(namespace, "radixfleet-routers", _routers(), [
-            {"from": [_namespace(PLATFORM_NAMESPACE)], "ports": [{"port": ROUTER_PORT}]},
-            {"from": [_namespace(MONITORING_NAMESPACE)], "ports": [{"port": ROUTER_METRICS_PORT}]},
+        deny_ingress(namespace),
+        network_policy(namespace, "radixfleet-routers", _routers(), [
+            {"from": [from_namespace(PLATFORM_NAMESPACE)], "ports": [{"port": ROUTER_PORT}]},
+            {"from": [from_namespace(MONITORING_NAMESPACE)],
+             "ports": [{"port": ROUTER_METRICS_PORT}]},
         ]),
-        _network_policy(namespace, "radixfleet-predictors", _predictors(), [{"from": [
+        network_policy(namespace, "radixfleet-predictors", _predictors(), [{"from": [
             {"podSelector": _routers()}, {"podSelector": _predictors()},
-            _namespace(PLATFORM_NAMESPACE), _namespace(KNATIVE_NAMESPACE),
-            _namespace(MONITORING_NAMESPACE),
+            from_namespace(PLATFORM_NAMESPACE), from_namespace(KNATIVE_NAMESPACE),
+            from_namespace(MONITORING_NAMESPACE),
         ]}]),
     ]  # fmt: skip
-
-
-def _network_policy(
-    namespace: str, name: str, pods: dict[str, Any], ingress: list[dict[str, Any]]
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {"podSelector": pods, "policyTypes": ["Ingress"]}
-    if ingress:  # none at all: the API server stores no empty list, and the diff stays clean
-        spec["ingress"] = ingress
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": name, "namespace": namespace,
-                     "labels": {labels.MANAGED_BY: labels.MANAGER}},
-        "spec": spec,
-    }  # fmt: skip
 
 
 def _routers() -> dict[str, Any]:
@@ -327,10 +304,6 @@ def _routers() -> dict[str, Any]:
 
 def _predictors() -> dict[str, Any]:
     return {"matchExpressions": [{"key": PREDICTOR_POD_LABEL, "operator": "Exists"}]}
-
-
-def _namespace(name: str) -> dict[str, Any]:
-    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
 
 
 def build_canary_policy(name: str, namespace: str) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from radixfleet.config.catalog import KNOWN_RUNTIMES, Model, Tenant
 from radixfleet.config.gpus import gpu_label_value
 from radixfleet.entry.signals import PREFIX as SIGNALS_PREFIX
 from radixfleet.kit.rbac import CLUSTER, scoped
-from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES
+from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES, KSERVE_NAMESPACE
 from radixfleet.render import data_plane_guard, entry, headroom, modelcache, monitoring, operator
 from radixfleet.render.tenant_access import secret_access
 from runtimes.builder import build_runtime
@@ -404,6 +404,17 @@ def peering() -> Manifest:
     return operator.peering()
 
 
+def platform_namespace() -> Manifest:
+    """radixfleet's namespace, enforcing Pod Security `restricted` (as deploy/operator/)."""
+    return operator.namespace()
+
+
+def platform_network_policies() -> list[Manifest]:
+    """Who may reach the pods of radixfleet's namespace: clients the entry's HTTP port,
+    Prometheus the metrics ports, nobody anything else (as deploy/operator/ and deploy/entry/)."""
+    return [*operator.network_policies(), entry.network_policy()]
+
+
 # --- what the catalog puts into a region ----------------------------------------------------
 
 
@@ -424,7 +435,9 @@ def model_cache(
     docs = modelcache.model_cache(region, catalog.models)
     if not docs:
         return []
-    keeper = modelcache.folder_keeper(image=image, namespace=CONTROLLERS_NAMESPACE)
+    # Beside KServe's own node agent: it needs a host folder and root, which radixfleet's
+    # namespace (Pod Security `restricted`) refuses.
+    keeper = modelcache.folder_keeper(image=image, namespace=KSERVE_NAMESPACE)
     return [keeper, *(rewrite_bucket(doc, bucket_from, bucket_to) for doc in docs)]
 
 

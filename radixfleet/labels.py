@@ -39,6 +39,10 @@ BASELINE_POOL = "baseline"
 # storage-initializer without a securityContext (measured on the test cluster: Knative's webhook
 # refused the LoRA model's Knative Service on exactly those four fields).
 POD_SECURITY_LEVELS = {"enforce": "baseline", "audit": "restricted", "warn": "restricted"}
+# radixfleet's own namespace enforces `restricted`: its pods (the operator's, the entry's, the GPU
+# pools' placeholders) pass it, and the nodes' model-cache folder keeper, the one that needs a
+# host folder and root, runs beside KServe's own node agent in KServe's namespace.
+PLATFORM_POD_SECURITY_LEVELS = dict.fromkeys(("enforce", "audit", "warn"), "restricted")
 
 # The taint every GPU node carries, and the toleration every GPU workload needs.
 GPU_TAINT_KEY = "nvidia.com/gpu"

@@ -91,6 +91,16 @@ class Cluster:
             raise ClusterError(f"kubectl {what}: exit {result.returncode}\n{result.stderr}")
         return result
 
+    def pod_memory_cgroup(self, uid: str) -> Path:
+        """The memory cgroup (v1) of the pod with `uid`: the kubelet puts pods below the node's
+        own cgroup (`cgroupRoot`), by their QoS class. Its `memory.max_usage_in_bytes` is the
+        peak the kubelet's limit and the kernel's OOM killer judge."""
+        root = Path("/sys/fs/cgroup/memory") / self.network.cgroup
+        found = sorted(root.glob(f"kubepods*/**/pod{uid}"))
+        if len(found) != 1:
+            raise ClusterError(f"pod {uid}: {len(found)} memory cgroups under {root}")
+        return found[0]
+
     def token_kubeconfig(self, token: str, path: Path) -> Path:
         """A kubeconfig at ``path`` that authenticates with a bearer token (a ServiceAccount's)."""
         config = json.loads(self.kubeconfig.read_text())

@@ -361,6 +361,8 @@ def test_gpu_nodes_cache_the_weights_of_their_models_where_the_catalog_says(
                if d.inputs["metadata"]["name"] == "model-cache-folder"]  # fmt: skip
     (keeper,) = keepers
     assert in_region(keepers, "us-east-1") == [keeper]
+    # Beside KServe's node agent: radixfleet's namespace refuses a host folder and root.
+    assert keeper.inputs["metadata"]["namespace"] == "kserve"
     pod = keeper.inputs["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"kserve/localmodel": "worker"}
     assert pod["initContainers"][0]["image"] == fleet.settings.controllers.reference
@@ -527,6 +529,29 @@ def test_every_region_installs_the_data_plane_guard_and_the_quotas_gpu_budget_po
                                region)
         }  # fmt: skip
         assert declared == wanted, region
+
+
+def test_radixfleets_namespace_is_restricted_and_closed_as_deploy_has_it(
+    stack: RecordingMocks,
+) -> None:
+    """In every region: Pod Security `restricted` enforced, and the same NetworkPolicies as
+    deploy/operator/ and deploy/entry/ (only clients to the entry's port, only Prometheus to
+    the metrics ports)."""
+    namespace = manifests.platform_namespace()["metadata"]
+    wanted = {p["metadata"]["name"]: p["spec"] for p in manifests.platform_network_policies()}
+    assert set(wanted) == {"radixfleet-deny-ingress", "radixfleet-operator", "radixfleet-entry"}
+    for region in REGIONS:
+        (declared,) = [n for n in in_region(of_type(stack, "kubernetes:core/v1:Namespace"), region)
+                       if n.inputs["metadata"]["name"] == namespace["name"]]  # fmt: skip
+        assert declared.inputs["metadata"]["labels"] == namespace["labels"]
+        assert namespace["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+        policies = {
+            p.inputs["metadata"]["name"]: p.inputs["spec"]
+            for p in in_region(of_type(stack, "kubernetes:networking.k8s.io/v1:NetworkPolicy"),
+                               region)
+            if p.inputs["metadata"]["namespace"] == namespace["name"]
+        }  # fmt: skip
+        assert policies == wanted, region
 
 
 def test_every_tenant_is_awaited_until_the_quota_has_counted_it(stack: RecordingMocks) -> None:

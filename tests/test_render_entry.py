@@ -8,7 +8,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from radixfleet.cli import app
-from radixfleet.render.entry import render_entry
+from radixfleet.platform import MONITORING_NAMESPACE
+from radixfleet.render.entry import METRICS_PORT, PORT, render_entry
 from tests.test_render_operator import kustomize, of_kind, triples
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,3 +59,18 @@ def test_the_entry_may_only_read_models_tenants_and_rollouts_cluster_wide() -> N
         ("radixfleet.io", "tenants", "list"),
         ("radixfleet.io", "canarypolicies", "list"),  # which rollouts run a baseline
     }  # its Secrets: by name, in tenant namespaces (tests/test_tenant_access.py)
+
+
+def test_any_client_reaches_the_entrys_port_and_only_prometheus_its_metrics() -> None:
+    """The front door: its HTTP port open to every source (a load balancer, an Ingress, another
+    region's failover; the entry authenticates each request itself), its metrics, which name
+    every tenant's models and token counts, to Prometheus's namespace only."""
+    docs = kustomize(BASE)
+    (policy,) = [d["spec"] for d in docs if d["kind"] == "NetworkPolicy"]
+    assert policy["podSelector"] == of_kind(docs, "Deployment")["spec"]["selector"]
+    prometheus = {"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": MONITORING_NAMESPACE}}}  # fmt: skip
+    assert policy["ingress"] == [
+        {"ports": [{"port": PORT}]},
+        {"from": [prometheus], "ports": [{"port": METRICS_PORT}]},
+    ]

@@ -14,8 +14,10 @@ from typer.testing import CliRunner
 
 from policies.quota import admission
 from radixfleet.cli import app
+from radixfleet.kit.operator import METRICS_PORT
 from radixfleet.kit.rbac import CLUSTER, KOPF_RULES
 from radixfleet.kit.registry import plugins
+from radixfleet.platform import KUBERNETES_VERSION, MONITORING_NAMESPACE
 from radixfleet.render.operator import render_operator
 from radixfleet.render.tenant_access import tenant_access
 
@@ -125,6 +127,7 @@ def test_the_operator_pod_is_unprivileged_probed_and_leader_elected() -> None:
     assert {d["kind"] for d in docs} == {
         "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment",
         "ClusterKopfPeering", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+        "NetworkPolicy",
     }  # fmt: skip
     deployment = of_kind(docs, "Deployment")
     assert deployment["metadata"]["namespace"] == "radixfleet-system"
@@ -140,6 +143,26 @@ def test_the_operator_pod_is_unprivileged_probed_and_leader_elected() -> None:
     assert container["resources"]["requests"] and container["resources"]["limits"]
     binding = of_kind(docs, "ClusterRoleBinding")
     assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
+
+
+def test_radixfleets_namespace_enforces_restricted_and_lets_only_prometheus_to_the_operator() -> (
+    None
+):
+    """Pod Security `restricted` enforced (pinned to the platform's Kubernetes minor), every pod
+    refused ingress but what a policy admits, and the operator's only Prometheus, on its
+    metrics port (the entry's own policy is deploy/entry/'s)."""
+    docs = kustomize(BASE)
+    namespace = of_kind(docs, "Namespace")["metadata"]["labels"]
+    assert namespace["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert namespace["pod-security.kubernetes.io/enforce-version"] == f"v{KUBERNETES_VERSION}"
+    policies = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
+    assert policies["radixfleet-deny-ingress"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    operator = policies["radixfleet-operator"]
+    deployment = of_kind(docs, "Deployment")
+    assert operator["podSelector"] == deployment["spec"]["selector"]
+    prometheus = {"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": MONITORING_NAMESPACE}}}  # fmt: skip
+    assert operator["ingress"] == [{"from": [prometheus], "ports": [{"port": METRICS_PORT}]}]
 
 
 def test_an_overlay_sets_the_image(tmp_path: Path) -> None:

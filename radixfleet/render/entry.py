@@ -1,4 +1,5 @@
-"""The region entry's manifests: an HA Deployment behind one Service, and the RBAC it needs.
+"""The region entry's manifests: an HA Deployment behind one Service, the RBAC it needs, and
+the NetworkPolicy that lets clients in.
 
 The entry (`radixfleet entry run`) runs in every region behind the region's load balancer.
 Two replicas and a PodDisruptionBudget keep it serving through a node drain; each replica
@@ -25,7 +26,8 @@ from radixfleet.kit.rbac import (
 )
 from radixfleet.kit.rbac import role_binding as namespace_role_binding
 from radixfleet.kit.registry import entry_gate
-from radixfleet.platform import ENTRY_LEDGER
+from radixfleet.platform import ENTRY_LEDGER, MONITORING_NAMESPACE
+from radixfleet.render import isolation
 from radixfleet.render.operator import IMAGE, NAMESPACE, RUN_AS_USER, fleet_token_env
 from radixfleet.render.yamlout import Notes, to_yaml, with_kustomization
 
@@ -54,6 +56,19 @@ def _meta(name: str, namespace: str | None = NAMESPACE) -> Manifest:
 
 def role_binding() -> Manifest:
     return cluster_role_binding(NAME, namespace=NAMESPACE, labels=META_LABELS)
+
+
+def network_policy() -> Manifest:
+    """Who may open a connection to an entry pod (radixfleet's namespace admits nobody else,
+    `render/operator.py`): any client on its HTTP port, since it is the front door (behind a
+    load balancer, an Ingress, or another region's failover reading its signals) and it
+    authenticates every request itself; only Prometheus on its metrics port, which name every
+    tenant's models and token counts."""
+    from_prometheus = isolation.from_namespace(MONITORING_NAMESPACE)
+    return isolation.network_policy(NAMESPACE, NAME, {"matchLabels": dict(SELECTOR)}, [
+        {"ports": [{"port": PORT}]},
+        {"from": [from_prometheus], "ports": [{"port": METRICS_PORT}]},
+    ])  # fmt: skip
 
 
 def ledger() -> Manifest:
@@ -183,6 +198,7 @@ def render_entry() -> dict[str, str]:
         "ledger.yaml": ledger(),
         "service.yaml": service(),
         "poddisruptionbudget.yaml": disruption_budget(),
+        "network-policy.yaml": network_policy(),
     }  # fmt: skip
     rendered = {name: to_yaml(obj, header=MARKER) for name, obj in files.items()}
     rendered["deployment.yaml"] = to_yaml(deployment(), notes=DEPLOYMENT_NOTES, header=MARKER)

@@ -1,5 +1,6 @@
-"""The operator's manifests: one Deployment running every controller, the RBAC it needs, and
-the admission policies its controllers keep the parameters of.
+"""The operator's manifests: one Deployment running every controller, the RBAC it needs, the
+admission policies its controllers keep the parameters of, and radixfleet's namespace (Pod
+Security `restricted`, and NetworkPolicies that let in only what must reach its pods).
 
 The ClusterRole is derived, never written by hand: the union of the rules each registered
 controller's Kubernetes adapters declare (`*/kube.py: RULES`) and what kopf itself calls
@@ -27,7 +28,13 @@ from radixfleet.kit.operator import LIVENESS_PORT, METRICS_PORT, READINESS_PORT
 from radixfleet.kit.plugin import ControllerPlugin
 from radixfleet.kit.rbac import KOPF_RULES, PolicyRule, cluster_role, cluster_role_binding, union
 from radixfleet.kit.registry import plugins
-from radixfleet.platform import PLATFORM_NAMESPACE
+from radixfleet.platform import MONITORING_NAMESPACE, PLATFORM_NAMESPACE
+from radixfleet.render.isolation import (
+    deny_ingress,
+    from_namespace,
+    network_policy,
+    pod_security_labels,
+)
 from radixfleet.render.yamlout import Notes, to_yaml, with_kustomization
 
 Manifest = dict[str, Any]
@@ -66,7 +73,22 @@ def admission_policies(registered: Iterable[ControllerPlugin] | None = None) -> 
 
 
 def namespace() -> Manifest:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(NAMESPACE, None)}
+    """radixfleet's namespace, enforcing Pod Security `restricted` (radixfleet/labels.py)."""
+    meta = _meta(NAMESPACE, None)
+    meta["labels"].update(pod_security_labels(labels.PLATFORM_POD_SECURITY_LEVELS))
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def network_policies() -> list[Manifest]:
+    """Who may open a connection to a pod of radixfleet's namespace: nobody, but Prometheus to
+    the operator's metrics, and whom the entry's own policy lets in (`render/entry.py`). The
+    kubelet's probes come from the node, which NetworkPolicies always let through."""
+    from_prometheus = {"from": [from_namespace(MONITORING_NAMESPACE)],
+                       "ports": [{"port": METRICS_PORT}]}  # fmt: skip
+    return [
+        deny_ingress(NAMESPACE),
+        network_policy(NAMESPACE, NAME, {"matchLabels": dict(SELECTOR)}, [from_prometheus]),
+    ]
 
 
 def service_account() -> Manifest:
@@ -213,6 +235,9 @@ def render_operator() -> dict[str, str]:
         "clusterrolebinding.yaml": to_yaml(role_binding(), header=MARKER),
         "deployment.yaml": to_yaml(deployment(), notes=DEPLOYMENT_NOTES, header=MARKER),
         "peering.yaml": to_yaml(peering(), header=MARKER),
+        "network-policies.yaml": "---\n".join(
+            to_yaml(obj, header=MARKER) for obj in network_policies()
+        ),
         "admission-policies.yaml": "---\n".join(
             to_yaml(obj, header=MARKER) for obj in admission_policies()
         ),

@@ -19,18 +19,21 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from inferenceservices.builder import build_network_policies, pod_security_labels
+from inferenceservices.builder import build_network_policies
 from policies.autoscale.knative import scale_annotations
 from policies.autoscale.kube import HttpWarmUp, KubeDataPlaneKeys, KubePods, KubeRevisions
 from policies.autoscale.spec import AutoscalePolicySpec
@@ -40,9 +43,11 @@ from policies.quota.carry import Owed
 from policies.routers.manifests import access
 from policies.routers.spec import ROUTES_FOR
 from radixfleet import dataplane, labels
+from radixfleet.kit.operator import METRICS_PORT
 from radixfleet.platform import ENTRY_LEDGER
 from radixfleet.render import data_plane_guard, operator
 from radixfleet.render import entry as entry_base
+from radixfleet.render.isolation import pod_security_labels
 from radixfleet.render.tenant_access import tenant_access
 from radixfleet.workload.records import RequestResult, WorkItem
 from radixfleet.workload.replay import Replayer
@@ -461,6 +466,69 @@ def test_a_tenant_over_its_token_budget_gets_429_while_another_is_served(
     assert _chat(url, BLUE.key).status == 200
 
 
+# Four bodies of 60 MB at once took an entry from 285 to 616 MiB (its limit: 512 MiB) when its
+# gate read and parsed every body before anything else; an OOM kill cuts every tenant's streams.
+HUGE_BYTES, UNDER_THE_BOUND_BYTES, ATTACKERS = 60 * 1000**2, 8 * 1024**2, 4
+PEAK_MARGIN_BYTES = 64 * 1024**2
+
+
+def _send_whole(ip: str, *, key: str, length: int) -> int:
+    """The status an entry pod answers a completion whose `length` bytes of body the client
+    sends whole, as fast as the entry takes them (0: no answer)."""
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: entry\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n")  # fmt: skip
+    chunk = b"x" * 2**20
+    with socket.create_connection((ip, entry_base.PORT), timeout=30) as conn:
+        conn.sendall(head.encode())
+        with contextlib.suppress(OSError):  # refused at once, the rest of it is not taken
+            for start in range(0, length, len(chunk)):
+                conn.sendall(chunk[: length - start])
+        with contextlib.suppress(OSError), conn.makefile("rb") as answer:
+            line = answer.readline()
+            return int(line.split()[1]) if line else 0
+    return 0
+
+
+def test_huge_bodies_cost_the_deployed_entry_almost_nothing(plane: tuple[Cluster, str]) -> None:
+    """Four 60 MB bodies of a tenant's and four of 8 MB under a key nobody has, sent whole and
+    at once to one entry pod: refused by their length (413) and by their key (401) before the
+    entry reads them; the pod's memory peak (its cgroup's, what its limit and the OOM killer
+    judge) stays within 64 MiB of where it was, and it serves on."""
+    cluster, _ = plane
+    pod = get(cluster, "pods", "-n", operator.NAMESPACE, "-l", ENTRY_PODS)["items"][0]
+    ip, memory = pod["status"]["podIP"], cluster.pod_memory_cgroup(pod["metadata"]["uid"])
+    before = int((memory / "memory.usage_in_bytes").read_text())
+    (memory / "memory.max_usage_in_bytes").write_text("0")  # the peak, from now on
+    asks = [(BLUE.key, HUGE_BYTES)] * ATTACKERS + [("sk-nobody", UNDER_THE_BOUND_BYTES)] * ATTACKERS
+    with ThreadPoolExecutor(len(asks)) as pool:
+        statuses = list(pool.map(lambda ask: _send_whole(ip, key=ask[0], length=ask[1]), asks))
+    peak = int((memory / "memory.max_usage_in_bytes").read_text())
+    print(f"entry pod under {len(asks)} huge bodies: memory {before / 2**20:.0f} MiB, peak "
+          f"{peak / 2**20:.0f} MiB; answers {statuses}")  # fmt: skip
+    assert statuses == [413] * ATTACKERS + [401] * ATTACKERS
+    assert peak - before < PEAK_MARGIN_BYTES, (before, peak)
+    assert _chat(f"http://{ip}:{entry_base.PORT}", BLUE.key).status == 200
+
+
+def test_radixfleets_namespace_runs_only_restricted_pods(plane: tuple[Cluster, str]) -> None:
+    """Pod Security `restricted` is enforced there (deploy/operator/): the operator's and the
+    entry's pods run under it, and a pod with root and a host folder (the nodes' model-cache
+    folder keeper's kind, which runs in KServe's namespace instead) is refused."""
+    cluster, _ = plane
+    for name in (operator.NAME, entry_base.NAME):
+        session.wait_rollout(cluster, namespace=operator.NAMESPACE, deployment=name)
+    rooted = {"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": "rooted", "namespace": operator.NAMESPACE},
+              "spec": {"containers": [{"name": "c", "image": images.radixfleet().pinned,
+                                       "securityContext": {"runAsUser": 0}}],
+                       "volumes": [{"name": "host", "hostPath": {"path": "/models"}}]}}  # fmt: skip
+    refused = cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(rooted),
+                              check=False)  # fmt: skip
+    assert refused.returncode != 0, refused.stdout
+    assert 'violates PodSecurity "restricted:v1.35"' in refused.stderr, refused.stderr
+    assert 'volume "host"' in refused.stderr and "runAsNonRoot != true" in refused.stderr
+
+
 CHAOS_AT_S = 3.0  # into the replay
 
 
@@ -678,13 +746,15 @@ def _ready_pod_ip(cluster: Cluster, namespace: str, selector: str) -> str:
 def test_enforced_network_policies_let_the_data_plane_through_and_keep_tenant_pods_out(
     plane: tuple[Cluster, str],
 ) -> None:
-    """The catalog's NetworkPolicies, rendered for both tenants, under kube-network-policies:
-    chats through the entry still reach both models (the entry to routers, routers to
-    predictors, Knative's activator), and nothing else gets in: a tenant's own pod reaches
-    neither its router nor its predictor (it must go through the entry, which charges it), the
-    other tenant's pod neither, Prometheus only the router's metrics port; and a model at zero
-    is woken through the entry. The same connections all open before the enforcer runs: the
-    policies alone, on this bridge CNI, do nothing."""
+    """The catalog's NetworkPolicies, rendered for both tenants, and radixfleet's namespace's
+    (deploy/operator/, deploy/entry/), under kube-network-policies: chats through the entry
+    still reach both models (the entry to routers, routers to predictors, Knative's activator),
+    and nothing else gets in: a tenant's own pod reaches neither its router nor its predictor
+    (it must go through the entry, which charges it), the other tenant's pod neither,
+    Prometheus only the router's metrics port; a tenant's pod reaches the entry, but neither
+    its metrics (every tenant's models and token counts) nor the operator's, which Prometheus
+    reaches; and a model at zero is woken through the entry. The same connections all open
+    before the enforcer runs: the policies alone, on this bridge CNI, do nothing."""
     cluster, url = plane
     image = images.radixfleet().pinned
     policies = [policy for team in TEAMS for policy in build_network_policies(team.namespace)]
@@ -701,6 +771,9 @@ def test_enforced_network_policies_let_the_data_plane_through_and_keep_tenant_po
             assert checks() == {
                 "blue's workload -> blue's router": "dropped",
                 "blue's workload -> blue's predictor": "dropped",
+                "blue's workload -> the entry": "open",
+                "blue's workload -> the entry's metrics": "dropped",
+                "blue's workload -> the operator's metrics": "dropped",
                 "green's workload -> blue's router": "dropped",
                 "green's workload -> blue's predictor": "dropped",
                 "the entry -> blue's router": "open",
@@ -708,6 +781,8 @@ def test_enforced_network_policies_let_the_data_plane_through_and_keep_tenant_po
                 "prometheus -> blue's router metrics": "open",
                 "prometheus -> blue's router": "dropped",
                 "prometheus -> blue's predictor": "open",
+                "prometheus -> the entry's metrics": "open",
+                "prometheus -> the operator's metrics": "open",
             }
             # Knative's path: its autoscaler sees the request the activator holds, scales
             # from zero, and the activator hands the request to the new pod.
@@ -744,21 +819,26 @@ def _connections(cluster: Cluster) -> dict[str, str]:
     router = _ready_pod_ip(cluster, BLUE.namespace,
                              f"{labels.COMPONENT}={labels.ROUTER_COMPONENT}")  # fmt: skip
     predictor = _ready_pod_ip(cluster, BLUE.namespace, f"serving.knative.dev/revision={REVISION}")
-    targets = {"router": f"{router}:8000", "router metrics": f"{router}:29000",
-               "predictor": f"{predictor}:8012"}  # fmt: skip
+    entry = _ready_pod_ip(cluster, operator.NAMESPACE, ENTRY_PODS)
+    controllers = _ready_pod_ip(cluster, operator.NAMESPACE, OPERATOR_SELECTOR)
+    targets = {"blue's router": f"{router}:8000", "blue's router metrics": f"{router}:29000",
+               "blue's predictor": f"{predictor}:8012", "the entry": f"{entry}:{entry_base.PORT}",
+               "the entry's metrics": f"{entry}:{entry_base.METRICS_PORT}",
+               "the operator's metrics": f"{controllers}:{METRICS_PORT}"}  # fmt: skip
+    data_plane = ("blue's router", "blue's predictor")
+    platform = ("the entry", "the entry's metrics", "the operator's metrics")
     sources = {
-        "blue's workload": (("-n", BLUE.namespace, WORKLOAD), ("router", "predictor")),
-        "green's workload": (("-n", GREEN.namespace, WORKLOAD), ("router", "predictor")),
-        "the entry": (("-n", operator.NAMESPACE, f"deployment/{entry_base.NAME}"),
-                      ("router", "predictor")),
+        "blue's workload": (("-n", BLUE.namespace, WORKLOAD), (*data_plane, *platform)),
+        "green's workload": (("-n", GREEN.namespace, WORKLOAD), data_plane),
+        "the entry": (("-n", operator.NAMESPACE, f"deployment/{entry_base.NAME}"), data_plane),
         "prometheus": (("-n", prometheus.NAMESPACE, f"deployment/{prometheus.NAME}", "-c",
-                        "pod-discovery"), ("router metrics", "router", "predictor")),
+                        "pod-discovery"), ("blue's router metrics", *data_plane, *platform[1:])),
     }  # fmt: skip
     outcome = {}
     for source, (where, names) in sources.items():
         reached = _reached(cluster, where, [targets[name] for name in names])
         for name in names:
-            outcome[f"{source} -> blue's {name}"] = reached[targets[name]]
+            outcome[f"{source} -> {name}"] = reached[targets[name]]
     return outcome
 
 

@@ -148,7 +148,7 @@ class Workloads(pulumi.ComponentResource):
         # remove, so `pulumi destroy` deletes them while it still runs.
         tenants = self._policies([*crds, operator], list(namespaces.values()),
                                  controllers_namespace)  # fmt: skip
-        self._serving(list(namespaces.values()), controllers_namespace, [*admission, *tenants])
+        self._serving(list(namespaces.values()), [*admission, *tenants])
         if args.with_monitoring:
             self._dashboards(controllers_namespace)
         self._headroom(controllers_namespace)
@@ -205,12 +205,15 @@ class Workloads(pulumi.ComponentResource):
     def _controllers(
         self, crds: list[k8s.apiextensions.v1.CustomResourceDefinition]
     ) -> tuple[k8s.core.v1.Namespace, k8s.apps.v1.Deployment]:
-        """The operator: one ServiceAccount, one ClusterRole (the controllers' declared rules),
-        its peering object and its Deployment."""
+        """radixfleet's namespace (Pod Security `restricted`) and its NetworkPolicies, then the
+        operator: one ServiceAccount, one ClusterRole (the controllers' declared rules), its
+        peering object and its Deployment."""
         args, name = self._args, f"{self._name}-controllers"
         namespace = k8s.core.v1.Namespace(
-            name, metadata=_meta(m.CONTROLLERS_NAMESPACE), opts=self._opts()
+            name, metadata=as_input(m.platform_namespace()["metadata"]), opts=self._opts()
         )
+        for policy in m.platform_network_policies():
+            self._core(policy, [namespace])
         after = self._opts([namespace])
         account = k8s.core.v1.ServiceAccount(
             name, metadata=_meta(m.CONTROLLERS, m.CONTROLLERS_NAMESPACE), opts=after
@@ -347,20 +350,17 @@ class Workloads(pulumi.ComponentResource):
         )
 
     def _serving(
-        self,
-        namespaces: list[k8s.core.v1.Namespace],
-        platform: k8s.core.v1.Namespace,
-        first: Sequence[pulumi.Resource],
+        self, namespaces: list[k8s.core.v1.Namespace], first: Sequence[pulumi.Resource]
     ) -> None:
         runtimes = [self._custom(r, [self._args.kserve]) for r in self._args.runtimes]
-        caches = self._model_cache(platform)
+        caches = self._model_cache()
         for isvc in self._args.inference_services:
             # After the caches: KServe's webhook mounts a cache only if it exists when it
             # admits the InferenceService. After `first`, the admission policies and the
             # tenants: the GPU-budget policy admits a model once its tenant is counted.
             self._custom(isvc, [self._args.kserve, *runtimes, *namespaces, *caches, *first])
 
-    def _model_cache(self, platform: k8s.core.v1.Namespace) -> list[pulumi.Resource]:
+    def _model_cache(self) -> list[pulumi.Resource]:
         """The nodes' cache folder handed to KServe's agent, the node groups, then the caches
         on them (KServe reads a cache's groups)."""
         args = self._args
@@ -370,7 +370,7 @@ class Workloads(pulumi.ComponentResource):
             k8s.apps.v1.DaemonSet(
                 f"{self._name}-daemonset-{obj['metadata']['name']}",
                 metadata=as_input(obj["metadata"]), spec=as_input(obj["spec"]),
-                opts=self._opts([platform]),
+                opts=self._opts([args.model_cache_controller]),  # in KServe's namespace
             )  # fmt: skip
         after: list[pulumi.Resource | None] = [args.kserve, args.model_cache_controller]
         groups = [self._custom(g, after) for g in args.model_cache
