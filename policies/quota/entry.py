@@ -33,10 +33,12 @@ from policies.quota.ledger import TokenLedger
 from policies.quota.metrics import TokenMetrics
 from policies.quota.observe import api_keys, tenant_object
 from policies.quota.ports import Secrets, Tenants
+from policies.quota.shares import ConcurrencyShares
 from radixfleet.config.catalog import TokenBudget
 from radixfleet.entry.gate import ModelOf
 from radixfleet.kit.errors import KubeError
 from radixfleet.kit.rbac import TENANT_NAMESPACES, PolicyRule, rule
+from radixfleet.platform import UPSTREAM_CONNECTIONS
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +74,13 @@ class ClusterGate:
         ledger: LedgerStore | None = None,
         replica: str = "",
         wall: Callable[[], float] = time.time,
+        shares: ConcurrencyShares | None = None,
     ) -> None:
         self.tenants, self.secrets = tenants, secrets
         self.replicas = replicas
         self.metrics = TokenMetrics(region=region)
-        self.gate = TokenGate(TokenLedger(budgets={}), keys={}, metrics=self.metrics)
+        self.gate = TokenGate(TokenLedger(budgets={}), keys={}, metrics=self.metrics,
+                              shares=shares or ConcurrencyShares())  # fmt: skip
         self.ledger, self.replica, self.wall = ledger, replica, wall
         self._synced = self._carried = self._written = False
 
@@ -150,9 +154,13 @@ class ClusterGate:
         self._written = text is not None
 
 
-def build(api_client: Any, replicas: int, region: str) -> ClusterGate:
+def build(
+    api_client: Any, replicas: int, region: str, *, upstream_connections: int = UPSTREAM_CONNECTIONS
+) -> ClusterGate:
     """The entry gate the quota plug-in offers (`ControllerPlugin.entry_gate`); this replica's
-    debts kept under its pod's name (the host name Kubernetes gives it)."""
+    debts kept under its pod's name (the host name Kubernetes gives it); each tenant's share of
+    the entry's `upstream_connections`."""
     return ClusterGate(KubeTenants(api_client), KubeSecrets(api_client), replicas=replicas,
                        region=region, ledger=KubeLedgerStore(api_client),
-                       replica=socket.gethostname())  # fmt: skip
+                       replica=socket.gethostname(),
+                       shares=ConcurrencyShares(pool=upstream_connections))  # fmt: skip

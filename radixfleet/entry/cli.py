@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from radixfleet.platform import PROMETHEUS_URL
+from radixfleet.platform import PROMETHEUS_URL, UPSTREAM_CONNECTIONS
 
 entry_app = typer.Typer(
     name="entry",
@@ -38,6 +38,14 @@ def run(
             "prometheus when $RADIXFLEET_FLEET_TOKEN is set.",
         ),
     ] = PROMETHEUS_URL,
+    upstream_connections: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Connections to the routers, in all; each tenant with a key holds at most an "
+            "equal share of them, so none can stall the others.",
+        ),
+    ] = UPSTREAM_CONNECTIONS,
 ) -> None:
     """Serve tenants' requests: authenticate, charge, route to each revision's router."""
     import asyncio
@@ -46,5 +54,6 @@ def run(
 
     options = EntryOptions(port=port, replicas=replicas, region=region, metrics_port=metrics_port,
                            sync_seconds=sync_seconds, cluster_domain=cluster_domain,
-                           prometheus_url=prometheus_url)  # fmt: skip
+                           prometheus_url=prometheus_url,
+                           upstream_connections=upstream_connections)  # fmt: skip
     asyncio.run(serve(options))

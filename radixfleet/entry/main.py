@@ -40,6 +40,7 @@ class EntryOptions:
     sync_seconds: float = 2.0
     cluster_domain: str = "cluster.local"
     prometheus_url: str = PROMETHEUS_URL
+    upstream_connections: int = UPSTREAM_CONNECTIONS  # shared fairly among the tenants
 
 
 def signals_relay(
@@ -57,9 +58,11 @@ async def serve(options: EntryOptions) -> None:
     """Run until cancelled."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     api = api_client()
-    gate = load_entry_gate(entry_gate())(api, options.replicas, options.region)
+    pool = options.upstream_connections
+    gate = load_entry_gate(entry_gate())(api, options.replicas, options.region,
+                                         upstream_connections=pool)  # fmt: skip
     start_http_server(options.metrics_port, registry=gate.registry())
-    connector = aiohttp.TCPConnector(limit=UPSTREAM_CONNECTIONS)  # shared fairly by the gate
+    connector = aiohttp.TCPConnector(limit=pool)  # shared fairly by the gate
     async with aiohttp.ClientSession(timeout=upstream_timeout(), connector=connector) as session:
         upstreams = Upstreams(cluster_domain=options.cluster_domain)
         entry = ClusterEntry(gate=gate, session=session, upstreams=upstreams,

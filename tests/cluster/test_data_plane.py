@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 import pytest
 
 from inferenceservices.builder import build_network_policies
@@ -451,6 +452,94 @@ def test_a_tenants_own_pod_cannot_pass_for_the_data_plane(plane: tuple[Cluster, 
     for name, (_, said) in outcomes.items():
         if name not in admitted:
             assert "data-plane-guard" in said and f"{TENANT_USER} may not make" in said, said
+
+
+# ---- one tenant's streams cannot stall another's: fair shares of the entry's connections -----
+
+# The entry pod's upstream connections for this test (512 by default): one tenant's 130 long
+# streams once filled the entry's pool of 100 and made the others wait 24.4 s for a first token.
+POOL = 8
+LONG_STREAM = {"model": MODEL, "text": "Tell the fleet a long story.", "stream": True,
+               "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True}}  # fmt: skip
+
+
+def _set_entry_pool(cluster: Cluster, pool: int | None) -> None:
+    """The entry's `--upstream-connections` set to `pool` (None: its default), rolled out."""
+    deployment = get(cluster, "deployment", entry_base.NAME, "-n", operator.NAMESPACE)
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    if "--upstream-connections" in args:
+        at = args.index("--upstream-connections")
+        args = args[:at] + args[at + 2 :]
+    args = [*args, *(["--upstream-connections", str(pool)] if pool else [])]
+    patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args}]
+    cluster.kubectl("patch", "deployment", entry_base.NAME, "-n", operator.NAMESPACE,
+                    "--type=json", "-p", json.dumps(patch))  # fmt: skip
+    session.wait_rollout(cluster, namespace=operator.NAMESPACE, deployment=entry_base.NAME)
+
+
+def _served(url: str, team: Team, *, within_s: float) -> list[Answer]:
+    """The team's chat, asked again while it is refused for its token budget (not for a share
+    of connections); every answer."""
+    answers = [_chat(url, team.key, timeout_s=within_s)]
+    deadline = time.monotonic() + within_s
+    while answers[-1].status == 429 and "concurrency" not in answers[-1].body:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(int(answers[-1].headers.get("Retry-After", "2")))
+        answers.append(_chat(url, team.key, timeout_s=within_s))
+    return answers
+
+
+async def _streams_held_while(entry: str, ask: Callable[[], Any]) -> tuple[list[str], Any]:
+    """POOL long streams of blue's opened at the entry pod and held open (each read to its first
+    event, then left unread) while `ask` runs in a thread; how each was answered ("200" or the
+    refusal's code), and what `ask` returned."""
+    headers = {"Authorization": f"Bearer {BLUE.key}"}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as client:
+        posts = (client.post(f"{entry}/generate", json=LONG_STREAM, headers=headers)
+                 for _ in range(POOL))  # fmt: skip
+        opened = await asyncio.gather(*posts)
+        try:
+            answered = []
+            for response in opened:
+                if response.status == 200:
+                    await response.content.readany()
+                    answered.append("200")
+                else:
+                    answered.append(str((await response.json())["error"]["code"]))
+            return answered, await asyncio.to_thread(ask)
+        finally:
+            for response in opened:
+                response.close()  # the entry cancels them upstream
+
+
+def test_a_tenants_streams_past_its_share_cannot_stall_another_tenant(
+    plane: tuple[Cluster, str],
+) -> None:
+    """With the entry pod's pool at 8 connections, blue opens 8 long streams on it and holds
+    them: it gets its share (8 over the tenants with keys) and the rest are refused at once
+    (429 `concurrency_limit_exceeded`), so green, asking meanwhile, is served (waking its model
+    if it is at zero); once blue lets go, blue is served again."""
+    cluster, _ = plane
+    _set_entry_pool(cluster, POOL)
+    try:
+        entry = f"http://{_ready_pod_ip(cluster, operator.NAMESPACE, ENTRY_PODS)}:{entry_base.PORT}"
+        started = time.monotonic()
+        streams, green = asyncio.run(_streams_held_while(
+            entry, lambda: _served(entry, GREEN, within_s=TIMEOUT_S)))  # fmt: skip
+        green_s = time.monotonic() - started
+        # Its streams' shares come back as the entry sees them closed, within moments.
+        session.wait_for(lambda: _chat(entry, BLUE.key).status == 200, timeout_s=60,
+                         what="blue served again once its streams are closed")  # fmt: skip
+    finally:
+        _set_entry_pool(cluster, None)
+    admitted, refused = streams.count("200"), [s for s in streams if s != "200"]
+    print(f"blue's {POOL} streams on a pool of {POOL}: {admitted} admitted, refused {refused}; "
+          f"green answered {[a.status for a in green]} in {green_s:.1f} s")  # fmt: skip
+    assert 1 <= admitted <= POOL // 2, streams
+    assert refused == ["concurrency_limit_exceeded"] * (POOL - admitted), streams
+    assert green[-1].status == 200 and any(green[-1].tokens()), green[-1].body[:300]
+    assert all("concurrency" not in a.body for a in green), [a.body[:200] for a in green]
 
 
 def test_a_tenant_over_its_token_budget_gets_429_while_another_is_served(
