@@ -111,10 +111,7 @@ def own_cluster(request: pytest.FixtureRequest, *, name: str | None) -> Iterator
         yield running
     finally:
         session.stop(running)
-        if request.session.testsfailed:
-            print(f"\ncluster logs kept in {running.layout.logs}")
-        else:
-            shutil.rmtree(run_dir, ignore_errors=True)
+        _keep_logs_only(run_dir, failed=bool(request.session.testsfailed))
 
 
 @pytest.fixture(scope="session")
@@ -149,10 +146,28 @@ def made_for_people(request: pytest.FixtureRequest, *, name: str) -> Iterator[An
     finally:
         down = _testbed_command("down", run_dir)
         assert down.returncode == 0, down.stderr
-        if request.session.testsfailed:
-            print(f"\ncluster logs kept in {layout.logs}")
+        _keep_logs_only(run_dir, failed=bool(request.session.testsfailed))
+
+
+# What a stopped cluster's folder keeps after a failed session: what says what happened. The
+# rest (containerd's images and snapshots, 2.4-2.7 GB a cluster) went on filling the disk.
+KEPT_AFTER_A_FAILURE = ("logs", "pod-logs", "kubeconfig", "images.env", "layout.json", "owner.pid")
+
+
+def _keep_logs_only(run_dir: Path, *, failed: bool) -> None:
+    """After a stopped cluster: its folder gone, or, when a test of the session failed, only its
+    logs kept (until the next session's sweep)."""
+    if not failed:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return
+    for path in run_dir.iterdir():
+        if path.name in KEPT_AFTER_A_FAILURE:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
         else:
-            shutil.rmtree(run_dir, ignore_errors=True)
+            path.unlink(missing_ok=True)
+    print(f"\ncluster logs kept in {run_dir / 'logs'} and {run_dir / 'pod-logs'}")
 
 
 def _testbed_command(command: str, run_dir: Path) -> subprocess.CompletedProcess[str]:
