@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from policies.quota import admission
 from policies.quota.decide import accounts
@@ -58,8 +57,10 @@ def budgeted_tenant(kserve: Cluster) -> str:
     with KServe's own CRDs (and webhooks) installed."""
     cluster = kserve
     cluster.kubectl("create", "namespace", NAMESPACE)
-    policy = yaml.safe_dump_all(admission.manifests())
-    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=policy)
+    # As the operator's base installs them (deploy/operator/), by the field manager the test
+    # bed's overlays apply with: the policy's `matchConstraints` is an atomic field the API
+    # server fills in defaults of, so a second manager's apply of it would conflict.
+    session.apply(cluster, admission.manifests())
     tenant = {
         "apiVersion": "radixfleet.io/v1alpha1",
         "kind": "Tenant",

@@ -52,6 +52,7 @@ RUN_S = 35.0  # three of kopf's 10 s ticks, and start-up
 # its first reconcile, up to this long, before it counts as having done nothing.
 FIRST_TICK_S = 240.0
 METRICS_PORT = 19501
+ROUTER_TIMEOUT_S = 300.0
 PLUGINS = {plugin.name: plugin for plugin in plugins()}
 # How the API server words an RBAC refusal ('... is forbidden: User "system:serviceaccount:..."
 # cannot patch resource ...'), and how kopf names one it met on a watch. An admission policy's
@@ -232,14 +233,23 @@ def test_each_controller_under_its_own_rendered_role_is_never_forbidden(
     assert set(ARGS) == set(PLUGINS), "a registered controller this test does not run"
     for name, plugin in PLUGINS.items():
         start(name, ARGS[name], operator_rules([plugin]))
+    # The routers controller's work: the model's revision gets its router. They run until it
+    # has: a full run on a busy machine found none when it stopped them after 27 s, the model's
+    # InferenceService still changing (the revision's making, most likely) a second before.
+    router_name = f"{ISVC}-predictor-00001-router"
+
+    def routed() -> bool:
+        found = world.kubectl("get", "deployment", router_name, "-n", NAMESPACE, check=False)
+        return found.returncode == 0
+
+    session.wait_for(routed, timeout_s=ROUTER_TIMEOUT_S, what=f"router {NAMESPACE}/{router_name}")
     for name, did in finish().items():
         assert not _forbidden(did.log), f"{name} was refused:\n" + "\n".join(_forbidden(did.log))
         assert did.ticks > 0, f"{name} never reconciled anything:\n{did.log[-2000:]}"
     # The quota controller's work is visible: the tenant's GPU budget as a ResourceQuota.
     quota = get(world, "resourcequota", "radixfleet-gpus", "-n", NAMESPACE)
     assert quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "2"
-    # The routers controller's too: the model's revision has its router.
-    router = get(world, "deployment", f"{ISVC}-predictor-00001-router", "-n", NAMESPACE)
+    router = get(world, "deployment", router_name, "-n", NAMESPACE)
     assert router["metadata"]["ownerReferences"][0]["kind"] == "Revision"
 
 
