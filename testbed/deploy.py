@@ -55,8 +55,15 @@ def router_image_patch(router: images.ImageRecord) -> dict[str, Any]:
     return {"patch": json.dumps(patch)}
 
 
+# The field manager radixfleet's own objects are applied by on the test cluster, as a platform
+# team's one owner of them: an object two managers apply conflicts on any atomic field the API
+# server defaults (a ValidatingAdmissionPolicy's matchConstraints).
+PLATFORM_FIELD_MANAGER = "radixfleet"
+
+
 def apply_overlay(cluster: Cluster, folder: Path) -> None:
-    cluster.kubectl("apply", "--server-side", "--field-manager=radixfleet", "-k", str(folder))
+    cluster.kubectl("apply", "--server-side", f"--field-manager={PLATFORM_FIELD_MANAGER}", "-k",
+                    str(folder))  # fmt: skip
 
 
 def remove_operator(cluster: Cluster) -> None:

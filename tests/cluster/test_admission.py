@@ -19,6 +19,7 @@ from policies.quota.state import TenantStatus
 from radixfleet.config.catalog import GpuBudget
 from testbed import session
 from testbed.cluster import Cluster
+from testbed.deploy import PLATFORM_FIELD_MANAGER
 
 NAMESPACE = "team-vap"
 
@@ -60,7 +61,7 @@ def budgeted_tenant(kserve: Cluster) -> str:
     # As the operator's base installs them (deploy/operator/), by the field manager the test
     # bed's overlays apply with: the policy's `matchConstraints` is an atomic field the API
     # server fills in defaults of, so a second manager's apply of it would conflict.
-    session.apply(cluster, admission.manifests())
+    session.apply(cluster, admission.manifests(), field_manager=PLATFORM_FIELD_MANAGER)
     tenant = {
         "apiVersion": "radixfleet.io/v1alpha1",
         "kind": "Tenant",

@@ -37,8 +37,9 @@ WORKLOAD = SharedPrefixSpec(
 KV_TOKENS = 7000.0
 HIT_RATE_MARGIN = 0.08  # measured here: 0.83 (cache_aware) vs 0.67 (round_robin)
 # A replica publishes a prefix's KV events when its prefill ends, before its answer; the
-# routers read them within milliseconds here. Seconds leave room for a busy machine.
-EVENT_LAG_MARGIN_S = 2.0
+# routers read them within milliseconds here. Seconds leave room for a busy machine: 2 s did
+# not, once, in a full run beside two clusters (two of the four prefixes were not yet known).
+EVENT_LAG_MARGIN_S = 6.0
 
 
 def spec() -> FleetSpec:
