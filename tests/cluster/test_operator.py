@@ -324,9 +324,12 @@ class Rollout:
 
 
 def _serving_version_1(cluster: Cluster, namespace: str) -> str:
-    """The namespace with its CanaryPolicy and revision 1 Ready with all the traffic; the image."""
+    """The namespace with its CanaryPolicy and revision 1 Ready with all the traffic; the image.
+    The operator's access there is a tenant namespace's (tenant_access): it steps a rollout's
+    traffic only where a tenant's models are."""
     image = images.radixfleet().pinned
     cluster.kubectl("create", "namespace", namespace)
+    session.apply(cluster, tenant_access(namespace, []))
     policy = {
         "apiVersion": "radixfleet.io/v1alpha1",
         "kind": "CanaryPolicy",
