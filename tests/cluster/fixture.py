@@ -189,7 +189,8 @@ def namespace(platform_crds: Any) -> Iterator[str]:
 
 def _sweep_stale() -> None:
     """Take down clusters of test sessions that died without teardown (killed by a signal): the
-    node's supervisor runs in a session of its own and would outlive them."""
+    node's supervisor runs in a session of its own and would outlive them. Remove the folders
+    of earlier sessions' clusters, whose logs were kept after a failure."""
     from testbed import cluster
 
     for run_dir in RUN_ROOT.glob("radixfleet-cluster-*"):
@@ -202,10 +203,16 @@ def _sweep_stale() -> None:
             if not suffix.isdigit():
                 continue
             owner = int(suffix)
+        if _alive(owner):
+            continue
         layout = cluster.load_layout(run_dir)
-        if layout is not None and not _alive(owner):
+        if layout is not None:
             cluster.down(layout)
-            shutil.rmtree(run_dir, ignore_errors=True)
+        elif not (run_dir / "owner.pid").exists():
+            continue  # no record of what runs there to stop it by: left alone, as before
+        # Without a layout but with an owner: taken down already (`testbed down` removes the
+        # layout), its logs kept after a failed session; they go now.
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:
