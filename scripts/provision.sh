@@ -30,7 +30,7 @@ command -v go >/dev/null || { echo "provision: Go is needed to build the test cl
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/radixfleet"
 mkdir -p "$cache"
 programs=(kube coredns kserve kserve-localmodel kube-rbac-proxy knative knative-operator netpol
-  helm)
+  helm prometheus-operator)
 
 # Download the cluster builds' Go modules in the background: mostly network wait and unzipping,
 # which then overlaps the compiles below instead of preceding each. In the reverse of their build
@@ -38,8 +38,8 @@ programs=(kube coredns kserve kserve-localmodel kube-rbac-proxy knative knative-
 # Not the Pulumi builds' (below): at normal priority their unzipping competes with the cluster
 # builds, and their own idle-priority build fetches them in time. A no-op for what
 # is built. Its log: ~/.cache/radixfleet/prefetch.log.
-python3 -m testbed.builds --prefetch helm netpol knative-operator knative kube-rbac-proxy \
-  kserve-localmodel kserve coredns >"$cache/prefetch.log" 2>&1 </dev/null &
+python3 -m testbed.builds --prefetch prometheus-operator helm netpol knative-operator knative \
+  kube-rbac-proxy kserve-localmodel kserve coredns >"$cache/prefetch.log" 2>&1 </dev/null &
 
 # The Pulumi CLI and pulumi-kubernetes' provider (testbed/builds.py), which only
 # tests/cluster/test_pulumi.py needs, late in the run: built in the background at idle CPU
@@ -60,7 +60,7 @@ images=$!
 # Build the test cluster's Go programs (testbed/builds.py: Kubernetes 1.35 as one multi-call
 # binary, CoreDNS, KServe's manager and its local model cache's two programs, the
 # kube-rbac-proxy KServe's chart runs beside its manager, Knative Serving's programs and the
-# Knative operator's, the NetworkPolicy enforcer, Helm), cached by source hash under ~/.cache/radixfleet/go: cold,
+# Knative operator's, the NetworkPolicy enforcer, Helm, prometheus-operator with Prometheus), cached by source hash under ~/.cache/radixfleet/go: cold,
 # Kubernetes alone takes 10-20 minutes on two cores; a warm run is a no-op.
 python3 -m testbed.builds "${programs[@]}"
 wait "$images"

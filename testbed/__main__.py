@@ -75,7 +75,8 @@ def _up(out: Path, *, bare: bool) -> int:
             print("the cluster is still up: `make cluster-down` stops it", file=sys.stderr)
             return 1
         _start_marker(out)
-        print("  KServe v0.20.0 and Knative Serving 1.21.1 installed as infra installs them;")
+        print("  KServe v0.20.0, Knative Serving 1.21.1 and prometheus-operator v0.82.2 with a")
+        print("  Prometheus installed as infra installs them;")
         print("  KIngresses marked ready by the test bed (it routes nothing by host name);")
         print("  the images for the README's kubectl path, loaded into the node (SGLang's is")
         print(f"  the emulated replica): source {(out / IMAGES_ENV).resolve()}")

@@ -213,9 +213,36 @@ PULUMI_KUBERNETES = GoBuild(
     ),
 )
 
+# prometheus-operator v0.82.2 (the release kube-prometheus-stack 72.9.1, infra's pin, runs), its
+# config reloader, and the Prometheus server v3.3.1 (github.com/prometheus/prometheus v0.303.1),
+# so that the test cluster's PodMonitors and PrometheusRules are served as on infra's clusters
+# (Debian's Prometheus has no Kubernetes service discovery). One edit, test bed only: Prometheus'
+# main registers the Kubernetes discovery alone instead of its plugins package, which imports
+# every cloud's discovery (and their SDKs: a much longer build for nothing the test bed uses).
+PROMETHEUS_OPERATOR = GoBuild(
+    name="prometheus-operator",
+    source_dir=HERE / "prometheus-operator",
+    mains=(
+        ("prometheus", "github.com/prometheus/prometheus/cmd/prometheus"),
+        ("operator", "github.com/prometheus-operator/prometheus-operator/cmd/operator"),
+        (
+            "prometheus-config-reloader",
+            "github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader",
+        ),
+    ),
+    edits=(
+        Edit(
+            module="github.com/prometheus/prometheus",
+            file="cmd/prometheus/main.go",
+            old='\t_ "github.com/prometheus/prometheus/plugins" // Register plugins.\n',
+            new='\t_ "github.com/prometheus/prometheus/discovery/kubernetes" // Kubernetes only.\n',
+        ),
+    ),
+)
+
 ALL: tuple[GoBuild, ...] = (
     KUBE, COREDNS, KSERVE, KSERVE_LOCALMODEL, KUBE_RBAC_PROXY, KNATIVE, KNATIVE_OPERATOR, NETPOL,
-    HELM, PULUMI, PULUMI_KUBERNETES,
+    HELM, PULUMI, PULUMI_KUBERNETES, PROMETHEUS_OPERATOR,
 )  # fmt: skip
 
 

@@ -281,6 +281,11 @@ def _kubelet_config(layout: Layout) -> dict[str, Any]:
         "serializeImagePulls": False,
         "rotateCertificates": False,
         "maxPods": 110,
+        # How often the kubelet syncs each pod, which is also how soon a changed Secret reaches
+        # a pod's volume: Prometheus reads its configuration so (prometheus-operator rewrites
+        # the Secret when a PodMonitor changes). The default, 1 min, made each test that adds
+        # a monitor wait that long for its first scrape.
+        "syncFrequency": "10s",
     }
 
 

@@ -47,10 +47,11 @@ from radixfleet.render.tenant_access import tenant_access
 from radixfleet.workload.records import RequestResult
 from radixfleet.workload.replay import Replayer
 from radixfleet.workload.stats import breakdown
-from testbed import images, prometheus, session
+from testbed import images, session
 from testbed.cluster import Cluster
 from testbed.deploy import (
     apply_overlay,
+    apply_pod_monitors,
     operator_leader,
     overlay,
     remove_operator,
@@ -156,11 +157,11 @@ def _running(cluster: Cluster | None, run: ClusterRun, console: Console) -> Iter
 def _deploy(cluster: Cluster, out: Path, run: ClusterRun, console: Console) -> tuple[str, str]:
     """Everything up and Ready, the waking model at zero; the entry's URL and the tenant's key."""
     with run.step("images", console):  # built here when their inputs changed, then loaded
-        image, smg, server = images.radixfleet(), images.smg(), prometheus.image()
-        session.load_images(cluster, [image, smg, server])
+        image, smg = images.radixfleet(), images.smg()
+        session.load_images(cluster, [image, smg])
     key = f"sk-demo-{secrets.token_hex(12)}"
     with run.step("platform_deploy", console):
-        _platform(cluster, out / "overlays", image, smg, server)
+        _platform(cluster, out / "overlays", image, smg)
         _tenant(cluster, key, image.pinned)
     with run.step("models_ready", console):
         for model in (WAKES, CANARY):
@@ -183,9 +184,7 @@ def _platform(
     folder: Path,
     image: images.ImageRecord,
     smg: images.ImageRecord,
-    server: images.ImageRecord,
 ) -> None:
-    session.apply(cluster, prometheus.for_radixfleet(server=server, radixfleet=image))
     cluster.kubectl("apply", "--server-side", "--field-manager=radixfleet",
                     "-k", str(REPO / "runtimes"))  # fmt: skip
     apply_overlay(cluster, overlay(folder / "operator", "operator", image,
@@ -193,7 +192,7 @@ def _platform(
     # Before the entry starts: it relays this region's Prometheus to holders of the token.
     session.apply(cluster, [fleet_token_secret(FLEET_TOKEN)])
     apply_overlay(cluster, overlay(folder / "entry", "entry", image))
-    session.wait_rollout(cluster, namespace=prometheus.NAMESPACE, deployment=prometheus.NAME)
+    apply_pod_monitors(cluster)  # for the platform's Prometheus
 
 
 def fleet_token_secret(token: str) -> dict[str, Any]:

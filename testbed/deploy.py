@@ -66,6 +66,14 @@ def apply_overlay(cluster: Cluster, folder: Path) -> None:
                     str(folder))  # fmt: skip
 
 
+def apply_pod_monitors(cluster: Cluster) -> None:
+    """`deploy/monitoring/`'s PodMonitors, at the test bed's scrape interval, for the platform's
+    Prometheus (testbed/prometheus.py); after an overlay has made their namespace."""
+    from testbed import prometheus, session
+
+    session.apply(cluster, prometheus.fast_pod_monitors(), field_manager=PLATFORM_FIELD_MANAGER)
+
+
 def remove_operator(cluster: Cluster) -> None:
     """Other modules run their own operators with the same peering object: leave none behind."""
     cluster.kubectl("delete", "deployment", operator.NAME, "-n", operator.NAMESPACE,

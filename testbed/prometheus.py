@@ -1,257 +1,195 @@
-"""Prometheus in the test cluster: Debian's server as a pod, scraping what radixfleet's
-PodMonitors select, the way prometheus-operator would configure it.
+"""Prometheus in the test cluster, installed the way infra's kube-prometheus-stack installs it:
+prometheus-operator v0.82.2 (the chart's release) with its CRDs, and one ``Prometheus`` that
+selects every PodMonitor, ServiceMonitor and PrometheusRule in every namespace (infra's values
+set each ``*SelectorNilUsesHelmValues`` to false). The operator turns radixfleet's PodMonitors
+into scrape jobs with Kubernetes pod discovery and its rules into rule files; Prometheus is
+served as ``prometheus-operated.monitoring``, the Service the operator makes, which the
+controllers' default URL names.
 
-No prometheus-operator runs here (it would be one more Go build for a translation this module
-does in sixty lines), so :func:`scrape_config` turns each PodMonitor endpoint into the scrape
-job prometheus-operator generates for it: pod discovery in the selected namespaces, `keep` rules
-for the label selector and the port, the target labels `namespace`, `pod`, `container` and
-`job`, then the PodMonitor's own relabelings. The Service is named as kube-prometheus-stack
-names it (`prometheus-operated` in `monitoring`), so the controllers' default URL finds it.
+What differs from the chart, each for a reason of this machine (``tests/README.md``):
 
-Discovery is the one shim: Debian builds Prometheus without Kubernetes service discovery, so a
-sidecar (testbed/pod_discovery.py, run from the ConfigMap) answers `http_sd_configs` with the
-targets and `__meta_kubernetes_pod_*` labels of `kubernetes_sd_configs` (role pod).
+- the operator's own manifests from its module (``example/rbac/``), moved to ``monitoring``: the
+  chart cannot be downloaded here. No admission webhook (the chart's needs kube-webhook-certgen),
+  Alertmanager, Grafana, node-exporter or kube-state-metrics: nothing under test reads them;
+- every program is built here (``testbed.builds.PROMETHEUS_OPERATOR``), Prometheus 3.3.1 with
+  Kubernetes discovery alone;
+- the TSDB is an emptyDir (the test cluster has no storage class) and no placement on system
+  nodes (one node).
+
+Deciding what to install is pure; :func:`install` installs it.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
-import urllib.parse
+import copy
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from infra import manifests
 from radixfleet.render.monitoring import pod_monitors
-from testbed import images, pod_discovery
+from testbed import images
+from testbed.builds import PROMETHEUS_OPERATOR
+from testbed.charts import ModuleChart
+from testbed.gobuild import ensure_built
 
 Manifest = dict[str, Any]
 
-NAMESPACE = "monitoring"
+HERE = Path(__file__).resolve().parent
+MODULE = "github.com/prometheus-operator/prometheus-operator"
+GO_MOD = HERE / "prometheus-operator" / "go.mod"
+NAMESPACE = manifests.MONITORING_NAMESPACE
+OPERATOR = "prometheus-operator"
+# The Prometheus object, named as kube-prometheus-stack names its own for infra's release; the
+# operator runs it as the StatefulSet `prometheus-<name>` behind the Service `prometheus-operated`.
+PROMETHEUS = "kube-prometheus-stack-prometheus"
+STATEFULSET = f"prometheus-{PROMETHEUS}"
 NAME = "prometheus-operated"
 PORT = 9090
-CONFIG_FILE = "prometheus.yml"
-DISCOVERY_FILE = "pod_discovery.py"
-NONROOT = 65532
-RELABEL_KEYS = {
-    "sourceLabels": "source_labels",
-    "targetLabel": "target_label",
-    "action": "action",
-    "regex": "regex",
-    "replacement": "replacement",
-    "separator": "separator",
-    "modulus": "modulus",
-}
+SERVICE_ACCOUNT = "prometheus"
+# Where the operator runs the config reloader from (it sets the container's command).
+RELOADER_PATH = "/usr/bin/prometheus-config-reloader"
+# Scrapes in the test bed: often enough that a test sees a canary's numbers in seconds.
+FAST_INTERVAL = "2s"
 
 
-class UnsupportedMonitorError(ValueError):
-    """A PodMonitor uses a selector or field this translation does not model."""
+def server_version() -> str:
+    """The Prometheus release built here, from its module's version in our go.mod (module tags
+    are v0.3MM.P for release 3.MM.P: ``v0.303.1`` is ``v3.3.1``)."""
+    module = ModuleChart("github.com/prometheus/prometheus", GO_MOD, ".").version()
+    _, minor, patch = module.removeprefix("v").split(".")
+    return f"v3.{int(minor) - 300}.{patch}"
 
 
-def image() -> images.ImageRecord:
-    """Debian's prometheus binary on the test bed's base image (it links only libc)."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        raise images.ImageError("prometheus: Debian's `prometheus` is not installed (provision)")
-    return images.go_binary_image(
-        "prometheus", Path(binary), entrypoint=["/usr/local/bin/prometheus"]
-    )
+def example() -> Path:
+    """The operator module's ``example/`` folder (CRDs and RBAC manifests)."""
+    return ModuleChart(MODULE, GO_MOD, "example").path()
 
 
-def _selector_rules(selector: Mapping[str, Any]) -> list[Manifest]:
-    rules = []
-    for key, value in selector.get("matchLabels", {}).items():
-        meta = pod_discovery.sanitized(key)
-        rules.append(_keep([f"pod_label_{meta}", f"pod_labelpresent_{meta}"], f"({value});true"))
-    for expression in selector.get("matchExpressions", []):
-        meta, operator = pod_discovery.sanitized(expression["key"]), expression["operator"]
-        if operator == "Exists":
-            rules.append(_keep([f"pod_labelpresent_{meta}"], "true"))
-        elif operator == "In":
-            values = "|".join(expression["values"])
-            rules.append(
-                _keep([f"pod_label_{meta}", f"pod_labelpresent_{meta}"], f"({values});true")
-            )
-        else:
-            raise UnsupportedMonitorError(f"selector operator {operator!r}")
-    return rules
+class _CrdLoader(yaml.SafeLoader):
+    """YAML 1.1's safe loader, reading a plain ``=`` as the string it is: the CRDs list it among
+    matcher operators, and PyYAML resolves it to a "value" tag it has no constructor for."""
 
 
-def _keep(metas: Sequence[str], regex: str) -> Manifest:
-    labels = [f"__meta_kubernetes_{meta}" for meta in metas]
-    return {"action": "keep", "source_labels": labels, "regex": regex}
+def _as_text(loader: _CrdLoader, node: yaml.Node) -> str:
+    return str(node.value)
 
 
-def _relabeling(rule: Mapping[str, Any]) -> Manifest:
-    unknown = set(rule) - set(RELABEL_KEYS)
-    if unknown:
-        raise UnsupportedMonitorError(f"relabeling fields {sorted(unknown)}")
-    return {RELABEL_KEYS[key]: value for key, value in rule.items()}
+_CrdLoader.add_constructor("tag:yaml.org,2002:value", _as_text)
 
 
-def _target_labels(job: str) -> list[Manifest]:
-    copy = {"namespace": "namespace", "pod": "pod_name", "container": "pod_container_name"}
-    rules: list[Manifest] = [
-        {"source_labels": [f"__meta_kubernetes_{meta}"], "target_label": label}
-        for label, meta in copy.items()
-    ]
-    return [*rules, {"target_label": "job", "replacement": job}]
+def crds() -> list[Manifest]:
+    """Every CRD of the release, as the chart installs them."""
+    folder = example() / "prometheus-operator-crd"
+    return [doc for path in sorted(folder.glob("*.yaml"))
+            for doc in yaml.load_all(path.read_text(), Loader=_CrdLoader) if doc]  # fmt: skip
 
 
-def scrape_config(
-    monitor: Mapping[str, Any], index: int, *, interval: str | None = None
-) -> Manifest:
-    """The scrape job of endpoint `index` of a PodMonitor; `interval` overrides the monitor's."""
-    meta, spec = monitor["metadata"], monitor["spec"]
-    endpoint = spec["podMetricsEndpoints"][index]
-    every = interval or endpoint.get("interval", "30s")
-    namespaces = spec.get("namespaceSelector", {})
-    names = [] if namespaces.get("any") else namespaces.get("matchNames") or [meta["namespace"]]
-    query = urllib.parse.urlencode([("namespace", name) for name in names])
-    url = f"http://127.0.0.1:{pod_discovery.PORT}/targets" + (f"?{query}" if query else "")
-    rules = _selector_rules(spec.get("selector", {}))
-    if "port" in endpoint:
-        rules.append(_keep(["pod_container_port_name"], endpoint["port"]))
-    rules += _target_labels(f"{meta['namespace']}/{meta['name']}")
-    rules += [_relabeling(rule) for rule in endpoint.get("relabelings", [])]
+CLUSTER_KINDS = ("ClusterRole", "ClusterRoleBinding")
+
+
+def _in_monitoring(objects: list[Manifest]) -> list[Manifest]:
+    """The example's objects in ``monitoring`` (they name ``default``, or no namespace), and so
+    are their bindings' subjects."""
+    for obj in objects:
+        if obj["kind"] not in CLUSTER_KINDS:
+            obj["metadata"]["namespace"] = NAMESPACE
+        for subject in obj.get("subjects", []):
+            subject["namespace"] = NAMESPACE
+    return objects
+
+
+def _example_objects(folder: str) -> list[Manifest]:
+    path = example() / "rbac" / folder
+    return [doc for file in sorted(path.glob("*.yaml"))
+            for doc in yaml.safe_load_all(file.read_text()) if doc]  # fmt: skip
+
+
+def operator_objects(*, operator_image: str, reloader_image: str) -> list[Manifest]:
+    """The operator's namespace, identity, ClusterRole, Deployment and Service, as its module
+    ships them, running the images built here (by digest)."""
+    kept = [doc for doc in _example_objects("prometheus-operator")
+            if doc["kind"] != "ServiceMonitor"]  # fmt: skip
+    for doc in kept:
+        if doc["kind"] == "Deployment":
+            _point_at(doc, operator_image=operator_image, reloader_image=reloader_image)
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    return [namespace, *_in_monitoring(kept)]
+
+
+def _point_at(deployment: Manifest, *, operator_image: str, reloader_image: str) -> None:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    container["image"] = operator_image
+    container["args"] = [
+        f"--prometheus-config-reloader={reloader_image}"
+        if arg.startswith("--prometheus-config-reloader=") else arg
+        for arg in container["args"]
+    ]  # fmt: skip
+
+
+def prometheus_objects(*, image: str) -> list[Manifest]:
+    """Prometheus' identity (the module's example ClusterRole: pods, services, endpoints) and
+    the ``Prometheus`` infra's values make, running ``image``."""
+    identity = [doc for doc in _example_objects("prometheus") if doc["kind"] != "Prometheus"]
+    return [*_in_monitoring(identity), prometheus(image=image)]
+
+
+def prometheus(*, image: str) -> Manifest:
+    """The ``Prometheus`` that infra's kube-prometheus-stack values describe: every monitor and
+    rule of every namespace, infra's retention."""
+    values = manifests.prometheus_stack_values(admin_secret="", storage_class="")
+    spec = values["prometheus"]["prometheusSpec"]
+    everything: Manifest = {}
     return {
-        "job_name": f"podMonitor/{meta['namespace']}/{meta['name']}/{index}",
-        "metrics_path": endpoint.get("path", "/metrics"),
-        "scrape_interval": every,
-        "http_sd_configs": [{"url": url, "refresh_interval": every}],
-        "relabel_configs": rules,
-    }
-
-
-def config(monitors: Sequence[Mapping[str, Any]], *, interval: str) -> Manifest:
-    """prometheus.yml for every endpoint of every monitor."""
-    jobs = [
-        scrape_config(monitor, index, interval=interval)
-        for monitor in monitors
-        for index in range(len(monitor["spec"]["podMetricsEndpoints"]))
-    ]
-    return {"global": {"scrape_interval": interval}, "scrape_configs": jobs}
-
-
-def objects(
-    monitors: Sequence[Mapping[str, Any]],
-    *,
-    image_ref: str,
-    discovery_image_ref: str,
-    interval: str = "2s",
-) -> list[Manifest]:
-    """Prometheus' namespace, identity (read pods cluster-wide), config, Deployment, Service.
-    `discovery_image_ref` is any image with python3 (the sidecar's script is in the ConfigMap)."""
-    meta = {"name": NAME, "namespace": NAMESPACE}
-    data = {
-        CONFIG_FILE: json.dumps(config(monitors, interval=interval), indent=1),
-        DISCOVERY_FILE: Path(pod_discovery.__file__).read_text(),
-    }
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
-        _cluster_role(),
-        _cluster_role_binding(),
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data},
-        _deployment(image_ref, discovery_image_ref),
-        _service(),
-    ]
-
-
-def for_radixfleet(*, server: images.ImageRecord, radixfleet: images.ImageRecord) -> list[Manifest]:
-    """:func:`objects` for radixfleet's own PodMonitors (`deploy/monitoring/`), as a platform
-    team's prometheus-operator would scrape them: `server` is :func:`image`, and radixfleet's
-    image runs the discovery sidecar (it has python3)."""
-    return objects(pod_monitors(), image_ref=server.pinned, discovery_image_ref=radixfleet.pinned)
-
-
-def _cluster_role() -> Manifest:
-    rule = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": f"testbed-{NAME}"},
-        "rules": [rule],
-    }
-
-
-def _cluster_role_binding() -> Manifest:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": f"testbed-{NAME}"},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": f"testbed-{NAME}",
-        },
-        "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}],
-    }
-
-
-def _locked_down() -> Manifest:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": NONROOT,
-        "readOnlyRootFilesystem": True,
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-    }
-
-
-def _deployment(image_ref: str, discovery_image_ref: str) -> Manifest:
-    selector = {"app.kubernetes.io/name": NAME}
-    server = {
-        "name": "prometheus",
-        "image": image_ref,
-        "args": [
-            f"--config.file=/etc/prometheus/{CONFIG_FILE}",
-            "--storage.tsdb.path=/prometheus",
-            "--storage.tsdb.retention.time=2h",
-            f"--web.listen-address=:{PORT}",
-        ],
-        "ports": [{"name": "web", "containerPort": PORT}],
-        "readinessProbe": {"httpGet": {"path": "/-/ready", "port": "web"}, "periodSeconds": 2},
-        "securityContext": _locked_down(),
-        "volumeMounts": [
-            {"name": "config", "mountPath": "/etc/prometheus"},
-            {"name": "data", "mountPath": "/prometheus"},
-        ],
-    }
-    discovery = {
-        "name": "pod-discovery",
-        "image": discovery_image_ref,
-        "command": ["python3", f"/etc/prometheus/{DISCOVERY_FILE}"],
-        "securityContext": _locked_down(),
-        "volumeMounts": [{"name": "config", "mountPath": "/etc/prometheus"}],
-    }
-    pod = {
-        "serviceAccountName": NAME,
-        "containers": [server, discovery],
-        "volumes": [
-            {"name": "config", "configMap": {"name": NAME}},
-            {"name": "data", "emptyDir": {}},
-        ],
-    }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": selector},
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "Prometheus",
+        "metadata": {"name": PROMETHEUS, "namespace": NAMESPACE},
         "spec": {
+            "image": image,
+            "version": server_version(),
             "replicas": 1,
-            "selector": {"matchLabels": selector},
-            "template": {"metadata": {"labels": selector}, "spec": pod},
+            "serviceAccountName": SERVICE_ACCOUNT,
+            "retention": spec["retention"],
+            **{key: everything for key in _SELECTORS},
         },
     }
 
 
-def _service() -> Manifest:
+# What `*SelectorNilUsesHelmValues: false` makes the chart write: an empty selector, all of them.
+_SELECTORS = (
+    "podMonitorSelector", "podMonitorNamespaceSelector",
+    "serviceMonitorSelector", "serviceMonitorNamespaceSelector",
+    "ruleSelector", "ruleNamespaceSelector",
+)  # fmt: skip
+
+
+def built_images() -> dict[str, images.ImageRecord]:
+    """The operator's, its config reloader's and Prometheus' images, built here."""
+    folder = ensure_built(PROMETHEUS_OPERATOR)
     return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": NAME, "namespace": NAMESPACE},
-        "spec": {
-            "selector": {"app.kubernetes.io/name": NAME},
-            "ports": [{"name": "web", "port": PORT, "targetPort": "web"}],
-        },
+        "operator": images.go_binary_image(
+            "prometheus-operator", folder / "operator", entrypoint=["/usr/local/bin/operator"]
+        ),
+        "reloader": images.go_binary_image(
+            "prometheus-config-reloader",
+            folder / "prometheus-config-reloader",
+            entrypoint=[RELOADER_PATH],
+            path=RELOADER_PATH,
+        ),
+        "prometheus": images.go_binary_image(
+            "prometheus", folder / "prometheus", entrypoint=["/usr/local/bin/prometheus"]
+        ),
     }
+
+
+def fast_pod_monitors(monitors: Sequence[Mapping[str, Any]] | None = None) -> list[Manifest]:
+    """radixfleet's PodMonitors (``deploy/monitoring/``) scraping every ``FAST_INTERVAL``: what
+    the test bed applies where a test reads Prometheus (the operator keeps each endpoint's own
+    interval, and 15 s would make every canary test wait minutes)."""
+    fast = [copy.deepcopy(dict(monitor)) for monitor in (monitors or pod_monitors())]
+    for monitor in fast:
+        for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+            endpoint["interval"] = FAST_INTERVAL
+    return fast

@@ -16,6 +16,8 @@ import json
 import subprocess
 import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -23,7 +25,7 @@ from typing import Any, Self
 import yaml
 
 from infra.manifests import SYSTEM_NODE_LABELS
-from testbed import certificates, charts, dns, fake_kingress, images, knative, kserve
+from testbed import certificates, charts, dns, fake_kingress, images, knative, kserve, prometheus
 from testbed import cluster as cluster_mod
 from testbed.builds import (
     COREDNS,
@@ -107,10 +109,61 @@ def install_radixfleet_crds(running: Cluster) -> None:
 def install_platform(running: Cluster) -> None:
     """What radixfleet needs of a cluster before anything of its own is deployed, as infra
     installs it: KServe and Knative Serving (``install_kserve``), with radixfleet's Knative
-    features. What a team's existing cluster brings; the README's kubectl path starts here."""
+    features, and prometheus-operator with a Prometheus (``install_monitoring``). What a team's
+    existing cluster brings; the README's kubectl path starts here."""
     from radixfleet.platform import KNATIVE_FEATURES
 
     install_kserve(running, knative_features=dict(KNATIVE_FEATURES))
+    install_monitoring(running)
+
+
+def install_monitoring(running: Cluster) -> None:
+    """prometheus-operator, its CRDs and a Prometheus that serves every namespace's monitors and
+    rules, as infra's kube-prometheus-stack installs them (``testbed.prometheus``); returns once
+    Prometheus is ready."""
+    built = prometheus.built_images()
+    load_images(running, list(built.values()))
+    _apply_crds(running, prometheus.crds())
+    apply(
+        running,
+        prometheus.operator_objects(
+            operator_image=built["operator"].pinned, reloader_image=built["reloader"].pinned
+        ),
+    )
+    wait_rollout(running, namespace=prometheus.NAMESPACE, deployment=prometheus.OPERATOR)
+    apply(running, prometheus.prometheus_objects(image=built["prometheus"].pinned))
+    wait_for(lambda: prometheus_url(running) is not None, timeout_s=READY_TIMEOUT_S,
+             what="the operator's Prometheus ready")  # fmt: skip
+
+
+def prometheus_url(running: Cluster) -> str | None:
+    """The URL of the ready Prometheus pod, reached from this machine (``prometheus-operated``
+    is headless: in the cluster its name resolves to this pod), or None."""
+    found = running.kubectl("get", "pod", f"{prometheus.STATEFULSET}-0", "-n",
+                            prometheus.NAMESPACE, "-o", "json", check=False)  # fmt: skip
+    if found.returncode != 0:
+        return None
+    pod = json.loads(found.stdout)
+    conditions = pod["status"].get("conditions") or []
+    if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+        return None
+    return f"http://{pod['status']['podIP']}:{prometheus.PORT}"
+
+
+def prometheus_api(running: Cluster, path: str, **params: str) -> Any:
+    """The ``data`` of the platform's Prometheus' answer to ``GET /api/v1/<path>?<params>``."""
+    base = prometheus_url(running)
+    if base is None:
+        raise ClusterError("the platform's Prometheus is not ready")
+    url = f"{base}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.loads(answer.read())["data"]
+
+
+def prometheus_query(running: Cluster, promql: str) -> list[dict[str, Any]]:
+    """The platform's Prometheus' answer to an instant query (its result vector)."""
+    result: list[dict[str, Any]] = prometheus_api(running, "query", query=promql)["result"]
+    return result
 
 
 def install_kserve(running: Cluster, *, knative_features: Mapping[str, str]) -> None:

@@ -57,6 +57,7 @@ from testbed.cluster import Cluster, ClusterError
 from testbed.deploy import (
     OPERATOR_SELECTOR,
     apply_overlay,
+    apply_pod_monitors,
     overlay,
     remove_operator,
     router_image_patch,
@@ -148,16 +149,16 @@ def plane(
     kserve: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Cluster, str]]:
     """The operator, the entry and two tenants' models, Ready; the entry's URL."""
-    image, smg, server = images.radixfleet(), images.smg(), prometheus.image()
-    session.load_images(kserve, [image, smg, server])
-    # The canary's judge (the baseline's test below); nothing else here reads it.
-    session.apply(kserve, prometheus.for_radixfleet(server=server, radixfleet=image))
+    image, smg = images.radixfleet(), images.smg()
+    session.load_images(kserve, [image, smg])
     kserve.kubectl("apply", "--server-side", "--field-manager=radixfleet",
                    "-k", str(REPO / "runtimes"))  # fmt: skip
     root = tmp_path_factory.mktemp("overlays")
     apply_overlay(kserve, overlay(root / "operator", "operator", image,
                                   patches=[router_image_patch(smg)]))  # fmt: skip
     apply_overlay(kserve, overlay(root / "entry", "entry", image))
+    # For the platform's Prometheus, the canary's judge (the baseline's test below).
+    apply_pod_monitors(kserve)
     # The whole data plane below is made under the guard: its routers and predictors come
     # through the chain of controllers it admits (radixfleet/render/data_plane_guard.py).
     session.apply(kserve, data_plane_guard.manifests())
@@ -167,7 +168,6 @@ def plane(
         for team in TEAMS:
             _wait_ready(kserve, team)
         session.wait_rollout(kserve, namespace=operator.NAMESPACE, deployment=entry_base.NAME)
-        session.wait_rollout(kserve, namespace=prometheus.NAMESPACE, deployment=prometheus.NAME)
         service = get(kserve, "service", entry_base.NAME, "-n", operator.NAMESPACE)
         yield kserve, f"http://{service['spec']['clusterIP']}"
     finally:
@@ -852,18 +852,22 @@ def test_enforced_network_policies_let_the_data_plane_through_and_keep_tenant_po
     still reach both models (the entry to routers, routers to predictors, Knative's activator),
     and nothing else gets in: a tenant's own pod reaches neither its router nor its predictor
     (it must go through the entry, which charges it), the other tenant's pod neither,
-    Prometheus only the router's metrics port; a tenant's pod reaches the entry, but neither
-    its metrics (every tenant's models and token counts) nor the operator's, which Prometheus
-    reaches; and a model at zero is woken through the entry. The same connections all open
-    before the enforcer runs: the policies alone, on this bridge CNI, do nothing."""
+    Prometheus' namespace only the router's metrics port; a tenant's pod reaches the entry, but
+    neither its metrics (every tenant's models and token counts) nor the operator's, which
+    Prometheus' namespace reaches; and a model at zero is woken through the entry. The same
+    connections all open before the enforcer runs: the policies alone, on this bridge CNI, do
+    nothing."""
     cluster, url = plane
     image = images.radixfleet().pinned
     policies = [policy for team in TEAMS for policy in build_network_policies(team.namespace)]
-    session.apply(cluster, [*policies, *(_workload(team.namespace, image) for team in TEAMS)])
+    # Prometheus' own pod has no shell or Python to connect from; the policies admit its
+    # namespace, so a pod beside it connects as it does.
+    sources = [*(team.namespace for team in TEAMS), prometheus.NAMESPACE]
+    session.apply(cluster, [*policies, *(_workload(namespace, image) for namespace in sources)])
     try:
-        for team in TEAMS:
+        for namespace in sources:
             cluster.kubectl("wait", "--for=condition=Ready", f"pod/{WORKLOAD}", "-n",
-                            team.namespace, "--timeout=120s")  # fmt: skip
+                            namespace, "--timeout=120s")  # fmt: skip
         checks = _reach_checks(cluster, url)
         assert set(checks().values()) == {"open"}, "no enforcer yet: every connection opens"
         with netpol.enforcing(cluster):
@@ -879,11 +883,11 @@ def test_enforced_network_policies_let_the_data_plane_through_and_keep_tenant_po
                 "green's workload -> blue's predictor": "dropped",
                 "the entry -> blue's router": "open",
                 "the entry -> blue's predictor": "open",
-                "prometheus -> blue's router metrics": "open",
-                "prometheus -> blue's router": "dropped",
-                "prometheus -> blue's predictor": "open",
-                "prometheus -> the entry's metrics": "open",
-                "prometheus -> the operator's metrics": "open",
+                "monitoring's pod -> blue's router metrics": "open",
+                "monitoring's pod -> blue's router": "dropped",
+                "monitoring's pod -> blue's predictor": "open",
+                "monitoring's pod -> the entry's metrics": "open",
+                "monitoring's pod -> the operator's metrics": "open",
             }
             # Knative's path: its autoscaler sees the request the activator holds, scales
             # from zero, and the activator hands the request to the new pod.
@@ -896,7 +900,8 @@ def test_enforced_network_policies_let_the_data_plane_through_and_keep_tenant_po
         for team in TEAMS:
             cluster.kubectl("delete", "networkpolicy", "-l", managed, "-n", team.namespace,
                             "--wait=false", check=False)  # fmt: skip
-            cluster.kubectl("delete", "pod", WORKLOAD, "-n", team.namespace, "--wait=false",
+        for namespace in sources:
+            cluster.kubectl("delete", "pod", WORKLOAD, "-n", namespace, "--wait=false",
                             check=False)  # fmt: skip
 
 
@@ -932,8 +937,8 @@ def _connections(cluster: Cluster) -> dict[str, str]:
         "blue's workload": (("-n", BLUE.namespace, WORKLOAD), (*data_plane, *platform)),
         "green's workload": (("-n", GREEN.namespace, WORKLOAD), data_plane),
         "the entry": (("-n", operator.NAMESPACE, f"deployment/{entry_base.NAME}"), data_plane),
-        "prometheus": (("-n", prometheus.NAMESPACE, f"deployment/{prometheus.NAME}", "-c",
-                        "pod-discovery"), ("blue's router metrics", *data_plane, *platform[1:])),
+        "monitoring's pod": (("-n", prometheus.NAMESPACE, WORKLOAD),
+                             ("blue's router metrics", *data_plane, *platform[1:])),
     }  # fmt: skip
     outcome = {}
     for source, (where, names) in sources.items():

@@ -2,8 +2,9 @@
 apply -k` of an overlay of `deploy/operator/` that names radixfleet's image by digest. Two
 replicas run and are Ready; kopf peering lets one act (the leader, read from the peering's
 status). Prometheus runs in the
-cluster too, configured from `deploy/monitoring/`'s PodMonitors (testbed/prometheus.py), under
-the name and namespace the operator's controllers look for by default.
+cluster too, the platform's (prometheus-operator's, testbed/prometheus.py), serving
+`deploy/monitoring/`'s PodMonitors under the name and namespace the operator's controllers look
+for by default.
 
 What is proven here: one leader of two; the leader does the controllers' work (the quota
 controller turns a Tenant into its ResourceQuota); when the leader's pod is deleted another
@@ -34,11 +35,12 @@ import pytest
 from radixfleet.kit.operator import READINESS_PORT
 from radixfleet.render import operator
 from radixfleet.render.tenant_access import tenant_access
-from testbed import images, prometheus, session
+from testbed import images, session
 from testbed.cluster import Cluster, ClusterError, restart_apiserver
 from testbed.deploy import (
     OPERATOR_SELECTOR,
     apply_overlay,
+    apply_pod_monitors,
     operator_leader,
     overlay,
     remove_operator,
@@ -68,12 +70,11 @@ LEADER_SELECTOR = OPERATOR_SELECTOR
 @pytest.fixture(scope="module")
 def deployed(kserve: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Prometheus and the operator running in the cluster, one operator replica leading."""
-    image, server = images.radixfleet(), prometheus.image()
-    session.load_images(kserve, [image, server])
-    session.apply(kserve, prometheus.for_radixfleet(server=server, radixfleet=image))
-    session.wait_rollout(kserve, namespace=prometheus.NAMESPACE, deployment=prometheus.NAME)
+    image = images.radixfleet()
+    session.load_images(kserve, [image])
     folder = overlay(tmp_path_factory.mktemp("operator-overlay"), "operator", image)
     apply_overlay(kserve, folder)
+    apply_pod_monitors(kserve)
     session.wait_for(lambda: _leader(kserve) is not None, timeout_s=TIMEOUT_S,
                      what="both operator replicas Ready, one leading")  # fmt: skip
     try:
@@ -151,19 +152,11 @@ def predictor(tenant: Cluster) -> Cluster:
     return tenant
 
 
-def _query(cluster: Cluster, promql: str) -> list[dict[str, Any]]:
-    service = get(cluster, "service", prometheus.NAME, "-n", prometheus.NAMESPACE)
-    url = f"http://{service['spec']['clusterIP']}:{prometheus.PORT}/api/v1/query?"
-    with urllib.request.urlopen(url + urllib.parse.urlencode({"query": promql}), timeout=10) as r:
-        result: list[dict[str, Any]] = json.loads(r.read())["data"]["result"]
-    return result
-
-
 def _eventually(cluster: Cluster, promql: str) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
 
     def answered() -> bool:
-        found[:] = _query(cluster, promql)
+        found[:] = session.prometheus_query(cluster, promql)
         return bool(found)
 
     session.wait_for(answered, timeout_s=TIMEOUT_S, what=f"Prometheus to answer {promql}")

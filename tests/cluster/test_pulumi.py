@@ -3,16 +3,17 @@ cluster the team already runs), with the Pulumi CLI and pulumi-kubernetes' provi
 (testbed/pulumi_stack.py). What runs for real: the program, the CLI, the provider, its awaits,
 the API server and every object the program declares (CRDs, the operator, the entry, the
 runtimes, the tenant, its namespace and model). What differs from a platform team's cluster:
-KServe and Knative were installed by the test bed (not by Pulumi), no prometheus-operator runs
-(the stack says `monitoring: false`), and the node has 2 cores and 24 GiB, so an admission
+KServe, Knative and prometheus-operator were installed by the test bed (not by Pulumi), and the
+node has 2 cores and 24 GiB, so an admission
 policy `make cluster` installs brings the predictor pod's CPU and memory requests down
 (`testbed.emulated.fit_to_the_node`; its GPU stays). The program runs unmodified.
 
 Proven, in order, on a fresh cluster of this module's own (the session's holds what other
 modules left behind), started as a newcomer's `make cluster` starts one (KServe from its charts
-with infra's values, Knative Serving, the KIngress marker) and taken down as `make
-cluster-down` does: `up` ends green (every Deployment Available: both operator replicas
-Ready); the tenant's model, once its key and weights are there, answers a chat through the
+with infra's values, Knative Serving, prometheus-operator, the KIngress marker) and taken down
+as `make cluster-down` does: `up` ends green (every Deployment Available: both operator replicas
+Ready); Prometheus scrapes what the program's PodMonitors select and loaded its alerting and
+recording rules; the tenant's model, once its key and weights are there, answers a chat through the
 entry; `kubectl apply --server-side` cannot change what `up` made (a conflict with Pulumi's
 field manager); the quota's GPU-budget policy refuses a model past the tenant's budget; a
 second `up` changes nothing; `destroy` leaves no object of ours.
@@ -33,7 +34,7 @@ import pytest
 from pulumi import automation as auto
 
 from inferenceservices.builder import api_keys_secret
-from infra.manifests import SYSTEM_NODE_LABELS
+from infra.manifests import SYSTEM_NODE_LABELS, prometheus_rules
 from radixfleet import labels
 from radixfleet.config import load_catalog
 from radixfleet.render import entry as entry_base
@@ -69,7 +70,7 @@ def stack_config(
         "radixfleet:cloud": "kubernetes",
         "radixfleet:catalog": str(CATALOG),
         "radixfleet:clusters": {
-            REGION: {"kubeconfig": str(cluster.kubeconfig), "monitoring": False}
+            REGION: {"kubeconfig": str(cluster.kubeconfig)}  # monitoring: on, the default
         },
         "radixfleet:fleetToken": secrets.token_hex(24),
         "radixfleet:runtime": _image(radixfleet, "0.1.0"),
@@ -144,7 +145,8 @@ def _chat(url: str, key: str) -> tuple[int, str]:
 
 def test_make_cluster_left_the_platform_running(platform: Cluster) -> None:
     for namespace, deployment in (("kserve", "kserve-controller-manager"),
-                                  ("knative-serving", "activator")):  # fmt: skip
+                                  ("knative-serving", "activator"),
+                                  ("monitoring", "prometheus-operator")):  # fmt: skip
         found = get(platform, "deployment", deployment, "-n", namespace)
         conditions = {c["type"]: c["status"] for c in found["status"]["conditions"]}
         assert conditions["Available"] == "True", (deployment, found["status"])
@@ -223,6 +225,31 @@ def test_the_quotas_gpu_budget_holds_on_the_fleet(deployed: Deployed) -> None:
     assert "H100 budget exceeded" in refused.stderr, refused.stderr
 
 
+def test_prometheus_scrapes_what_the_program_monitors_and_loaded_its_rules(
+    deployed: Deployed,
+) -> None:
+    """The stack's monitoring (its default) on a cluster with prometheus-operator: the
+    PodMonitors `up` made have Prometheus scrape both operator replicas, and the rule groups of
+    the PrometheusRules it made are loaded (Prometheus refuses a file with one bad rule)."""
+    cluster = deployed.cluster
+    job = f"{operator.NAMESPACE}/{operator.NAME}"
+    session.wait_for(
+        lambda: bool(session.prometheus_query(cluster, f'count(up{{job="{job}"}} == 1) == 2')),
+        timeout_s=TIMEOUT_S, what=f"Prometheus scraping both replicas of {job}",
+    )  # fmt: skip
+    made = prometheus_rules(REPO / "dashboards")  # as the program reads its dashboards_dir
+    wanted = {group["name"] for rule in made for group in rule["spec"]["groups"]}
+    loaded: set[str] = set()
+
+    def all_loaded() -> bool:
+        groups = session.prometheus_api(cluster, "rules")["groups"]
+        loaded.update(group["name"] for group in groups)
+        return wanted <= loaded
+
+    session.wait_for(all_loaded, timeout_s=TIMEOUT_S, what=f"rule groups {sorted(wanted)}")
+    assert wanted, "the program's rules name no group"
+
+
 def test_a_second_up_changes_nothing(deployed: Deployed) -> None:
     again = deployed.stack.up(on_output=deployed.output.append, color="never")
     assert pulumi_stack.changes(again.summary) == {}, "".join(deployed.output[-50:])
@@ -234,8 +261,8 @@ def test_destroy_leaves_nothing_of_ours(deployed: Deployed) -> None:
     ours = f"{labels.MANAGED_BY}={labels.MANAGER}"
     left = cluster.kubectl(
         "get", "namespaces,clusterroles,clusterrolebindings,crd,clusterservingruntimes,"
-        "validatingadmissionpolicies,validatingadmissionpolicybindings",
-        "-l", ours, "-o", "name", check=False,
+        "validatingadmissionpolicies,validatingadmissionpolicybindings,podmonitors,"
+        "prometheusrules,configmaps", "-A", "-l", ours, "-o", "name", check=False,
     )  # fmt: skip
     assert left.stdout.strip() == "", left.stdout
     gone = cluster.kubectl("get", "namespace", NAMESPACE, operator.NAMESPACE, check=False)

@@ -18,6 +18,7 @@ an admission policy brings the predictor's CPU and memory requests down
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -31,9 +32,11 @@ import pytest
 import yaml
 
 from radixfleet import labels
+from radixfleet.render import entry as entry_base
+from radixfleet.render import operator
 from testbed import session
 from testbed.__main__ import IMAGES_ENV
-from testbed.cluster import Cluster
+from testbed.cluster import Cluster, ClusterError
 from testbed.emulated import model_volume
 from tests.cluster.conftest import REPO
 
@@ -43,6 +46,9 @@ MARKER = "<!-- tests/cluster/test_readme.py runs the next two blocks as they are
 CATALOG = REPO / "tests/data/readme/catalog.yaml"
 NAMESPACE, MODEL = "team-search", "llama-3-1-8b"
 BLOCK_TIMEOUT_S = 1200.0
+# The PodMonitors scrape every 15 s; the operator and the kubelet pass a change on in seconds.
+SCRAPE_TIMEOUT_S = 120.0
+ENTRY_JOB = f"{operator.NAMESPACE}/{entry_base.NAME}"  # the PodMonitor's job
 HARNESS = "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\nPS4='+ $(date +%T) '; set -x\n"
 # What a checkout holds besides the repository's files: not copied into the fork.
 NOT_THE_REPOSITORY = shutil.ignore_patterns(
@@ -141,6 +147,7 @@ def test_the_readmes_kubectl_path_serves_a_chat_and_removes_cleanly(
     env = _environment(cluster)
     deployed = _bash(deploy, cwd=fork, env=env)
     wider = _wider_model_tried(cluster, fork) if deployed.returncode == 0 else ""
+    scraped = _entry_scraped(cluster) if deployed.returncode == 0 else []
     removed = _bash(remove, cwd=fork, env=env)
     print(f"\n{_trace(deployed)}\n{_trace(removed)}")
     assert deployed.returncode == 0, _told(deployed)[-6000:]
@@ -150,6 +157,8 @@ def test_the_readmes_kubectl_path_serves_a_chat_and_removes_cleanly(
     # The quota's GPU budget holds on a fleet made this way: its policy came with the operator.
     assert "inferenceservice-gpu-budget.radixfleet.io" in wider, wider
     assert "H100 budget exceeded" in wider, wider
+    # `deploy/monitoring/`, applied as written, is served by the cluster's prometheus-operator.
+    assert scraped, f"Prometheus never scraped {ENTRY_JOB}"
     assert removed.returncode == 0, _told(removed)[-6000:]
     left = cluster.kubectl(
         "get", "namespaces,clusterroles,crd,clusterservingruntimes,validatingadmissionpolicies,"
@@ -157,6 +166,19 @@ def test_the_readmes_kubectl_path_serves_a_chat_and_removes_cleanly(
         "-o", "name",
     )  # fmt: skip
     assert left.stdout.strip() == "", left.stdout
+
+
+def _entry_scraped(cluster: Cluster) -> list[dict[str, Any]]:
+    """The entry's `up` series once Prometheus has scraped it (empty if it never did)."""
+    found: list[dict[str, Any]] = []
+
+    def scraped() -> bool:
+        found[:] = session.prometheus_query(cluster, f'up{{job="{ENTRY_JOB}"}} == 1')
+        return bool(found)
+
+    with contextlib.suppress(ClusterError):
+        session.wait_for(scraped, timeout_s=SCRAPE_TIMEOUT_S, what=f"{ENTRY_JOB} scraped")
+    return found
 
 
 def _wider_model_tried(cluster: Cluster, fork: Path) -> str:
