@@ -179,6 +179,12 @@ def kserve_localmodel_values() -> Manifest:
     }
 
 
+# The Prometheus the chart runs, pinned: 3.3.1 stored garbled series (names cut out of the
+# exposition) scraping the emulated SGLang replica, in prometheus_client 0.26's classic text and
+# in its OpenMetrics (what SGLang's /metrics serves Prometheus); 3.5.0, the LTS release, did not.
+PROMETHEUS_VERSION = "v3.5.0"
+
+
 def prometheus_stack_values(*, admin_secret: str, storage_class: str) -> Manifest:
     volume = {
         "spec": {
@@ -216,6 +222,7 @@ def prometheus_stack_values(*, admin_secret: str, storage_class: str) -> Manifes
                 "serviceMonitorSelectorNilUsesHelmValues": False,
                 "podMonitorSelectorNilUsesHelmValues": False,
                 "ruleSelectorNilUsesHelmValues": False,
+                "image": {"tag": PROMETHEUS_VERSION},
                 "retention": "15d",
                 "storageSpec": {"volumeClaimTemplate": volume},
                 **system_placement(),

@@ -214,7 +214,7 @@ PULUMI_KUBERNETES = GoBuild(
 )
 
 # prometheus-operator v0.82.2 (the release kube-prometheus-stack 72.9.1, infra's pin, runs), its
-# config reloader, and the Prometheus server v3.3.1 (github.com/prometheus/prometheus v0.303.1),
+# config reloader, and the Prometheus server v3.5.0 (github.com/prometheus/prometheus v0.305.0),
 # so that the test cluster's PodMonitors and PrometheusRules are served as on infra's clusters
 # (Debian's Prometheus has no Kubernetes service discovery). One edit, test bed only: Prometheus'
 # main registers the Kubernetes discovery alone instead of its plugins package, which imports

@@ -11,7 +11,7 @@ What differs from the chart, each for a reason of this machine (``tests/README.m
 - the operator's own manifests from its module (``example/rbac/``), moved to ``monitoring``: the
   chart cannot be downloaded here. No admission webhook (the chart's needs kube-webhook-certgen),
   Alertmanager, Grafana, node-exporter or kube-state-metrics: nothing under test reads them;
-- every program is built here (``testbed.builds.PROMETHEUS_OPERATOR``), Prometheus 3.3.1 with
+- every program is built here (``testbed.builds.PROMETHEUS_OPERATOR``), Prometheus 3.5.0 with
   Kubernetes discovery alone;
 - the TSDB is an emptyDir (the test cluster has no storage class) and no placement on system
   nodes (one node).
@@ -57,7 +57,7 @@ FAST_INTERVAL = "2s"
 
 def server_version() -> str:
     """The Prometheus release built here, from its module's version in our go.mod (module tags
-    are v0.3MM.P for release 3.MM.P: ``v0.303.1`` is ``v3.3.1``)."""
+    are v0.3MM.P for release 3.MM.P: ``v0.305.0`` is ``v3.5.0``)."""
     module = ModuleChart("github.com/prometheus/prometheus", GO_MOD, ".").version()
     _, minor, patch = module.removeprefix("v").split(".")
     return f"v3.{int(minor) - 300}.{patch}"

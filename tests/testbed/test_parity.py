@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from infra import manifests
 from infra.testing import example_config
 from testbed import charts, knative, prometheus
 from testbed.builds import HERE, KUBE_VERSION
@@ -61,3 +62,9 @@ def test_prometheus_operator_is_the_release_infras_chart_runs(stack: dict[str, A
     pinned = stack["radixfleet:charts"]["kube-prometheus-stack"]["version"]
     built = charts.ModuleChart(prometheus.MODULE, prometheus.GO_MOD, ".").version()
     assert CHART_OPERATOR.get(pinned) == built, f"chart {pinned}, operator {built} built here"
+
+
+def test_prometheus_is_the_version_infra_pins_in_the_charts_values() -> None:
+    pinned = manifests.prometheus_stack_values(admin_secret="a", storage_class="b")
+    spec = pinned["prometheus"]["prometheusSpec"]
+    assert spec["image"]["tag"] == prometheus.server_version()
