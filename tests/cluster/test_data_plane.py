@@ -596,7 +596,11 @@ def test_huge_bodies_cost_the_deployed_entry_almost_nothing(plane: tuple[Cluster
     entry reads them; the pod's memory peak (its cgroup's, what its limit and the OOM killer
     judge) stays within 64 MiB of where it was, and it serves on."""
     cluster, _ = plane
-    pod = get(cluster, "pods", "-n", operator.NAMESPACE, "-l", ENTRY_PODS)["items"][0]
+    # A ready pod, not the first listed: another test may have rolled the entry out (the stall
+    # test does, twice), and a full run once picked a pod still terminating (connection refused).
+    session.wait_rollout(cluster, namespace=operator.NAMESPACE, deployment=entry_base.NAME)
+    pod = _ready_pod(cluster, operator.NAMESPACE, ENTRY_PODS)
+    assert pod is not None, "no ready entry pod after its rollout"
     ip, memory = pod["status"]["podIP"], cluster.pod_memory_cgroup(pod["metadata"]["uid"])
     before = int((memory / "memory.usage_in_bytes").read_text())
     (memory / "memory.max_usage_in_bytes").write_text("0")  # the peak, from now on
@@ -802,16 +806,23 @@ def _reached(cluster: Cluster, source: tuple[str, ...], targets: list[str]) -> d
     return reached
 
 
-def _pod_ip(cluster: Cluster, namespace: str, selector: str) -> str | None:
-    """The IP of a ready pod the selector picks (None when none is ready), never of one already
+def _ready_pod(cluster: Cluster, namespace: str, selector: str) -> dict[str, Any] | None:
+    """A ready pod the selector picks (None when none is ready), never one already
     terminating."""
     for pod in get(cluster, "pods", "-n", namespace, "-l", selector)["items"]:
         conditions = pod["status"].get("conditions") or []
         ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
         if ready and not pod["metadata"].get("deletionTimestamp"):
-            ip: str = pod["status"]["podIP"]
-            return ip
+            found: dict[str, Any] = pod
+            return found
     return None
+
+
+def _pod_ip(cluster: Cluster, namespace: str, selector: str) -> str | None:
+    """The IP of a ready pod the selector picks (None when none is ready), never of one already
+    terminating."""
+    pod = _ready_pod(cluster, namespace, selector)
+    return None if pod is None else str(pod["status"]["podIP"])
 
 
 class _KeepAwake(session.Senders):
