@@ -327,7 +327,9 @@ def build_canary_policy(name: str, namespace: str) -> dict[str, Any]:
 
 
 def api_keys_secret(tenant: Tenant) -> str:
-    """The Secret, in the tenant's namespace, whose `api-key` the platform team fills in.
+    """The Secret, in the tenant's namespace, that holds the tenant's API keys, one data key per
+    key the catalog names (`api_keys`): filled by `pulumi up` from the stack's secret config
+    (infra/), or by the platform team on the kubectl path.
 
     Only its name is rendered: a key never sits in a manifest.
     """
@@ -337,8 +339,16 @@ def api_keys_secret(tenant: Tenant) -> str:
 def build_tenant(tenant: Tenant) -> dict[str, Any]:
     """The cluster-scoped Tenant object of a catalog tenant: what the quota controller enforces
     (GPUs, tokens, priority) and where the region entry finds the tenant's API keys."""
-    key = quota.SecretKeyRef(name=api_keys_secret(tenant), namespace=namespace_of(tenant))
-    spec = quota.TenantSpec.from_tenant(tenant, api_keys=[key])
+    keys = [
+        quota.SecretKeyRef(
+            name=api_keys_secret(tenant),
+            namespace=namespace_of(tenant),
+            key=key.name,
+            expires_at=key.expires_at,
+        )
+        for key in tenant.api_keys
+    ]
+    spec = quota.TenantSpec.from_tenant(tenant, api_keys=keys)
     return {
         "apiVersion": f"{labels.GROUP}/{quota.API_VERSION}",
         "kind": quota.KIND,

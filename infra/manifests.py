@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from inferenceservices.builder import (
+    api_keys_secret,
     build_autoscale_policy,
     build_canary_policy,
     build_failover_policy,
@@ -525,6 +527,29 @@ def region_router_access(catalog: Catalog, region: Region) -> list[Manifest]:
     """The routers' ServiceAccount, Role and RoleBinding in each of the region's namespaces."""
     namespaces = sorted({namespace_of(t) for _, t in _region_models(catalog, region)})
     return [obj for namespace in namespaces for obj in build_router_access(namespace)]
+
+
+@dataclass(frozen=True)
+class TenantKeys:
+    """A tenant's key Secret in one region: where it goes and the values of its keys (secret:
+    the Pulumi component marks them so)."""
+
+    namespace: str
+    secret: str
+    values: Mapping[str, str]
+
+
+def region_tenant_keys(
+    catalog: Catalog, region: Region, values: Mapping[str, Mapping[str, str]]
+) -> list[TenantKeys]:
+    """The key Secret of each tenant served in `region` whose keys `values` holds (the stack's
+    `tenantKeys`): the same values in every region, so a key works wherever its tenant is."""
+    served = {tenant.name: tenant for _, tenant in _region_models(catalog, region)}
+    return [
+        TenantKeys(namespace_of(tenant), api_keys_secret(tenant), dict(values[name]))
+        for name, tenant in sorted(served.items())
+        if values.get(name)
+    ]
 
 
 def region_secret_access(catalog: Catalog, region: Region) -> list[Manifest]:

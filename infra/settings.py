@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic.alias_generators import to_camel
 
 from inferenceservices.builder import MODEL_READER
@@ -259,6 +259,13 @@ class StackSettings(Settings):
     # The fleet token on the `kubernetes` cloud, a secret config value (`pulumi config set
     # --secret radixfleet:fleetToken ...`); the aws stack makes its own (pulumi-random).
     fleet_token: str | None = None
+    # The tenants' API keys, on either cloud, a secret config value: per tenant, the value of
+    # each key its catalog entry names (`api_keys`), set with `pulumi config set --secret --path
+    # 'radixfleet:tenantKeys.<tenant>.<key>' "$(openssl rand -hex 32)"`. The stack is their one
+    # source: `up` writes the same values into the tenant's Secret in every region it serves
+    # in, so a key works in every region at once, and an added or removed key does too.
+    # Unset: the platform team fills those Secrets itself.
+    tenant_keys: dict[str, dict[str, SecretStr]] | None = None
     controllers: ControllerSettings
     # SGLang's image, which every ClusterServingRuntime runs: a copy in the team's registry,
     # pulled by that copy's digest (runtimes/ names it by tag, for kustomize overlays to pin).
@@ -283,6 +290,12 @@ class StackSettings(Settings):
 
 # Keys read as plain strings; all others are YAML objects, lists or booleans.
 STRING_KEYS = frozenset({"cloud", "catalog", "dashboardsDir", "crdsDir", "fleetToken"})
+# Keys whose values are secrets: never quoted in a problem.
+SECRET_KEYS = frozenset({"fleetToken", "tenantKeys"})
+# A tenant's key: long enough that guessing is hopeless (`openssl rand -hex 32` gives 64), and
+# only what an Authorization header carries as it is.
+MIN_KEY_CHARS = 32
+KEY_CHARS = re.compile(r"^[\x21-\x7e]+$")
 CONFIG_KEYS = tuple(field.alias or name for name, field in StackSettings.model_fields.items())
 
 
@@ -307,6 +320,11 @@ class Fleet:
             raise ValueError(f"a {self.settings.cloud} stack has no aws settings")
         return found
 
+    def tenant_key_values(self) -> dict[str, dict[str, str]]:
+        """The stack's `tenantKeys` as plain strings ({}: unset), for the key Secrets."""
+        given = self.settings.tenant_keys or {}
+        return {t: {n: v.get_secret_value() for n, v in keys.items()} for t, keys in given.items()}
+
     @property
     def primary_region(self) -> str:
         store = self.settings.model_store
@@ -326,7 +344,7 @@ def parse_fleet(raw: Mapping[str, Any], *, source: str, base_dir: Path) -> Fleet
     try:
         settings = StackSettings.model_validate(dict(raw))
     except ValidationError as exc:
-        problems = pydantic_problems(exc, source=source)
+        problems = pydantic_problems(exc, source=source, secret=SECRET_KEYS)
         raise ConfigError([_namespaced(p) for p in problems]) from exc
     catalog = _load(settings, source=source, base_dir=base_dir)
     findings = [*check_stack(settings, catalog), *_check_kubeconfigs(settings, base_dir)]
@@ -361,6 +379,7 @@ def check_stack(settings: StackSettings, catalog: Catalog) -> list[Finding]:
         *_check_regions(settings, catalog),
         *_check_pools(settings, catalog, deployed),
         *_check_failover_region(settings, deployed),
+        *_check_tenant_keys(settings, catalog, deployed),
     ]
     if settings.cloud == "kubernetes":
         return [*common, *_check_kubernetes(settings, deployed)]
@@ -400,6 +419,46 @@ def _check_kubernetes(settings: StackSettings, deployed: list[Region]) -> Iterat
         if region.name not in clusters:
             yield f"clusters.{region.name}", "missing: every deployed region needs its kubeconfig"
     yield from _unknown_regions("clusters", clusters, deployed)
+
+
+def _check_tenant_keys(
+    settings: StackSettings, catalog: Catalog, deployed: list[Region]
+) -> Iterator[Finding]:
+    """`tenantKeys` holds a good value for exactly the keys the catalog names, of every tenant
+    served in a deployed region (a tenant served nowhere may have none yet)."""
+    given = settings.tenant_keys
+    if given is None:
+        return
+    named = {t.name: [k.name for k in t.api_keys] for t in catalog.tenants}
+    for tenant, values in given.items():
+        if tenant not in named:
+            yield f"tenantKeys.{tenant}", "no such tenant in the catalog"
+            continue
+        for name, value in values.items():
+            where = f"tenantKeys.{tenant}.{name}"
+            if name not in named[tenant]:
+                yield where, f"not one of the catalog's api_keys of {tenant}: {named[tenant]}"
+            else:
+                yield from ((where, p) for p in _key_problems(value.get_secret_value()))
+    regions = {r.name for r in deployed}
+    served = {t for m in catalog.models if regions & set(m.regions) for t in m.tenants}
+    for tenant in sorted(served & set(named)):
+        for name in named[tenant]:
+            if name not in given.get(tenant, {}):
+                yield (
+                    f"tenantKeys.{tenant}.{name}",
+                    "missing: the catalog names the key and the tenant serves in a deployed "
+                    f"region; set it with `pulumi config set --secret --path "
+                    f"'radixfleet:tenantKeys.{tenant}.{name}' \"$(openssl rand -hex 32)\"`",
+                )
+
+
+def _key_problems(value: str) -> Iterator[str]:
+    # Never the value itself: a problem is printed.
+    if len(value) < MIN_KEY_CHARS:
+        yield f"too short: at least {MIN_KEY_CHARS} characters (`openssl rand -hex 32`)"
+    if not KEY_CHARS.match(value):
+        yield "only printable ASCII, no spaces: the key travels in an Authorization header"
 
 
 def _check_kubeconfigs(settings: StackSettings, base_dir: Path) -> Iterator[Finding]:

@@ -25,7 +25,7 @@ from testbed.gobuild import ensure_built
 
 PROJECT = "radixfleet"
 PASSPHRASE = "radixfleet-test-bed"  # the local state's key: a test bed's, guarding no secret
-SECRET_KEYS = frozenset({f"{NAMESPACE}:fleetToken"})
+SECRET_KEYS = frozenset({f"{NAMESPACE}:fleetToken", f"{NAMESPACE}:tenantKeys"})
 
 
 def tools(folder: Path) -> Path:

@@ -304,6 +304,26 @@ BAD_CATALOGS = [
         id="params-billion-infinite",
     ),
     pytest.param(
+        _set("tenants[0].api_keys", [{"name": "ci"}, {"name": "ci"}]),
+        "catalog.yaml: tenants[0]: api_keys: each name once",
+        id="api-key-named-twice",
+    ),
+    pytest.param(
+        _set("tenants[0].api_keys", [{"name": "ci", "expires_at": "2027-01-31T00:00:00"}]),
+        "catalog.yaml: tenants[0].api_keys[0]: expires_at needs a time zone",
+        id="api-key-expiry-without-a-zone",
+    ),
+    pytest.param(
+        _set("tenants[0].api_keys", []),
+        "catalog.yaml: tenants[0].api_keys: ",
+        id="a-tenant-with-no-key",
+    ),
+    pytest.param(
+        _set("tenants[0].api_keys", [{"name": "CI_key"}]),
+        "catalog.yaml: tenants[0].api_keys[0].name: 'CI_key' is not a DNS-1123 label",
+        id="api-key-name-not-a-label",
+    ),
+    pytest.param(
         _set("models[0].name", "8b-llama"),
         "catalog.yaml: models[0].name: '8b-llama' must start with a letter: it names an "
         "InferenceService",
@@ -318,6 +338,21 @@ def test_bad_catalog_names_file_entry_and_field(mutate: Any, expected: str) -> N
     mutate(data)
     problems = problems_of(data)
     assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_a_tenant_names_its_keys_and_their_expiries_and_has_one_key_by_default() -> None:
+    data = example()
+    text = yaml.safe_dump(data).replace(
+        "  name: support\n",
+        "  name: support\n  api_keys:\n  - {name: 2026-11, expires_at: 2026-12-31T00:00:00Z}\n"
+        "  - {name: 2026-12}\n",
+    )
+    catalog = parse_catalog(text, source="catalog.yaml")
+    support = catalog.tenant("support")
+    assert [k.name for k in support.api_keys] == ["2026-11", "2026-12"]
+    expiry = support.api_keys[0].expires_at
+    assert expiry is not None and expiry.isoformat() == "2026-12-31T00:00:00+00:00"
+    assert [k.name for k in catalog.tenant("search").api_keys] == ["api-key"]
 
 
 def test_every_problem_is_reported_at_once() -> None:

@@ -14,9 +14,11 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -564,6 +566,51 @@ def test_every_tenant_is_awaited_until_the_quota_has_counted_it(stack: Recording
     for tenant in tenants:
         annotations = tenant.inputs["metadata"].get("annotations", {})
         assert annotations.get("pulumi.com/waitFor") == "jsonpath={.status.observedGeneration}"
+
+
+# Pulumi's mark on a secret value, as the mocks record it.
+SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"
+
+
+def _key_secrets(stack: RecordingMocks) -> dict[str, dict[str, Any]]:
+    """The tenants' key Secrets by resource name: region-<region>-workloads-secret-..."""
+    return {r.name: r.inputs for r in of_type(stack, "kubernetes:core/v1:Secret")
+            if r.inputs["metadata"]["name"].endswith("-api-keys")}  # fmt: skip
+
+
+def test_each_tenants_keys_are_one_set_of_secret_values_in_every_region_it_serves_in(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """The stack's `tenantKeys` is the keys' one source: each region where a tenant has a model
+    gets the tenant's Secret with the same values, marked secret, under the names its Tenant
+    lists; a region where it has none gets no Secret."""
+    keys = {
+        "search": {"api-key": "s" * 64, "2027-01": "t" * 64},
+        "support": {"api-key": "u" * 64},
+        "research": {"api-key": "v" * 64},
+    }
+    catalog = yaml.safe_load(fleet.path(fleet.settings.catalog).read_text())
+    catalog["tenants"][0]["api_keys"] = [{"name": "api-key"}, {"name": "2027-01"}]
+    (tmp_path / "catalog.yaml").write_text(yaml.safe_dump(catalog))
+    stack = run_program({**example_config(), "radixfleet:catalog": str(tmp_path / "catalog.yaml"),
+                         "radixfleet:tenantKeys": keys})  # fmt: skip
+    found = _key_secrets(stack)
+    for tenant, values in keys.items():
+        served = {r for m in fleet.catalog.models if tenant in m.tenants for r in m.regions}
+        mine = {n: v for n, v in found.items() if v["metadata"]["name"] == f"{tenant}-api-keys"}
+        regions = sorted(n.split("-workloads-")[0].removeprefix("region-") for n in mine)
+        assert regions == sorted(served & set(REGIONS)), (tenant, sorted(mine))
+        for inputs in mine.values():
+            assert inputs["metadata"]["namespace"] == f"team-{tenant}"
+            assert inputs["stringData"]["value"] == values
+            assert SECRET_SIGNATURE in inputs["stringData"], "the values are not marked secret"
+    tenants = of_type(stack, "kubernetes:radixfleet.io/v1alpha1:Tenant")
+    search = next(t for t in tenants if t.inputs["metadata"]["name"] == "search")
+    assert [k["key"] for k in search.inputs["spec"]["apiKeys"]] == ["api-key", "2027-01"]
+
+
+def test_without_tenant_keys_the_team_fills_the_secrets(stack: RecordingMocks) -> None:
+    assert _key_secrets(stack) == {}
 
 
 def _uris(value: object) -> list[str]:

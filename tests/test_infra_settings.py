@@ -66,7 +66,38 @@ def test_the_example_as_written_is_refused_at_each_placeholder_digest() -> None:
     assert all("placeholder" in p for p in found), found
 
 
+# A good key of each tenant the example serves (`openssl rand -hex 32` makes 64 characters).
+GOOD_KEY = "0123456789abcdef" * 4
+SERVED = ("research", "search", "support")
+
+
+def _tenant_keys(**changes: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """A mutation setting `tenantKeys`: every served tenant's `api-key`, then `changes`."""
+    keys: dict[str, Any] = {tenant: {"api-key": GOOD_KEY} for tenant in SERVED}
+    return lambda v: v.update(tenantKeys={**keys, **changes})
+
+
 STACK_CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "tenant-key-missing": (
+        lambda v: v.update(tenantKeys={"search": {"api-key": GOOD_KEY}}),
+        "radixfleet:tenantKeys.support.api-key: missing: the catalog names the key",
+    ),
+    "tenant-key-the-catalog-does-not-name": (
+        _tenant_keys(search={"api-key": GOOD_KEY, "2027-01": GOOD_KEY}),
+        "radixfleet:tenantKeys.search.2027-01: not one of the catalog's api_keys of search",
+    ),
+    "tenant-key-of-no-tenant": (
+        _tenant_keys(nobody={"api-key": GOOD_KEY}),
+        "radixfleet:tenantKeys.nobody: no such tenant in the catalog",
+    ),
+    "tenant-key-too-short": (
+        _tenant_keys(search={"api-key": "hunter2"}),
+        "radixfleet:tenantKeys.search.api-key: too short: at least 32 characters",
+    ),
+    "tenant-key-with-a-space": (
+        _tenant_keys(search={"api-key": GOOD_KEY + " x"}),
+        "radixfleet:tenantKeys.search.api-key: only printable ASCII, no spaces",
+    ),
     "duplicate-region": (
         lambda v: v.update(regions=["us-east-1", "eu-west-1", "us-east-1"]),
         "radixfleet:regions: region 'us-east-1' is listed 2 times",
@@ -216,6 +247,28 @@ def test_a_bad_stack_config_is_one_located_error(case: str) -> None:
     found = problems(raw)
     assert any(expected in p for p in found), found
     assert all(p.startswith("Pulumi.test.yaml: ") for p in found)
+
+
+def test_tenant_keys_set_for_every_served_tenant_parse() -> None:
+    raw = values()
+    _tenant_keys()(raw)
+    keys = parse(raw).settings.tenant_keys
+    assert keys is not None and sorted(keys) == list(SERVED)
+    assert keys["search"]["api-key"].get_secret_value() == GOOD_KEY
+
+
+@pytest.mark.parametrize(
+    "value", ["hunter2", 123456789012345678901234567890123, GOOD_KEY + " x"],
+    ids=["too-short", "a-number", "a-space"],
+)  # fmt: skip
+def test_a_bad_tenant_key_or_token_is_located_but_never_quoted(value: Any) -> None:
+    raw = values()
+    _tenant_keys(search={"api-key": value})(raw)
+    raw["fleetToken"] = value
+    found = problems(raw)
+    assert any("tenantKeys.search.api-key" in p for p in found), found
+    assert any("fleetToken" in p for p in found), found
+    assert not any(str(value) in p for p in found), found
 
 
 def _drop_h200(catalog: dict[str, Any]) -> None:

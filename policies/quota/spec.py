@@ -15,7 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from radixfleet.config import Tenant
-from radixfleet.config.catalog import GpuBudget, Name, TenantNamespace, TokenBudget
+from radixfleet.config.catalog import (
+    DEFAULT_API_KEY,
+    GpuBudget,
+    Name,
+    TenantNamespace,
+    TokenBudget,
+)
 from radixfleet.labels import GROUP
 
 API_VERSION = "v1alpha1"
@@ -23,8 +29,8 @@ KIND = "Tenant"
 PLURAL = "tenants"
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
-# The Secret key that holds an API key when a reference names none.
-DEFAULT_SECRET_KEY = "api-key"
+# The Secret key that holds an API key when a reference names none (the catalog's default).
+DEFAULT_SECRET_KEY = DEFAULT_API_KEY
 # The one ResourceQuota the controller owns in each tenant namespace.
 QUOTA_NAME = "radixfleet-gpus"
 GPU_QUOTA_RESOURCE = "requests.nvidia.com/gpu"  # ResourceQuota accepts only `requests.` here

@@ -8,7 +8,8 @@ so that every problem in a file is reported at once.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from datetime import datetime
+from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -179,6 +180,27 @@ class TokenBudget(Strict):
         return self
 
 
+# The one API key a tenant has when its entry lists none: its Secret's `api-key`.
+DEFAULT_API_KEY = "api-key"
+
+
+class ApiKey(Strict):
+    """One of a tenant's API keys, by name: the key in the tenant's Secret that holds it (filled
+    by `pulumi up` from the stack's secret config, or by the platform team), never its value.
+    A tenant holds several to rotate without a cutover: add the new one, move the clients,
+    then remove the old one or let it expire."""
+
+    name: Name
+    # A time without a zone is refused: it would mean a different instant in every region.
+    expires_at: Annotated[datetime, Field(strict=False)] | None = None
+
+    @model_validator(mode="after")
+    def _expiry_has_a_zone(self) -> Self:
+        if self.expires_at is not None and self.expires_at.utcoffset() is None:
+            raise ValueError("expires_at needs a time zone, e.g. 2027-01-31T00:00:00Z")
+        return self
+
+
 class Tenant(Strict):
     """A team sharing the fleet: where its workloads live and what it may use."""
 
@@ -187,6 +209,16 @@ class Tenant(Strict):
     gpu_budget: dict[str, GpuBudget] = Field(default_factory=dict)
     token_budget: TokenBudget | None = None
     priority: Annotated[int, Field(ge=0, le=1000)] = 100
+    api_keys: list[ApiKey] = Field(
+        default_factory=lambda: [ApiKey(name=DEFAULT_API_KEY)], min_length=1
+    )
+
+    @model_validator(mode="after")
+    def _key_names_unique(self) -> Self:
+        names = [key.name for key in self.api_keys]
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"api_keys: each name once (a Secret has one value a key): {twice}")
+        return self
 
 
 class Slo(Strict):

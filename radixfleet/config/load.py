@@ -190,16 +190,23 @@ def _seen_before(key: object, seen: set[object] | dict[Any, Any], node: yaml.Map
             "found unhashable key", key_node.start_mark) from None  # fmt: skip
 
 
-def pydantic_problems(exc: ValidationError, *, source: str) -> list[Problem]:
-    """One `Problem` per pydantic error, located like `models[2].tensor_parallel`."""
+def pydantic_problems(
+    exc: ValidationError, *, source: str, secret: frozenset[str] = frozenset()
+) -> list[Problem]:
+    """One `Problem` per pydantic error, located like `models[2].tensor_parallel`. The value
+    given is quoted, except under a top-level field in `secret`: a key's value in an error
+    would end in a terminal, a CI log or an issue."""
     problems = []
     for error in exc.errors():
         loc = format_location([p for p in error["loc"] if not str(p).startswith("function-")])
         given = error.get("input")
         message = error["msg"].removeprefix("Value error, ")
+        hidden = bool(error["loc"]) and str(error["loc"][0]) in secret
+        scalar = not isinstance(given, dict | list)
+        plain = error["type"] not in ("missing", "value_error") and scalar
         if error["type"] == "extra_forbidden":
             message = "unknown field"
-        elif error["type"] not in ("missing", "value_error") and not isinstance(given, dict | list):
+        elif plain and not hidden:
             message = f"{given!r}: {message}"
         problems.append(Problem(source, loc, message))
     return problems

@@ -13,8 +13,10 @@ modules left behind), started as a newcomer's `make cluster` starts one (KServe 
 with infra's values, Knative Serving, prometheus-operator, the KIngress marker) and taken down
 as `make cluster-down` does: `up` ends green (every Deployment Available: both operator replicas
 Ready); Prometheus scrapes what the program's PodMonitors select and loaded its alerting and
-recording rules; the tenant's model, once its key and weights are there, answers a chat through the
-entry; `kubectl apply --server-side` cannot change what `up` made (a conflict with Pulumi's
+recording rules; the tenant's model, once its weights are there, answers a chat through the
+entry with the key the stack holds; a key added through the stack works and one removed through
+it is refused, while a chat with another key never fails meanwhile;
+`kubectl apply --server-side` cannot change what `up` made (a conflict with Pulumi's
 field manager); the quota's GPU-budget policy refuses a model past the tenant's budget; a
 second `up` changes nothing; `destroy` leaves no object of ours.
 """
@@ -24,13 +26,17 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pulumi import automation as auto
 
 from inferenceservices.builder import api_keys_secret
@@ -52,6 +58,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.own_cluster]
 CATALOG = REPO / "tests/data/pulumi/catalog.yaml"
 REGION, TENANT, NAMESPACE, MODEL = "local", "pulumi-team", "pulumi-team", "chat"
 TIMEOUT_S = 300.0
+# The tenant's key the stack starts with, and the one its rotation adds (the stack's secrets).
+FIRST_KEY, NEXT_KEY = secrets.token_hex(32), secrets.token_hex(32)
 
 
 def _image(record: images.ImageRecord, tag: str) -> dict[str, str]:
@@ -73,6 +81,7 @@ def stack_config(
             REGION: {"kubeconfig": str(cluster.kubeconfig)}  # monitoring: on, the default
         },
         "radixfleet:fleetToken": secrets.token_hex(24),
+        "radixfleet:tenantKeys": {TENANT: {"api-key": FIRST_KEY}},
         "radixfleet:runtime": _image(radixfleet, "0.1.0"),
         "radixfleet:controllers": {
             **_image(radixfleet, "0.1.0"),
@@ -119,12 +128,9 @@ def deployed(platform: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
         stack.destroy(on_output=output.append, color="never")
 
 
-def _tenant_onboarded(cluster: Cluster, key: str) -> None:
-    """What the platform team adds after `up`: the tenant's key (never in a manifest) and, here,
-    the model's weights (a claim on the node's folder, in place of an object store)."""
-    tenant = load_catalog(CATALOG).tenant(TENANT)
-    cluster.kubectl("create", "secret", "generic", api_keys_secret(tenant), "-n", NAMESPACE,
-                    f"--from-literal=api-key={key}")  # fmt: skip
+def _weights_in_place(cluster: Cluster) -> None:
+    """What the platform team adds after `up`, here: the model's weights (a claim on the node's
+    folder, in place of an object store). The tenant's key came with `up`, from the stack."""
     session.apply(cluster, model_volume(cluster, namespace=NAMESPACE, model=MODEL,
                                         data_plane_key=False))  # fmt: skip
 
@@ -139,8 +145,10 @@ def _chat(url: str, key: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(request, timeout=60) as answer:
             return answer.status, answer.read().decode()
-    except OSError as error:
-        return getattr(error, "code", 0), str(error)
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except OSError as error:  # no answer: refused, reset, timed out
+        return 0, str(error)
 
 
 def test_make_cluster_left_the_platform_running(platform: Cluster) -> None:
@@ -164,23 +172,93 @@ def test_up_is_green_with_every_deployment_available(deployed: Deployed) -> None
         assert conditions["Available"] == "True", found["status"]
 
 
-def test_the_tenants_model_answers_through_the_entry(deployed: Deployed) -> None:
-    cluster, key = deployed.cluster, secrets.token_urlsafe(24)
-    _tenant_onboarded(cluster, key)
-    session.wait_for(lambda: ready(cluster, "isvc", MODEL, NAMESPACE), timeout_s=TIMEOUT_S,
-                     what=f"{NAMESPACE}/{MODEL} Ready")  # fmt: skip
+def _entry_url(cluster: Cluster) -> str:
     service = get(cluster, "service", entry_base.NAME, "-n", operator.NAMESPACE)
-    url = f"http://{service['spec']['clusterIP']}"
+    return f"http://{service['spec']['clusterIP']}"
+
+
+def _until_answered(url: str, key: str, status: int) -> tuple[int, str]:
+    """The first answer with `status` to a chat with `key` (the entry reads keys and routes
+    every few seconds)."""
     answers: list[tuple[int, str]] = []
 
-    def answered() -> bool:  # the entry learns the new key and route on its next sync
+    def answered() -> bool:
         answers.append(_chat(url, key))
-        return answers[-1][0] == 200
+        return answers[-1][0] == status
 
-    session.wait_for(
-        answered, timeout_s=TIMEOUT_S, what=f"a chat through the entry: {answers[-1:]}"
-    )
-    assert json.loads(answers[-1][1])["choices"][0]["message"]["content"]
+    session.wait_for(answered, timeout_s=TIMEOUT_S,
+                     what=f"{status} to a chat through the entry: {answers[-1:]}")  # fmt: skip
+    return answers[-1]
+
+
+def test_the_tenants_model_answers_through_the_entry_with_the_stacks_key(
+    deployed: Deployed,
+) -> None:
+    cluster = deployed.cluster
+    secret = get(cluster, "secret", api_keys_secret(load_catalog(CATALOG).tenant(TENANT)),
+                 "-n", NAMESPACE)  # fmt: skip
+    assert sorted(secret["data"]) == ["api-key"], "up did not write the stack's key"
+    _weights_in_place(cluster)
+    session.wait_for(lambda: ready(cluster, "isvc", MODEL, NAMESPACE), timeout_s=TIMEOUT_S,
+                     what=f"{NAMESPACE}/{MODEL} Ready")  # fmt: skip
+    _, body = _until_answered(_entry_url(cluster), FIRST_KEY, 200)
+    assert json.loads(body)["choices"][0]["message"]["content"]
+
+
+class _Chatter:
+    """Chats through the entry with one key, one after another, on a thread, until stopped;
+    keeps each answer's status in order."""
+
+    def __init__(self, url: str, key: str) -> None:
+        self.url, self.key, self.statuses = url, key, list[int]()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.statuses.append(_chat(self.url, self.key)[0])
+
+    def stop(self) -> list[int]:
+        self._stop.set()
+        self._thread.join(timeout=90)
+        return self.statuses
+
+
+def _rotate(deployed: Deployed, tmp: Path, keys: dict[str, str]) -> None:
+    """What a rotation step is for the team: the catalog names the tenant's keys, the stack
+    holds their values; `up` writes both (here a copy of the test catalog)."""
+    catalog = yaml.safe_load(CATALOG.read_text())
+    catalog["tenants"][0]["api_keys"] = [{"name": name} for name in keys]
+    path = tmp / f"catalog-{'-'.join(keys)}.yaml"
+    path.write_text(yaml.safe_dump(catalog))
+    stack = deployed.stack
+    stack.set_config("radixfleet:catalog", auto.ConfigValue(str(path)))
+    stack.set_config("radixfleet:tenantKeys",
+                     auto.ConfigValue(json.dumps({TENANT: keys}), secret=True))  # fmt: skip
+    result = stack.up(on_output=deployed.output.append, color="never")
+    assert result.summary.result == "succeeded", "".join(deployed.output[-50:])
+
+
+def test_a_key_added_and_one_removed_through_the_stack_rotate_with_traffic_flowing(
+    deployed: Deployed, tmp_path: Path
+) -> None:
+    """Rotation without a cutover, in every region at once: a key added to the stack works
+    after `up` while the old one goes on working; the old one removed, it is refused. A client
+    chatting with the new key all the while is never refused and never fails."""
+    url = _entry_url(deployed.cluster)
+    _until_answered(url, FIRST_KEY, 200)
+    old_keys_client = _Chatter(url, FIRST_KEY)
+    _rotate(deployed, tmp_path, {"api-key": FIRST_KEY, "next": NEXT_KEY})
+    _until_answered(url, NEXT_KEY, 200)
+    statuses = old_keys_client.stop()
+    assert len(statuses) >= 5 and set(statuses) == {200}, f"the old key, one added: {statuses}"
+    new_keys_client = _Chatter(url, NEXT_KEY)
+    _rotate(deployed, tmp_path, {"next": NEXT_KEY})
+    _, body = _until_answered(url, FIRST_KEY, 401)
+    assert json.loads(body)["error"]["code"] == "invalid_api_key", body
+    statuses = new_keys_client.stop()
+    assert len(statuses) >= 5 and set(statuses) == {200}, f"the new key, the old gone: {statuses}"
 
 
 def test_kubectl_cannot_take_over_what_pulumi_made(deployed: Deployed) -> None:

@@ -55,6 +55,8 @@ class WorkloadsArgs:
     # This region's operator runs the fleet's failover (one region per fleet).
     with_failover: bool
     fleet_token: pulumi.Input[str]
+    # The key Secrets of the region's tenants, from the stack's `tenantKeys` (empty: the team's).
+    tenant_keys: Sequence[m.TenantKeys]
     dashboards_dir: Path
     # KServe must be up (CRDs, webhooks) before runtimes and InferenceServices (None: it was
     # installed before this program ran).
@@ -109,6 +111,7 @@ def region_workloads_args(
         model_cache_controller=model_cache_controller,
         with_failover=region.name == fleet.failover_region,
         fleet_token=fleet_token,
+        tenant_keys=m.region_tenant_keys(catalog, region, fleet.tenant_key_values()),
         dashboards_dir=fleet.path(fleet.settings.dashboards_dir),
         kserve=kserve,
         monitoring=monitoring,
@@ -148,6 +151,7 @@ class Workloads(pulumi.ComponentResource):
         # remove, so `pulumi destroy` deletes them while it still runs.
         tenants = self._policies([*crds, operator], list(namespaces.values()),
                                  controllers_namespace)  # fmt: skip
+        self._tenant_keys(namespaces)
         self._serving(list(namespaces.values()), [*admission, *tenants])
         if args.with_monitoring:
             self._dashboards(controllers_namespace)
@@ -280,6 +284,17 @@ class Workloads(pulumi.ComponentResource):
             string_data={m.FLEET_TOKEN_KEY: self._args.fleet_token},
             opts=self._opts([namespace]),
         )
+
+    def _tenant_keys(self, namespaces: Mapping[str, k8s.core.v1.Namespace]) -> None:
+        """Each tenant's key Secret, its values secret in the state and the preview. Removing a
+        key from the stack removes it here, and the entry refuses it at its next read."""
+        for keys in self._args.tenant_keys:
+            k8s.core.v1.Secret(
+                f"{self._name}-secret-{keys.namespace}-{keys.secret}",
+                metadata=_meta(keys.secret, keys.namespace),
+                string_data={n: pulumi.Output.secret(v) for n, v in keys.values.items()},
+                opts=self._opts([namespaces[keys.namespace]]),
+            )
 
     def _policies(
         self,
