@@ -11,18 +11,43 @@ The routers controller creates the Secret, random, the first time it sees an Inf
 a namespace, before any predictor pod can need it; it may create Secrets but never read them.
 A predictor whose namespace has no such Secret does not start (its pod waits for the Secret):
 there is no unauthenticated fallback.
+
+**Rotation without a 401.** SGLang and smg each take one key, read once at start, and smg
+presents its own to its workers, so a revision's router and pods must hold the same key for as
+long as they run. Each revision is therefore pinned to one key of the Secret by its *name*: the
+runtimes read the key the InferenceService's annotation `radixfleet.io/data-plane-key` names
+(KServe fills the runtime's placeholder from it; `api-key` without one), and a revision's router
+reads the key its revision's pods read. A rotation adds a key to the Secret, annotates the
+namespace's InferenceServices with its name (a new revision of each, rolled out as any is), and
+removes the old key once no revision that reads it takes traffic. Being a rollout, it needs
+the GPUs any rollout needs: the new revision's pods start beside the old ones, within the
+tenant's quota (a tenant at its limit stops there, KServe reporting the refusal). The Secret
+holds both keys
+meanwhile: the region entry reads the whole Secret and answers a 401 from a revision by trying
+its other key (a 401 comes before any work is done), and the autoscaler's pre-warmer sends a pod
+the key its spec reads.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 from radixfleet import labels
 
 SECRET = "radixfleet-data-plane"
-KEY = "api-key"
+KEY = "api-key"  # the key a revision reads unless its InferenceService names another
 ENV = "RADIXFLEET_DATA_PLANE_KEY"
+# Which key of the Secret an InferenceService's revisions read (set to rotate; see above).
+KEY_ANNOTATION = f"{labels.GROUP}/data-plane-key"
+# The runtimes' key name, a Go template KServe fills from the InferenceService's metadata
+# (its `ReplacePlaceholders`, as `{{.Name}}`): the annotation's value, else `api-key`. The
+# annotation's name is a raw string (backquotes): KServe renders the container as JSON first,
+# where a double quote would be escaped and break the template.
+KEY_PLACEHOLDER = (
+    "{{with index .Annotations `" + KEY_ANNOTATION + "`}}{{.}}{{else}}" + KEY + "{{end}}"
+)
 
 
 ROUTER_SUFFIX = "-router"
@@ -40,9 +65,21 @@ def router_name(revision: str, pool: str = labels.SERVING_POOL) -> str:
     return routes_for(revision, pool) + ROUTER_SUFFIX
 
 
-def env_var() -> dict[str, Any]:
-    """The container environment variable holding the key (from the namespace's Secret)."""
-    return {"name": ENV, "valueFrom": {"secretKeyRef": {"name": SECRET, "key": KEY}}}
+def env_var(key: str = KEY) -> dict[str, Any]:
+    """The container environment variable holding the key named `key` of the namespace's
+    Secret (the runtimes pass `KEY_PLACEHOLDER`; a router, its revision's `key_name`)."""
+    return {"name": ENV, "valueFrom": {"secretKeyRef": {"name": SECRET, "key": key}}}
+
+
+def key_name(pod_spec: Mapping[str, Any]) -> str | None:
+    """The Secret key a pod spec's containers read the data plane's key from (a Revision's:
+    the placeholder filled), or None if none reads it."""
+    for container in pod_spec.get("containers") or []:
+        for env in container.get("env") or []:
+            ref = (env.get("valueFrom") or {}).get("secretKeyRef") or {}
+            if env.get("name") == ENV and ref.get("name") == SECRET and ref.get("key"):
+                return str(ref["key"])
+    return None
 
 
 def api_key_args() -> list[str]:

@@ -158,7 +158,8 @@ def _container(variant: RuntimeVariant, args: list[str], image: str) -> dict[str
             {"name": "HOME", "value": SCRATCH_DIR},
             {"name": "HF_HOME", "value": f"{SCRATCH_DIR}/hf_home"},
             {"name": "SGLANG_ENABLE_TORCH_COMPILE", "value": "0"},
-            dataplane.env_var(),
+            # The key the InferenceService names (a rotation's new one), else `api-key`.
+            dataplane.env_var(dataplane.KEY_PLACEHOLDER),
         ],
         "ports": [{"containerPort": PORT, "name": PORT_NAME, "protocol": "TCP"}],
         "startupProbe": _probe("/health", period=STARTUP_PERIOD_S, failures=STARTUP_FAILURES),

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from radixfleet import dataplane
+from runtimes.builder import VARIANTS, build_runtime
 
 DASHED_KEY = "-Zq3xYw"  # one random url-safe key in 64 began like this
 
@@ -44,3 +45,34 @@ def test_a_dashed_key_as_a_second_argument_is_what_smg_refuses() -> None:
 def test_new_keys_never_begin_with_a_dash() -> None:
     keys = [dataplane.secret("ns")["stringData"][dataplane.KEY] for _ in range(500)]
     assert all(k[0].isalnum() and len(k) == 64 for k in keys)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        pytest.param([dataplane.env_var("api-key-2")], "api-key-2", id="the-key-named"),
+        pytest.param(
+            [{"name": "HOME", "value": "/x"}, dataplane.env_var()], "api-key", id="among-others"
+        ),
+        pytest.param([{"name": dataplane.ENV, "value": "inline"}], None, id="not-from-the-secret"),
+        pytest.param(
+            [{"name": dataplane.ENV, "valueFrom": {"secretKeyRef": {"name": "other", "key": "k"}}}],
+            None,
+            id="another-secret",
+        ),
+        pytest.param([], None, id="none"),
+    ],
+)
+def test_a_revisions_key_is_the_one_its_container_reads_from_the_data_planes_secret(
+    env: list[dict[str, object]], expected: str | None
+) -> None:
+    spec = {"containers": [{"name": "queue-proxy"}, {"name": "kserve-container", "env": env}]}
+    assert dataplane.key_name(spec) == expected
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_every_runtime_reads_the_key_its_inference_service_names(name: str) -> None:
+    runtime, _ = build_runtime(name)
+    specs = [runtime["spec"], runtime["spec"].get("workerSpec") or {}]
+    keys = {dataplane.key_name(s) for s in specs if s.get("containers")}
+    assert keys == {dataplane.KEY_PLACEHOLDER}

@@ -145,8 +145,8 @@ class KubeDataPlaneKeys:
     def __init__(self, api_client: Any) -> None:
         self.api_client = api_client
 
-    def key(self, namespace: str) -> str | None:
-        return read_secret_value(self.api_client, namespace, dataplane.SECRET, dataplane.KEY)
+    def key(self, namespace: str, name: str = dataplane.KEY) -> str | None:
+        return read_secret_value(self.api_client, namespace, dataplane.SECRET, name)
 
 
 class HttpWarmUp:

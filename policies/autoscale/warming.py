@@ -41,7 +41,7 @@ from typing import Any, Protocol
 from policies.autoscale.prewarm import Gate, PodView, gate
 from policies.autoscale.spec import AutoscalePolicySpec
 from policies.autoscale.state import Observed
-from radixfleet import labels
+from radixfleet import dataplane, labels
 from radixfleet.fleet.prewarm import kv_blocks
 from radixfleet.kit.errors import KubeError
 from radixfleet.twin.interfaces import Waiting
@@ -66,7 +66,9 @@ class WarmPods(Protocol):
 
 
 class DataPlaneKeys(Protocol):
-    def key(self, namespace: str) -> str | None: ...
+    def key(self, namespace: str, name: str = dataplane.KEY) -> str | None:
+        """The value of the key `name` of the namespace's data-plane Secret; None if missing."""
+        ...
 
 
 class WarmUpClient(Protocol):
@@ -155,25 +157,32 @@ class Warmer:
         by_name = {p["metadata"]["name"]: p for p in found}
         for name in decided.warm:
             ip = (by_name[name].get("status") or {}).get("podIP")
-            job = self.executor.submit(self._warm, namespace, spec, name, str(ip))
+            # The key the pod started with: during a rotation its revision's, old or new.
+            held = dataplane.key_name(by_name[name].get("spec") or {}) or dataplane.KEY
+            job = self.executor.submit(self._warm, namespace, spec, name, str(ip), held)
             with self.lock:
                 self.running[(namespace, name)] = job
 
-    def _warm(self, namespace: str, spec: AutoscalePolicySpec, name: str, ip: str) -> None:
+    def _warm(
+        self, namespace: str, spec: AutoscalePolicySpec, name: str, ip: str, key_name: str
+    ) -> None:
         """Send the pod the model's hottest prefixes, then put it back, whatever happened."""
         started, note = self.clock(), "nothing sent"
         try:
-            note = self._send(namespace, spec, f"http://{ip}:{self.pod_port}", started)
+            url = f"http://{ip}:{self.pod_port}"
+            note = self._send(namespace, spec, url, started, key_name)
         except Exception as error:  # anything at all: the pod must not stay out
             note = f"not warmed: {error}"[:200]
             log.warning("warm-up of %s/%s failed: %s", namespace, name, error)
         finally:
             self._release(namespace, name, note)
 
-    def _send(self, namespace: str, spec: AutoscalePolicySpec, url: str, started: float) -> str:
-        key = self.keys.key(namespace)
+    def _send(
+        self, namespace: str, spec: AutoscalePolicySpec, url: str, started: float, key_name: str
+    ) -> str:
+        key = self.keys.key(namespace, key_name)
         if key is None:
-            return "not warmed: no data-plane key"
+            return f"not warmed: no data-plane key {key_name!r}"
         blocks = kv_blocks(self.http.kv_tokens(url, key=key))
         texts = self.http.hottest(
             namespace, spec.inference_service, key=key, kv_blocks=blocks,

@@ -7,7 +7,9 @@ Rules, in order:
    status) or is the latest ready one (a canary at 0% has its router before its first step).
    Its smg selects the revision's pods, and of those only the `serving` pool when the
    revision's pods carry `radixfleet.io/pool` (`RevisionRef.pooled`, read from the Revision's
-   labels): a pod the autoscaler is pre-warming stays out until it is warm.
+   labels): a pod the autoscaler is pre-warming stays out until it is warm. Its smg holds the
+   data plane's key the revision's pods hold (`RevisionRef.data_plane_key`): a revision is
+   pinned to one key of the Secret, so a rotation never parts a router from its workers.
 3. While a canary takes traffic beside the stable revision (`latestCreatedRevision` and
    `latestRolledoutRevision` both with a share), the stable revision also gets a baseline
    router, selecting its pods of the `baseline` pool, if its pods carry the pool label at all.
@@ -30,18 +32,20 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from policies.routers.spec import Router
-from radixfleet import labels
+from radixfleet import dataplane, labels
 
 Key = tuple[str, str]  # (namespace, name): a router's, or a revision's
 
 
 @dataclass(frozen=True)
 class RevisionRef:
-    """What a router needs of its Knative Revision: its UID (the router's owner) and whether
-    its pods carry `radixfleet.io/pool` (the revision's labels are its template's)."""
+    """What a router needs of its Knative Revision: its UID (the router's owner), whether its
+    pods carry `radixfleet.io/pool` (the revision's labels are its template's), and the key of
+    the data plane's Secret its pods read (the router must hold the same)."""
 
     uid: str
     pooled: bool = False
+    data_plane_key: str = dataplane.KEY
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,7 @@ def decide(
         reported.add((meta["namespace"], meta["name"]))
         want |= {(r.namespace, r.name): r for r in routers}
     apply = [
-        replace(r, revision_uid=ref.uid, pooled=ref.pooled)
+        replace(r, revision_uid=ref.uid, pooled=ref.pooled, data_plane_key=ref.data_plane_key)
         for key, r in want.items()
         if (ref := revisions.get((r.namespace, r.revision)))
         and (ref.pooled or r.pool == labels.SERVING_POOL)

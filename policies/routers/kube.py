@@ -53,12 +53,16 @@ class KubeRevisions:
             group, version, plural, label_selector=KSERVE_REVISIONS,
         ))  # fmt: skip
         items = found.get("items", []) if isinstance(found, dict) else []
-        metas = [item.get("metadata") or {} for item in items]
-        return {(m["namespace"], m["name"]): _ref(m) for m in metas}
+        return {(i["metadata"]["namespace"], i["metadata"]["name"]): _ref(i) for i in items}
 
 
-def _ref(meta: dict[str, Any]) -> RevisionRef:
-    return RevisionRef(uid=meta["uid"], pooled=labels.POOL in (meta.get("labels") or {}))
+def _ref(revision: dict[str, Any]) -> RevisionRef:
+    meta, spec = revision["metadata"], revision.get("spec") or {}
+    return RevisionRef(
+        uid=meta["uid"],
+        pooled=labels.POOL in (meta.get("labels") or {}),
+        data_plane_key=dataplane.key_name(spec) or dataplane.KEY,
+    )
 
 
 class KubeRouters:

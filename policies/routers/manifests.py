@@ -80,7 +80,7 @@ def _pod(router: Router, image: str) -> Manifest:
             "name": "smg",
             "image": image,
             "args": spec.smg_args(router),
-            "env": [dataplane.env_var()],
+            "env": [dataplane.env_var(router.data_plane_key)],
             "ports": [
                 {"name": "http", "containerPort": spec.ROUTER_PORT},
                 {"name": "metrics", "containerPort": spec.METRICS_PORT},

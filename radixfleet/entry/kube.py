@@ -25,7 +25,7 @@ from radixfleet.kit.kube import (
     INFERENCE_SERVICES,
     Resource,
     list_everywhere,
-    read_secret_value,
+    read_secret_values,
 )
 from radixfleet.kit.rbac import TENANT_NAMESPACES, PolicyRule, rule
 
@@ -51,8 +51,9 @@ class CanaryPolicies(Protocol):
 
 
 class DataPlaneKeys(Protocol):
-    def key(self, namespace: str) -> str | None:
-        """The namespace's data-plane key; None while its Secret is missing."""
+    def keys(self, namespace: str) -> dict[str, str]:
+        """The namespace's data-plane keys by name (two during a rotation); {} while its
+        Secret is missing."""
         ...
 
 
@@ -62,8 +63,8 @@ class KubeDataPlaneKeys:
     def __init__(self, api_client: Any) -> None:
         self.api_client = api_client
 
-    def key(self, namespace: str) -> str | None:
-        return read_secret_value(self.api_client, namespace, dataplane.SECRET, dataplane.KEY)
+    def keys(self, namespace: str) -> dict[str, str]:
+        return read_secret_values(self.api_client, namespace, dataplane.SECRET)
 
 
 class KubeCanaryPolicies:
@@ -95,6 +96,11 @@ async def keep_in_sync(
             # Routes and keys change together: a tenant's new route never answers before the
             # entry holds its key.
             entry.routes, entry.keys = routes, found
+            # Which key each revision took: only for revisions still routed to.
+            routed = routes.revisions()
+            entry.revision_keys = {
+                pinned: name for pinned, name in entry.revision_keys.items() if pinned in routed
+            }
             if entry.prefixes is not None:
                 entry.prefixes.keep_only(routes.served())
         except KubeError as error:
@@ -104,6 +110,6 @@ async def keep_in_sync(
         await asyncio.sleep(interval_s)
 
 
-def _read_keys(keys: DataPlaneKeys, namespaces: set[str]) -> dict[str, str]:
-    found = {namespace: keys.key(namespace) for namespace in sorted(namespaces)}
-    return {namespace: key for namespace, key in found.items() if key}
+def _read_keys(keys: DataPlaneKeys, namespaces: set[str]) -> dict[str, dict[str, str]]:
+    found = {namespace: keys.keys(namespace) for namespace in sorted(namespaces)}
+    return {namespace: named for namespace, named in found.items() if named}

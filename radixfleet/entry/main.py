@@ -67,7 +67,7 @@ async def serve(options: EntryOptions) -> None:
         upstreams = Upstreams(cluster_domain=options.cluster_domain)
         entry = ClusterEntry(gate=gate, session=session, upstreams=upstreams,
                              signals=signals_relay(options, session, os.environ))  # fmt: skip
-        entry.prefixes = HotPrefixes(key_of=entry.key_of)
+        entry.prefixes = HotPrefixes(keys_of=entry.keys_of)
         listed, keys = KubeInferenceServices(api), KubeDataPlaneKeys(api)
         sync = asyncio.create_task(
             keep_in_sync(

@@ -36,17 +36,17 @@ PATH = "/fleet/v1/prefixes/{namespace}/{model}"
 MAX_KV_BLOCKS = 10_000_000
 MAX_MIN_HITS = 1000.0
 
-KeyOf = Callable[[str], str | None]
+KeysOf = Callable[[str], list[str]]
 
 
 @dataclass
 class HotPrefixes:
     """Per (namespace, model) popularity, and the route that reads the hottest of it.
 
-    `key_of(namespace)` is the namespace's data-plane key as the entry knows it (None while
-    unknown: nobody is let in)."""
+    `keys_of(namespace)` are the namespace's data-plane keys as the entry knows them (none
+    while unknown: nobody is let in; two during a rotation: either lets in)."""
 
-    key_of: KeyOf
+    keys_of: KeysOf
     clock: Callable[[], float] = time.monotonic
     models: dict[tuple[str, str], PrefixPopularity] = field(default_factory=dict)
 
@@ -82,10 +82,11 @@ class HotPrefixes:
 
     def _authorize(self, request: web.Request, namespace: str) -> None:
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        key = self.key_of(namespace) or ""
-        # Constant time: the key must not leak through how fast a wrong one is refused.
-        matches = hmac.compare_digest(given.strip().encode(), key.encode())
-        if scheme.lower() != "bearer" or not key or not matches:
+        # Constant time, against every key: none must leak through how fast a wrong one is
+        # refused.
+        matches = [hmac.compare_digest(given.strip().encode(), k.encode())
+                   for k in self.keys_of(namespace)]  # fmt: skip
+        if scheme.lower() != "bearer" or not any(matches):
             raise ApiError(401, f"Unknown or missing data-plane key of {namespace}.")
 
 

@@ -94,6 +94,10 @@ class Routes:
         """Every (namespace, model) a route leads to."""
         return {(route.namespace, route.model) for route in self.models.values()}
 
+    def revisions(self) -> set[tuple[str, str]]:
+        """Every (namespace, revision) a route leads to."""
+        return {(t.namespace, t.revision) for r in self.models.values() for t in r.targets}
+
 
 def _name(route: ModelRoute) -> str:
     return route.model

@@ -16,11 +16,13 @@ baseline), for the platform team's debugging and the tests.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import aiohttp
@@ -80,7 +82,10 @@ class ClusterEntry:
     wake_timeout_s: float = 600.0
     draw: Callable[[], float] = field(default_factory=lambda: random.Random().random)
     routes: Routes | None = None  # None until the first sync: every request gets 503
-    keys: dict[str, str] = field(default_factory=dict)  # by namespace: the data plane's key
+    # By namespace: the data plane's keys by name (two while a rotation runs).
+    keys: dict[str, dict[str, str]] = field(default_factory=dict)
+    # By (namespace, revision): the name of the key the revision took last.
+    revision_keys: dict[tuple[str, str], str] = field(default_factory=dict)
     signals: SignalsRelay | None = None  # the fleet's failover reads this region's Prometheus
     prefixes: HotPrefixes | None = None  # what each model's prompts began with (pre-warming)
 
@@ -172,10 +177,9 @@ class ClusterEntry:
     ) -> web.StreamResponse | None:  # fmt: skip
         """The revision's router's answer, or None if it has no worker or is not reachable."""
         url = self.upstreams.router(target) + request.path
-        headers = {**self._upstream_headers(target), **_request_id(request)}
         relayed = {**served, "x-radixfleet-path": "router"}
         try:
-            async with self.session.post(url, data=raw, headers=headers) as upstream:
+            async with self._post(target, url, raw, _request_id(request)) as upstream:
                 if await _no_workers(upstream):
                     return None
                 return await relay(request, upstream, relayed, may_resend=may_resend)
@@ -186,28 +190,47 @@ class ClusterEntry:
     async def _through_knative(
         self, request: web.Request, target: Target, raw: bytes, served: dict[str, str]
     ) -> web.StreamResponse:
-        headers = {**self._upstream_headers(target), **_request_id(request),
-                   "Knative-Serving-Revision": target.revision,
+        headers = {**_request_id(request), "Knative-Serving-Revision": target.revision,
                    "Knative-Serving-Namespace": target.namespace}  # fmt: skip
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.wake_timeout_s)
         url = self.upstreams.knative(target) + request.path
         try:
-            async with self.session.post(url, data=raw, headers=headers, timeout=timeout) as up:
+            async with self._post(target, url, raw, headers, timeout=timeout) as up:
                 return await relay(request, up, {**served, "x-radixfleet-path": "knative"})
         except (aiohttp.ClientConnectorError, TimeoutError):
             raise self._unavailable(f"Revision {target.revision} is not reachable.") from None
 
-    def key_of(self, namespace: str) -> str | None:
-        """The data plane's key of `namespace`, as last read from the cluster."""
-        return self.keys.get(namespace)
+    def keys_of(self, namespace: str) -> list[str]:
+        """The data plane's keys of `namespace`, as last read from the cluster."""
+        return list(self.keys.get(namespace, {}).values())
 
-    def _upstream_headers(self, target: Target) -> dict[str, str]:
-        """The body's type and the data plane's key of the target's namespace (never the
-        tenant's key); 503 while that key is not known yet."""
-        key = self.keys.get(target.namespace)
-        if key is None:
+    @contextlib.asynccontextmanager
+    async def _post(
+        self, target: Target, url: str, raw: bytes, headers: dict[str, str], **options: Any
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """POST `raw` upstream with a data-plane key of the target's namespace (never the
+        tenant's): the one its revision took last, then, on a 401, the others. A revision
+        holds one key of the Secret (radixfleet/dataplane.py), and during a rotation the
+        Secret holds two; a 401 comes before any work, so trying again costs nothing. 503
+        while the namespace's keys are not known yet."""
+        named = self.keys.get(target.namespace)
+        if not named:
             raise self._unavailable(f"The data plane of {target.namespace} is not ready yet.")
-        return {**_JSON, **dataplane.bearer(key)}
+        pinned = (target.namespace, target.revision)
+        order = sorted(named, key=lambda name: (name != self.revision_keys.get(pinned), name))
+        for tried, name in enumerate(order, start=1):
+            sent = {**_JSON, **headers, **dataplane.bearer(named[name])}
+            upstream = await self.session.post(url, data=raw, headers=sent, **options)
+            if upstream.status == HTTPStatus.UNAUTHORIZED and tried < len(order):
+                upstream.release()
+                continue
+            if upstream.status != HTTPStatus.UNAUTHORIZED:
+                self.revision_keys[pinned] = name
+            try:
+                yield upstream
+            finally:
+                upstream.release()
+            return
 
     def _unavailable(self, message: str) -> EntryError:
         return EntryError(503, message, headers={"Retry-After": str(RETRY_AFTER_S)})

@@ -73,8 +73,14 @@ def absent_as_none(what: str, call: Callable[[], T]) -> T | None:
 
 def read_secret_value(api_client: Any, namespace: str, name: str, key: str) -> str | None:
     """One value of a Secret, decoded and stripped; None when the Secret, the key or a
-    readable value is missing, or when radixfleet may not read it (never the whole Secret: the
-    caller names the key it wants)."""
+    readable value is missing, or when radixfleet may not read it (the caller names the key
+    it wants)."""
+    return read_secret_values(api_client, namespace, name).get(key)
+
+
+def read_secret_values(api_client: Any, namespace: str, name: str) -> dict[str, str]:
+    """Every readable value of a Secret, decoded and stripped, by key; {} when the Secret is
+    missing or radixfleet may not read it (a value that is empty or not text is left out)."""
     core = client.CoreV1Api(api_client)
     what = f"get secret {namespace}/{name}"
     try:
@@ -85,12 +91,14 @@ def read_secret_value(api_client: Any, namespace: str, name: str, key: str) -> s
         # Not ours to read: reads are held to the Secrets a tenant namespace's Role names
         # (radixfleet/render/tenant_access.py). The caller sees a missing key, as it should.
         log.warning("%s (not named in the namespace's secret access)", error)
-        return None
-    encoded = (getattr(found, "data", None) or {}).get(key)
-    if not encoded:
-        return None
+        return {}
+    decoded = {k: _decoded(v) for k, v in (getattr(found, "data", None) or {}).items()}
+    return {k: v for k, v in decoded.items() if v}
+
+
+def _decoded(encoded: str | None) -> str | None:
     try:
-        return base64.b64decode(encoded).decode().strip() or None
+        return base64.b64decode(encoded or "").decode().strip() or None
     except (binascii.Error, UnicodeDecodeError):
         return None
 

@@ -26,7 +26,7 @@ from policies.autoscale.prewarm import Gate, PodView, gate, may_hold_back
 from policies.autoscale.spec import AutoscalePolicySpec, Prewarm
 from policies.autoscale.state import Observed, ReplicaMetrics
 from policies.autoscale.warming import RELOOK_S, WARMED, Warmer, pod_view, waiting_of
-from radixfleet import labels
+from radixfleet import dataplane, labels
 from radixfleet.emulator.server import EmulatorConfig
 from radixfleet.emulator.testing import serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
@@ -134,8 +134,9 @@ def test_warm_up_never_delays_a_request_it_could_serve(
 
 def pod(
     name: str, pool: str, *, ready_since: datetime | None = None, ip: str = "127.0.0.1",
-    note: str | None = None,
+    note: str | None = None, key_name: str = dataplane.KEY,
 ) -> dict[str, Any]:  # fmt: skip
+    """A revision's pod; `key_name`: the key of the data plane's Secret it started with."""
     conditions = []
     if ready_since is not None:
         since = ready_since.isoformat().replace("+00:00", "Z")
@@ -143,6 +144,8 @@ def pod(
     return {
         "metadata": {"name": name, "labels": {labels.POOL: pool},
                      "annotations": {WARMED: note} if note is not None else {}},
+        "spec": {"containers": [{"name": "kserve-container",
+                                 "env": [dataplane.env_var(key_name)]}]},
         "status": {"podIP": ip, "conditions": conditions},
     }  # fmt: skip
 
@@ -185,11 +188,13 @@ class MemoryPods:
 
 
 @dataclass
-class OneKey:
-    value: str | None = KEY
+class SecretKeys:
+    """The namespace's data-plane Secret: its keys by name."""
 
-    def key(self, namespace: str) -> str | None:
-        return self.value
+    values: dict[str, str] = field(default_factory=lambda: {dataplane.KEY: KEY})
+
+    def key(self, namespace: str, name: str = dataplane.KEY) -> str | None:
+        return self.values.get(name)
 
 
 @contextmanager
@@ -232,19 +237,31 @@ def _policy() -> AutoscalePolicySpec:
 QUIET_FLEET = Observed(ready=1, replicas=(ReplicaMetrics("a", 1, 0, 0.1),), waiting=0)
 
 
+@pytest.mark.parametrize(
+    ("held", "secret"),
+    [
+        pytest.param(dataplane.KEY, {dataplane.KEY: KEY}, id="the-one-key"),
+        # A rotation: the Secret holds the old and the new; the new pod started with the new.
+        pytest.param(
+            "api-key-2", {dataplane.KEY: "the-old-key", "api-key-2": KEY}, id="a-rotations-new-key"
+        ),
+    ],
+)
 def test_a_new_pod_is_held_warmed_with_the_hot_prefixes_and_put_back(
-    tokenizer: EmulatorTokenizer,
+    tokenizer: EmulatorTokenizer, held: str, secret: dict[str, str]
 ) -> None:
     profile = ReplicaProfile().scaled(time_factor=0.01)
     config = EmulatorConfig(profile=profile, port=0, warm=True, served_model_name="chat",
                             api_key=KEY)  # fmt: skip
-    hot = HotPrefixes(key_of=lambda namespace: KEY if namespace == "team-a" else None)
+    hot = HotPrefixes(keys_of=lambda namespace: list(secret.values()) if namespace == "team-a"
+                      else [])  # fmt: skip
     for i in range(4):
         hot.record("team-a", "chat", {"text": f"{SYSTEM}Question {i}: what is a revision?"})
     pods = MemoryPods({"a": pod("a", labels.SERVING_POOL, ready_since=NOW),
-                       "new": pod("new", labels.SERVING_POOL)})  # fmt: skip
+                       "new": pod("new", labels.SERVING_POOL, key_name=held)})  # fmt: skip
     with serve_in_thread(config, tokenizer=tokenizer) as replica, entry_prefixes(hot) as entry:
-        warmer = Warmer(pods=pods, keys=OneKey(), http=HttpWarmUp(entry), pod_port=replica.port)
+        keys = SecretKeys(secret)
+        warmer = Warmer(pods=pods, keys=keys, http=HttpWarmUp(entry), pod_port=replica.port)
         warmer.tick("team-a", _policy(), "chat-00001", QUIET_FLEET, now=NOW)
         assert pods.changes == [("new", labels.WARMING_POOL, None)]  # out before it is ready
         pods.pods["new"]["status"]["conditions"] = pod("x", "", ready_since=NOW)["status"][
@@ -265,7 +282,7 @@ def test_a_new_pod_is_held_warmed_with_the_hot_prefixes_and_put_back(
     ("key", "note"),
     [
         pytest.param(KEY, "not warmed: ", id="nothing-answers"),  # the discard port
-        pytest.param(None, "not warmed: no data-plane key", id="no-data-plane-key"),
+        pytest.param(None, "not warmed: no data-plane key 'api-key'", id="no-data-plane-key"),
     ],
 )
 def test_a_warm_up_that_cannot_happen_puts_the_pod_back_cold_and_says_why(
@@ -274,7 +291,8 @@ def test_a_warm_up_that_cannot_happen_puts_the_pod_back_cold_and_says_why(
     pods = MemoryPods({"a": pod("a", labels.SERVING_POOL, ready_since=NOW),
                        "new": pod("new", labels.WARMING_POOL, ready_since=NOW)})  # fmt: skip
     closed = HttpWarmUp("http://127.0.0.1:9", timeout_s=2)
-    warmer = Warmer(pods=pods, keys=OneKey(key), http=closed, pod_port=9)
+    warmer = Warmer(pods=pods, keys=SecretKeys({dataplane.KEY: key} if key else {}), http=closed,
+                    pod_port=9)  # fmt: skip
     warmer.tick("team-a", _policy(), "chat-00001", QUIET_FLEET, now=NOW)
     for job in list(warmer.running.values()):
         job.result(timeout=60)
@@ -292,7 +310,7 @@ def test_a_settled_revision_is_listed_again_only_when_a_pod_may_have_come() -> N
     ready."""
     pods = MemoryPods({"a": pod("a", labels.SERVING_POOL, ready_since=NOW)})
     clock = [0.0]
-    warmer = Warmer(pods=pods, keys=OneKey(), http=HttpWarmUp("http://127.0.0.1:9"),
+    warmer = Warmer(pods=pods, keys=SecretKeys(), http=HttpWarmUp("http://127.0.0.1:9"),
                     clock=lambda: clock[0])  # fmt: skip
 
     def tick(observed: Observed = QUIET_FLEET, desired: int = 1) -> int:

@@ -21,6 +21,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import secrets
 import socket
 import time
 import urllib.error
@@ -1063,6 +1064,106 @@ def _warm_a_second_pod(cluster: Cluster, kube_client: Any, url: str) -> None:
         f"pre-warmed a second pod: {note}; a new question then found {cached} of {prompt} "
         "prompt tokens in its cache"
     )
+
+
+# ---- the data plane's key rotated while traffic flows -----------------------------------------
+
+# Room for both revisions' pods while the rotation rolls out (and the dry run of a third).
+VIOLET = Team("violet", "sk-violet-2d81", 6_000_000, {}, gpus=4)
+NEW_KEY = "api-key-2"
+ROTATED_REVISION = f"{MODEL}-predictor-00002"
+
+
+class Clients(session.Senders):
+    """One client chatting with a team's `chat` through the entry until the block ends: the
+    status of every answer, and which revision served each 200."""
+
+    def __init__(self, url: str, team: Team) -> None:
+        super().__init__(count=1, join_timeout_s=300)
+        self.url, self.team = url, team
+        self.answers: list[tuple[int, str]] = []
+
+    def _send(self, index: int) -> None:
+        while not self.stop.is_set():
+            answer = _chat(self.url, self.team.key, timeout_s=60)
+            self.answers.append((answer.status, answer.headers.get("x-radixfleet-revision", "")))
+            time.sleep(0.1)
+
+
+def _serves_only(cluster: Cluster, url: str, revision: str) -> bool:
+    """Whether the entry's replicas (two, each syncing on its own) all route to `revision`."""
+    served = [_chat(url, VIOLET.key).headers.get("x-radixfleet-revision") for _ in range(8)]
+    return set(served) == {f"{VIOLET.namespace}/{revision}"}
+
+
+def _key_read_by(obj: dict[str, Any]) -> str | None:
+    return dataplane.key_name(obj["spec"]["template"]["spec"])
+
+
+def test_the_data_plane_key_rotates_with_no_401_while_a_client_chats(
+    plane: tuple[Cluster, str],
+) -> None:
+    """The rotation of radixfleet/dataplane.py, as a platform team runs it, with a client
+    chatting through the entry all along: a second key added to the namespace's Secret; the
+    InferenceService annotated with its name, so a new revision's pods (KServe fills the
+    runtime's placeholder) and its router (the routers controller reads the revision) read it;
+    the old key removed once the entry sends only to the new revision. No answer but 200, and
+    the new revision's router takes the new key and refuses the old."""
+    cluster, url = plane
+    image = get(cluster, "isvc", MODEL, "-n", BLUE.namespace)["spec"]["predictor"]["model"]["image"]
+    model = _model(image, VIOLET)
+    model["spec"]["predictor"]["minReplicas"] = 1
+    _onboard(cluster, VIOLET, image, model=model)
+    try:
+        _wait_ready(cluster, VIOLET)
+        _served_by_router(cluster, url, VIOLET)
+        old = _data_plane_key(cluster, VIOLET.namespace)
+        new = secrets.token_hex(32)
+        with Clients(url, VIOLET) as client:
+            _rotate_to(cluster, url, new)
+            time.sleep(3)  # the client's chats after the old key went
+        statuses = [status for status, _ in client.answers]
+        assert statuses and set(statuses) == {200}, client.answers
+        served = {revision for _, revision in client.answers}
+        assert f"{VIOLET.namespace}/{ROTATED_REVISION}" in served, served
+        router = get(cluster, "service", f"{ROTATED_REVISION}-router", "-n", VIOLET.namespace)
+        base = f"http://{router['spec']['clusterIP']}:8000"
+        assert _call(base, dataplane.bearer(new)) == 200
+        assert _call(base, dataplane.bearer(old)) == 401
+        print(f"rotated the data-plane key: {len(statuses)} chats meanwhile, all 200")
+    finally:
+        cluster.kubectl("delete", "tenant", VIOLET.name, "--wait=false", check=False)
+        cluster.kubectl("delete", "namespace", VIOLET.namespace, "--wait=false", check=False)
+
+
+def _rotate_to(cluster: Cluster, url: str, new: str) -> None:
+    namespace = VIOLET.namespace
+    patch = {"stringData": {NEW_KEY: new}}
+    cluster.kubectl("patch", "secret", dataplane.SECRET, "-n", namespace, "--type=merge",
+                    "-p", json.dumps(patch))  # fmt: skip
+    cluster.kubectl("annotate", "isvc", MODEL, "-n", namespace,
+                    f"{dataplane.KEY_ANNOTATION}={NEW_KEY}")  # fmt: skip
+
+    def rolled_out() -> bool:
+        predictor = get(cluster, "isvc", MODEL, "-n", namespace)["status"]["components"]
+        traffic = predictor["predictor"].get("traffic") or []
+        return [(t["revisionName"], t["percent"]) for t in traffic] == [(ROTATED_REVISION, 100)]
+
+    session.wait_for(rolled_out, timeout_s=TIMEOUT_S, what=f"{ROTATED_REVISION} takes it all")
+    revision = get(cluster, "revision", ROTATED_REVISION, "-n", namespace)
+    assert dataplane.key_name(revision["spec"]) == NEW_KEY, revision["spec"]
+    session.wait_for(
+        lambda: cluster.kubectl("get", "deployment", f"{ROTATED_REVISION}-router", "-n",
+                                namespace, check=False).returncode == 0,
+        timeout_s=TIMEOUT_S, what="the new revision's router",
+    )  # fmt: skip
+    router = get(cluster, "deployment", f"{ROTATED_REVISION}-router", "-n", namespace)
+    assert _key_read_by(router) == NEW_KEY
+    session.wait_for(lambda: _serves_only(cluster, url, ROTATED_REVISION), timeout_s=TIMEOUT_S,
+                     what=f"the entry sends only to {ROTATED_REVISION}")  # fmt: skip
+    remove = [{"op": "remove", "path": f"/data/{dataplane.KEY}"}]
+    cluster.kubectl("patch", "secret", dataplane.SECRET, "-n", namespace, "--type=json",
+                    "-p", json.dumps(remove))  # fmt: skip
 
 
 # ---- a canary's baseline: carved out of the stable revision, sent the canary's share ---------

@@ -71,8 +71,8 @@ async def _entry() -> AsyncIterator[tuple[str, ClusterEntry]]:
         gate = _gate()
         upstreams = StandInRouter(str(stand_in.make_url("")).rstrip("/"))
         entry = ClusterEntry(gate=gate, session=session, upstreams=upstreams)
-        entry.keys = dict(DATA_PLANE)
-        entry.prefixes = HotPrefixes(key_of=entry.key_of)
+        entry.keys = {ns: {"api-key": key} for ns, key in DATA_PLANE.items()}
+        entry.prefixes = HotPrefixes(keys_of=entry.keys_of)
         entry.routes = build_routes(gate.sync(), [_isvc(ns) for ns in DATA_PLANE])
         async with TestServer(entry.app()) as server:
             yield str(server.make_url("")).rstrip("/"), entry

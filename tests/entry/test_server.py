@@ -165,7 +165,7 @@ async def _entry(gateways: Gateways) -> AsyncIterator[tuple[str, KnativeStandIn,
         )  # fmt: skip
         gate = _gate()
         entry = ClusterEntry(gate=gate, session=session, upstreams=upstreams)
-        entry.keys = {f"team-{tenant}": DATA_PLANE_KEY for tenant in TENANTS}
+        entry.keys = {f"team-{tenant}": {dataplane.KEY: DATA_PLANE_KEY} for tenant in TENANTS}
         isvcs = [_isvc("chat", f"team-{t}") for t in TENANTS] + [_isvc("blue-only", "team-blue")]
         entry.routes = build_routes(gate.sync(), isvcs)
         async with TestServer(entry.app()) as server:
@@ -300,6 +300,27 @@ def test_refusals_are_openais_errors(
     assert (error["code"], error["param"]) == (code, param)
     assert error["type"] == "invalid_request_error" and error["message"]
     assert {k.lower(): v for k, v in headers.items()}["x-request-id"].startswith("req_")
+
+
+@pytest.mark.parametrize("tenant", ["blue", "green"], ids=["router", "knative"])
+def test_during_a_rotation_a_revision_holding_either_key_is_reached_without_a_401(
+    gateways: Gateways, tenant: str
+) -> None:
+    """The Secret holds the old key and the new while a rotation runs (radixfleet/dataplane.py);
+    each revision holds one. The real smg and the emulated replica hold the test's key, named
+    here as the new one: the old is refused upstream, the entry tries the new, and remembers
+    it for the revision's next request."""
+    namespace = f"team-{tenant}"
+
+    async def go() -> tuple[list[int], dict[tuple[str, str], str], int]:
+        async with _entry(gateways) as (url, knative, entry):
+            entry.keys[namespace] = {"api-key": "the-old-key", "api-key-2": DATA_PLANE_KEY}
+            statuses = [(await _post(url, f"sk-{tenant}", _chat()))[0] for _ in range(3)]
+            return statuses, dict(entry.revision_keys), len(knative.seen)
+
+    statuses, pinned, _ = run(go())
+    assert statuses == [200, 200, 200]
+    assert pinned == {(namespace, REVISION): "api-key-2"}
 
 
 def test_a_namespace_whose_data_plane_key_is_not_known_yet_waits_with_retry_after(

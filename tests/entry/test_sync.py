@@ -61,8 +61,8 @@ class Listed:
 class Keys:
     """The data-plane key of team-a only."""
 
-    def key(self, namespace: str) -> str | None:
-        return "k" if namespace == "team-a" else None
+    def keys(self, namespace: str) -> dict[str, str]:
+        return {"api-key": "k"} if namespace == "team-a" else {}
 
 
 def synced(entry: ClusterEntry, policies: Any = None) -> ClusterEntry:
@@ -91,7 +91,7 @@ def test_a_failed_read_is_retried_and_the_routes_come(error: BaseException) -> N
     route = entry.routes.resolve("a", "chat") if entry.routes else None
     assert route is not None and route.targets[0].revision == "chat-predictor-00001"
     assert gate.calls >= 3
-    assert entry.keys == {"team-a": "k"}
+    assert entry.keys == {"team-a": {"api-key": "k"}}
 
 
 class KeysReadBeforeRoutes(Keys):
@@ -101,9 +101,9 @@ class KeysReadBeforeRoutes(Keys):
         self.entry = entry
         self.routed_at_read: list[bool] = []
 
-    def key(self, namespace: str) -> str | None:
+    def keys(self, namespace: str) -> dict[str, str]:
         self.routed_at_read.append(self.entry.routes is not None)
-        return super().key(namespace)
+        return super().keys(namespace)
 
 
 def test_a_new_tenants_route_comes_with_its_key() -> None:
@@ -117,12 +117,20 @@ def test_a_new_tenants_route_comes_with_its_key() -> None:
         task.cancel()
 
     asyncio.run(asyncio.wait_for(first_sync(), timeout=30))
-    assert entry.keys == {"team-a": "k"}
+    assert entry.keys == {"team-a": {"api-key": "k"}}
     assert keys.routed_at_read[0] is False
 
 
+def test_which_key_a_revision_took_is_forgotten_once_no_route_leads_to_it() -> None:
+    entry = ClusterEntry(gate=FlakyGate([]), session=None)  # type: ignore[arg-type]
+    entry.revision_keys = {("team-a", "chat-predictor-00001"): "api-key-2",
+                           ("team-a", "chat-predictor-00000"): "api-key"}  # fmt: skip
+    synced(entry)
+    assert entry.revision_keys == {("team-a", "chat-predictor-00001"): "api-key-2"}
+
+
 def test_the_prompts_of_a_model_no_route_leads_to_are_forgotten() -> None:
-    prefixes = HotPrefixes(key_of=lambda _ns: "k")
+    prefixes = HotPrefixes(keys_of=lambda _ns: ["k"])
     body = {"prompt": "You are a helpful assistant. " * 20}
     for namespace, model in (("team-a", "chat"), ("team-a", "deleted"), ("team-b", "chat")):
         prefixes.record(namespace, model, body)
@@ -153,7 +161,7 @@ def test_the_entrys_cluster_reads_are_its_declared_rules() -> None:
     api = RecordingApiClient(recorder)
     KubeInferenceServices(api).everywhere()
     KubeCanaryPolicies(api).everywhere()
-    KubeDataPlaneKeys(api).key("team-a")
+    KubeDataPlaneKeys(api).keys("team-a")
     called = set(recorder.calls)
     assert called == {t for r in RULES for t in r.triples()}
     assert all(covers(list(RULES), *t) for t in called)

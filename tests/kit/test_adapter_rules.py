@@ -73,6 +73,7 @@ def autoscale(api: Any, rec: Recorder) -> None:
     pods.set_pool("ns", "pod", "warming")
     rec.answers[("", "secrets", "get")] = Answer(data={"api-key": "ZHAta2V5"})
     assert KubeDataPlaneKeys(api).key("ns") == "dp-key"
+    assert KubeDataPlaneKeys(api).key("ns", "api-key-2") is None
     policies = KubeAutoscalePolicies(api)
     rec.fail[("radixfleet.io", "autoscalepolicies/status", "update")] = [409]
     policies.write_status("ns", "p", {"desired": 1})

@@ -9,7 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from policies.routers.decide import Existing, Key, Plan, RevisionRef, decide, wanted
+from policies.routers.manifests import deployment
 from policies.routers.spec import Router, smg_args
+from radixfleet import dataplane
 from radixfleet.dataplane import router_name
 
 IMAGE = "smg@sha256:aa"
@@ -58,6 +60,21 @@ def test_a_serving_revision_gets_a_router_named_after_it_and_owned_by_the_revisi
     assert router == Router("team-a", "chat-predictor-00001", "chat", "a", revision_uid="uid-1")
     assert router.name == "chat-predictor-00001-router"
     assert plan.park == ()
+
+
+def test_a_canary_and_its_stable_revision_each_hold_the_key_their_own_pods_read() -> None:
+    """A rotation's new revision reads the Secret's new key and the stable one the old: each
+    router presents its own revision's, or its workers would refuse it."""
+    revisions = {("team-a", "r1"): RevisionRef("uid-r1"),
+                 ("team-a", "r2"): RevisionRef("uid-r2", data_plane_key="api-key-2")}  # fmt: skip
+    found = isvc(traffic=[("r1", 90), ("r2", 10)], latest_ready="r2")
+    plan = decide([found], revisions, {}, image=IMAGE)
+    held = {r.revision: deployment(r, image=IMAGE)["spec"]["template"]["spec"]["containers"][0]
+            for r in plan.apply}  # fmt: skip
+    assert {r: c["env"] for r, c in held.items()} == {
+        "r1": [dataplane.env_var("api-key")], "r2": [dataplane.env_var("api-key-2")],
+    }  # fmt: skip
+    assert all("--api-key=$(RADIXFLEET_DATA_PLANE_KEY)" in c["args"] for c in held.values())
 
 
 def test_a_revision_not_listed_yet_waits_for_its_uid() -> None:
