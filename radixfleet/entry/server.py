@@ -212,25 +212,28 @@ class ClusterEntry:
         tenant's): the one its revision took last, then, on a 401, the others. A revision
         holds one key of the Secret (radixfleet/dataplane.py), and during a rotation the
         Secret holds two; a 401 comes before any work, so trying again costs nothing. 503
-        while the namespace's keys are not known yet."""
+        while the namespace's keys are not known yet; 502 when the revision refuses them all
+        (the platform's fault, not the caller's: never relayed as the caller's 401)."""
         named = self.keys.get(target.namespace)
         if not named:
             raise self._unavailable(f"The data plane of {target.namespace} is not ready yet.")
         pinned = (target.namespace, target.revision)
         order = sorted(named, key=lambda name: (name != self.revision_keys.get(pinned), name))
-        for tried, name in enumerate(order, start=1):
+        for name in order:
             sent = {**_JSON, **headers, **dataplane.bearer(named[name])}
             upstream = await self.session.post(url, data=raw, headers=sent, **options)
-            if upstream.status == HTTPStatus.UNAUTHORIZED and tried < len(order):
-                upstream.release()
-                continue
             if upstream.status != HTTPStatus.UNAUTHORIZED:
-                self.revision_keys[pinned] = name
-            try:
-                yield upstream
-            finally:
-                upstream.release()
-            return
+                break
+            upstream.release()
+        else:
+            log.error("%s/%s refused every data-plane key of its namespace (%s)",
+                      target.namespace, target.revision, ", ".join(order))  # fmt: skip
+            raise EntryError(502, f"The data plane of {target.namespace} refused the entry.")
+        self.revision_keys[pinned] = name
+        try:
+            yield upstream
+        finally:
+            upstream.release()
 
     def _unavailable(self, message: str) -> EntryError:
         return EntryError(503, message, headers={"Retry-After": str(RETRY_AFTER_S)})

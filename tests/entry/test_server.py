@@ -323,6 +323,19 @@ def test_during_a_rotation_a_revision_holding_either_key_is_reached_without_a_40
     assert pinned == {(namespace, REVISION): "api-key-2"}
 
 
+def test_a_revision_refusing_every_key_is_the_platforms_502_not_the_callers_401(
+    gateways: Gateways,
+) -> None:
+    async def go() -> tuple[int, dict[str, str], str]:
+        async with _entry(gateways) as (url, _, entry):
+            entry.keys["team-blue"] = {"api-key": "not-the-routers"}
+            return await _post(url, "sk-blue", _chat())
+
+    status, _, text = run(go())
+    assert status == 502, text
+    assert json.loads(text)["error"]["message"] == "The data plane of team-blue refused the entry."
+
+
 def test_a_namespace_whose_data_plane_key_is_not_known_yet_waits_with_retry_after(
     gateways: Gateways,
 ) -> None:
