@@ -22,9 +22,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from testbed import components, pki
 from testbed.builds import KUBE
@@ -51,6 +52,12 @@ IDENTITIES = {
     "kubelet": pki.Identity(f"system:node:{NODE_NAME}", ("system:nodes",)),
     "kube-proxy": pki.Identity("system:kube-proxy"),
 }
+
+
+def is_ready(obj: Mapping[str, Any]) -> bool:
+    """Whether an object's status says `Ready: True` (a pod's, an InferenceService's, ...)."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 class ClusterError(Exception):
@@ -449,8 +456,7 @@ def _node_ready(cluster: Cluster) -> bool:
     result = cluster.kubectl("get", "node", NODE_NAME, "-o", "json", check=False)
     if result.returncode != 0:
         return False
-    conditions = json.loads(result.stdout).get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return is_ready(json.loads(result.stdout))
 
 
 def logs_tail(layout: Layout, lines: int = 15) -> str:

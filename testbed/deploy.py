@@ -14,7 +14,7 @@ from typing import Any
 from radixfleet.kit.leader import PEERING_NAME, role_in
 from radixfleet.render import operator
 from testbed import images
-from testbed.cluster import Cluster
+from testbed.cluster import Cluster, is_ready
 from testbed.images import REPO
 
 OPERATOR_SELECTOR = f"app.kubernetes.io/name={operator.NAME}"
@@ -91,7 +91,7 @@ def operator_leader(cluster: Cluster) -> str | None:
     """
     pods = [p for p in _get(cluster, "pods", "-n", operator.NAMESPACE, "-l", OPERATOR_SELECTOR)
             ["items"] if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
-    ready = [p["metadata"]["name"] for p in pods if _is_ready(p)]
+    ready = [p["metadata"]["name"] for p in pods if is_ready(p)]
     if len(ready) != operator.REPLICAS:
         return None
     peering = cluster.kubectl("get", "clusterkopfpeering", PEERING_NAME, "-o", "json", check=False)
@@ -110,11 +110,6 @@ def operator_leader(cluster: Cluster) -> str | None:
 def _get(cluster: Cluster, *args: str) -> dict[str, Any]:
     found: dict[str, Any] = json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
     return found
-
-
-def _is_ready(pod: Mapping[str, Any]) -> bool:
-    conditions = pod.get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 def wait_accounted(cluster: Cluster, namespace: str, *, timeout_s: float = 240.0) -> None:

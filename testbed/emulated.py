@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from radixfleet import dataplane, labels
-from testbed.cluster import Cluster
+from testbed.cluster import Cluster, is_ready
 
 MODE = "serving.kserve.io/deploymentMode"
 FIT_TO_THE_NODE = "radixfleet-test-bed-fit-to-the-node"
@@ -156,8 +156,7 @@ def ready(cluster: Cluster, kind: str, name: str, namespace: str) -> bool:
     found = cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
     if found.returncode != 0:
         return False
-    conditions = json.loads(found.stdout).get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return is_ready(json.loads(found.stdout))
 
 
 def get(cluster: Cluster, *args: str) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from testbed.builds import (
     KSERVE_LOCALMODEL,
     KUBE_RBAC_PROXY,
 )
-from testbed.cluster import Cluster, ClusterError
+from testbed.cluster import Cluster, ClusterError, is_ready
 from testbed.gobuild import BuildError, ensure_built
 from testbed.images import ImageError
 from testbed.layout import NODE_NAME
@@ -144,8 +144,7 @@ def prometheus_url(running: Cluster) -> str | None:
     if found.returncode != 0:
         return None
     pod = json.loads(found.stdout)
-    conditions = pod["status"].get("conditions") or []
-    if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+    if not is_ready(pod):
         return None
     return f"http://{pod['status']['podIP']}:{prometheus.PORT}"
 

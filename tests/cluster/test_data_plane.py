@@ -54,7 +54,7 @@ from radixfleet.render.tenant_access import tenant_access
 from radixfleet.workload.records import RequestResult, WorkItem
 from radixfleet.workload.replay import Replayer
 from testbed import images, netpol, prometheus, session
-from testbed.cluster import Cluster, ClusterError
+from testbed.cluster import Cluster, ClusterError, is_ready
 from testbed.deploy import (
     OPERATOR_SELECTOR,
     apply_overlay,
@@ -811,9 +811,7 @@ def _ready_pod(cluster: Cluster, namespace: str, selector: str) -> dict[str, Any
     """A ready pod the selector picks (None when none is ready), never one already
     terminating."""
     for pod in get(cluster, "pods", "-n", namespace, "-l", selector)["items"]:
-        conditions = pod["status"].get("conditions") or []
-        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-        if ready and not pod["metadata"].get("deletionTimestamp"):
+        if is_ready(pod) and not pod["metadata"].get("deletionTimestamp"):
             found: dict[str, Any] = pod
             return found
     return None
