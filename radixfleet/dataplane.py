@@ -22,10 +22,11 @@ namespace's InferenceServices with its name (a new revision of each, rolled out 
 removes the old key once no revision that reads it takes traffic. Being a rollout, it needs
 the GPUs any rollout needs: the new revision's pods start beside the old ones, within the
 tenant's quota (a tenant at its limit stops there, KServe reporting the refusal). The Secret
-holds both keys
-meanwhile: the region entry reads the whole Secret and answers a 401 from a revision by trying
-its other key (a 401 comes before any work is done), and the autoscaler's pre-warmer sends a pod
-the key its spec reads.
+holds both keys meanwhile: the region entry reads the whole Secret and answers a 401 from a
+revision by trying its other key (a 401 comes before any work is done), and the autoscaler's
+pre-warmer sends a pod the key its spec reads. Once `api-key` is removed, a model added to the
+namespace later must carry the annotation too: without it, its pods wait for a key the Secret
+no longer holds (nothing adds the annotation for it yet).
 """
 
 from __future__ import annotations
