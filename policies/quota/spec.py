@@ -21,6 +21,7 @@ from radixfleet.config.catalog import (
     Name,
     TenantNamespace,
     TokenBudget,
+    require_zone,
 )
 from radixfleet.labels import GROUP
 
@@ -77,8 +78,7 @@ class SecretKeyRef(Wire):
 
     @model_validator(mode="after")
     def _expiry_has_a_zone(self) -> Self:
-        if self.expires_at is not None and self.expires_at.utcoffset() is None:
-            raise ValueError("expiresAt needs a time zone, e.g. 2027-01-31T00:00:00Z")
+        require_zone(self.expires_at, name="expiresAt")
         return self
 
     def __str__(self) -> str:

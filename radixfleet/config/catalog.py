@@ -184,6 +184,13 @@ class TokenBudget(Strict):
 DEFAULT_API_KEY = "api-key"
 
 
+def require_zone(when: datetime | None, *, name: str) -> None:
+    """Refuse a time without a zone (`name` says which field): it would mean a different
+    instant in every region."""
+    if when is not None and when.utcoffset() is None:
+        raise ValueError(f"{name} needs a time zone, e.g. 2027-01-31T00:00:00Z")
+
+
 class ApiKey(Strict):
     """One of a tenant's API keys, by name: the key in the tenant's Secret that holds it (filled
     by `pulumi up` from the stack's secret config, or by the platform team), never its value.
@@ -191,13 +198,11 @@ class ApiKey(Strict):
     then remove the old one or let it expire."""
 
     name: Name
-    # A time without a zone is refused: it would mean a different instant in every region.
     expires_at: Annotated[datetime, Field(strict=False)] | None = None
 
     @model_validator(mode="after")
     def _expiry_has_a_zone(self) -> Self:
-        if self.expires_at is not None and self.expires_at.utcoffset() is None:
-            raise ValueError("expires_at needs a time zone, e.g. 2027-01-31T00:00:00Z")
+        require_zone(self.expires_at, name="expires_at")
         return self
 
 
