@@ -105,6 +105,7 @@ def apiserver(layout: Layout, kube: Path) -> Step:
         "--allow-privileged=true",
         "--profiling=false",
         "--event-ttl=1h",
+        *_audit(layout),
     ]
     # The controllers start once the API server is ready (RBAC's bootstrap roles are in), as
     # kubeadm's static pods effectively do; until then they would fail on 403s.
@@ -115,6 +116,31 @@ def apiserver(layout: Layout, kube: Path) -> Step:
         "key": str(pki / "admin.key"),
     }
     return {"name": "kube-apiserver", "argv": argv, "ready": ready}
+
+
+# Who deleted what, and when: each deletion's metadata (never a body: no Secret's value), in
+# the cluster's logs folder, kept with the folder when a test fails. A revision deleted under a
+# test left no other trace (the kube-controller-manager logs only what its own GC failed at).
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "verbs": ["delete", "deletecollection"]},
+        {"level": "None"},
+    ],
+}
+
+
+def _audit(layout: Layout) -> list[str]:
+    policy = layout.config_dir / "audit-policy.json"
+    policy.write_text(json.dumps(AUDIT_POLICY, indent=2) + "\n")
+    return [
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={layout.logs / 'audit.log'}",
+        "--audit-log-maxsize=50",  # MiB; one old file kept
+        "--audit-log-maxbackup=1",
+    ]
 
 
 def controller_manager(layout: Layout, kube: Path) -> Step:

@@ -143,3 +143,27 @@ def test_the_api_server_streams_the_pods_log_from_the_kubelet(
 ) -> None:
     log = cluster.kubectl("logs", "-n", NAMESPACE, f"deployment/{APP}")
     assert "emulated sglang replica 'check'" in log.stdout
+
+
+def test_the_api_server_records_who_deleted_what_and_never_a_secrets_value(
+    cluster: Cluster,
+) -> None:
+    """The audit log (testbed/components.py) answers "who deleted this?" after a failure: each
+    deletion with its user, object and time; a Secret's deletion without its data."""
+    name, value = "audit-check", "never-logged-value-7f3a"
+    cluster.kubectl("create", "secret", "generic", name, "-n", "default",
+                    f"--from-literal=key={value}")  # fmt: skip
+    cluster.kubectl("delete", "secret", name, "-n", "default")
+    log = cluster.layout.logs / "audit.log"
+
+    def recorded() -> list[dict[str, Any]]:
+        events = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        return [e for e in events if (e.get("objectRef") or {}).get("name") == name]
+
+    session.wait_for(lambda: bool(recorded()), timeout_s=30, what="the deletion in the audit log")
+    (event,) = [e for e in recorded() if e["stage"] == "ResponseComplete"]
+    assert event["verb"] == "delete" and event["objectRef"]["resource"] == "secrets", event
+    assert event["objectRef"]["namespace"] == "default"
+    assert event["user"]["username"], event["user"]
+    assert event["responseStatus"]["code"] == 200, event
+    assert value not in log.read_text()
