@@ -668,9 +668,11 @@ def test_streams_survive_an_entry_pod_deleted_under_load(plane: tuple[Cluster, s
     and streamed on until the kubelet killed it at the end of the grace period."""
     cluster, url = plane
     _served_by_router(cluster, url, BLUE)
-    pods = get(cluster, "pods", "-n", operator.NAMESPACE, "-l", "app.kubernetes.io/name=" +
-               entry_base.NAME)["items"]  # fmt: skip
-    victim = pods[0]["metadata"]["name"]
+    # A pod that carries streams: an earlier test's rollout may leave one still terminating.
+    session.wait_rollout(cluster, namespace=operator.NAMESPACE, deployment=entry_base.NAME)
+    pod = _ready_pod(cluster, operator.NAMESPACE, ENTRY_PODS)
+    assert pod is not None, "no ready entry pod after its rollout"
+    victim = pod["metadata"]["name"]
     deleted_at: list[float] = []
 
     def delete() -> None:
