@@ -126,6 +126,8 @@ def test_no_cloud_resource_and_one_provider_reading_the_kubeconfig(
     (provider,) = [r for r in stack.resources if r.type == "pulumi:providers:kubernetes"]
     # The path, not the file's contents: the cluster's credentials stay out of Pulumi's state.
     assert provider.inputs["kubeconfig"] == str(kubeconfig)
+    # A rotated key Secret is updated, never deleted and created again (test_infra_program.py).
+    assert provider.inputs.get("enableSecretMutable") in {True, "true"}, provider.inputs
 
 
 def test_the_kubernetes_half_is_deployed_without_a_load_balancer(stack: RecordingMocks) -> None:

@@ -609,6 +609,17 @@ def test_each_tenants_keys_are_one_set_of_secret_values_in_every_region_it_serve
     assert [k["key"] for k in search.inputs["spec"]["apiKeys"]] == ["api-key", "2027-01"]
 
 
+def test_every_regions_provider_updates_secrets_in_place(stack: RecordingMocks) -> None:
+    """A rotation changes a key Secret's data; replaced (the provider's default), a Secret with
+    a fixed name is deleted before it is created again, and the tenant's keys are gone for a
+    moment in the middle of every `up` (tests/cluster/test_pulumi.py rotates on a cluster)."""
+    providers = of_type(stack, "pulumi:providers:kubernetes")
+    assert len(providers) == len(REGIONS), [p.name for p in providers]
+    assert all(p.inputs.get("enableSecretMutable") in {True, "true"} for p in providers), [
+        p.inputs for p in providers
+    ]
+
+
 def test_without_tenant_keys_the_team_fills_the_secrets(stack: RecordingMocks) -> None:
     assert _key_secrets(stack) == {}
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
-import pulumi_kubernetes as k8s
 
 from infra import manifests as m
 from infra.components.aws.cluster import EksCluster, EksClusterArgs
@@ -19,6 +18,7 @@ from infra.components.aws.nodes import ManagedNodes, gpu_nodes_args
 from infra.components.interface import ModelStoreRef, RegionalFleetArgs
 from infra.components.kube.addons import AddOns, AddOnsArgs
 from infra.components.kube.workloads import Workloads, region_workloads_args
+from infra.components.kube.workloads import provider as kube_provider
 
 AUTOSCALER_ACCOUNT = "cluster-autoscaler"
 LB_ROLE_TAG = "radixfleet.io/role"
@@ -124,7 +124,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
         # Nothing of ours waits for a GPU pool: a pool that cannot launch (no quota, no capacity)
         # leaves its models pending, not the region without its entry and operator.
         self._gpu_nodes(cluster, network, child)
-        provider = k8s.Provider(f"{name}-k8s", kubeconfig=cluster.kubeconfig, opts=child)
+        provider = kube_provider(f"{name}-k8s", cluster.kubeconfig, child)
         kube = pulumi.ResourceOptions(parent=self, providers=[provider])
         addons = self._addons(cluster, cluster.ready, kube)
         workloads = self._workloads(cluster, network, addons, kube)

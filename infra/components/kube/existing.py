@@ -13,11 +13,11 @@ the nodes (KServe's local model cache needs its add-on).
 from __future__ import annotations
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from infra import manifests as m
 from infra.components.interface import RegionalFleetArgs
 from infra.components.kube.workloads import Workloads, region_workloads_args
+from infra.components.kube.workloads import provider as kube_provider
 
 
 class ExistingRegionalFleet(pulumi.ComponentResource):
@@ -36,10 +36,8 @@ class ExistingRegionalFleet(pulumi.ComponentResource):
         cluster = clusters[region.name]  # parse_fleet has refused a region without one
         # The provider reads the file itself: the cluster's credentials stay out of the state.
         path = str(fleet.path(cluster.kubeconfig))
-        provider = k8s.Provider(
-            f"{name}-k8s", kubeconfig=path, context=cluster.context,
-            opts=pulumi.ResourceOptions(parent=self),
-        )  # fmt: skip
+        provider = kube_provider(f"{name}-k8s", path, pulumi.ResourceOptions(parent=self),
+                                 context=cluster.context)  # fmt: skip
         catalog_bucket = ""  # no bucket is rewritten: the catalog's URIs are read as written
         isvcs = m.region_inference_services(
             fleet.catalog, region, bucket_from=catalog_bucket, bucket_to=catalog_bucket

@@ -20,6 +20,18 @@ from radixfleet import labels
 from radixfleet.config import Region
 
 
+def provider(
+    name: str, kubeconfig: pulumi.Input[str], opts: pulumi.ResourceOptions, *,
+    context: str | None = None,
+) -> k8s.Provider:  # fmt: skip
+    """The Kubernetes provider of a region. Secrets are updated in place: by default the provider
+    replaces a Secret whose data changed, and with a fixed name it deletes the old one first, so
+    during every `up` that rotated a tenant's key the Secret was missing for a moment (the
+    entry's next read found no key at all)."""
+    return k8s.Provider(name, kubeconfig=kubeconfig, context=context,
+                        enable_secret_mutable=True, opts=opts)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class WorkloadsArgs:
     region: str
