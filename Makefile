@@ -19,7 +19,7 @@ demo: setup  ## the embedded default: run radixfleet on this machine and write a
 	$(UV) run radixfleet demo --out out/demo
 
 demo-cluster: setup provision  ## the same demo on a one-node Kubernetes built here: operator, entry, routers, predictors as pods
-	$(UV) run radixfleet demo --cluster --out out/demo-cluster
+	$(UV) run python -m testbed demo --out out/demo-cluster
 
 render: setup  ## re-render runtimes/ and inferenceservices/ from the catalog
 	$(UV) run radixfleet render

@@ -10,7 +10,7 @@ import contextlib
 import gc
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -223,18 +223,14 @@ def demo(
         Path | None, typer.Option(help="Folder of the traces (default: ../shared/traces).")
     ] = None,
     catalog: CatalogOption = DEFAULT_CATALOG,
-    cluster: Annotated[
-        bool,
-        typer.Option("--cluster", help="On the test cluster (testbed/), not local processes."),
-    ] = False,
 ) -> None:
     """Run a two-region local fleet, replay a trace through it, and write a report to OUT.
 
     Emulated SGLang replicas behind the real SGLang gateway (smg) in us-east-1 and eu-west-1 (where
     llama-3-1-8b starts at zero replicas and wakes on its first request); writes
     OUT/summary.json, OUT/report.html, OUT/dashboards.html (with Prometheus) and OUT/rendered/.
-    With --cluster, the same replay goes through the region entry of a one-node Kubernetes
-    built here (operator, entry, smg routers and predictors as pods; testbed/demo.py).
+    The same replay through a deployed radixfleet on a one-node Kubernetes is the repository's
+    `make demo-cluster` (testbed/demo.py).
     """
     # Imported here: the fleet pulls in aiohttp, matplotlib and the workload readers.
     from radixfleet.fleet import FleetError
@@ -252,14 +248,11 @@ def demo(
         catalog=catalog,
         traces_dir=traces or default_traces_dir(),
     )
-    if cluster:
-        summary = _cluster_demo(options)
-    else:
-        try:
-            summary = run_demo(options, console=console)
-        except FleetError as exc:
-            err.print(f"[red]error[/red] the fleet did not start: {exc}", highlight=False)
-            raise typer.Exit(EXIT_PROBLEMS) from None
+    try:
+        summary = run_demo(options, console=console)
+    except FleetError as exc:
+        err.print(f"[red]error[/red] the fleet did not start: {exc}", highlight=False)
+        raise typer.Exit(EXIT_PROBLEMS) from None
     failed = summary["overall"]["failed"]
     if failed:
         err.print(f"[red]error[/red] {failed} requests failed", highlight=False)
@@ -267,23 +260,6 @@ def demo(
             err.print(f"  {request['region']}/{request['model']}: {request['error']}",
                       highlight=False, markup=False)  # fmt: skip
         raise typer.Exit(EXIT_PROBLEMS)
-
-
-def _cluster_demo(options: Any) -> dict[str, Any]:
-    """The demo on the test cluster; it needs this repository's test bed, provisioned."""
-    try:
-        from testbed.demo import run_cluster_demo
-        from testbed.session import UnavailableError
-    except ImportError as exc:
-        err.print(f"[red]error[/red] --cluster needs the repository's testbed/ ({exc})")
-        raise typer.Exit(EXIT_BAD_CONFIG) from None
-    try:
-        summary: dict[str, Any] = run_cluster_demo(options, console=console)
-    except UnavailableError as exc:
-        hint = "`make demo-cluster` provisions what it needs; `make cluster-down` stops another"
-        err.print(f"[red]error[/red] no test cluster here: {exc} ({hint})", highlight=False)
-        raise typer.Exit(EXIT_BAD_CONFIG) from None
-    return summary
 
 
 app.command("emulate")(emulate)

@@ -1,4 +1,5 @@
-"""``python -m testbed up|down|build|kingress [--out DIR] [--bare]``: the test cluster for humans.
+"""``python -m testbed up|down|build|kingress|demo [--out DIR] [--bare]``: the test cluster for
+humans.
 
 ``up`` builds what is missing, starts a cluster whose files live in ``--out`` (default
 ``out/cluster``; the kubeconfig is ``out/cluster/kubeconfig``), installs the platform radixfleet
@@ -9,12 +10,18 @@ fitted to the node) and leaves it running, with the test bed's KIngress marker b
 ``testbed/NETWORKING.md``). ``down``
 stops both and removes everything but the logs. ``make cluster`` and ``make cluster-down`` call
 these.
+
+``demo`` (``make demo-cluster``) runs ``radixfleet demo``'s replay through a deployed radixfleet
+on a cluster it starts and stops (``testbed/demo.py``); its report goes to ``--out`` (default
+``out/demo-cluster``). It lives here, not in the product's CLI: it needs this repository's test
+bed, which the shipped image does not carry.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -27,6 +34,7 @@ if TYPE_CHECKING:
     from testbed.cluster import Cluster
 
 DEFAULT_OUT = Path("out/cluster")
+DEMO_OUT = Path("out/demo-cluster")
 MARKER_PID = "kingress-marker.pid"
 # The images `up` loaded, as the README's kubectl path reads them: `source out/cluster/images.env`.
 IMAGES_ENV = "images.env"
@@ -34,10 +42,15 @@ IMAGES_ENV = "images.env"
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed", description=__doc__)
-    parser.add_argument("command", choices=["up", "down", "build", "kingress"])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("command", choices=["up", "down", "build", "kingress", "demo"])
+    parser.add_argument("--out", type=Path, help=f"default {DEFAULT_OUT} ({DEMO_OUT} for demo)")
     parser.add_argument("--bare", action="store_true", help="up: no KServe or Knative")
+    parser.add_argument("--quick", action="store_true", help="demo: a 15-second workload")
+    parser.add_argument("--seed", type=int, default=0, help="demo: the session sampling's seed")
     args = parser.parse_args(argv)
+    if args.command == "demo":
+        return _demo(args.out or DEMO_OUT, quick=args.quick, seed=args.seed)
+    args.out = args.out or DEFAULT_OUT
     if args.command == "build":
         from testbed import builds
 
@@ -86,6 +99,31 @@ def _up(out: Path, *, bare: bool) -> int:
         f"  logs: {layout.logs}"
     )
     return 0
+
+
+def _demo(out: Path, *, quick: bool, seed: int) -> int:
+    """The demo's replay on a cluster of its own; non-zero if one request failed."""
+    from rich.console import Console
+
+    from radixfleet.fleet.demo import QUICK_DURATION_S, DemoOptions
+    from testbed.demo import run_cluster_demo
+    from testbed.session import UnavailableError
+
+    options = DemoOptions(out=out, seed=seed)
+    if quick:
+        options = dataclasses.replace(options, duration_s=QUICK_DURATION_S)
+    try:
+        summary = run_cluster_demo(options, console=Console())
+    except UnavailableError as error:
+        print(f"demo: no test cluster here: {error} (`make demo-cluster` provisions what it "
+              "needs; `make cluster-down` stops another)", file=sys.stderr)  # fmt: skip
+        return 1
+    failed = summary["overall"]["failed"]
+    for request in summary.get("failed_requests", [])[:5]:
+        print(f"  {request['region']}/{request['model']}: {request['error']}", file=sys.stderr)
+    if failed:
+        print(f"demo: {failed} requests failed", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _ready_for_the_kubectl_path(running: Cluster, env_file: Path) -> None:

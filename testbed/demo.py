@@ -1,4 +1,5 @@
-"""`radixfleet demo --cluster`: the demo on the test cluster instead of local processes.
+"""`make demo-cluster` (`python -m testbed demo`): `radixfleet demo` on the test cluster instead
+of local processes.
 
 The same workload as `radixfleet demo` (the same traces, seed and scaling) goes through the
 region entry of a real one-node Kubernetes (this test bed: KServe, Knative, radixfleet's image),

@@ -1,6 +1,6 @@
 """radixfleet's own kustomize bases deployed as a platform team deploys them: an overlay that
 names the images by digest (the bases carry placeholders), applied server-side. Used by the
-cluster tests and by `radixfleet demo --cluster`."""
+cluster tests and by `make demo-cluster`."""
 
 from __future__ import annotations
 

@@ -205,7 +205,7 @@ def _img(fig: Figure) -> str:
 def _intro(summary: dict[str, Any]) -> str:
     demo = summary["demo"]
     requests = f"{summary['overall']['requests']} requests replayed over {demo['duration_s']:.0f} s"
-    if demo.get("where") == "cluster":  # testbed/demo.py: `radixfleet demo --cluster`
+    if demo.get("where") == "cluster":  # testbed/demo.py: `make demo-cluster`
         where = ("through the region entry of a one-node Kubernetes: the operator, the entry, "
                  "an smg router per revision and emulated SGLang predictors as pods.")  # fmt: skip
         woke = "its first request was answered {:.1f} s after it arrived (Knative woke it)"

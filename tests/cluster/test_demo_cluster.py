@@ -1,6 +1,7 @@
-"""`radixfleet demo --cluster` on the session's test cluster: the demo's replay through the
-region entry of a deployed radixfleet (operator, entry, smg routers, emulated predictors as
-pods), with a model woken from zero and a canary judged by the in-cluster operator."""
+"""`make demo-cluster` (`python -m testbed demo`) on the session's test cluster: the demo's
+replay through the region entry of a deployed radixfleet (operator, entry, smg routers, emulated
+predictors as pods), with a model woken from zero and a canary judged by the in-cluster
+operator."""
 
 from __future__ import annotations
 
