@@ -63,9 +63,9 @@ def serve_entry(port: int, router: str, *, loop: str) -> None:
 
     from policies.quota.entry import ClusterGate
     from policies.quota.fakes import FakeSecrets, FakeTenants
-    from radixfleet.entry.routes import Target, build_routes
+    from radixfleet.dataplane.relay import entry_runner, upstream_timeout
+    from radixfleet.dataplane.routes import Target, build_routes
     from radixfleet.entry.server import ClusterEntry, Upstreams
-    from radixfleet.fleet.entry import entry_runner, upstream_timeout
     from radixfleet.platform import UPSTREAM_CONNECTIONS
 
     class OneRouter(Upstreams):

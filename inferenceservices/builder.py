@@ -394,7 +394,7 @@ def build_failover_policy(
     weights: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The FailoverPolicy of `model`'s global name across the regions in `signals_urls` (each
-    region's Prometheus as its entry relays it, radixfleet/entry/signals.py), judged on the
+    region's Prometheus as its entry relays it, radixfleet/dataplane/signals.py), judged on the
     catalog's TTFT SLO over every tenant's InferenceService of the model. Needs two regions.
     """
     regions = [

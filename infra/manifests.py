@@ -34,7 +34,7 @@ from radixfleet import labels
 from radixfleet.config import Catalog, GpuPool, Region
 from radixfleet.config.catalog import KNOWN_RUNTIMES, Model, Tenant
 from radixfleet.config.gpus import gpu_label_value
-from radixfleet.entry.signals import PREFIX as SIGNALS_PREFIX
+from radixfleet.dataplane.signals import PREFIX as SIGNALS_PREFIX
 from radixfleet.kit.rbac import CLUSTER, scoped
 from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES, KSERVE_NAMESPACE
 from radixfleet.render import data_plane_guard, entry, headroom, modelcache, monitoring, operator

@@ -10,20 +10,48 @@ prompts that went on past it agree on, so a shared prefix is picked whole, where
 depths of the ladder it ends.
 
 Pure: no I/O, no clock. Whoever sees the prompts keeps the counts: the twin's and the local
-fleet's pre-warmers, and the region entry in a cluster (radixfleet/entry/prefixes.py).
+fleet's pre-warmers, and the region entry in a cluster (radixfleet/dataplane/prefixes.py).
+
+The entries see prompts as text, so a prompt's blocks are slices of `CHUNK_CHARS` characters
+(`prompt_blocks`): a prefix of blocks is a prefix of the text, and a pick goes back to a replica
+as that text, whose tokens are then a prefix of the real prompts' tokens (all but the last few).
+Only text prompts count (`prompt`, `text`): a chat is templated by the replica, and a prefix of
+its messages is not a prefix of what the replica caches.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
 
 Prefix = tuple[Hashable, ...]
 
 DEFAULT_HALF_LIFE_S = 300.0
 DEFAULT_CAPACITY = 4096  # prefixes remembered; the coldest half goes when it is full
 _MAX_EXPONENT = 512.0  # 2^512 x counts stays far from a float's 2^1024
+
+CHUNK_CHARS = 256
+# English through a Llama tokenizer; only sizes a replica's KV cache in chunks.
+CHARS_PER_TOKEN = 4
+# Only a prompt's opening counts (about 32k tokens): the popularity keeps thousands of prefixes,
+# and a huge prompt must not make each of them huge.
+MAX_BLOCKS = 512
+
+
+def prompt_blocks(body: Mapping[str, Any]) -> list[str]:
+    """A request's text prompt cut into blocks ([] for a chat or token ids)."""
+    text = body.get("prompt", body.get("text"))
+    if not isinstance(text, str):
+        return []
+    end = min(len(text), CHUNK_CHARS * MAX_BLOCKS)
+    return [text[i : i + CHUNK_CHARS] for i in range(0, end, CHUNK_CHARS)]
+
+
+def kv_blocks(kv_capacity_tokens: int) -> int:
+    """How many blocks a replica's KV cache holds."""
+    return kv_capacity_tokens * CHARS_PER_TOKEN // CHUNK_CHARS
 
 
 @functools.lru_cache(maxsize=4096)

@@ -122,7 +122,7 @@ def server_args(variant: RuntimeVariant) -> list[str]:
         "--schedule-policy",
         "lpm",
         # Every request but /health and /metrics needs the data plane's key: the model answers
-        # its router and the entry, not whoever reaches the pod (radixfleet/dataplane.py).
+        # its router and the entry, not whoever reaches the pod (radixfleet.dataplane).
         *dataplane.api_key_args(),
         *variant.extra_args,
     ]

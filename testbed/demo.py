@@ -205,11 +205,11 @@ def fleet_token_secret(token: str) -> dict[str, Any]:
 
 def failover_view(url: str, token: str) -> dict[str, Any]:
     """This region as the fleet's failover sees it: its Prometheus read through the entry with
-    the fleet token (radixfleet/entry/signals.py), and what the entry says without it."""
+    the fleet token (radixfleet/dataplane/signals.py), and what the entry says without it."""
     from policies.failover.observe import region_signals
     from policies.failover.queries import QueryConfig, region_queries
     from radixfleet.adapters.prometheus import NO_RETRY, HttpPrometheus
-    from radixfleet.entry.signals import PREFIX, QUERY_PATH
+    from radixfleet.dataplane.signals import PREFIX, QUERY_PATH
 
     config = QueryConfig()
     queries = region_queries(namespaces=[NAMESPACE], models=[WAKES, CANARY],

@@ -25,7 +25,7 @@ MODE = "serving.kserve.io/deploymentMode"
 FIT_TO_THE_NODE = "radixfleet-test-bed-fit-to-the-node"
 
 
-# The data plane's key in every test namespace this process makes (radixfleet/dataplane.py): the
+# The data plane's key in every test namespace this process makes (radixfleet.dataplane): the
 # rendered runtimes start SGLang with `--api-key` from it, so a test calling a predictor sends it.
 DATA_PLANE_KEY = secrets.token_urlsafe(24)
 

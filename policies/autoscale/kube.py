@@ -140,7 +140,7 @@ class KubePods:
 
 
 class KubeDataPlaneKeys:
-    """Each tenant namespace's data-plane key, read from its Secret (radixfleet/dataplane.py)."""
+    """Each tenant namespace's data-plane key, read from its Secret (radixfleet.dataplane)."""
 
     def __init__(self, api_client: Any) -> None:
         self.api_client = api_client

@@ -12,7 +12,7 @@ asked for more than are ready or saw one starting; or after `RELOOK_S`) and carr
 - a pod not ready yet, never taken out, while the others may serve without it: relabelled
   `warming`, so that when it turns ready no request reaches it through the router;
 - a `warming` pod, ready: warmed in the background. The region entry gives the hottest
-  prefixes of the model's prompts (radixfleet/entry/prefixes.py, within the spec's share of the
+  prefixes of the model's prompts (radixfleet/dataplane/prefixes.py, within the spec's share of the
   pod's KV cache, which the pod's `/server_info` says), and the pod is sent each as one request
   of one output token, through its queue-proxy with the data plane's key; then it is
   `serving` again, `radixfleet.io/prewarmed` saying what it got;
@@ -42,8 +42,8 @@ from policies.autoscale.prewarm import Gate, PodView, gate
 from policies.autoscale.spec import AutoscalePolicySpec
 from policies.autoscale.state import Observed
 from radixfleet import dataplane, labels
-from radixfleet.fleet.prewarm import kv_blocks
 from radixfleet.kit.errors import KubeError
+from radixfleet.prefixes import kv_blocks
 from radixfleet.twin.interfaces import Waiting
 
 log = logging.getLogger(__name__)

@@ -46,7 +46,7 @@ from policies.failover.spec import API_VERSION, MIN_INTERVAL_SECONDS, PLURAL, Fa
 from policies.failover.state import FailoverStatus, HealthCheck, Observed
 from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
 from radixfleet.adapters.route53 import AwsRoute53, WeightedRecords
-from radixfleet.entry.signals import TOKEN_ENV
+from radixfleet.dataplane.signals import TOKEN_ENV
 from radixfleet.kit import kopfglue
 from radixfleet.kit.errors import KubeError
 from radixfleet.kit.events import Events
@@ -206,7 +206,7 @@ def run_tick(
 
 def prometheus_per_region(template: str, *, token: str = "") -> PrometheusFor:
     """Each region's Prometheus: its `prometheusUrl`, else `template` with `{region}`. With the
-    fleet `token`, each is read through its region's entry (`radixfleet/entry/signals.py`)."""
+    fleet `token`, each is read through its region's entry (`radixfleet/dataplane/signals.py`)."""
     cache: dict[str, Prometheus] = {}
     headers = {"Authorization": f"Bearer {token}"} if token else {}
 

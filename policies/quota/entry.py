@@ -35,7 +35,7 @@ from policies.quota.observe import api_keys, tenant_object
 from policies.quota.ports import Secrets, Tenants
 from policies.quota.shares import ConcurrencyShares
 from radixfleet.config.catalog import TokenBudget
-from radixfleet.entry.gate import ModelOf
+from radixfleet.dataplane.gate import ModelOf
 from radixfleet.kit.errors import KubeError
 from radixfleet.kit.rbac import TENANT_NAMESPACES, PolicyRule, rule
 from radixfleet.platform import UPSTREAM_CONNECTIONS

@@ -35,8 +35,8 @@ from policies.quota.usage import (
     usage_of_answers,
 )
 from radixfleet.config.catalog import TokenBudget
-from radixfleet.entry.gate import TENANT, ModelOf
-from radixfleet.entry.openai import error_body
+from radixfleet.dataplane.gate import TENANT, ModelOf
+from radixfleet.dataplane.openai import error_body
 
 log = logging.getLogger(__name__)
 

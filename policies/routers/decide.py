@@ -21,7 +21,7 @@ Rules, in order:
    is parked (zero replicas) when its InferenceService reports a status without its revision.
    Routers are never deleted: each is owned by its Knative Revision, and Kubernetes' garbage
    collector removes it with the revision (so the operator needs no delete permission).
-6. Every namespace with a model of a tenant holds the data plane's key (radixfleet/dataplane.py)
+6. Every namespace with a model of a tenant holds the data plane's key (radixfleet.dataplane)
    from the first sight of the model, status or not: its predictor pods cannot start without it.
 """
 

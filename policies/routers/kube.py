@@ -37,7 +37,7 @@ RULES: tuple[PolicyRule, ...] = (
     rule("apps", "deployments", "list"),
     rule("apps", "deployments", "create", "patch", scope=TENANT_NAMESPACES, by_name=False),
     rule("", "services", "create", "patch", scope=TENANT_NAMESPACES, by_name=False),
-    # The data plane's key: created once per namespace, never read back (radixfleet/dataplane.py).
+    # The data plane's key: created once per namespace, never read back (radixfleet.dataplane).
     rule("", "secrets", "create", scope=TENANT_NAMESPACES),
 )
 

@@ -46,7 +46,7 @@ class Router:
     # warming up is not one yet). A revision made before the label has none and is not gated.
     pooled: bool = False
     pool: str = labels.SERVING_POOL  # `baseline`: the router of a canary's baseline
-    # The key of the data plane's Secret the revision's pods read (radixfleet/dataplane.py).
+    # The key of the data plane's Secret the revision's pods read (radixfleet.dataplane).
     data_plane_key: str = dataplane.KEY
 
     @property

@@ -3,7 +3,7 @@
 Polling keeps the entry simple and its replicas independent: each lists the InferenceServices
 (KServe's traffic status) and the CanaryPolicies (which rollouts run a baseline), asks the gate
 to re-read the tenants, and reads the data plane's key of each namespace it routes to
-(radixfleet/dataplane.py). A failed read keeps the last table (requests keep flowing on what was
+(radixfleet.dataplane). A failed read keeps the last table (requests keep flowing on what was
 known) and is retried at the next interval. Each pass is one list of InferenceServices, one of
 CanaryPolicies, one of Tenants, one read per API-key Secret and one per namespace's data-plane
 Secret; a fleet with many tenants would want watches instead (not built yet).
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from kubernetes import client
 
 from radixfleet import dataplane, labels
-from radixfleet.entry.routes import baselines_of, build_routes
+from radixfleet.dataplane.routes import baselines_of, build_routes
 from radixfleet.entry.server import ClusterEntry
 from radixfleet.kit.errors import KubeError
 from radixfleet.kit.kube import (

@@ -18,12 +18,12 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import start_http_server
 
+from radixfleet.dataplane.prefixes import HotPrefixes
+from radixfleet.dataplane.relay import entry_runner, upstream_timeout
+from radixfleet.dataplane.signals import TOKEN_ENV, SignalsRelay
 from radixfleet.entry import DRAIN_S
 from radixfleet.entry.kube import KubeCanaryPolicies, KubeDataPlaneKeys, keep_in_sync
-from radixfleet.entry.prefixes import HotPrefixes
 from radixfleet.entry.server import ClusterEntry, Upstreams
-from radixfleet.entry.signals import TOKEN_ENV, SignalsRelay
-from radixfleet.fleet.entry import entry_runner, upstream_timeout
 from radixfleet.kit.kube import KubeInferenceServices, api_client
 from radixfleet.kit.registry import entry_gate, load_entry_gate
 from radixfleet.platform import PROMETHEUS_URL, UPSTREAM_CONNECTIONS

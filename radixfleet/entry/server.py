@@ -29,20 +29,19 @@ import aiohttp
 from aiohttp import web
 
 from radixfleet import dataplane
-from radixfleet.entry import openai
-from radixfleet.entry.gate import TENANT, EntryGate
-from radixfleet.entry.prefixes import HotPrefixes
-from radixfleet.entry.routes import ModelRoute, Routes, Target
-from radixfleet.entry.signals import SignalsRelay
-from radixfleet.fleet.entry import (
+from radixfleet.dataplane import openai
+from radixfleet.dataplane.errors import EntryError, model_not_found
+from radixfleet.dataplane.gate import TENANT, EntryGate
+from radixfleet.dataplane.prefixes import HotPrefixes
+from radixfleet.dataplane.relay import (
     PROXIED_PATHS,
-    EntryError,
     StreamFailedEarlyError,
     entry_application,
-    model_not_found,
     parse_body,
     relay,
 )
+from radixfleet.dataplane.routes import ModelRoute, Routes, Target
+from radixfleet.dataplane.signals import SignalsRelay
 from radixfleet.labels import SERVING_POOL
 
 log = logging.getLogger(__name__)
@@ -210,7 +209,7 @@ class ClusterEntry:
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """POST `raw` upstream with a data-plane key of the target's namespace (never the
         tenant's): the one its revision took last, then, on a 401, the others. A revision
-        holds one key of the Secret (radixfleet/dataplane.py), and during a rotation the
+        holds one key of the Secret (radixfleet.dataplane), and during a rotation the
         Secret holds two; a 401 comes before any work, so trying again costs nothing. 503
         while the namespace's keys are not known yet; 502 when the revision refuses them all
         (the platform's fault, not the caller's: never relayed as the caller's 401)."""

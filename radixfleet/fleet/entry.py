@@ -18,7 +18,7 @@ baseline (the stable model on replicas of its own, canary/README.md), the baseli
 much as the canary once one of its replicas is ready (`radixfleet.revisions.pick_revision`, the
 twin's split too).
 
-Bad input gets its status and OpenAI's error body (`radixfleet/entry/openai.py`), never a
+Bad input gets its status and OpenAI's error body (`radixfleet/dataplane/openai.py`), never a
 traceback: malformed JSON 400, an unknown model 404, an unknown path 404, a wrong method 405
 with `Allow`.
 """
@@ -32,86 +32,36 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
-from aiohttp.log import access_logger
 
-from radixfleet.emulator.protocol import ApiError
-from radixfleet.entry import openai
-from radixfleet.entry.gate import ModelOf
-from radixfleet.entry.signals import SignalsRelay
+from radixfleet.dataplane import openai
+from radixfleet.dataplane.errors import EntryError, model_not_found
+from radixfleet.dataplane.gate import ModelOf
+from radixfleet.dataplane.relay import (
+    PROXIED_PATHS,
+    StreamFailedEarlyError,
+    entry_application,
+    not_ready_yet,
+    parse_body,
+    relay,
+    retry_after,
+)
+from radixfleet.dataplane.signals import SignalsRelay
 from radixfleet.fleet.scaler import PromptRecorder, Scaler
 from radixfleet.fleet.spec import RouterSpread
 from radixfleet.revisions import BASELINE, CANARY, pick_revision
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
 # How much of a prompt picks its router replica: about 256 tokens, inside any system prompt
 # worth caching, and short enough that a conversation's turns keep their replica.
 AFFINITY_CHARS = 1024
 _JSON = "application/json"
-
-
-class EntryError(ApiError):
-    """An error of the entry's own, with OpenAI's `code` and `param` and headers to send along
-    (Retry-After)."""
-
-    def __init__(
-        self, status: int, message: str, *, headers: Mapping[str, str] | None = None,
-        code: str | None = None, param: str | None = None,
-    ) -> None:  # fmt: skip
-        super().__init__(status, message)
-        self.headers = dict(headers or {})
-        self.code = code
-        self.param = param
-
-    def answer(self) -> web.Response:
-        body = openai.error_body(self.status, self.message, code=self.code, param=self.param)
-        return web.json_response(body, status=self.status, headers=self.headers)
-
-
-# The largest request body an entry reads: a million-token prompt is about 4 MiB of text, 8
-# with JSON's escapes. Larger bodies get 413, by their Content-Length before any byte is read,
-# else as soon as they pass it: four 60 MB bodies took an entry from 285 to 616 MiB (its limit
-# is 512Mi), which would have cut every tenant's streams on that replica.
-MAX_BODY_BYTES = 16 * 1024**2
-
-
-def entry_application() -> web.Application:
-    """The aiohttp application both region entries start from: their errors as OpenAI's, their
-    bodies bounded, a request id on every answer."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
-    openai.install_request_ids(app)
-    return app
-
-
-def entry_runner(
-    app: web.Application,
-    *,
-    shutdown_timeout: float,
-    access_log: logging.Logger | None = access_logger,
-) -> web.AppRunner:
-    """The aiohttp runner of a region entry (the cluster's and the local fleet's).
-
-    With `handler_cancellation`, a client that hangs up cancels its handler, which closes the
-    request to the router, and smg aborts the generation. aiohttp's default runs the handler to
-    the end: a whole (non-streamed) answer nobody will read was generated and charged, and the
-    SDK's two retries of a timed-out call left three generations running."""
-    return web.AppRunner(
-        app, shutdown_timeout=shutdown_timeout, access_log=access_log, handler_cancellation=True
-    )
-
-
-def model_not_found(name: object) -> EntryError:
-    """404 for a model the caller cannot use (another tenant's looks exactly like none)."""
-    message = f"The model '{name}' does not exist."
-    return EntryError(404, message, code="model_not_found", param="model")
 
 
 @dataclass(frozen=True)
@@ -400,197 +350,8 @@ def _rotation(pool: RouterPool, first: str) -> Iterator[str]:
             yield pool.urls[(start + offset) % len(pool.urls)]
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every error as its status and OpenAI's JSON body (`openai.py`), never a traceback."""
-    try:
-        if (request.content_length or 0) > MAX_BODY_BYTES:
-            raise EntryError(413, f"The request body is larger than {MAX_BODY_BYTES} bytes.")
-        return await handler(request)
-    except EntryError as err:
-        return err.answer()
-    except ApiError as err:
-        return EntryError(err.status, err.message).answer()
-    except web.HTTPException as err:
-        if err.status < 400:
-            raise
-        kept = {k: v for k, v in err.headers.items() if k in _KEPT_HEADERS}  # 405's Allow
-        return EntryError(err.status, err.reason, headers=kept).answer()
-    except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-        raise  # the client went away: nothing to answer (aiohttp logs it at debug)
-    except aiohttp.ClientError as err:  # the upstream failed (a router or replica went away)
-        log.warning("upstream failed on %s: %s", request.path, err)
-        return EntryError(502, "The upstream failed to answer.").answer()
-    except Exception:
-        log.exception("unhandled error on %s", request.path)
-        return EntryError(500, "Internal server error.").answer()
-
-
-_KEPT_HEADERS = frozenset({"Allow", "Retry-After"})
-
-
-# smg 1.13 answers these before any worker saw the request, so a retry is always safe: it
-# registers a new gRPC worker's tokenizer shortly after the worker itself, and a router
-# restarted (its process died) knows no worker, nor so the model, until the replica set
-# registers them again. The entry knows the model exists; the router will shortly.
-NOT_READY = frozenset(
-    {(503, "tokenizer_not_ready"), (503, "no_available_workers"), (404, "model_not_found")}
-)
-
-
-def not_ready_yet(status: int, body: bytes) -> bool:
-    """Whether a router's answer says it is still registering the model (retry shortly)."""
-    try:
-        error = json.loads(body).get("error") or {}
-    except (ValueError, AttributeError):
-        return False
-    return isinstance(error, dict) and (status, error.get("code")) in NOT_READY
-
-
 def _backoff() -> Iterator[float]:
     pause = 0.05
     while True:
         yield pause
         pause = min(pause * 2, 1.0)
-
-
-class StreamFailedEarlyError(Exception):
-    """A stream failed before its first event reached the client: it broke, ended empty, or
-    opened with a server error (a replica that died before its first token). The client has
-    seen nothing, not even a status, so the request may be sent again."""
-
-
-async def relay(
-    request: web.Request,
-    upstream: aiohttp.ClientResponse,
-    headers: Mapping[str, str] | None = None,
-    *,
-    may_resend: bool = False,
-) -> web.StreamResponse:
-    """The upstream's answer as the client's: a stream event by event, else whole. With
-    `may_resend`, a stream that fails before its first event raises `StreamFailedEarlyError`."""
-    if upstream.content_type == "text/event-stream":
-        return await _stream(request, upstream, headers or {}, may_resend=may_resend)
-    body = await upstream.read()
-    content_type = upstream.content_type or "application/json"
-    return web.Response(
-        status=upstream.status, body=body, content_type=content_type,
-        headers={**retry_after(upstream), **(headers or {})},
-    )  # fmt: skip
-
-
-# A relayed 429 or 503 without the upstream's own Retry-After gets this one (smg sends none
-# when every worker of a revision is down); clients and the SDK back off by it.
-RELAYED_RETRY_AFTER_S = 5
-
-
-def retry_after(upstream: aiohttp.ClientResponse) -> dict[str, str]:
-    """The `Retry-After` to relay with the upstream's answer (none unless it is 429 or 503)."""
-    if upstream.status not in (429, 503):
-        return {}
-    return {"Retry-After": upstream.headers.get("Retry-After", str(RELAYED_RETRY_AFTER_S))}
-
-
-async def _stream(
-    request: web.Request,
-    upstream: aiohttp.ClientResponse,
-    headers: Mapping[str, str],
-    *,
-    may_resend: bool,
-) -> web.StreamResponse:
-    events = _whole_events(upstream)
-    # The client gets its status only with the first event, so a stream that fails before
-    # one can still be sent again instead of reaching the client as an error.
-    try:
-        first = await anext(events, b"")
-    except _BROKEN as err:
-        if may_resend:
-            raise StreamFailedEarlyError(str(err)) from err
-        first = stream_error_event("The upstream closed the stream before answering.")
-    if may_resend and (not first or _opens_with_server_error(first)):
-        raise StreamFailedEarlyError(first[:200].decode(errors="replace"))
-    response = web.StreamResponse(
-        status=upstream.status,
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers},
-    )
-    await response.prepare(request)
-    await response.write(first)
-    try:
-        async for whole in events:
-            await response.write(whole)
-    except _BROKEN as err:
-        log.warning("upstream stream broke on %s: %s", request.path, err)
-        await response.write(stream_error_event("The upstream closed the stream mid-way."))
-    await response.write_eof()
-    return response
-
-
-# A stream that breaks, or stalls past the idle timeout (`upstream_timeout`): the client gets
-# the error event and the end of the stream, never a second answer.
-_BROKEN = (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ServerTimeoutError)
-
-# An answer with no byte from upstream for this long is cut (a stalled replica or router must
-# not hold a connection of the tenant's share for ever): the OpenAI SDK's own default timeout,
-# after which its client has given up anyway (a whole answer sends its first byte when done).
-# No answer takes longer than the total.
-STREAM_IDLE_TIMEOUT_S = 600.0
-ANSWER_TIMEOUT_S = 3600.0
-
-
-def upstream_timeout(*, idle_s: float = STREAM_IDLE_TIMEOUT_S) -> aiohttp.ClientTimeout:
-    """The timeout of an entry's requests to the routers."""
-    return aiohttp.ClientTimeout(total=ANSWER_TIMEOUT_S, sock_connect=10, sock_read=idle_s)
-
-
-async def _whole_events(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    """The stream cut at event ends, so the client never holds half an event if it breaks."""
-    pending = b""
-    async for chunk in upstream.content.iter_any():
-        whole, pending = _split_events(pending + chunk)
-        if whole:
-            yield whole
-    if pending:
-        yield pending
-
-
-def _opens_with_server_error(events: bytes) -> bool:
-    """Whether the first event is an error of the server's (5xx or no code): a client error
-    (400: the prompt is too long) would fail again, and is the client's to see."""
-    first = events.splitlines()[0].removeprefix(b"data:").strip()
-    try:
-        error = json.loads(first).get("error")
-    except (ValueError, AttributeError):
-        return False
-    if not isinstance(error, dict):
-        return False
-    code = error.get("code")
-    return not isinstance(code, int) or code >= 500
-
-
-EVENT_ENDS = (b"\n\n", b"\r\n\r\n")
-
-
-def _split_events(data: bytes) -> tuple[bytes, bytes]:
-    """`data` cut after its last complete server-sent event: (whole events, the rest)."""
-    cut = max((data.rfind(end) + len(end) for end in EVENT_ENDS if end in data), default=0)
-    return data[:cut], data[cut:]
-
-
-def stream_error_event(message: str) -> bytes:
-    """The error event and `[DONE]` that end a broken stream, as SGLang and smg end theirs: the
-    client learns the answer is incomplete, and nothing is sent again (no token repeats)."""
-    error = openai.error_body(502, message, code="stream_error")
-    return f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n".encode()
-
-
-def parse_body(raw: bytes) -> dict[str, Any]:
-    """A request's JSON object body, or 400."""
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ApiError(400, f"Invalid JSON body: {err}") from None
-    except RecursionError:  # was a 500 and a logged traceback
-        raise ApiError(400, "Invalid JSON body: nested too deeply.") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "The request body must be a JSON object.")
-    return body

@@ -35,10 +35,11 @@ import aiohttp
 import yaml
 from aiohttp import web
 
+from radixfleet.dataplane.relay import entry_runner
+from radixfleet.dataplane.signals import PREFIX as SIGNALS_PREFIX
+from radixfleet.dataplane.signals import SignalsRelay
 from radixfleet.emulator.tokenizer import ensure_tokenizer_dir
-from radixfleet.entry.signals import PREFIX as SIGNALS_PREFIX
-from radixfleet.entry.signals import SignalsRelay
-from radixfleet.fleet.entry import Baseline, Canary, Gate, RegionEntry, RouterPool, entry_runner
+from radixfleet.fleet.entry import Baseline, Canary, Gate, RegionEntry, RouterPool
 from radixfleet.fleet.procs import Supervisor, free_ports, stop_async
 from radixfleet.fleet.prometheus import (
     PrometheusServer,

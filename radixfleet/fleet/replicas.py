@@ -26,12 +26,13 @@ from typing import Any
 import aiohttp
 import yaml
 
-from radixfleet.fleet.prewarm import kv_blocks, prompt_blocks, warm
+from radixfleet.fleet.prewarm import warm
 from radixfleet.fleet.procs import Child, Supervisor, free_ports, stop_async
 from radixfleet.fleet.router import WORKER_ID_SEPARATOR, RouterError, RouterGroup
 from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.fleet.spec import FleetSpec, ModelSpec, revision_name
 from radixfleet.labels import SERVING_POOL
+from radixfleet.prefixes import kv_blocks, prompt_blocks
 from radixfleet.profile import resolve_profile
 from radixfleet.twin.interfaces import Prewarmer, Waiting
 

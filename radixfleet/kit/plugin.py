@@ -46,7 +46,7 @@ class ControllerPlugin:
     controllers (the failover: one per fleet, not per region) run only when
     asked for by name. `entry_gate` is the "module:factory" of the gate the region entry puts
     in front of its routes (`factory(api_client, replicas, region, *, upstream_connections)`, see
-    `radixfleet.entry.gate`), and `entry_rules` the RBAC that gate needs. `admission()` lists
+    `radixfleet.dataplane.gate`), and `entry_rules` the RBAC that gate needs. `admission()` lists
     the ValidatingAdmissionPolicies and bindings that hold the controller's rules at the API
     server (the quota's GPU budgets); they are installed with the operator.
     """

@@ -2,7 +2,7 @@
 
 A tenant namespace holds two things a tenant's own pod must not get:
 
-- the data plane's key, Secret `radixfleet-data-plane` (radixfleet/dataplane.py): a pod that
+- the data plane's key, Secret `radixfleet-data-plane` (radixfleet.dataplane): a pod that
   mounts it calls the predictors and routers past the entry, unauthenticated and unmetered;
 - the labels the namespace's NetworkPolicies let in by (inferenceservices/builder.py):
   `app.kubernetes.io/component: router` and `serving.kserve.io/inferenceservice` reach the

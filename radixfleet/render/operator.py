@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from radixfleet import labels
-from radixfleet.entry.signals import TOKEN_ENV
+from radixfleet.dataplane.signals import TOKEN_ENV
 from radixfleet.kit.leader import IDENTITY_ENV, PEERING_NAME
 from radixfleet.kit.operator import LIVENESS_PORT, METRICS_PORT, READINESS_PORT
 from radixfleet.kit.plugin import ControllerPlugin
@@ -47,7 +47,7 @@ IMAGE = "radixfleet:dev"  # a placeholder: an overlay's kustomize `images:` entr
 ROUTER_IMAGE = "radixfleet-smg:1.13.0"
 ROUTER_IMAGE_ENV = "RADIXFLEET_ROUTER_IMAGE"
 # The fleet token: the failover (in one region's operator) shows it to every region's entry to
-# read that region's Prometheus (radixfleet/entry/signals.py). Optional: without the Secret,
+# read that region's Prometheus (radixfleet/dataplane/signals.py). Optional: without the Secret,
 # the entry does not relay and the failover sees no region's signals.
 FLEET_TOKEN_SECRET = "radixfleet-fleet-token"
 FLEET_TOKEN_KEY = "token"

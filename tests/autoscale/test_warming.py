@@ -27,10 +27,10 @@ from policies.autoscale.spec import AutoscalePolicySpec, Prewarm
 from policies.autoscale.state import Observed, ReplicaMetrics
 from policies.autoscale.warming import RELOOK_S, WARMED, Warmer, pod_view, waiting_of
 from radixfleet import dataplane, labels
+from radixfleet.dataplane.prefixes import HotPrefixes
 from radixfleet.emulator.server import EmulatorConfig
 from radixfleet.emulator.testing import serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
-from radixfleet.entry.prefixes import HotPrefixes
 from radixfleet.profile import ReplicaProfile
 from radixfleet.twin.interfaces import Waiting
 

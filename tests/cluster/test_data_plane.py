@@ -1103,7 +1103,7 @@ def _key_read_by(obj: dict[str, Any]) -> str | None:
 def test_the_data_plane_key_rotates_with_no_401_while_a_client_chats(
     plane: tuple[Cluster, str],
 ) -> None:
-    """The rotation of radixfleet/dataplane.py, as a platform team runs it, with a client
+    """The rotation of radixfleet.dataplane, as a platform team runs it, with a client
     chatting through the entry all along: a second key added to the namespace's Secret; the
     InferenceService annotated with its name, so a new revision's pods (KServe fills the
     runtime's placeholder) and its router (the routers controller reads the revision) read it;

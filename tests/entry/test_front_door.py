@@ -24,7 +24,8 @@ from policies.quota.gate import TokenGate
 from policies.quota.ledger import Throttled, TokenLedger
 from policies.quota.shares import ConcurrencyShares
 from radixfleet.config.catalog import TokenBudget
-from radixfleet.fleet.entry import MAX_BODY_BYTES, RegionEntry, entry_runner
+from radixfleet.dataplane.relay import MAX_BODY_BYTES, entry_runner
+from radixfleet.fleet.entry import RegionEntry
 from tests.fleet.test_entry import FakeScaler, serve
 
 BUDGET = TokenBudget(tokens_per_minute=600)

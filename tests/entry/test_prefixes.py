@@ -17,8 +17,8 @@ from aiohttp.test_utils import TestServer
 
 from policies.quota.entry import ClusterGate
 from policies.quota.fakes import FakeSecrets, FakeTenants
-from radixfleet.entry.prefixes import HotPrefixes
-from radixfleet.entry.routes import Target, build_routes
+from radixfleet.dataplane.prefixes import HotPrefixes
+from radixfleet.dataplane.routes import Target, build_routes
 from radixfleet.entry.server import ClusterEntry, Upstreams
 
 REVISION = "chat-predictor-00001"

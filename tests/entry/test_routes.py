@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from policies.routers.spec import ROUTER_PORT, Router
-from radixfleet.entry.routes import ModelRoute, Target, baselines_of, build_routes, targets_of
+from radixfleet.dataplane.routes import ModelRoute, Target, baselines_of, build_routes, targets_of
 from radixfleet.entry.server import Upstreams
 
 

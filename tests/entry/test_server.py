@@ -31,10 +31,10 @@ from policies.quota.entry import ClusterGate, per_replica
 from policies.quota.fakes import FakeSecrets, FakeTenants
 from radixfleet import dataplane
 from radixfleet.config.catalog import TokenBudget
+from radixfleet.dataplane.routes import Routes, Target, build_routes
 from radixfleet.emulator.server import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
-from radixfleet.entry.routes import Routes, Target, build_routes
 from radixfleet.entry.server import ClusterEntry, Upstreams, router_has_no_worker
 from radixfleet.fleet.procs import free_port, free_ports
 from radixfleet.profile import ReplicaProfile
@@ -306,7 +306,7 @@ def test_refusals_are_openais_errors(
 def test_during_a_rotation_a_revision_holding_either_key_is_reached_without_a_401(
     gateways: Gateways, tenant: str
 ) -> None:
-    """The Secret holds the old key and the new while a rotation runs (radixfleet/dataplane.py);
+    """The Secret holds the old key and the new while a rotation runs (radixfleet.dataplane);
     each revision holds one. The real smg and the emulated replica hold the test's key, named
     here as the new one: the old is refused upstream, the entry tries the new, and remembers
     it for the revision's next request."""

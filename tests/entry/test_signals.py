@@ -20,8 +20,8 @@ import requests
 from aiohttp import web
 
 from radixfleet.adapters.prometheus import NO_RETRY, HttpPrometheus, MetricsUnavailable
-from radixfleet.entry.signals import MAX_FORM_BYTES, MAX_QUERY_CHARS, PREFIX, SignalsRelay
-from radixfleet.fleet.entry import error_middleware
+from radixfleet.dataplane.relay import error_middleware
+from radixfleet.dataplane.signals import MAX_FORM_BYTES, MAX_QUERY_CHARS, PREFIX, SignalsRelay
 from tests.adapters.prometheus_server import Family, running_prometheus
 
 pytestmark = pytest.mark.prometheus

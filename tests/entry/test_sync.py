@@ -11,13 +11,13 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from radixfleet.dataplane.prefixes import HotPrefixes
 from radixfleet.entry.kube import (
     RULES,
     KubeCanaryPolicies,
     KubeDataPlaneKeys,
     keep_in_sync,
 )
-from radixfleet.entry.prefixes import HotPrefixes
 from radixfleet.entry.server import ClusterEntry
 from radixfleet.kit.errors import KubeError
 from radixfleet.kit.kube import KubeInferenceServices

@@ -1,7 +1,7 @@
 """The failover reads every region's serving signals through that region's entry, on the local
 fleet, and takes a slow region out on them.
 
-As in a deployed fleet (`radixfleet/entry/signals.py`): each region has its own Prometheus
+As in a deployed fleet (`radixfleet/dataplane/signals.py`): each region has its own Prometheus
 (Debian's, scraping only that region's replicas), reachable from outside only through the
 region's entry with the fleet token. The controller is the one the operator runs, with its
 Prometheus clients built by `prometheus_per_region`; Route 53, the policy store, the events and

@@ -20,14 +20,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from radixfleet.fleet.entry import (
-    Baseline,
-    Canary,
-    RegionEntry,
-    RouterPool,
-    entry_runner,
-    upstream_timeout,
-)
+from radixfleet.dataplane.relay import entry_runner, upstream_timeout
+from radixfleet.fleet.entry import Baseline, Canary, RegionEntry, RouterPool
 from radixfleet.fleet.scaler import ReplicaInfo
 
 

@@ -26,7 +26,7 @@ from policies.autoscale.prewarm import Prewarming
 from policies.autoscale.spec import Prewarm, Targets
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
-from radixfleet.fleet.prewarm import prompt_blocks
+from radixfleet.prefixes import prompt_blocks
 from radixfleet.twin.interfaces import Prewarmer
 from radixfleet.workload.prompts import PromptSynth
 from radixfleet.workload.records import WorkItem

@@ -4,7 +4,7 @@
 `<model>.<region>.<domain>` (the region's load balancer) and guarded by a health check of that
 name. The failover controller shifts the weights later; Pulumi sets them once and leaves them.
 Each region also gets `fleet.<region>.<domain>` on its load balancer: where the failover reads
-that region's serving signals from its entry (radixfleet/entry/signals.py).
+that region's serving signals from its entry (radixfleet/dataplane/signals.py).
 """
 
 from __future__ import annotations

@@ -27,9 +27,8 @@ from typing import Any
 
 from aiohttp import web
 
-from radixfleet.emulator.protocol import ApiError
-from radixfleet.fleet.prewarm import prompt_blocks
-from radixfleet.prefixes import PrefixPopularity, hottest
+from radixfleet.dataplane.errors import EntryError
+from radixfleet.prefixes import PrefixPopularity, hottest, prompt_blocks
 
 PATH = "/fleet/v1/prefixes/{namespace}/{model}"
 # A replica's KV cache in 256-character blocks: 10 million is 640M tokens, no GPU holds more.
@@ -87,7 +86,7 @@ class HotPrefixes:
         matches = [hmac.compare_digest(given.strip().encode(), k.encode())
                    for k in self.keys_of(namespace)]  # fmt: skip
         if scheme.lower() != "bearer" or not any(matches):
-            raise ApiError(401, f"Unknown or missing data-plane key of {namespace}.")
+            raise EntryError(401, f"Unknown or missing data-plane key of {namespace}.")
 
 
 def _number(
@@ -96,12 +95,12 @@ def _number(
     """Query parameter `name`, a finite number in [low, high] (a whole one if `whole`)."""
     raw = request.query.get(name)
     if raw is None:
-        raise ApiError(400, f"Parameter '{name}' is required.")
+        raise EntryError(400, f"Parameter '{name}' is required.")
     try:
         value = int(raw) if whole else float(raw)
     except ValueError:
         kind = "a whole number" if whole else "a number"
-        raise ApiError(400, f"Parameter '{name}' must be {kind}, not {raw[:40]!r}.") from None
+        raise EntryError(400, f"Parameter '{name}' must be {kind}, not {raw[:40]!r}.") from None
     if not math.isfinite(value) or not low <= value <= high:
-        raise ApiError(400, f"Parameter '{name}' must be between {low:g} and {high:g}.")
+        raise EntryError(400, f"Parameter '{name}' must be between {low:g} and {high:g}.")
     return value

@@ -29,7 +29,7 @@ from urllib.parse import parse_qsl
 import aiohttp
 from aiohttp import web
 
-from radixfleet.emulator.protocol import ApiError
+from radixfleet.dataplane.errors import EntryError
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +64,9 @@ class SignalsRelay:
         given = await _params(request)
         params = {k: given[k] for k in FORWARDED_PARAMS if k in given}
         if not params.get("query"):
-            raise ApiError(400, "Parameter 'query' is required.")
+            raise EntryError(400, "Parameter 'query' is required.")
         if len(params["query"]) > MAX_QUERY_CHARS:
-            raise ApiError(400, f"Parameter 'query' is longer than {MAX_QUERY_CHARS} characters.")
+            raise EntryError(400, f"Parameter 'query' is longer than {MAX_QUERY_CHARS} characters.")
         return await self._relay("/api/v1/query", params)
 
     async def ready(self, request: web.Request) -> web.StreamResponse:
@@ -78,11 +78,11 @@ class SignalsRelay:
         # Constant time: the token must not leak through how fast a wrong one is refused.
         matches = hmac.compare_digest(given.strip().encode(), self.token.encode())
         if scheme.lower() != "bearer" or not self.token or not matches:
-            raise ApiError(401, "Unknown or missing fleet token.")
+            raise EntryError(401, "Unknown or missing fleet token.")
 
     async def _relay(self, path: str, params: dict[str, str]) -> web.StreamResponse:
         if self.prometheus_url is None:
-            raise ApiError(503, "This region's Prometheus is not configured.")
+            raise EntryError(503, "This region's Prometheus is not configured.")
         url = self.prometheus_url.rstrip("/") + path
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         try:
@@ -92,7 +92,7 @@ class SignalsRelay:
                 return web.Response(status=answer.status, body=body, content_type=content_type)
         except (aiohttp.ClientError, TimeoutError) as error:
             log.warning("Prometheus at %s did not answer: %s", url, error)
-            raise ApiError(502, "This region's Prometheus did not answer.") from None
+            raise EntryError(502, "This region's Prometheus did not answer.") from None
 
 
 async def _params(request: web.Request) -> dict[str, str]:
@@ -102,9 +102,9 @@ async def _params(request: web.Request) -> dict[str, str]:
         return params
     raw = await request.content.read(MAX_FORM_BYTES + 1)  # never more, chunked or not
     if len(raw) > MAX_FORM_BYTES:
-        raise ApiError(413, f"The form is larger than {MAX_FORM_BYTES} bytes.")
+        raise EntryError(413, f"The form is larger than {MAX_FORM_BYTES} bytes.")
     try:
         form = parse_qsl(raw.decode(), strict_parsing=False)
     except UnicodeDecodeError:
-        raise ApiError(400, "The form is not UTF-8.") from None
+        raise EntryError(400, "The form is not UTF-8.") from None
     return params | dict(form)
