@@ -37,6 +37,7 @@ def _metrics(controller: Any) -> Any:
 
 PLUGIN = ControllerPlugin(
     name="canary",
+    objects="canary.objects:catalog_objects",
     plural=PLURAL,
     build=_build,
     register=_register,

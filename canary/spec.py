@@ -18,14 +18,14 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from radixfleet.labels import GROUP
+from radixfleet.labels import CANARY_POLICY, GROUP
 
 API_VERSION = "v1alpha1"
 KIND = "CanaryPolicy"
 PLURAL = "canarypolicies"
 
 # On an InferenceService: the name of the CanaryPolicy that carries its rollouts.
-POLICY_ANNOTATION = f"{GROUP}/canary-policy"
+POLICY_ANNOTATION = CANARY_POLICY
 
 # The platform team's commands live on the CanaryPolicy, keyed by InferenceService, not on the
 # InferenceService: KServe copies an InferenceService's annotations into the Knative revision

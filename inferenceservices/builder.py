@@ -8,21 +8,15 @@ model (GPUs per replica, SLOs, regions) travels as `radixfleet.io/*` labels and 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
-from canary.spec import API_VERSION, KIND, POLICY_ANNOTATION, CanaryPolicySpec
 from inferenceservices.scaling import concurrency_target
-from policies.autoscale import spec as autoscale
-from policies.failover import spec as failover
-from policies.quota import spec as quota
 from policies.routers.manifests import access as router_access
-from policies.routers.spec import METRICS_PORT as ROUTER_METRICS_PORT
-from policies.routers.spec import ROUTER_PORT
-from radixfleet import labels
+from radixfleet import dataplane, labels
 from radixfleet.config.catalog import Catalog, Model, Tenant
 from radixfleet.config.gpus import gpu_label_value
 from radixfleet.config.modelcache import cacheable, node_group_name
+from radixfleet.config.serving import model_metadata
 from radixfleet.config.sizing import weight_gib
 from radixfleet.platform import KNATIVE_NAMESPACE, MONITORING_NAMESPACE, PLATFORM_NAMESPACE
 from radixfleet.profile import resolve_profile
@@ -59,11 +53,6 @@ def progress_deadline_s(model: Model) -> int:
     """
     cold_start = NODE_JOIN_S + STARTUP_S + weight_gib(model) * 1024 / DOWNLOAD_MIB_S
     return max(600, 60 * math.ceil(2 * cold_start / 60))
-
-
-def namespace_of(tenant: Tenant) -> str:
-    """A tenant's models live in its first namespace."""
-    return tenant.namespaces[0]
 
 
 def _model_args(model: Model) -> list[str]:
@@ -178,21 +167,8 @@ def _annotations(model: Model) -> dict[str, str]:
         # its own GPU type's nodes (radixfleet/render/modelcache.py); elsewhere KServe ignores it.
         annotations[NODE_GROUP] = node_group_name(model.gpu_type)
     if model.canary_policy:
-        annotations[POLICY_ANNOTATION] = model.canary_policy
+        annotations[labels.CANARY_POLICY] = model.canary_policy
     return annotations
-
-
-def _model_metadata(model: Model, tenant: Tenant) -> dict[str, Any]:
-    """Name, namespace and labels of an object about `model` served to `tenant`."""
-    return {
-        "name": model.name,
-        "namespace": namespace_of(tenant),
-        "labels": {
-            labels.MODEL: model.name,
-            labels.TENANT: tenant.name,
-            labels.MANAGED_BY: labels.MANAGER,
-        },
-    }
 
 
 def build_inference_service(model: Model, tenant: Tenant) -> tuple[dict[str, Any], Notes]:
@@ -201,7 +177,7 @@ def build_inference_service(model: Model, tenant: Tenant) -> tuple[dict[str, Any
     isvc = {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
-        "metadata": _model_metadata(model, tenant) | {"annotations": _annotations(model)},
+        "metadata": model_metadata(model, tenant) | {"annotations": _annotations(model)},
         "spec": {"predictor": _predictor(model)},
     }
     notes = {
@@ -214,16 +190,6 @@ def build_inference_service(model: Model, tenant: Tenant) -> tuple[dict[str, Any
         else "Kept warm: this model never scales to zero.",
     }
     return isvc, notes
-
-
-def served_tenants(catalog: Catalog, model: Model) -> list[Tenant]:
-    """Tenants that get their own InferenceService of `model`: every one, on its own GPUs.
-
-    A LoRA model too: each tenant's base serves that tenant's adapters and the shared ones
-    (`Model.for_tenant`). One base for all would batch adapters together, but would mount each
-    tenant's adapter in the pods of another tenant's namespace, which reads them.
-    """
-    return [catalog.tenant(n) for n in model.tenants]
 
 
 def build_namespaces(catalog: Catalog) -> list[dict[str, Any]]:
@@ -286,9 +252,10 @@ def build_network_policies(namespace: str) -> list[dict[str, Any]]:
     return [
         deny_ingress(namespace),
         network_policy(namespace, "radixfleet-routers", _routers(), [
-            {"from": [from_namespace(PLATFORM_NAMESPACE)], "ports": [{"port": ROUTER_PORT}]},
+            {"from": [from_namespace(PLATFORM_NAMESPACE)],
+             "ports": [{"port": dataplane.ROUTER_PORT}]},
             {"from": [from_namespace(MONITORING_NAMESPACE)],
-             "ports": [{"port": ROUTER_METRICS_PORT}]},
+             "ports": [{"port": dataplane.ROUTER_METRICS_PORT}]},
         ]),
         network_policy(namespace, "radixfleet-predictors", _predictors(), [{"from": [
             {"podSelector": _routers()}, {"podSelector": _predictors()},
@@ -304,117 +271,3 @@ def _routers() -> dict[str, Any]:
 
 def _predictors() -> dict[str, Any]:
     return {"matchExpressions": [{"key": PREDICTOR_POD_LABEL, "operator": "Exists"}]}
-
-
-def build_canary_policy(name: str, namespace: str) -> dict[str, Any]:
-    """A CanaryPolicy with the platform's default steps and checks (canary/spec.py), judged
-    beside a baseline: in a cluster one costs no GPU (it is carved out of the stable revision's
-    pods), and it is the judge that rolls a twice-slower canary back within two intervals
-    (canary/README.md). The type's own default stays off: in the local fleet and the twin a
-    baseline runs replicas of its own."""
-    return {
-        "apiVersion": f"{labels.GROUP}/{API_VERSION}",
-        "kind": KIND,
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {labels.MANAGED_BY: labels.MANAGER},
-        },
-        "spec": CanaryPolicySpec(baseline=True).model_dump(
-            by_alias=True, mode="json", exclude_none=True
-        ),
-    }
-
-
-def api_keys_secret(tenant: Tenant) -> str:
-    """The Secret, in the tenant's namespace, that holds the tenant's API keys, one data key per
-    key the catalog names (`api_keys`): filled by `pulumi up` from the stack's secret config
-    (infra/), or by the platform team on the kubectl path.
-
-    Only its name is rendered: a key never sits in a manifest.
-    """
-    return f"{tenant.name}-api-keys"
-
-
-def build_tenant(tenant: Tenant) -> dict[str, Any]:
-    """The cluster-scoped Tenant object of a catalog tenant: what the quota controller enforces
-    (GPUs, tokens, priority) and where the region entry finds the tenant's API keys."""
-    keys = [
-        quota.SecretKeyRef(
-            name=api_keys_secret(tenant),
-            namespace=namespace_of(tenant),
-            key=key.name,
-            expires_at=key.expires_at,
-        )
-        for key in tenant.api_keys
-    ]
-    spec = quota.TenantSpec.from_tenant(tenant, api_keys=keys)
-    return {
-        "apiVersion": f"{labels.GROUP}/{quota.API_VERSION}",
-        "kind": quota.KIND,
-        "metadata": {"name": tenant.name, "labels": {labels.MANAGED_BY: labels.MANAGER}},
-        "spec": spec.model_dump(by_alias=True, mode="json", exclude_none=True),
-    }
-
-
-def build_autoscale_policy(model: Model, tenant: Tenant) -> dict[str, Any]:
-    """The AutoscalePolicy of `model`'s InferenceService for `tenant`: the catalog's replica
-    bounds and SLOs, every other knob at the policy type's defaults (policies/autoscale/spec.py).
-
-    Multi-node models get none: KServe refuses autoscaling of a head and its workers.
-    """
-    spec = autoscale.AutoscalePolicySpec(
-        inference_service=model.name,
-        min_replicas=model.min_replicas,
-        max_replicas=model.max_replicas,
-        slo=autoscale.Slo(ttft_p95_ms=model.slo.ttft_p95_ms, itl_p95_ms=model.slo.itl_p95_ms),
-    )
-    return {
-        "apiVersion": f"{labels.GROUP}/{autoscale.API_VERSION}",
-        "kind": autoscale.KIND,
-        "metadata": _model_metadata(model, tenant),
-        # Defaults stay implicit (they live on the type); what the catalog says stays explicit.
-        "spec": spec.model_dump(by_alias=True, mode="json", exclude_defaults=True)
-        | {
-            "minReplicas": model.min_replicas,
-            "maxReplicas": model.max_replicas,
-            "slo": spec.slo.model_dump(by_alias=True, mode="json"),
-        },
-    }
-
-
-def build_failover_policy(
-    catalog: Catalog,
-    model: Model,
-    *,
-    namespace: str,
-    hosted_zone_id: str,
-    record_name: str,
-    signals_urls: Mapping[str, str],
-    weights: Mapping[str, int] | None = None,
-) -> dict[str, Any]:
-    """The FailoverPolicy of `model`'s global name across the regions in `signals_urls` (each
-    region's Prometheus as its entry relays it, radixfleet/dataplane/signals.py), judged on the
-    catalog's TTFT SLO over every tenant's InferenceService of the model. Needs two regions.
-    """
-    regions = [
-        {"name": name, "prometheusUrl": url, "weight": (weights or {}).get(name, 100)}
-        for name, url in signals_urls.items()
-    ]
-    spec = failover.FailoverPolicySpec.model_validate(
-        {
-            "hostedZoneId": hosted_zone_id,
-            "recordName": record_name,
-            "models": [model.name],
-            "namespaces": [namespace_of(t) for t in served_tenants(catalog, model)],
-            "regions": regions,
-            "signals": {"ttftSloSeconds": model.slo.ttft_p95_ms / 1000},
-        }
-    )
-    return {
-        "apiVersion": f"{labels.GROUP}/{failover.API_VERSION}",
-        "kind": failover.KIND,
-        "metadata": {"name": model.name, "namespace": namespace,
-                     "labels": {labels.MANAGED_BY: labels.MANAGER}},
-        "spec": spec.model_dump(by_alias=True, mode="json", exclude_defaults=True),
-    }  # fmt: skip

@@ -17,25 +17,21 @@ from typing import Any
 import yaml
 
 from inferenceservices.builder import (
-    api_keys_secret,
-    build_autoscale_policy,
-    build_canary_policy,
-    build_failover_policy,
     build_inference_service,
     build_model_reader,
     build_namespaces,
     build_network_policies,
     build_router_access,
-    build_tenant,
-    namespace_of,
-    served_tenants,
 )
+from policies.failover.objects import failover_policy
 from radixfleet import labels
 from radixfleet.config import Catalog, GpuPool, Region
-from radixfleet.config.catalog import KNOWN_RUNTIMES, Model, Tenant
+from radixfleet.config.catalog import KNOWN_RUNTIMES
 from radixfleet.config.gpus import gpu_label_value
+from radixfleet.config.serving import Served, api_keys_secret, namespace_of, served
 from radixfleet.dataplane.signals import PREFIX as SIGNALS_PREFIX
 from radixfleet.kit.rbac import CLUSTER, scoped
+from radixfleet.kit.registry import catalog_objects
 from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES, KSERVE_NAMESPACE
 from radixfleet.render import data_plane_guard, entry, headroom, modelcache, monitoring, operator
 from radixfleet.render.tenant_access import secret_access
@@ -456,11 +452,9 @@ def runtimes(*, image: str) -> list[Manifest]:
     return [build_runtime(name, image=image)[0] for name in KNOWN_RUNTIMES]
 
 
-def _region_models(catalog: Catalog, region: Region) -> Iterator[tuple[Model, Tenant]]:
+def _region_models(catalog: Catalog, region: Region) -> Iterator[Served]:
     """(model, tenant) of every InferenceService that runs in `region`."""
-    for model in catalog.models:
-        if region.name in model.regions:
-            yield from ((model, tenant) for tenant in served_tenants(catalog, model))
+    return ((model, tenant) for model, tenant in served(catalog) if region.name in model.regions)
 
 
 def region_inference_services(
@@ -475,15 +469,10 @@ def region_inference_services(
 
 def region_policies(catalog: Catalog, region: Region) -> list[Manifest]:
     """The controllers' objects beside the region's InferenceServices, as `radixfleet render`
-    writes them into inferenceservices/: every Tenant (the quota's budgets, the entry's keys),
-    and the CanaryPolicies and AutoscalePolicies of the region's models."""
-    pairs = list(_region_models(catalog, region))
-    canaries = sorted({(namespace_of(t), m.canary_policy) for m, t in pairs if m.canary_policy})
-    return [
-        *(build_tenant(t) for t in catalog.tenants),
-        *(build_canary_policy(policy, namespace) for namespace, policy in canaries),
-        *(build_autoscale_policy(m, t) for m, t in pairs if m.nodes == 1),
-    ]
+    writes them into inferenceservices/ and by the same rule (each controller's `objects`,
+    `radixfleet.kit.registry.catalog_objects`): every Tenant (the quota's budgets, the entry's
+    keys), and the CanaryPolicies and AutoscalePolicies of the region's models."""
+    return catalog_objects(catalog, _region_models(catalog, region))
 
 
 def model_prefixes(inference_services: Sequence[Manifest], *, bucket: str) -> dict[str, list[str]]:
@@ -589,7 +578,7 @@ def failover_policies(
         if len(served) < 2:
             continue  # one region has nowhere to fail over to
         urls = {r: f"https://{signals_name(r, domain)}{SIGNALS_PREFIX}" for r in served}
-        policies.append(build_failover_policy(
+        policies.append(failover_policy(
             catalog, model, namespace=CONTROLLERS_NAMESPACE, hosted_zone_id=zone_id,
             record_name=f"{model.name}.{domain}", signals_urls=urls, weights=weights,
         ))  # fmt: skip

@@ -16,6 +16,9 @@ GPUS_PER_REPLICA = f"{GROUP}/gpus-per-replica"
 SLO_TTFT_P95_MS = f"{GROUP}/slo-ttft-p95-ms"
 SLO_ITL_P95_MS = f"{GROUP}/slo-itl-p95-ms"
 PD_PEER = f"{GROUP}/pd-peer"
+# On an InferenceService: the name of the CanaryPolicy that carries its rollouts (the catalog's
+# builder writes it, the canary reads it).
+CANARY_POLICY = f"{GROUP}/canary-policy"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "radixfleet"
 # A revision's router (policies/routers): its component and the revision it routes to.

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from inferenceservices.builder import api_keys_secret, namespace_of, served_tenants
 from infra import manifests as m
 from radixfleet import dataplane
 from radixfleet.config import load_catalog
+from radixfleet.config.serving import api_keys_secret, namespace_of, served_tenants
 from radixfleet.kit.rbac import CLUSTER, TENANT_NAMESPACES, namespace_role, rule
 from radixfleet.platform import PLATFORM_NAMESPACE
 from radixfleet.render import entry, operator

@@ -33,6 +33,7 @@ def _rules() -> Sequence[PolicyRule]:
 
 PLUGIN = ControllerPlugin(
     name="autoscale",
+    objects="policies.autoscale.objects:catalog_objects",
     plural=PLURAL,
     build=_build,
     register=_register,

@@ -49,7 +49,6 @@ from radixfleet.twin.interfaces import Waiting
 log = logging.getLogger(__name__)
 
 WARMED = f"{labels.GROUP}/prewarmed"  # annotation: what a pod was sent, or why not
-QUEUE_PROXY_PORT = 8012
 WARMERS = 4  # pods warmed at once, fleet-wide
 # A revision whose pods were all ready and serving is listed again only when a pod may have
 # come (the autoscaler asked for more than are ready, or saw one starting), or after this long:
@@ -92,7 +91,8 @@ class Warmer:
     keys: DataPlaneKeys
     http: WarmUpClient
     clock: Callable[[], float] = time.monotonic
-    pod_port: int = QUEUE_PROXY_PORT  # Knative counts the warm-up's requests as the pod's
+    # Through Knative's queue-proxy: Knative counts the warm-up's requests as the pod's.
+    pod_port: int = dataplane.QUEUE_PROXY_PORT
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(WARMERS, thread_name_prefix="prewarm")
     )

@@ -49,6 +49,7 @@ def _metrics(controller: Any) -> Any:
 
 PLUGIN = ControllerPlugin(
     name="quota",
+    objects="policies.quota.objects:catalog_objects",
     plural=PLURAL,
     build=_build,
     register=_register,

@@ -82,8 +82,8 @@ def _pod(router: Router, image: str) -> Manifest:
             "args": spec.smg_args(router),
             "env": [dataplane.env_var(router.data_plane_key)],
             "ports": [
-                {"name": "http", "containerPort": spec.ROUTER_PORT},
-                {"name": "metrics", "containerPort": spec.METRICS_PORT},
+                {"name": "http", "containerPort": dataplane.ROUTER_PORT},
+                {"name": "metrics", "containerPort": dataplane.ROUTER_METRICS_PORT},
             ],
             "readinessProbe": {"httpGet": LIVENESS, "periodSeconds": 2},
             "livenessProbe": {"httpGet": LIVENESS, "periodSeconds": 10},
@@ -105,7 +105,7 @@ def service(router: Router, *, image: str) -> Manifest:
         "metadata": _meta(router, image),
         "spec": {
             "selector": {ROUTES_FOR: router.routes_for, spec.COMPONENT: spec.ROLE},
-            "ports": [{"name": "http", "port": spec.ROUTER_PORT, "targetPort": "http"}],
+            "ports": [{"name": "http", "port": dataplane.ROUTER_PORT, "targetPort": "http"}],
         },
     }
 

@@ -22,9 +22,6 @@ from dataclasses import dataclass
 from radixfleet import dataplane, labels
 
 NAME = "routers"
-ROUTER_PORT = 8000  # smg's HTTP port; the Service's too
-METRICS_PORT = 29000  # smg's Prometheus exporter
-QUEUE_PROXY_PORT = 8012  # Knative's queue-proxy, in front of every serving pod's container
 SERVICE_ACCOUNT = "radixfleet-router"  # in each tenant namespace, rendered with the catalog
 REVISION_LABEL = "serving.knative.dev/revision"
 COMPONENT = labels.COMPONENT
@@ -64,7 +61,7 @@ def smg_args(router: Router) -> list[str]:
     """smg's command line for one revision: cache-aware, pods found by Kubernetes discovery."""
     return [
         "launch",
-        "--host", "0.0.0.0", "--port", str(ROUTER_PORT),
+        "--host", "0.0.0.0", "--port", str(dataplane.ROUTER_PORT),
         "--policy", "cache_aware",
         "--service-discovery",
         "--selector", f"{REVISION_LABEL}={router.revision}",
@@ -72,8 +69,8 @@ def smg_args(router: Router) -> list[str]:
         *([f"{labels.POOL}={router.pool}"] if router.pooled or router.pool != labels.SERVING_POOL
           else []),
         "--service-discovery-namespace", router.namespace,
-        "--service-discovery-port", str(QUEUE_PROXY_PORT),
-        "--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT),
+        "--service-discovery-port", str(dataplane.QUEUE_PROXY_PORT),
+        "--prometheus-host", "0.0.0.0", "--prometheus-port", str(dataplane.ROUTER_METRICS_PORT),
         # The data plane's key: required of the entry, presented to the predictors.
         *dataplane.api_key_args(),
         "--log-level", "warn",

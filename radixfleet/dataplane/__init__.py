@@ -61,6 +61,12 @@ KEY_PLACEHOLDER = (
 
 
 ROUTER_SUFFIX = "-router"
+# Where the entry reaches a revision's router, and the router its pods: the ports every part
+# of the path agrees on (the routers controller's objects, the entry, the tenant namespaces'
+# NetworkPolicies, the pre-warmer).
+ROUTER_PORT = 8000  # smg's HTTP port; its Service's too
+ROUTER_METRICS_PORT = 29000  # smg's Prometheus exporter
+QUEUE_PROXY_PORT = 8012  # Knative's queue-proxy, in front of every serving pod's container
 
 
 def routes_for(revision: str, pool: str = labels.SERVING_POOL) -> str:

@@ -46,7 +46,6 @@ from radixfleet.labels import SERVING_POOL
 
 log = logging.getLogger(__name__)
 
-ROUTER_PORT = 8000
 RETRY_AFTER_S = 5
 # smg's answers when it has no worker for the revision: 503 `no_available_workers` before it
 # ever had one, 404 `model_not_found` once its last worker has gone (seen on the test cluster).
@@ -58,7 +57,7 @@ class Upstreams:
     """Where a revision is reached: its router, and its Knative Service (the activator at zero)."""
 
     cluster_domain: str = "cluster.local"
-    router_port: int = ROUTER_PORT
+    router_port: int = dataplane.ROUTER_PORT
 
     def router(self, target: Target) -> str:
         name = dataplane.router_name(target.revision, target.pool)

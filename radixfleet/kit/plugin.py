@@ -48,7 +48,9 @@ class ControllerPlugin:
     in front of its routes (`factory(api_client, replicas, region, *, upstream_connections)`, see
     `radixfleet.dataplane.gate`), and `entry_rules` the RBAC that gate needs. `admission()` lists
     the ValidatingAdmissionPolicies and bindings that hold the controller's rules at the API
-    server (the quota's GPU budgets); they are installed with the operator.
+    server (the quota's GPU budgets); they are installed with the operator. `objects` is the
+    "module:function" that builds the controller's objects for a catalog's served models
+    (`function(catalog, served) -> list[manifest]`, `radixfleet.kit.registry.catalog_objects`).
     """
 
     name: str
@@ -63,6 +65,7 @@ class ControllerPlugin:
     entry_gate: str | None = None
     entry_rules: Callable[[], Sequence[PolicyRule]] = field(default=lambda: ())
     admission: Callable[[], Sequence[Mapping[str, Any]]] = field(default=lambda: ())
+    objects: str | None = None
 
 
 def parse_contexts(pairs: Sequence[str]) -> dict[str, str]:

@@ -76,6 +76,23 @@ def controller_apps(*, paths: Sequence[str] = CONTROLLERS) -> list[tuple[str, An
     return apps
 
 
+def catalog_objects(
+    catalog: Any, served: Iterable[Any], *, paths: Sequence[str] = CONTROLLERS
+) -> list[dict[str, Any]]:
+    """The controllers' own objects for `catalog`'s models `served` (model, tenant pairs):
+    each plug-in's `objects`, in registry order. `radixfleet render` writes them into
+    inferenceservices/ and `pulumi up` into each region, so what a catalog renders is decided
+    once, by the controllers that own the objects."""
+    pairs = list(served)
+    found: list[dict[str, Any]] = []
+    for plugin in plugins(tuple(paths)):
+        if plugin.objects is not None:
+            module_name, _, attribute = plugin.objects.partition(":")
+            build = getattr(importlib.import_module(module_name), attribute)
+            found += build(catalog, pairs)
+    return found
+
+
 def entry_gate(*, paths: Sequence[str] = CONTROLLERS) -> ControllerPlugin:
     """The one plug-in that gates the region entry (authenticates and charges requests)."""
     gating = [p for p in plugins(tuple(paths)) if p.entry_gate is not None]

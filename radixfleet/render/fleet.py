@@ -11,20 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from inferenceservices.builder import (
-    build_autoscale_policy,
-    build_canary_policy,
     build_inference_service,
     build_model_reader,
     build_namespaces,
     build_network_policies,
     build_router_access,
-    build_tenant,
-    namespace_of,
-    served_tenants,
 )
 from radixfleet.config.catalog import KNOWN_RUNTIMES, Catalog
+from radixfleet.config.serving import namespace_of, served
+from radixfleet.kit.registry import catalog_objects
 from radixfleet.render import data_plane_guard
 from radixfleet.render.files import write_folders
 from radixfleet.render.tenant_access import secret_access
@@ -48,45 +46,42 @@ def render_tree(catalog: Catalog) -> RenderedTree:
     for name in KNOWN_RUNTIMES:
         runtime, notes = build_runtime(name)
         runtimes[f"{name}.yaml"] = to_yaml(runtime, notes=notes, header=MARKER)
-    isvcs = {
-        "namespaces.yaml": _documents(build_namespaces(catalog)),
-        "tenants.yaml": _documents(build_tenant(t) for t in catalog.tenants),
-    }
-    for model in catalog.models:
-        for tenant in served_tenants(catalog, model):
-            isvc, notes = build_inference_service(model, tenant)
-            folder = namespace_of(tenant)
-            isvcs[f"{folder}/{model.name}.yaml"] = to_yaml(isvc, notes=notes, header=MARKER)
-            if model.nodes == 1:
-                isvcs[f"{folder}/autoscalepolicy-{model.name}.yaml"] = to_yaml(
-                    build_autoscale_policy(model, tenant), header=MARKER
-                )
-    served = sorted({namespace_of(t) for m in catalog.models for t in served_tenants(catalog, m)})
-    isvcs["router-access.yaml"] = _documents(o for ns in served for o in build_router_access(ns))
-    isvcs["secret-access.yaml"] = _documents(
-        secret_access(t for m in catalog.models for t in served_tenants(catalog, m))
+    isvcs = {"namespaces.yaml": _documents(build_namespaces(catalog))}
+    pairs = list(served(catalog))
+    for model, tenant in pairs:
+        isvc, notes = build_inference_service(model, tenant)
+        isvcs[f"{namespace_of(tenant)}/{model.name}.yaml"] = to_yaml(
+            isvc, notes=notes, header=MARKER
+        )
+    isvcs |= _controller_files(catalog_objects(catalog, pairs))
+    namespaces = sorted({namespace_of(t) for _, t in pairs})
+    isvcs["router-access.yaml"] = _documents(
+        o for ns in namespaces for o in build_router_access(ns)
     )
-    isvcs["model-readers.yaml"] = _documents(build_model_reader(ns) for ns in served)
+    isvcs["secret-access.yaml"] = _documents(secret_access(t for _, t in pairs))
+    isvcs["model-readers.yaml"] = _documents(build_model_reader(ns) for ns in namespaces)
     isvcs["network-policies.yaml"] = _documents(
-        policy for ns in served for policy in build_network_policies(ns)
+        policy for ns in namespaces for policy in build_network_policies(ns)
     )
     isvcs["data-plane-guard.yaml"] = _documents(data_plane_guard.manifests())
-    for namespace, policy in sorted(_canary_policies(catalog)):
-        isvcs[f"{namespace}/canarypolicy-{policy}.yaml"] = to_yaml(
-            build_canary_policy(policy, namespace), header=MARKER
-        )
     runtimes["kustomization.yaml"] = _kustomization(runtimes)
     isvcs["kustomization.yaml"] = _kustomization(isvcs)
     return RenderedTree(runtimes=runtimes, inferenceservices=isvcs)
 
 
-def _canary_policies(catalog: Catalog) -> set[tuple[str, str]]:
-    return {
-        (namespace_of(tenant), model.canary_policy)
-        for model in catalog.models
-        if model.canary_policy
-        for tenant in served_tenants(catalog, model)
-    }
+def _controller_files(objects: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """The controllers' objects as files: a namespaced one as `<namespace>/<kind>-<name>.yaml`
+    beside its model's InferenceService, the cluster-scoped ones of a kind together in
+    `<kind>s.yaml` (the Tenants)."""
+    files: dict[str, str] = {}
+    cluster_scoped: dict[str, list[dict[str, Any]]] = {}
+    for obj in objects:
+        meta, kind = obj["metadata"], str(obj["kind"]).lower()
+        if "namespace" in meta:
+            files[f"{meta['namespace']}/{kind}-{meta['name']}.yaml"] = to_yaml(obj, header=MARKER)
+        else:
+            cluster_scoped.setdefault(f"{kind}s.yaml", []).append(obj)
+    return files | {path: _documents(found) for path, found in cluster_scoped.items()}
 
 
 def _documents(objects: Iterable[dict[str, object]]) -> str:

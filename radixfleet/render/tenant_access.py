@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from inferenceservices.builder import api_keys_secret, namespace_of
 from radixfleet import dataplane, labels
 from radixfleet.config.catalog import Tenant
+from radixfleet.config.serving import api_keys_secret, namespace_of
 from radixfleet.kit.rbac import namespace_role, role_binding
 from radixfleet.render import entry, operator
 

@@ -39,10 +39,10 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from inferenceservices.builder import api_keys_secret
 from infra.manifests import SYSTEM_NODE_LABELS, prometheus_rules
 from radixfleet import labels
 from radixfleet.config import load_catalog
+from radixfleet.config.serving import api_keys_secret
 from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
 from testbed import images, pulumi_stack, session
