@@ -42,9 +42,9 @@ from radixfleet.kit import kopfglue
 from radixfleet.kit.events import Events
 from radixfleet.kit.kube import Resource
 from radixfleet.kit.plugin import OperatorOptions
-from radixfleet.kit.wire import status_to_wire
 from radixfleet.labels import GROUP
 from radixfleet.platform import PROMETHEUS_URL, PROMETHEUS_URL_ENV
+from radixfleet.wire import status_to_wire
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from canary.spec import (
     Metric,
     command_key,
 )
-from radixfleet.kit.wire import LastDecision as _LastDecision
-from radixfleet.kit.wire import Wire, finite
 from radixfleet.revisions import FIELD_OF, Measured, RevisionMetrics
+from radixfleet.wire import LastDecision as _LastDecision
+from radixfleet.wire import Wire, finite
 
 __all__ = [
     "FIELD_OF",

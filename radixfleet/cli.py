@@ -233,8 +233,8 @@ def demo(
     `make demo-cluster` (testbed/demo.py).
     """
     # Imported here: the fleet pulls in aiohttp, matplotlib and the workload readers.
+    from radixfleet.demo.run import QUICK_DURATION_S, DemoOptions, run_demo
     from radixfleet.fleet import FleetError
-    from radixfleet.fleet.demo import QUICK_DURATION_S, DemoOptions, run_demo
     from radixfleet.fleet.workloads import default_traces_dir
 
     options = DemoOptions(

@@ -10,6 +10,9 @@ Three kinds live here:
 - The label keys the fleet relies on. Every per-region series carries `region`: each region's
   Prometheus sets it as an external label, and the local fleet sets it as a target label.
 
+And how an SLO meets SGLang's histogram buckets (`bucket_at_or_under`, `prometheus_float`): the
+dashboards' SLI rules and the failover's queries pick the same `le`.
+
 This module imports nothing but the standard library, so a decision module may import it.
 """
 
@@ -221,3 +224,16 @@ KUBE_GPU_RESOURCE = "nvidia_com_gpu"
 # kube-state-metrics exports the namespace label radixfleet.io/tenant as this label when started
 # with --metric-labels-allowlist=namespaces=[radixfleet.io/tenant].
 KUBE_TENANT_LABEL = "label_radixfleet_io_tenant"
+
+
+def bucket_at_or_under(target: float, buckets: tuple[float, ...]) -> float:
+    """The largest bucket boundary <= target; an SLO under the smallest bucket is an error."""
+    fitting = [b for b in buckets if b <= target + 1e-12]
+    if not fitting:
+        raise ValueError(f"SLO target {target} s is under SGLang's smallest bucket {buckets[0]} s")
+    return max(fitting)
+
+
+def prometheus_float(value: float) -> str:
+    """A float as Python's Prometheus client writes it into `le` (0.4 -> "0.4", 1 -> "1.0")."""
+    return repr(float(value))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from radixfleet.kit.wire import Wire, finite
+from radixfleet.wire import Wire, finite
 
 ERROR_RATE = "errorRate"
 

@@ -105,7 +105,7 @@ def _demo(out: Path, *, quick: bool, seed: int) -> int:
     """The demo's replay on a cluster of its own; non-zero if one request failed."""
     from rich.console import Console
 
-    from radixfleet.fleet.demo import QUICK_DURATION_S, DemoOptions
+    from radixfleet.demo.run import QUICK_DURATION_S, DemoOptions
     from testbed.demo import run_cluster_demo
     from testbed.session import UnavailableError
 

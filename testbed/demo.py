@@ -37,9 +37,9 @@ from rich.console import Console
 
 from inferenceservices.builder import build_router_access
 from radixfleet import __version__
+from radixfleet.demo.report import Wake, print_table, write_report, write_summary
+from radixfleet.demo.run import DemoOptions, failed_requests, time_scale_note
 from radixfleet.emulator.tokenizer import load_tokenizer
-from radixfleet.fleet.demo import DemoOptions, failed_requests, time_scale_note
-from radixfleet.fleet.report import Wake, print_table, write_report, write_summary
 from radixfleet.fleet.spec import demo_spec
 from radixfleet.fleet.workloads import demo_workload
 from radixfleet.render import entry as entry_base

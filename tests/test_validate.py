@@ -12,8 +12,8 @@ import yaml
 from typer.testing import CliRunner
 
 from radixfleet.cli import app
+from radixfleet.sglang_flags import check_args
 from radixfleet.validate import iter_findings, validate_documents, validate_paths
-from radixfleet.validate.sglang_flags import check_args
 from tests.audit_cases import CASES_DIR, AuditCase, load_cases
 
 REPO = Path(__file__).resolve().parent.parent

@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import Field
 
-from radixfleet.kit.wire import LastDecision as _LastDecision
-from radixfleet.kit.wire import Wire, status_to_wire
-from radixfleet.kit.wire import finite as finite  # the decision reads it from here
+from radixfleet.wire import LastDecision as _LastDecision
+from radixfleet.wire import Wire, status_to_wire
+from radixfleet.wire import finite as finite  # the decision reads it from here
 
 
 @dataclass(frozen=True)

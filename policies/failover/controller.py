@@ -52,8 +52,8 @@ from radixfleet.kit.errors import KubeError
 from radixfleet.kit.events import Events
 from radixfleet.kit.kube import Resource
 from radixfleet.kit.plugin import OperatorOptions
-from radixfleet.kit.wire import status_to_wire
 from radixfleet.labels import GROUP
+from radixfleet.wire import status_to_wire
 
 log = logging.getLogger(__name__)
 

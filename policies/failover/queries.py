@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from radixfleet import metrics_names as m
-from radixfleet.dashboards.sli import bucket_at_or_under, prometheus_float
 
 TTFT_BUCKETS = f"{m.SGLANG_TTFT}_bucket"
 TTFT_COUNT = f"{m.SGLANG_TTFT}_count"
@@ -56,7 +55,7 @@ def region_queries(
     win = f"[{window_seconds}s]"
     requests = f"sum(increase({m.SGLANG_REQUESTS}{{{series}}}{win}))"
     aborted = f"(sum(increase({m.SGLANG_ABORTED}{{{series}}}{win})) or vector(0))"
-    le = prometheus_float(bucket_at_or_under(slo_seconds, m.SGLANG_TTFT_BUCKETS))
+    le = m.prometheus_float(m.bucket_at_or_under(slo_seconds, m.SGLANG_TTFT_BUCKETS))
     good = f'sum(increase({TTFT_BUCKETS}{{{series},le="{le}"}}{win}))'
     timed = f"sum(increase({TTFT_COUNT}{{{series}}}{win}))"
     up = f'up{{job=~"{config.replica_jobs}",{targets}}} == 1'

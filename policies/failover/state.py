@@ -16,8 +16,8 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from radixfleet.kit.wire import Wire
-from radixfleet.kit.wire import finite as finite  # the decision reads it from here
+from radixfleet.wire import Wire
+from radixfleet.wire import finite as finite  # the decision reads it from here
 
 
 class HealthCheck(StrEnum):

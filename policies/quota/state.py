@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
-from radixfleet.kit.wire import Wire
+from radixfleet.wire import Wire
 
 
 class GpuAccount(Wire):

@@ -241,23 +241,10 @@ def slo_target_rules(catalog: Catalog) -> list[RecordingRule]:
             (SLO_TTFT_TARGET, model.slo.ttft_p95_ms, m.SGLANG_TTFT_BUCKETS),
             (SLO_ITL_TARGET, model.slo.itl_p95_ms, m.SGLANG_ITL_BUCKETS),
         ):
-            le = bucket_at_or_under(target_ms / 1000, buckets)
-            labels = {m.MODEL_NAME: model.name, m.LE: prometheus_float(le)}
+            le = m.bucket_at_or_under(target_ms / 1000, buckets)
+            labels = {m.MODEL_NAME: model.name, m.LE: m.prometheus_float(le)}
             rules.append(RecordingRule(record, f"vector({target_ms / 1000})", labels))
     return rules
-
-
-def bucket_at_or_under(target: float, buckets: tuple[float, ...]) -> float:
-    """The largest bucket boundary <= target; an SLO under the smallest bucket is an error."""
-    fitting = [b for b in buckets if b <= target + 1e-12]
-    if not fitting:
-        raise ValueError(f"SLO target {target} s is under SGLang's smallest bucket {buckets[0]} s")
-    return max(fitting)
-
-
-def prometheus_float(value: float) -> str:
-    """A float as Python's Prometheus client writes it into `le` (0.4 -> "0.4", 1 -> "1.0")."""
-    return repr(float(value))
 
 
 def slo_burn_rules() -> list[RecordingRule]:

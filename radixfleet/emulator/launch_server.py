@@ -31,7 +31,7 @@ from radixfleet.emulator.cli import serve
 from radixfleet.emulator.server import EmulatorConfig
 from radixfleet.profile import ProfileError, resolve_profile
 from radixfleet.replica import SchedulePolicy
-from radixfleet.validate.sglang_flags import check_args, parse_args
+from radixfleet.sglang_flags import check_args, parse_args
 
 DEFAULT_PROFILE = "h100-llama-3.1-8b"
 

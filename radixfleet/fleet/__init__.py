@@ -8,8 +8,9 @@
 - `entry`: a region's request entry, routing by model and waking models from zero;
 - `router`: the SGLang gateway (smg) as a child process and its worker API;
 - `procs`: child processes that never outlive the fleet;
-- `prometheus`: the scrape config the fleet writes, and Debian's Prometheus when installed;
-- `demo` and `report`: `radixfleet demo` and its summary.json and report.html.
+- `prometheus`: the scrape config the fleet writes, and Debian's Prometheus when installed.
+
+`radixfleet demo`, which runs it, is an app of its own (radixfleet/demo/).
 """
 
 from radixfleet.fleet.fleet import FleetError, LocalFleet

@@ -19,11 +19,11 @@ from radixfleet.config.catalog import storage_grant_problem
 from radixfleet.config.errors import ConfigError
 from radixfleet.config.load import MAX_CATALOG_BYTES, read_bounded
 from radixfleet.platform import KNATIVE_FEATURES, KUBERNETES_VERSION
+from radixfleet.sglang_flags import check_args
 from radixfleet.validate.admission import check_set
 from radixfleet.validate.crd_schema import CrdKey, crd_schemas
 from radixfleet.validate.knative_rules import features_with
 from radixfleet.validate.podview import Doc
-from radixfleet.validate.sglang_flags import check_args
 
 # kubernetes-validate names its schemas by patch release; any patch of the minor will do.
 KUBERNETES_SCHEMAS = f"{KUBERNETES_VERSION}.0"

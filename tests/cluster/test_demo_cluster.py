@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from canary.spec import CanaryPolicySpec
-from radixfleet.fleet.demo import DemoOptions
+from radixfleet.demo.run import DemoOptions
 from testbed.cluster import Cluster
 from testbed.demo import CANARY, POLICY, WAKES, run_cluster_demo
 

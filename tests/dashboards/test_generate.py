@@ -125,7 +125,7 @@ def test_slo_targets_follow_the_catalog(catalog: Catalog) -> None:
 
 def test_an_slo_under_the_smallest_bucket_is_refused() -> None:
     with pytest.raises(ValueError, match="smallest bucket"):
-        sli.bucket_at_or_under(0.05, m.SGLANG_TTFT_BUCKETS)
+        m.bucket_at_or_under(0.05, m.SGLANG_TTFT_BUCKETS)
 
 
 def test_kustomize_builds_dashboards_and_rules() -> None:

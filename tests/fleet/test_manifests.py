@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from radixfleet.fleet.manifests import render_and_check
+from radixfleet.demo.manifests import render_and_check
 
 
 def test_a_missing_catalog_is_a_problem_not_a_crash(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from radixfleet.fleet.demo import QUICK_DURATION_S, DemoOptions
+from radixfleet.demo.run import QUICK_DURATION_S, DemoOptions
 from testbed import __main__ as command
 from testbed import demo
 from testbed.session import UnavailableError

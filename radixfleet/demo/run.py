@@ -24,11 +24,11 @@ from radixfleet import __version__
 from radixfleet.config import ConfigError, load_catalog
 from radixfleet.dashboards import rules
 from radixfleet.dashboards.html import write_dashboard_report
+from radixfleet.demo.manifests import ManifestCheck, render_and_check
+from radixfleet.demo.report import Wake, print_table, write_report, write_summary
 from radixfleet.emulator.tokenizer import load_tokenizer
 from radixfleet.fleet.fleet import LocalFleet
-from radixfleet.fleet.manifests import ManifestCheck, render_and_check
 from radixfleet.fleet.replicas import ScaleEvent
-from radixfleet.fleet.report import Wake, print_table, write_report, write_summary
 from radixfleet.fleet.spec import FleetSpec, demo_spec
 from radixfleet.fleet.workloads import DemoWorkload, default_traces_dir, demo_workload
 from radixfleet.workload.records import RequestResult
