@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from functools import cache
 from typing import Any
 
+from radixfleet.config.catalog import Catalog
+from radixfleet.config.serving import Served
 from radixfleet.kit.plugin import ControllerPlugin
 
 CONTROLLERS: tuple[str, ...] = (
@@ -77,7 +79,7 @@ def controller_apps(*, paths: Sequence[str] = CONTROLLERS) -> list[tuple[str, An
 
 
 def catalog_objects(
-    catalog: Any, served: Iterable[Any], *, paths: Sequence[str] = CONTROLLERS
+    catalog: Catalog, served: Iterable[Served], *, paths: Sequence[str] = CONTROLLERS
 ) -> list[dict[str, Any]]:
     """The controllers' own objects for `catalog`'s models `served` (model, tenant pairs):
     each plug-in's `objects`, in registry order. `radixfleet render` writes them into
