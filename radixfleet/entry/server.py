@@ -161,9 +161,13 @@ class ClusterEntry:
             served["x-radixfleet-pool"] = target.pool
         try:
             answer = await self._through_router(request, target, raw, served, may_resend=True)
-        except StreamFailedEarlyError as err:  # the client has seen nothing: once more
-            log.warning("stream of %s failed before its first event (%s); sent again",
-                        target.revision, err)  # fmt: skip
+        except (StreamFailedEarlyError, aiohttp.ServerDisconnectedError) as err:
+            # The router went away before answering, or the stream failed before its first
+            # event: the client has seen nothing, so once more (as the local fleet's entry
+            # does); a second loss is the client's 502. A router pod replaced under a request
+            # (a rollout, a revision's router parked) failed it with a 502 at once.
+            log.warning("%s/%s answered nothing before it failed (%s); sent again",
+                        target.namespace, target.revision, err or type(err).__name__)  # fmt: skip
             answer = await self._through_router(request, target, raw, served, may_resend=False)
         if answer is not None:
             return answer

@@ -242,6 +242,38 @@ def test_a_stream_its_router_broke_before_the_first_event_is_sent_again(
     assert headers["x-radixfleet-path"] == "router"
 
 
+def test_a_whole_answer_its_router_dropped_before_answering_is_sent_again(
+    gateways: Gateways,
+) -> None:
+    """A router that closes the connection before it answers a non-streamed request (its pod
+    replaced under it): the client has seen nothing, so the entry sends the request once more.
+    It answered 502 at once, and the cluster demo's replay failed one request so."""
+    calls: list[int] = []
+
+    async def dropping(request: web.Request) -> web.StreamResponse:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            assert request.transport is not None
+            request.transport.close()
+            return web.Response()  # never sent: the connection is gone
+        return web.json_response({"choices": [{"message": {"content": "hi"}}]})
+
+    async def go() -> tuple[int, dict[str, str], str]:
+        app = web.Application()
+        app.add_routes([web.post("/v1/chat/completions", dropping)])
+        async with TestServer(app) as router, _entry(gateways) as (url, knative, entry):
+            assert isinstance(entry.upstreams, LocalUpstreams)
+            entry.upstreams.routers["team-blue"] = str(router.make_url("")).rstrip("/")
+            found = await _post(url, KEYS["blue"], _chat())
+            assert knative.seen == []
+            return found
+
+    status, headers, body = run(go())
+    assert status == 200 and len(calls) == 2, body
+    assert '"hi"' in body
+    assert headers["x-radixfleet-path"] == "router"
+
+
 @pytest.mark.parametrize(
     "tenant", ["green", "red"], ids=["router-without-workers", "router-not-reachable"]
 )
