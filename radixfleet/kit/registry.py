@@ -29,10 +29,15 @@ class UnknownControllerError(ValueError):
     """A controller name that no registered plug-in has."""
 
 
+def resolve(path: str) -> Any:
+    """The attribute at `module:attribute`, its module imported now."""
+    module_name, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
 def load(path: str) -> ControllerPlugin:
     """The plug-in at `module:attribute`."""
-    module_name, _, attribute = path.partition(":")
-    plugin = getattr(importlib.import_module(module_name), attribute)
+    plugin = resolve(path)
     if not isinstance(plugin, ControllerPlugin):
         raise TypeError(f"{path} is a {type(plugin).__name__}, not a ControllerPlugin")
     return plugin
@@ -73,8 +78,7 @@ def controller_apps(*, paths: Sequence[str] = CONTROLLERS) -> list[tuple[str, An
     apps = []
     for plugin in plugins(tuple(paths)):
         if plugin.cli is not None:
-            module_name, _, attribute = plugin.cli.partition(":")
-            apps.append((plugin.name, getattr(importlib.import_module(module_name), attribute)))
+            apps.append((plugin.name, resolve(plugin.cli)))
     return apps
 
 
@@ -89,9 +93,7 @@ def catalog_objects(
     found: list[dict[str, Any]] = []
     for plugin in plugins(tuple(paths)):
         if plugin.objects is not None:
-            module_name, _, attribute = plugin.objects.partition(":")
-            build = getattr(importlib.import_module(module_name), attribute)
-            found += build(catalog, pairs)
+            found += resolve(plugin.objects)(catalog, pairs)
     return found
 
 
@@ -107,5 +109,4 @@ def entry_gate(*, paths: Sequence[str] = CONTROLLERS) -> ControllerPlugin:
 def load_entry_gate(plugin: ControllerPlugin) -> Any:
     """The gate factory a plug-in names."""
     assert plugin.entry_gate is not None
-    module_name, _, attribute = plugin.entry_gate.partition(":")
-    return getattr(importlib.import_module(module_name), attribute)
+    return resolve(plugin.entry_gate)
