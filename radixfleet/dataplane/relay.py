@@ -78,7 +78,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         raise  # the client went away: nothing to answer (aiohttp logs it at debug)
     except aiohttp.ClientError as err:  # the upstream failed (a router or replica went away)
         log.warning("upstream failed on %s: %s", request.path, err)
-        return EntryError(502, "The upstream failed to answer.").answer()
+        # The class only (never its text, which names the cluster's Services): enough to tell
+        # a reset from a closed connection when a client reports it.
+        return EntryError(502, f"The upstream failed to answer ({type(err).__name__}).").answer()
     except Exception:
         log.exception("unhandled error on %s", request.path)
         return EntryError(500, "Internal server error.").answer()
@@ -109,6 +111,20 @@ class StreamFailedEarlyError(Exception):
     """A stream failed before its first event reached the client: it broke, ended empty, or
     opened with a server error (a replica that died before its first token). The client has
     seen nothing, not even a status, so the request may be sent again."""
+
+
+# The upstream failed before the client saw a byte of its answer, so sending the request once
+# more repeats nothing the client saw: the router closed the connection (its pod replaced or
+# parked) or reset it (a kept-alive connection it closed as the request went out: the kernel
+# answers with a reset), cut a whole answer short, or a stream failed before its first event.
+# A refused connection (`ClientConnectorError`, also a `ClientOSError`) reached no router at all:
+# each entry handles it before these.
+FAILED_BEFORE_ANSWERING: tuple[type[Exception], ...] = (
+    StreamFailedEarlyError,
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ClientOSError,
+    aiohttp.ClientPayloadError,
+)
 
 
 async def relay(

@@ -34,8 +34,8 @@ from radixfleet.dataplane.errors import EntryError, model_not_found
 from radixfleet.dataplane.gate import TENANT, EntryGate
 from radixfleet.dataplane.prefixes import HotPrefixes
 from radixfleet.dataplane.relay import (
+    FAILED_BEFORE_ANSWERING,
     PROXIED_PATHS,
-    StreamFailedEarlyError,
     entry_application,
     parse_body,
     relay,
@@ -160,18 +160,24 @@ class ClusterEntry:
         if target.pool != SERVING_POOL:
             served["x-radixfleet-pool"] = target.pool
         try:
-            answer = await self._through_router(request, target, raw, served, may_resend=True)
-        except (StreamFailedEarlyError, aiohttp.ServerDisconnectedError) as err:
-            # The router went away before answering, or the stream failed before its first
-            # event: the client has seen nothing, so once more (as the local fleet's entry
-            # does); a second loss is the client's 502. A router pod replaced under a request
-            # (a rollout, a revision's router parked) failed it with a 502 at once.
+            return await self._answer(request, target, raw, served, may_resend=True)
+        except FAILED_BEFORE_ANSWERING as err:
+            # The client has seen nothing, so once more (as the local fleet's entry does); a
+            # second loss is the client's 502. A router pod replaced under a request (a
+            # rollout, a revision's router parked or started) failed it with a 502 at once.
             log.warning("%s/%s answered nothing before it failed (%s); sent again",
                         target.namespace, target.revision, err or type(err).__name__)  # fmt: skip
-            answer = await self._through_router(request, target, raw, served, may_resend=False)
+            return await self._answer(request, target, raw, served, may_resend=False)
+
+    async def _answer(
+        self, request: web.Request, target: Target, raw: bytes, served: dict[str, str],
+        *, may_resend: bool,
+    ) -> web.StreamResponse:  # fmt: skip
+        """The revision's router's answer, else (no worker, not reachable) the Knative way's."""
+        answer = await self._through_router(request, target, raw, served, may_resend=may_resend)
         if answer is not None:
             return answer
-        return await self._through_knative(request, target, raw, served)
+        return await self._through_knative(request, target, raw, served, may_resend=may_resend)
 
     async def _through_router(
         self, request: web.Request, target: Target, raw: bytes, served: dict[str, str],
@@ -190,15 +196,17 @@ class ClusterEntry:
             return None
 
     async def _through_knative(
-        self, request: web.Request, target: Target, raw: bytes, served: dict[str, str]
-    ) -> web.StreamResponse:
+        self, request: web.Request, target: Target, raw: bytes, served: dict[str, str],
+        *, may_resend: bool,
+    ) -> web.StreamResponse:  # fmt: skip
         headers = {**_request_id(request), "Knative-Serving-Revision": target.revision,
                    "Knative-Serving-Namespace": target.namespace}  # fmt: skip
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.wake_timeout_s)
         url = self.upstreams.knative(target) + request.path
         try:
             async with self._post(target, url, raw, headers, timeout=timeout) as up:
-                return await relay(request, up, {**served, "x-radixfleet-path": "knative"})
+                relayed = {**served, "x-radixfleet-path": "knative"}
+                return await relay(request, up, relayed, may_resend=may_resend)
         except (aiohttp.ClientConnectorError, TimeoutError):
             raise self._unavailable(f"Revision {target.revision} is not reachable.") from None
 

@@ -43,8 +43,8 @@ from radixfleet.dataplane import openai
 from radixfleet.dataplane.errors import EntryError, model_not_found
 from radixfleet.dataplane.gate import ModelOf
 from radixfleet.dataplane.relay import (
+    FAILED_BEFORE_ANSWERING,
     PROXIED_PATHS,
-    StreamFailedEarlyError,
     entry_application,
     not_ready_yet,
     parse_body,
@@ -311,9 +311,9 @@ class RegionEntry:
                 if last_try:
                     raise self._unavailable("The model's router is not reachable.") from None
                 answer = None
-            except (aiohttp.ServerDisconnectedError, StreamFailedEarlyError):
-                # The router went away, or the stream failed, before the client saw anything:
-                # one more try repeats nothing it saw; a second loss is the client's.
+            except FAILED_BEFORE_ANSWERING:
+                # The client has seen nothing: one more try repeats nothing it saw; a second
+                # loss is the client's.
                 if resent:
                     raise
                 resent, answer = True, None

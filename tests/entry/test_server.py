@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 import subprocess
 import time
 import urllib.error
@@ -105,9 +107,12 @@ class KnativeStandIn:
     """A revision's Knative Service as the entry meets it: records the headers it gets."""
 
     seen: list[dict[str, str]] = field(default_factory=list)
+    resets: int = 0  # the first `resets` requests get their connection reset
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self.seen.append(dict(request.headers))
+        if len(self.seen) <= self.resets:
+            return await _reset(request)
         body = await request.json()
         usage = {"prompt_tokens": 3, "completion_tokens": 1}
         choices = [{"index": 0, "message": {"content": "hi"}}]
@@ -248,26 +253,86 @@ def test_a_stream_its_router_broke_before_the_first_event_is_sent_again(
     assert headers["x-radixfleet-path"] == "router"
 
 
-def test_a_whole_answer_its_router_dropped_before_answering_is_sent_again(
-    gateways: Gateways,
+async def _close(request: web.Request) -> web.StreamResponse:
+    """The connection closed before an answer (the client sees the server disconnect)."""
+    assert request.transport is not None
+    request.transport.close()
+    return web.Response()  # never sent: the connection is gone
+
+
+async def _reset(request: web.Request) -> web.StreamResponse:
+    """The connection reset (a kept-alive connection the router closed as the request came)."""
+    assert request.transport is not None
+    sock = request.transport.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    request.transport.close()
+    return web.Response()
+
+
+async def _cut_short(request: web.Request) -> web.StreamResponse:
+    """A whole answer cut after its headers and a few bytes of its body."""
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    response.content_length = 100
+    await response.prepare(request)
+    await response.write(b'{"choices": [')
+    assert request.transport is not None
+    request.transport.close()
+    return response
+
+
+@pytest.mark.parametrize("fail", [_close, _reset, _cut_short], ids=["closed", "reset", "cut-short"])
+def test_a_whole_answer_its_router_failed_before_answering_is_sent_again(
+    gateways: Gateways, fail: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> None:
-    """A router that closes the connection before it answers a non-streamed request (its pod
-    replaced under it): the client has seen nothing, so the entry sends the request once more.
-    It answered 502 at once, and the cluster demo's replay failed one request so."""
+    """A router that fails a non-streamed request before the client saw a byte of the answer
+    (its pod replaced under it): the entry sends the request once more. It answered 502 at
+    once, and the cluster demo's replay failed one request so (closed, then reset)."""
     calls: list[int] = []
 
-    async def dropping(request: web.Request) -> web.StreamResponse:
+    async def failing_once(request: web.Request) -> web.StreamResponse:
         calls.append(len(calls))
         if len(calls) == 1:
-            assert request.transport is not None
-            request.transport.close()
-            return web.Response()  # never sent: the connection is gone
+            return await fail(request)
         return web.json_response({"choices": [{"message": {"content": "hi"}}]})
 
-    status, headers, body = run(_through_blues_router(gateways, dropping, _chat()))
+    status, headers, body = run(_through_blues_router(gateways, failing_once, _chat()))
     assert status == 200 and len(calls) == 2, body
     assert '"hi"' in body
     assert headers["x-radixfleet-path"] == "router"
+
+
+def test_a_request_the_knative_way_reset_before_answering_is_sent_again(
+    gateways: Gateways,
+) -> None:
+    """Red's router is not reachable, so its request goes the Knative way, whose first answer
+    is a reset connection (an activator or queue-proxy replaced): sent once more, there."""
+
+    async def go() -> tuple[int, dict[str, str], str, int]:
+        async with _entry(gateways) as (url, knative, _):
+            knative.resets = 1
+            status, headers, body = await _post(url, "sk-red", _chat())
+            return status, headers, body, len(knative.seen)
+
+    status, headers, body, tries = run(go())
+    assert status == 200 and tries == 2, body
+    assert headers["x-radixfleet-path"] == "knative"
+
+
+def test_a_router_that_fails_twice_is_the_clients_502_naming_the_failure(
+    gateways: Gateways,
+) -> None:
+    """Sent once more, never more: a second failure is the client's 502, whose message names
+    the kind of failure (and nothing of the cluster's Services)."""
+    calls: list[int] = []
+
+    async def always_resetting(request: web.Request) -> web.StreamResponse:
+        calls.append(len(calls))
+        return await _reset(request)
+
+    status, _headers, body = run(_through_blues_router(gateways, always_resetting, _chat()))
+    assert status == 502 and len(calls) == 2, body
+    message = json.loads(body)["error"]["message"]
+    assert message.startswith("The upstream failed to answer (") and "svc" not in message
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
+import struct
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -642,3 +644,39 @@ def test_a_stream_that_stalls_past_the_idle_timeout_is_ended_with_an_error_event
     text = asyncio.run(main())
     assert text.startswith(EVENT.decode()) and text.endswith("data: [DONE]\n\n")
     assert '"code": "stream_error"' in text
+
+
+def _resets_once(calls: list[int]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """A router whose first request's connection is reset (a kept-alive connection it closed as
+    the request came, which the kernel answers with a reset); then a whole answer."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            assert request.transport is not None
+            sock = request.transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            request.transport.close()
+        return web.json_response({"choices": [{"text": " one"}]})
+
+    return answer
+
+
+def test_a_whole_answer_whose_connection_was_reset_is_sent_again() -> None:
+    """A reset before any byte of the answer repeats nothing the client saw: sent once more
+    (as the cluster's entry does, tests/entry/test_server.py), not the client's 502."""
+    calls: list[int] = []
+    app = web.Application()
+    app.router.add_post("/v1/completions", _resets_once(calls))
+
+    async def main() -> tuple[int, bytes]:
+        async with serve(app) as router, aiohttp.ClientSession() as session:
+            entry = one_model_entry(session, router)
+            async with (
+                serve(entry.app) as url,
+                session.post(f"{url}/v1/completions", json={"model": "m"}) as got,
+            ):
+                return got.status, await got.read()
+
+    status, body = asyncio.run(main())
+    assert status == 200 and b" one" in body and len(calls) == 2
