@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -77,41 +78,105 @@ def test_the_registry_is_one_list_of_strings() -> None:
     assert all(isinstance(p, str) and ":" in p for p in CONTROLLERS)
 
 
-SIXTH_PLUGIN = """
+# A sixth controller, whole: its plug-in, command line, handlers, RBAC, catalog objects and a
+# twin policy, in a package of its own written by the test.
+SIXTH_PACKAGE = {
+    "__init__.py": "",
+    "plugin.py": """
+import kopf
 from radixfleet.kit.plugin import ControllerPlugin
+from radixfleet.kit.rbac import PolicyRule
+
+def _register(registry, controller):
+    kopf.on.event("example.io", "v1", "sixths", id="sixth-wake", registry=registry)(
+        lambda **_: None)
 
 PLUGIN = ControllerPlugin(
-    name="sixth", plural=None, build=lambda options: None,
-    register=lambda registry, controller: None, rules=lambda: (),
-    objects="sixth_controller.objects:catalog_objects",
+    name="sixth", plural="sixths", build=lambda options: object(), register=_register,
+    rules=lambda: (PolicyRule(("example.io",), ("sixths",), ("get", "list", "watch")),),
+    cli="sixth_controller.cli:app", objects="sixth_controller.objects:catalog_objects",
+    twin={"canary": {"sixth": "sixth_controller.twin:policy"}},
 )
-"""
-SIXTH_OBJECTS = """
+""",
+    "cli.py": """
+import typer
+app = typer.Typer()
+
+@app.command()
+def hello() -> None:
+    typer.echo("the sixth controller says hello")
+
+@app.command()
+def status() -> None:
+    typer.echo("nothing to report")
+""",
+    "objects.py": """
 def catalog_objects(catalog, served):
     return [{"apiVersion": "example.io/v1", "kind": "Sixth",
              "metadata": {"name": m.name, "namespace": t.namespaces[0]}} for m, t in served]
+""",
+    "twin.py": "def policy(*args, **kwargs):\n    return None\n",
+}
+
+# Run in its own interpreter: the command line is assembled when radixfleet.cli is imported.
+SIXTH_PROBE = """
+import json, pathlib, sys
+sys.path.insert(0, sys.argv[1])
+from radixfleet.kit import registry
+registry.CONTROLLERS = (*registry.CONTROLLERS, "sixth_controller.plugin:PLUGIN")  # the one line
+
+from typer.testing import CliRunner
+from radixfleet.cli import app
+from radixfleet.config import load_catalog
+from radixfleet.config.serving import served
+from radixfleet.kit.operator import build_registry
+from radixfleet.render.operator import operator_rules
+from radixfleet.twin.registry import resolve
+
+plugins = registry.selected()
+controllers = {p.name: object() for p in plugins}  # handlers are never called here
+kopf_registry = build_registry(plugins, controllers, peering=None, priority=1)
+catalog = load_catalog(pathlib.Path("inferenceservices/catalog.yaml"))
+print(json.dumps({
+    "said": CliRunner().invoke(app, ["sixth", "hello"]).output,
+    "selected": [p.name for p in plugins],
+    "watches": sorted(h.id for h in kopf_registry._watching.get_all_handlers()),
+    "rules": [list(r.resources) for r in operator_rules() if "example.io" in r.api_groups],
+    "objects": [(o["metadata"]["namespace"], o["metadata"]["name"])
+                for o in registry.catalog_objects(catalog, served(catalog))
+                if o["kind"] == "Sixth"],
+    "expected": [(t.namespaces[0], m.name) for m, t in served(catalog)],
+    "twin": resolve("canary", "sixth").__module__,
+}))
 """
 
 
-def test_a_sixth_controllers_objects_come_with_one_folder_and_one_registry_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The catalog's objects are each controller's own (`objects` on its plug-in): a new
-    controller's reach the renderer's and the Pulumi program's one assembler with no other
-    change. Its package is written here, in a folder of its own."""
+def test_a_sixth_controller_is_one_folder_and_one_registry_line(tmp_path: Path) -> None:
+    """A controller written in a folder of its own and added to the registry by one line runs
+    in the operator (its handlers), is allowed what it declares (the operator's ClusterRole),
+    has its command (`radixfleet sixth ...`), renders its catalog objects (the renderer's and
+    the Pulumi program's one assembler) and offers its twin policy: nothing else changes."""
     package = tmp_path / "sixth_controller"
     package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "plugin.py").write_text(SIXTH_PLUGIN)
-    (package / "objects.py").write_text(SIXTH_OBJECTS)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    for name, text in SIXTH_PACKAGE.items():
+        (package / name).write_text(text)
+    probe = [sys.executable, "-c", SIXTH_PROBE, str(tmp_path)]
+    ran = subprocess.run(probe, cwd=REPO, capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stderr
+    found = json.loads(ran.stdout)
+    assert found["said"].strip() == "the sixth controller says hello"
+    assert found["selected"] == ["canary", "autoscale", "quota", "routers", "sixth"]
+    assert "sixth-wake" in found["watches"] and "routers-wake-inferenceservices" in found["watches"]
+    assert found["rules"] == [["sixths"]]
+    assert found["objects"] == found["expected"] != []
+    assert found["twin"] == "sixth_controller.twin"
+
+
+def test_the_catalogs_objects_are_the_controllers_own_in_registry_order() -> None:
+    """What a catalog renders beside its InferenceServices is each plug-in's `objects`."""
     catalog = load_catalog(REPO / "inferenceservices" / "catalog.yaml")
-    paths = (*CONTROLLERS, "sixth_controller.plugin:PLUGIN")
-    objects = catalog_objects(catalog, served(catalog), paths=paths)
-    kinds = {o["kind"] for o in objects}
-    assert {"CanaryPolicy", "AutoscalePolicy", "Tenant", "Sixth"} <= kinds, kinds
-    sixth = [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects
-             if o["kind"] == "Sixth"]  # fmt: skip
-    assert sixth == [(t.namespaces[0], m.name) for m, t in served(catalog)]
-    without = catalog_objects(catalog, served(catalog))
-    assert [o for o in objects if o["kind"] != "Sixth"] == without
+    objects = catalog_objects(catalog, served(catalog))
+    kinds = [o["kind"] for o in objects]
+    assert {"CanaryPolicy", "AutoscalePolicy", "Tenant"} <= set(kinds), kinds
+    by_plugin = [catalog_objects(catalog, served(catalog), paths=[path]) for path in CONTROLLERS]
+    assert objects == [o for found in by_plugin for o in found]
