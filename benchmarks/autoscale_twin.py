@@ -44,7 +44,7 @@ from radixfleet.twin.run import Outcome, run_scenario
 from radixfleet.twin.scaleup import ScaleUp, scale_up
 from radixfleet.twin.scenario import Scenario
 
-OURS = "policies.autoscale.twin:radixfleet"
+OURS = "radixfleet.controllers.autoscale.twin:radixfleet"
 BASELINE = "kpa"
 GOALS = {"gpu_saving_vs_kpa": 0.25, "gpu_over_oracle": 0.20, "cold_start_share": 0.01}
 KEYS = (

@@ -67,7 +67,7 @@ from radixfleet.twin.scenario import Scenario
 POLICIES = {
     "radixfleet": "radixfleet",
     "radixfleet-baseline": "radixfleet_baseline",
-    "radixfleet-p95": "canary.twin:radixfleet_p95_only",
+    "radixfleet-p95": "radixfleet.controllers.canary.twin:radixfleet_p95_only",
     "flagger": "canary_flagger:flagger_defaults",
     "flagger-ttft": "canary_flagger:flagger_ttft",
     "no-analysis": "no_analysis",

@@ -3,8 +3,9 @@ how fast bad ones are caught, judged against the stable revision and against a b
 significance tests and by the p95s alone (issue 18).
 
 The real controller rolls out new revisions of one emulated model (its own replica beside the
-stable one's, both on this machine's cores) under `canary.localfleet.NoisyTraffic`, judged from a
-real Prometheus scraping them, with the CanaryPolicy's default checks (TTFT and ITL p95 within
+stable one's, both on this machine's cores) under
+`radixfleet.controllers.canary.localfleet.NoisyTraffic`, judged from a real Prometheus scraping
+them, with the CanaryPolicy's default checks (TTFT and ITL p95 within
 1.25x of stable, errors within 1 point) on 4 s windows:
 
 - `good` canaries (identical to stable), half of the seeds with a CPU hog beside the fleet (one
@@ -45,10 +46,10 @@ from typing import Any
 
 from rich.progress import Progress
 
-from canary.decide import Decision, evaluate
-from canary.localfleet import RolloutRun, roll_out
-from canary.spec import CanaryPolicySpec
-from canary.state import Measured, Phase
+from radixfleet.controllers.canary.decide import Decision, evaluate
+from radixfleet.controllers.canary.localfleet import RolloutRun, roll_out
+from radixfleet.controllers.canary.spec import CanaryPolicySpec
+from radixfleet.controllers.canary.state import Measured, Phase
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
 from radixfleet.machine import describe_machine
 

@@ -61,8 +61,8 @@ def serve_entry(port: int, router: str, *, loop: str) -> None:
     asyncio's own event loop or uvloop's (`loop`)."""
     from aiohttp import web
 
-    from policies.quota.entry import ClusterGate
-    from policies.quota.fakes import FakeSecrets, FakeTenants
+    from radixfleet.controllers.quota.entry import ClusterGate
+    from radixfleet.controllers.quota.fakes import FakeSecrets, FakeTenants
     from radixfleet.dataplane.relay import entry_runner, upstream_timeout
     from radixfleet.dataplane.routes import Target, build_routes
     from radixfleet.entry.server import ClusterEntry, Upstreams

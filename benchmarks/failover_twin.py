@@ -49,8 +49,8 @@ from radixfleet.twin.results import Columns
 from radixfleet.twin.run import Outcome, run_scenario
 from radixfleet.twin.scenario import Scenario
 
-OURS = "policies.failover.twin:radixfleet"
-FAST = "policies.failover.twin:route53_fast"
+OURS = "radixfleet.controllers.failover.twin:radixfleet"
+FAST = "radixfleet.controllers.failover.twin:route53_fast"
 DOWN = "us-east-1"
 REGIONS = ("us-east-1", "us-west-2", "eu-west-1")
 GOALS = {"recovery_s": 20.0, "survivor_slo_attainment": 0.95}

@@ -41,8 +41,8 @@ from radixfleet.twin.run import run_scenario
 from radixfleet.twin.scenario import Scenario
 
 ARMS = {
-    "prewarm": "policies.autoscale.twin:radixfleet",
-    "cold": "policies.autoscale.twin:no_prewarm",
+    "prewarm": "radixfleet.controllers.autoscale.twin:radixfleet",
+    "cold": "radixfleet.controllers.autoscale.twin:no_prewarm",
 }
 # Rates before the rise, chosen so that the tripled load stays within the pool's 16 GPUs.
 SHAPES = {

@@ -7,7 +7,8 @@ copy of the Azure LLM 2023 conversation trace; `batch` multiplies its arrival ra
 three minutes. Compared:
 
 - `unenforced` (baseline): every request is admitted;
-- `enforced`: `policies.quota.twin:token_budgets`, the quota's own `TokenLedger` charging each
+- `enforced`: `radixfleet.controllers.quota.twin:token_budgets`, the quota's own `TokenLedger`
+charging each
   tenant's prompt on admission and its completion at the end; past the budget a request gets
   429 and is counted as throttled (refused by policy), not as a failure of the fleet.
 

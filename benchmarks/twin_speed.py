@@ -33,7 +33,7 @@ from radixfleet.twin.workload import Workload
 GOAL_S = 300.0
 #: radixfleet's own autoscaler: the fleet a platform team would run (Knative's KPA defaults
 #: target 70 requests in flight per pod and leave replicas overloaded, which is slower to play).
-AUTOSCALE = "policies.autoscale.twin:radixfleet"
+AUTOSCALE = "radixfleet.controllers.autoscale.twin:radixfleet"
 HOUR_S = 3600.0
 CHECKPOINT_S = 300.0
 

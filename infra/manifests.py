@@ -16,26 +16,26 @@ from typing import Any
 
 import yaml
 
-from inferenceservices.builder import (
+from radixfleet import labels
+from radixfleet.config import Catalog, GpuPool, Region
+from radixfleet.config.catalog import KNOWN_RUNTIMES
+from radixfleet.config.gpus import gpu_label_value
+from radixfleet.config.serving import Served, api_keys_secret, namespace_of, served
+from radixfleet.controllers.failover.objects import failover_policy
+from radixfleet.dataplane.signals import PREFIX as SIGNALS_PREFIX
+from radixfleet.kit.rbac import CLUSTER, scoped
+from radixfleet.kit.registry import catalog_objects
+from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES, KSERVE_NAMESPACE
+from radixfleet.render import data_plane_guard, entry, headroom, modelcache, monitoring, operator
+from radixfleet.render.inferenceservices import (
     build_inference_service,
     build_model_reader,
     build_namespaces,
     build_network_policies,
     build_router_access,
 )
-from policies.failover.objects import failover_policy
-from radixfleet import labels
-from radixfleet.config import Catalog, GpuPool, Region
-from radixfleet.config.catalog import KNOWN_RUNTIMES
-from radixfleet.config.gpus import gpu_label_value
-from radixfleet.config.serving import Served, api_keys_secret, namespace_of, served
-from radixfleet.dataplane.signals import PREFIX as SIGNALS_PREFIX
-from radixfleet.kit.rbac import CLUSTER, scoped
-from radixfleet.kit.registry import catalog_objects
-from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE, KNATIVE_FEATURES, KSERVE_NAMESPACE
-from radixfleet.render import data_plane_guard, entry, headroom, modelcache, monitoring, operator
+from radixfleet.render.runtimes import build_runtime
 from radixfleet.render.tenant_access import secret_access
-from runtimes.builder import build_runtime
 
 Manifest = dict[str, Any]
 

@@ -19,10 +19,10 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic.alias_generators import to_camel
 
-from inferenceservices.builder import MODEL_READER
 from radixfleet.config import Catalog, ConfigError, Problem, Region, load_catalog
 from radixfleet.config.catalog import MAX_NODES, MAX_VOLUME_GIB
 from radixfleet.config.load import pydantic_problems
+from radixfleet.render.inferenceservices import MODEL_READER
 
 NAMESPACE = "radixfleet"
 

@@ -21,15 +21,16 @@ PD_PEER = f"{GROUP}/pd-peer"
 CANARY_POLICY = f"{GROUP}/canary-policy"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "radixfleet"
-# A revision's router (policies/routers): its component and the revision it routes to.
+# A revision's router (radixfleet/controllers/routers): its component and the revision it routes to.
 COMPONENT = "app.kubernetes.io/component"
 ROUTER_COMPONENT = "router"
 REVISION = f"{GROUP}/revision"
-# Which of a revision's pods its router sends to (policies/routers: smg's selector): `serving`,
-# as every predictor pod starts; `warming` while the autoscaler pre-warms a new pod's prefix
-# cache (policies/autoscale/warming.py), after which it is `serving` again; `baseline` while a
-# canary's rollout judges the canary against them (the stable model sent the canary's share of
-# requests: canary/README.md). Prometheus's scrape copies it into a `pool` label.
+# Which of a revision's pods its router sends to (radixfleet/controllers/routers: smg's selector):
+# `serving`, as every predictor pod starts; `warming` while the autoscaler pre-warms a new pod's
+# prefix cache (radixfleet/controllers/autoscale/warming.py), after which it is `serving` again;
+# `baseline` while a canary's rollout judges the canary against them (the stable model sent the
+# canary's share of requests: radixfleet/controllers/canary/README.md). Prometheus's scrape copies
+# it into a `pool` label.
 POOL = f"{GROUP}/pool"
 SERVING_POOL = "serving"
 WARMING_POOL = "warming"

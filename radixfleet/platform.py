@@ -26,10 +26,11 @@ PROMETHEUS_URL_ENV = "RADIXFLEET_PROMETHEUS_URL"
 ENTRY_URL = "http://radixfleet-entry.radixfleet-system.svc"
 ENTRY_URL_ENV = "RADIXFLEET_ENTRY_URL"
 # The ConfigMap, in radixfleet's namespace, where each entry replica keeps what its token buckets
-# are owed, so that a replica gone does not take the debts with it (policies/quota/carry.py).
+# are owed, so that a replica gone does not take the debts with it
+# (radixfleet/controllers/quota/carry.py).
 ENTRY_LEDGER = "radixfleet-entry-ledger"
 # The connections a region entry holds open to the routers, all tenants together; the quota's
-# gate gives each tenant a fair share of them (policies/quota/shares.py).
+# gate gives each tenant a fair share of them (radixfleet/controllers/quota/shares.py).
 UPSTREAM_CONNECTIONS = 512
 
 # Where the platform's own parts run, as the tenant namespaces' NetworkPolicies let them in:

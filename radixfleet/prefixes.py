@@ -1,5 +1,6 @@
 """Prompt-prefix popularity: which prefixes many recent prompts began with, and which of them a
-new replica's KV cache should hold first (pre-warming; the policy is policies/autoscale/prewarm).
+new replica's KV cache should hold first (pre-warming; the policy is
+radixfleet/controllers/autoscale/prewarm).
 
 `PrefixPopularity` counts, for each prompt, its prefixes at a ladder of depths (1, 2, 3, 4, 6,
 8, 12, ... cache blocks), each count decaying with a half-life, so the prefixes that many recent

@@ -1,11 +1,11 @@
 """A revision's LLM serving numbers over one window, and a canary's against its stable's.
 
-The canary controller reads them from Prometheus and judges them (`canary.decide`); the fleet
-twin computes the same numbers from its requests (`radixfleet.twin.metrics`). They live in the
-kernel so that the twin needs no controller to speak of them. Metric names are the canary
-spec's (`ttftP95`, `itlP95`, `errorRate`, `cacheHitRate`), as stored in a CanaryPolicy.
-`pick_revision` is the split of a model's requests between its revisions, which the twin's entry
-and the local fleet's entry both follow.
+The canary controller reads them from Prometheus and judges them
+(`radixfleet.controllers.canary.decide`); the fleet twin computes the same numbers from its requests
+(`radixfleet.twin.metrics`). They live in the kernel so that the twin needs no controller to speak
+of them. Metric names are the canary spec's (`ttftP95`, `itlP95`, `errorRate`, `cacheHitRate`), as
+stored in a CanaryPolicy. `pick_revision` is the split of a model's requests between its revisions,
+which the twin's entry and the local fleet's entry both follow.
 """
 
 from __future__ import annotations

@@ -35,7 +35,6 @@ from typing import Any
 import requests
 from rich.console import Console
 
-from inferenceservices.builder import build_router_access
 from radixfleet import __version__
 from radixfleet.demo.report import Wake, print_table, write_report, write_summary
 from radixfleet.demo.run import DemoOptions, failed_requests, time_scale_note
@@ -44,6 +43,7 @@ from radixfleet.fleet.spec import demo_spec
 from radixfleet.fleet.workloads import demo_workload
 from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
+from radixfleet.render.inferenceservices import build_router_access
 from radixfleet.render.tenant_access import tenant_access
 from radixfleet.workload.records import RequestResult
 from radixfleet.workload.replay import Replayer
@@ -206,9 +206,9 @@ def fleet_token_secret(token: str) -> dict[str, Any]:
 def failover_view(url: str, token: str) -> dict[str, Any]:
     """This region as the fleet's failover sees it: its Prometheus read through the entry with
     the fleet token (radixfleet/dataplane/signals.py), and what the entry says without it."""
-    from policies.failover.observe import region_signals
-    from policies.failover.queries import QueryConfig, region_queries
     from radixfleet.adapters.prometheus import NO_RETRY, HttpPrometheus
+    from radixfleet.controllers.failover.observe import region_signals
+    from radixfleet.controllers.failover.queries import QueryConfig, region_queries
     from radixfleet.dataplane.signals import PREFIX, QUERY_PATH
 
     config = QueryConfig()

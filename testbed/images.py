@@ -67,7 +67,7 @@ CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"  # Debian's, in the images and 
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # What the radixfleet image's build context holds: the project, its metadata and its lock.
 PROJECT_FILES = ("pyproject.toml", "uv.lock", "README.md")
-PROJECT_PACKAGES = ("radixfleet", "runtimes", "inferenceservices", "policies", "canary")
+PROJECT_PACKAGES = ("radixfleet",)
 BASE_PACKAGES = ("ca-certificates", "tzdata")
 PYTHON_PACKAGES = (*BASE_PACKAGES, "python3", "python3-venv")
 # Documentation, manuals and translations are dropped from the Debian images (copyrights kept).

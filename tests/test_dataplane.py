@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from radixfleet import dataplane
-from runtimes.builder import VARIANTS, build_runtime
+from radixfleet.render.runtimes import VARIANTS, build_runtime
 
 DASHED_KEY = "-Zq3xYw"  # one random url-safe key in 64 began like this
 

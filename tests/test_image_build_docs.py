@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,3 +145,23 @@ def test_the_test_bed_passes_its_own_base_by_digest(
         )
     bud = calls[-1]
     assert bud[bud.index("--build-arg") + 1] == "BASE_IMAGE=localhost/radixfleet/python@sha256:d1"
+
+
+def test_the_test_beds_build_context_holds_what_the_containerfile_copies_and_the_wheel_ships() -> (
+    None
+):
+    """The test bed hands the image build the files it hashes: the packages the Containerfile
+    copies, the wheel installs and `.dockerignore` lets into a documented build, no more and no
+    fewer (a package left out is an image that cannot import it; one left in, a rebuild for
+    nothing)."""
+    copied = {
+        source.rstrip("/")
+        for sources in COPY.findall((REPO / "Containerfile").read_text())
+        for source in shlex.split(sources)[:-1]
+    }
+    wheel = tomllib.loads((REPO / "pyproject.toml").read_text())
+    shipped = set(wheel["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"])
+    assert set(images.PROJECT_PACKAGES) == shipped == copied - set(images.PROJECT_FILES)
+    ignore = (REPO / ".dockerignore").read_text().splitlines()
+    let_in = {line[1:] for line in ignore if line.startswith("!")}
+    assert let_in == {*images.PROJECT_FILES, *images.PROJECT_PACKAGES}, ".dockerignore"

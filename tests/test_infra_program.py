@@ -22,24 +22,24 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from canary.spec import POLICY_ANNOTATION
-from inferenceservices.builder import MODEL_READER, NODE_GROUP
 from infra import manifests
 from infra.components.aws.identity import ROLE_NAME_MAX, role_name_prefix
 from infra.components.aws.nodes import EKS_TAINT_EFFECTS
 from infra.settings import PINNED, REQUIRED_CHARTS, REQUIRED_EKS_ADDONS, Fleet
 from infra.testing import Declared, RecordingMocks, example_config, radixfleet_values, run_program
-from policies.failover.spec import FailoverPolicySpec
-from policies.quota import admission
 from radixfleet import labels
 from radixfleet.config import GpuPool, load_catalog
 from radixfleet.config.catalog import KNOWN_RUNTIMES
 from radixfleet.config.gpus import INSTANCE_TYPES
+from radixfleet.controllers.canary.spec import POLICY_ANNOTATION
+from radixfleet.controllers.failover.spec import FailoverPolicySpec
+from radixfleet.controllers.quota import admission
 from radixfleet.kit.health import serve_readiness
 from radixfleet.kit.leader import PeeringReadiness
 from radixfleet.kit.operator import READINESS_PORT
 from radixfleet.platform import ENTRY_LEDGER, ENTRY_URL, KNATIVE_FEATURES
 from radixfleet.render import data_plane_guard
+from radixfleet.render.inferenceservices import MODEL_READER, NODE_GROUP
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from inferenceservices.builder import KNATIVE
 from infra import manifests
 from infra.testing import example_config, radixfleet_values
 from radixfleet import schemas
 from radixfleet.platform import KNATIVE_FEATURES, KUBERNETES_VERSION
+from radixfleet.render.inferenceservices import KNATIVE
 from radixfleet.validate.knative_rules import flags_used
 from radixfleet.validate.podview import Doc, predictor_pod
 

@@ -20,9 +20,14 @@ def _layered() -> set[str]:
 
 
 def _top_level_modules() -> set[str]:
+    """radixfleet's modules and packages, and each controller (a layer of its own siblings)."""
     package = REPO / "radixfleet"
     found = {f"radixfleet.{p.stem}" for p in package.glob("*.py") if p.stem != "__init__"}
     found |= {f"radixfleet.{p.parent.name}" for p in package.glob("*/__init__.py")}
+    found.discard("radixfleet.controllers")
+    found |= {
+        f"radixfleet.controllers.{p.parent.name}" for p in package.glob("controllers/*/__init__.py")
+    }
     return found
 
 

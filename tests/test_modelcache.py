@@ -10,9 +10,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferenceservices.builder import NODE_GROUP, build_inference_service
 from radixfleet import labels
 from radixfleet.config import Catalog, Region, load_catalog
+from radixfleet.render.inferenceservices import NODE_GROUP, build_inference_service
 from radixfleet.render.modelcache import (
     AGENT_UID,
     JOBS_GID,

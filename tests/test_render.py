@@ -14,15 +14,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from inferenceservices.scaling import concurrency_target, itl_bound, kv_bound
 from radixfleet.cli import app
 from radixfleet.config import Model, load_catalog
 from radixfleet.platform import KUBERNETES_VERSION
 from radixfleet.profile import resolve_profile
 from radixfleet.render.files import LISTING, listed
 from radixfleet.render.fleet import MARKER, render_tree, write_tree
+from radixfleet.render.runtimes import SGLANG_IMAGE, build_runtime
+from radixfleet.render.scaling import concurrency_target, itl_bound, kv_bound
 from radixfleet.validate import validate_paths
-from runtimes.builder import SGLANG_IMAGE, build_runtime
 
 REPO = Path(__file__).resolve().parent.parent
 CATALOG = REPO / "inferenceservices" / "catalog.yaml"
@@ -75,11 +75,11 @@ def test_kubectl_kustomize_builds(folder: str) -> None:
             "CanaryPolicy",
             "AutoscalePolicy",
             "Tenant",
-            # Each tenant namespace's router access (policies/routers).
+            # Each tenant namespace's router access (radixfleet/controllers/routers).
             "ServiceAccount",
             "Role",
             "RoleBinding",
-            # Who may reach a tenant namespace's pods (inferenceservices/builder.py).
+            # Who may reach a tenant namespace's pods (radixfleet/render/inferenceservices.py).
             "NetworkPolicy",
             # Who may make the data plane's pods (radixfleet/render/data_plane_guard.py).
             "ValidatingAdmissionPolicy",

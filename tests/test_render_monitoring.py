@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from policies.routers.manifests import deployment as router_deployment
-from policies.routers.spec import Router
 from radixfleet.cli import app
+from radixfleet.controllers.routers.manifests import deployment as router_deployment
+from radixfleet.controllers.routers.spec import Router
 from radixfleet.render import entry, operator
 from radixfleet.render.monitoring import (
     entries,
@@ -80,7 +80,7 @@ def test_router_series_carry_the_revision_model_and_tenant() -> None:
 
 
 def test_the_predictor_monitor_writes_the_labels_the_canary_queries() -> None:
-    from canary.queries import QueryConfig
+    from radixfleet.controllers.canary.queries import QueryConfig
 
     (endpoint,) = sglang_predictors()["spec"]["podMetricsEndpoints"]
     written = {rule["targetLabel"] for rule in endpoint["relabelings"] if "targetLabel" in rule}

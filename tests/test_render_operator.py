@@ -12,8 +12,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from policies.quota import admission
 from radixfleet.cli import app
+from radixfleet.controllers.quota import admission
 from radixfleet.kit.operator import METRICS_PORT
 from radixfleet.kit.rbac import CLUSTER, KOPF_RULES
 from radixfleet.kit.registry import plugins

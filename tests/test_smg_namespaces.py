@@ -4,7 +4,8 @@ smg passes a request's `lora_path` and `cache_salt` through to the worker, and i
 tree keeps namespaces apart: a prompt cached under one adapter or salt is not a tree match for
 another, so smg picks by load instead of sending it to a replica whose cache cannot serve it.
 Requests in one namespace still follow their prefix. (Over gRPC workers smg 1.13 does not pass
-`lora_path` on to the worker: policies/routers/README.md says why LoRA models route over HTTP.)
+`lora_path` on to the worker: radixfleet/controllers/routers/README.md says why LoRA models route
+over HTTP.)
 """
 
 from __future__ import annotations

@@ -289,7 +289,8 @@ class Model(Strict):
     max_loras_per_batch: PositiveInt = 8
     pd_peer: str | None = None
     profile: str | None = None
-    # A CanaryPolicy of the tenant's namespace that judges this model's rollouts (canary/).
+    # A CanaryPolicy of the tenant's namespace that judges this model's rollouts
+    # (radixfleet/controllers/canary/).
     canary_policy: Name | None = None
 
     def for_tenant(self, tenant: str) -> Model:

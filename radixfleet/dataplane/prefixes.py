@@ -5,7 +5,8 @@ keeps a tree per revision and exposes no popularity), so it counts their prefixe
 and model, as the local fleet's gateway does: text prompts cut into 256-character blocks
 (radixfleet/fleet/prewarm.py; a chat's messages are templated by the replica and do not count),
 their prefixes' decayed counts in a `radixfleet.prefixes.PrefixPopularity`. When a new replica
-is about to serve, the autoscaler asks for the hottest (policies/autoscale/warming.py):
+is about to serve, the autoscaler asks for the hottest
+(radixfleet/controllers/autoscale/warming.py):
 
     GET /fleet/v1/prefixes/{namespace}/{model}?kvBlocks=N&kvFraction=F&minHits=H
         -> {"prefixes": ["<text>", ...]}   the most valuable first

@@ -7,9 +7,10 @@ another tenant's model.
 A model's targets are KServe's traffic status of its predictor (the revisions with a share), so
 the entry splits a canary exactly as KServe says; a model whose status has no share yet has no
 target, and its requests wait for one. While a canary's rollout runs a baseline with a ready
-pod (its CanaryPolicy's status, canary/README.md), the baseline (the stable revision's
-`baseline` pods, behind their own router) is sent as much as the canary, out of the stable
-revision's share (`radixfleet.revisions.pick_revision`, as the twin and the local fleet split).
+pod (its CanaryPolicy's status, radixfleet/controllers/canary/README.md), the baseline (the stable
+revision's `baseline` pods, behind their own router) is sent as much as the canary, out of the
+stable revision's share (`radixfleet.revisions.pick_revision`, as the twin and the local fleet
+split).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 The failover controller runs once per fleet, in one region, and judges every region on that
 region's own Prometheus (availability, errors, TTFT burn rate, ready replicas: the PromQL of
-`policies/failover/queries.py`). A region's Prometheus is cluster-internal; the one thing each
-region already exposes is its entry, behind the region's load balancer, certificate and DNS
-name. So the entry relays Prometheus' instant-query API, read-only, to holders of the fleet
+`radixfleet/controllers/failover/queries.py`). A region's Prometheus is cluster-internal; the one
+thing each region already exposes is its entry, behind the region's load balancer, certificate and
+DNS name. So the entry relays Prometheus' instant-query API, read-only, to holders of the fleet
 token (one Secret that every region's entry and the failover share; tenants' keys do not open
 it):
 

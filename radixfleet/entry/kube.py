@@ -31,7 +31,8 @@ from radixfleet.kit.rbac import TENANT_NAMESPACES, PolicyRule, rule
 
 log = logging.getLogger(__name__)
 
-# The canary controller's CRD (canary/spec.py; the kernel names it without importing it).
+# The canary controller's CRD (radixfleet/controllers/canary/spec.py; the kernel names it without
+# importing it).
 CANARY_POLICIES = Resource(labels.GROUP, "v1alpha1", "canarypolicies")
 
 RULES: tuple[PolicyRule, ...] = (

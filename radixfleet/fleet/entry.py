@@ -14,9 +14,9 @@ A model may have a canary revision beside its stable one, each behind its own ro
 router's prefix tree is per revision, as each revision's pods are). The entry then splits the
 model's requests at random by the canary's percent, as Knative's route does for KServe's
 `canaryTrafficPercent`; the split is per request, not per session. While a rollout runs a
-baseline (the stable model on replicas of its own, canary/README.md), the baseline is sent as
-much as the canary once one of its replicas is ready (`radixfleet.revisions.pick_revision`, the
-twin's split too).
+baseline (the stable model on replicas of its own, radixfleet/controllers/canary/README.md), the
+baseline is sent as much as the canary once one of its replicas is ready
+(`radixfleet.revisions.pick_revision`, the twin's split too).
 
 Bad input gets its status and OpenAI's error body (`radixfleet/dataplane/openai.py`), never a
 traceback: malformed JSON 400, an unknown model 404, an unknown path 404, a wrong method 405
@@ -144,7 +144,8 @@ class Canary:
 
 
 class Gate(Protocol):
-    """Something in front of the routes, e.g. the token budgets of policies/quota/gate.py."""
+    """Something in front of the routes, e.g. the token budgets of
+    radixfleet/controllers/quota/gate.py."""
 
     def install(self, app: web.Application, *, model_of: ModelOf | None = None) -> None: ...
 

@@ -128,8 +128,11 @@ class LocalFleet:
         prewarmers: PrewarmerFactory | None = None,
     ) -> None:
         self.spec = spec
-        self.gates = dict(gates or {})  # by region: e.g. token budgets (policies/quota/gate.py)
-        # Per region and model, what pre-warms its new replicas (policies/autoscale/prewarm).
+        self.gates = dict(
+            gates or {}
+        )  # by region: e.g. token budgets (radixfleet/controllers/quota/gate.py)
+        # Per region and model, what pre-warms its new replicas
+        # (radixfleet/controllers/autoscale/prewarm).
         self.prewarmers = prewarmers
         self.fleet_id = uuid.uuid4().hex
         self.host = host

@@ -1,5 +1,6 @@
 """Pre-warming on the local fleet: a new replica is sent the hottest prompt prefixes before its
-router sends it traffic (hard problem 2; what to send and when is policies/autoscale/prewarm).
+router sends it traffic (hard problem 2; what to send and when is
+radixfleet/controllers/autoscale/prewarm).
 
 The entry sees prompts as text, so a prompt's blocks are slices of its characters
 (`radixfleet.prefixes.prompt_blocks`): a pick goes back to the replica as that text.

@@ -172,7 +172,8 @@ class ReplicaSet:
         self.launcher = launcher
         self.session = session
         self.on_change = on_change
-        # What a new replica is sent before it takes traffic (policies/autoscale/prewarm).
+        # What a new replica is sent before it takes traffic
+        # (radixfleet/controllers/autoscale/prewarm).
         self.prewarmer = prewarmer
         self.events: list[ScaleEvent] = []
         self._desired = spec.replicas
@@ -313,8 +314,9 @@ class ReplicaSet:
     async def _prewarm(self, replica: Replica) -> None:
         """Send a healthy replica the revision's hottest prefixes before the router knows it,
         while the pre-warmer may hold it back: other replicas serve, no wake waits for this one,
-        and their queues stay within the allowance (policies/autoscale/prewarm.may_hold_back).
-        A replica taken down mid-warm-up, or a replica set torn down, ends it too."""
+        and their queues stay within the allowance
+        (radixfleet/controllers/autoscale/prewarm.may_hold_back). A replica taken down mid-warm-up,
+        or a replica set torn down, ends it too."""
         prewarmer = self.prewarmer
         if prewarmer is None:
             return

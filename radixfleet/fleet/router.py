@@ -7,7 +7,7 @@ registers in the background; `GET /workers` lists them with their health; `DELET
 path the worker's model info names, the emulator's local tokenizer directory (`--tokenizer-path`
 gives it the same one at start-up), so it never reaches for Hugging Face. On loopback its
 control plane is open, as the local fleet's other processes are; the in-cluster router
-(policies/routers) is reachable only inside its namespace.
+(radixfleet/controllers/routers) is reachable only inside its namespace.
 """
 
 from __future__ import annotations
@@ -163,9 +163,9 @@ WORKER_ID_SEPARATOR = ","
 class RouterGroup:
     """One revision's router replicas (one or more smg processes), each with every worker.
 
-    The entry spreads the revision's requests over `urls` (policies/routers/README.md says how);
-    the group registers, waits for and removes a replica on every member alike, so any member
-    can serve any request. Over gRPC each member subscribes to every worker's KV events and
+    The entry spreads the revision's requests over `urls` (radixfleet/controllers/routers/README.md
+    says how); the group registers, waits for and removes a replica on every member alike, so any
+    member can serve any request. Over gRPC each member subscribes to every worker's KV events and
     holds the same exact index; over HTTP each member guesses on its own tree.
     """
 

@@ -20,11 +20,11 @@ from radixfleet.config.serving import Served
 from radixfleet.kit.plugin import ControllerPlugin
 
 CONTROLLERS: tuple[str, ...] = (
-    "canary.plugin:PLUGIN",
-    "policies.autoscale.plugin:PLUGIN",
-    "policies.quota.plugin:PLUGIN",
-    "policies.failover.plugin:PLUGIN",
-    "policies.routers.plugin:PLUGIN",
+    "radixfleet.controllers.canary.plugin:PLUGIN",
+    "radixfleet.controllers.autoscale.plugin:PLUGIN",
+    "radixfleet.controllers.quota.plugin:PLUGIN",
+    "radixfleet.controllers.failover.plugin:PLUGIN",
+    "radixfleet.controllers.routers.plugin:PLUGIN",
 )
 
 

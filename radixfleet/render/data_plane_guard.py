@@ -4,7 +4,7 @@ A tenant namespace holds two things a tenant's own pod must not get:
 
 - the data plane's key, Secret `radixfleet-data-plane` (radixfleet.dataplane): a pod that
   mounts it calls the predictors and routers past the entry, unauthenticated and unmetered;
-- the labels the namespace's NetworkPolicies let in by (inferenceservices/builder.py):
+- the labels the namespace's NetworkPolicies let in by (radixfleet/render/inferenceservices.py):
   `app.kubernetes.io/component: router` and `serving.kserve.io/inferenceservice` reach the
   predictors.
 
@@ -48,8 +48,8 @@ from radixfleet.platform import KNATIVE_NAMESPACE, KSERVE_NAMESPACE
 from radixfleet.render import operator
 
 POLICY_PREFIX = "data-plane-guard"
-# What tenant namespaces carry (inferenceservices/builder.py: build_namespaces): the binding's
-# selector. A namespace without it is not a tenant's, and the guard leaves it alone.
+# What tenant namespaces carry (radixfleet/render/inferenceservices.py: build_namespaces): the
+# binding's selector. A namespace without it is not a tenant's, and the guard leaves it alone.
 TENANT_NAMESPACES = {"matchExpressions": [{"key": labels.TENANT, "operator": "Exists"}]}
 
 ROUTER_LABEL = (labels.COMPONENT, labels.ROUTER_COMPONENT)

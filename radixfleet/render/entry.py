@@ -3,8 +3,8 @@ the NetworkPolicy that lets clients in.
 
 The entry (`radixfleet entry run`) runs in every region behind the region's load balancer.
 Two replicas and a PodDisruptionBudget keep it serving through a node drain; each replica
-enforces its share of every token budget (`--replicas`, see policies/quota/entry.py), so the
-replica count is rendered once and passed to both. Its ClusterRole is derived like the
+enforces its share of every token budget (`--replicas`, see radixfleet/controllers/quota/entry.py),
+so the replica count is rendered once and passed to both. Its ClusterRole is derived like the
 operator's: what the entry's own adapter reads (`radixfleet/entry/kube.py`) and what the gate
 a plug-in offers needs (`ControllerPlugin.entry_rules`); the rules of radixfleet's own namespace
 (the ledger ConfigMap the replicas keep their debts in, by name) make a Role there.
@@ -73,8 +73,9 @@ def network_policy() -> Manifest:
 
 def ledger() -> Manifest:
     """The ConfigMap where the replicas keep what their token buckets are owed
-    (policies/quota/carry.py). Rendered without data, which only the replicas write: applied
-    again, by kubectl or Pulumi, it keeps theirs; and the entry needs no right to create one."""
+    (radixfleet/controllers/quota/carry.py). Rendered without data, which only the replicas write:
+    applied again, by kubectl or Pulumi, it keeps theirs; and the entry needs no right to create
+    one."""
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(ENTRY_LEDGER)}
 
 

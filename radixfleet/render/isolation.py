@@ -1,9 +1,10 @@
 """How a namespace of the platform's is closed: its Pod Security levels and its NetworkPolicies.
 
-Tenant namespaces (inferenceservices/builder.py) and radixfleet's own (`render/operator.py`,
-`render/entry.py`) are built from these, so both read the same way: Pod Security labels pinned
-to the Kubernetes minor the platform targets (an upgrade cannot loosen them), and policies that
-name who may open a connection to which pods, on which ports, with everything else refused.
+Tenant namespaces (radixfleet/render/inferenceservices.py) and radixfleet's own
+(`render/operator.py`, `render/entry.py`) are built from these, so both read the same way: Pod
+Security labels pinned to the Kubernetes minor the platform targets (an upgrade cannot loosen them),
+and policies that name who may open a connection to which pods, on which ports, with everything else
+refused.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ dashboards query are written once, here:
 - `tenant`: the tenant label the catalog puts on every InferenceService, which KServe copies
   onto its pods;
 - `pool`: the predictor pod's `radixfleet.io/pool` (`serving`, `warming`, or `baseline` while a
-  canary is judged against it: canary/queries.py leaves `baseline` out of the stable revision).
+  canary is judged against it: radixfleet/controllers/canary/queries.py leaves `baseline` out of the
+  stable revision).
 
 SGLang serves `/metrics` on the port of its HTTP API, in the `kserve-container` container; a
 Knative pod also declares the queue-proxy's ports, so only that container's ports are kept.
@@ -84,10 +85,10 @@ def operator_metrics() -> Manifest:
 
 
 def routers() -> Manifest:
-    """Every revision's smg router (policies/routers): its request, latency and worker series,
-    labelled with the revision, model and tenant it serves."""
+    """Every revision's smg router (radixfleet/controllers/routers): its request, latency and worker
+    series, labelled with the revision, model and tenant it serves."""
     endpoint = {
-        "port": "metrics",  # policies/routers/manifests.py names smg's exporter port so
+        "port": "metrics",  # smg's exporter (radixfleet/controllers/routers/manifests.py)
         "path": "/metrics",
         "interval": INTERVAL,
         "relabelings": [

@@ -417,7 +417,8 @@ class Region:
 
     def _warm_up(self, replica: Replica, t: float) -> None:
         """Send a ready replica its revision's hottest prefixes first, when the scaler
-        pre-warms and may hold it back (policies/autoscale/prewarm); else route it now."""
+        pre-warms and may hold it back (radixfleet/controllers/autoscale/prewarm); else route it
+        now."""
         revision, model = replica.revision, replica.model
         prewarmer = revision.prewarmer
         warm = None

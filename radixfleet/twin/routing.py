@@ -1,12 +1,12 @@
 """Routing policies: smg 1.13's cache_aware on its event index or its approximate tree
 (`SmgCacheAware`), round robin, and least load.
 
-smg replaced sglang-router 0.3.2 everywhere radixfleet routes (policies/routers/README.md), and
-the twin routes as smg does. Its approximate tree (`ApproxTree`, for HTTP workers) is the one smg
-kept from sglang-router's `tree.rs`: a multi-tenant radix tree of what was sent to each worker
-(not of what the worker still caches), cut back every `eviction_interval_s` to
-`max_tree_size_chars`, least recently used leaves first. It holds the workload's cache blocks
-rather than characters (sizes are converted at `chars_per_token`).
+smg replaced sglang-router 0.3.2 everywhere radixfleet routes
+(radixfleet/controllers/routers/README.md), and the twin routes as smg does. Its approximate tree
+(`ApproxTree`, for HTTP workers) is the one smg kept from sglang-router's `tree.rs`: a multi-tenant
+radix tree of what was sent to each worker (not of what the worker still caches), cut back every
+`eviction_interval_s` to `max_tree_size_chars`, least recently used leaves first. It holds the
+workload's cache blocks rather than characters (sizes are converted at `chars_per_token`).
 """
 
 from __future__ import annotations

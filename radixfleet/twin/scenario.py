@@ -75,7 +75,7 @@ class RouterSettings(Strict):
     max_tree_size_chars: PositiveInt = 67_108_864
     chars_per_token: PositiveFloat = 4.0
     # `--retry-max-retries`: a refusal (503) is tried again on another pick, a worker's 500 is
-    # passed on (measured on smg 1.13.0: policies/routers/README.md).
+    # passed on (measured on smg 1.13.0: radixfleet/controllers/routers/README.md).
     max_retries: NonNegativeInt = 5
     # Kubernetes readiness (10 s period x 3 failures) drops a dead pod from discovery.
     unhealthy_after_s: NonNegativeFloat = 30.0

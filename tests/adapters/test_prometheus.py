@@ -17,10 +17,6 @@ from typing import Any, ClassVar
 
 import pytest
 
-from canary.observe import measure
-from canary.queries import REQUESTS, QueryConfig, revision_queries
-from canary.spec import CanaryPolicySpec, Metric, MetricCheck
-from canary.state import Observed
 from radixfleet.adapters.prometheus import (
     NO_RETRY,
     AmbiguousResult,
@@ -31,6 +27,10 @@ from radixfleet.adapters.prometheus import (
     NotFinite,
     RetryPolicy,
 )
+from radixfleet.controllers.canary.observe import measure
+from radixfleet.controllers.canary.queries import REQUESTS, QueryConfig, revision_queries
+from radixfleet.controllers.canary.spec import CanaryPolicySpec, Metric, MetricCheck
+from radixfleet.controllers.canary.state import Observed
 from tests.adapters.prometheus_server import Family, available, running_prometheus
 
 pytestmark = pytest.mark.prometheus

@@ -1,1 +1,1 @@
-"""Tests of the autoscaler (policies/autoscale)."""
+"""Tests of the autoscaler (radixfleet/controllers/autoscale)."""

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.autoscale.cli import describe
-from policies.autoscale.decide import MIN_GAPS, bounds, break_even, idle
-from policies.autoscale.spec import AutoscalePolicySpec
-from policies.autoscale.state import AutoscaleStatus, ColdStarts, Observed
+from radixfleet.controllers.autoscale.cli import describe
+from radixfleet.controllers.autoscale.decide import MIN_GAPS, bounds, break_even, idle
+from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
+from radixfleet.controllers.autoscale.state import AutoscaleStatus, ColdStarts, Observed
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 # A 60 s cold start and no price on misses: a trip to zero costs 60 replica-seconds.

@@ -6,9 +6,15 @@ from datetime import UTC, datetime
 
 from typer.testing import CliRunner
 
-from policies.autoscale.fakes import FakeAutoscalePolicies
-from policies.autoscale.state import AutoscaleStatus, Demand, LastDecision, Verb, to_wire
 from radixfleet.cli import app
+from radixfleet.controllers.autoscale.fakes import FakeAutoscalePolicies
+from radixfleet.controllers.autoscale.state import (
+    AutoscaleStatus,
+    Demand,
+    LastDecision,
+    Verb,
+    to_wire,
+)
 
 AT = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 

@@ -1,7 +1,8 @@
 """The autoscaler's act layer on recording fakes: what it writes, in which order, and when not.
 
 Knative is played by `FakeRevisions` (annotations land on the Revision; `settle` makes the pods
-follow), Prometheus by `FakePrometheus` answering the exact PromQL of policies/autoscale/queries.
+follow), Prometheus by `FakePrometheus` answering the exact PromQL of
+radixfleet/controllers/autoscale/queries.
 """
 
 from __future__ import annotations
@@ -12,21 +13,21 @@ from typing import Any
 import kopf
 import pytest
 
-from canary.fakes import FakeEvents
-from policies.autoscale.controller import Controller, run_tick
-from policies.autoscale.fakes import (
+from radixfleet import labels
+from radixfleet.adapters.prometheus import MetricsUnavailable, Sample
+from radixfleet.adapters.prometheus_fake import FakePrometheus
+from radixfleet.controllers.autoscale.controller import Controller, run_tick
+from radixfleet.controllers.autoscale.fakes import (
     FakeAutoscalePolicies,
     FakeInferenceServices,
     FakePods,
     FakeRevisions,
     FakeWaker,
 )
-from policies.autoscale.knative import DELETION_COST, MAX_SCALE, MIN_SCALE
-from policies.autoscale.queries import QueryConfig, model_queries, pod_queries
-from policies.autoscale.state import Verb, status_of
-from radixfleet import labels
-from radixfleet.adapters.prometheus import MetricsUnavailable, Sample
-from radixfleet.adapters.prometheus_fake import FakePrometheus
+from radixfleet.controllers.autoscale.knative import DELETION_COST, MAX_SCALE, MIN_SCALE
+from radixfleet.controllers.autoscale.queries import QueryConfig, model_queries, pod_queries
+from radixfleet.controllers.autoscale.state import Verb, status_of
+from radixfleet.controllers.canary.fakes import FakeEvents
 from radixfleet.kit.errors import KubeError
 
 NS, ISVC, REV = "team-search", "llama", "llama-predictor-00001"
@@ -179,8 +180,8 @@ def test_scale_down_orders_the_drain_before_lowering_the_count() -> None:
 
 
 def test_a_canarys_baseline_pods_are_drained_last() -> None:
-    """The stable revision's pods in a canary's baseline (canary/baseline.py) cost the most to
-    delete, whatever their cache is worth: the rollout is judged against them."""
+    """The stable revision's pods in a canary's baseline (radixfleet/controllers/canary/baseline.py)
+    cost the most to delete, whatever their cache is worth: the rollout is judged against them."""
     world = World(ready=3, bounds=(3, 3))
     baseline = world.pods.items[(NS, "pod-1")]["metadata"]
     baseline["labels"][labels.POOL] = labels.BASELINE_POOL

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from policies.autoscale.spec import AutoscalePolicySpec
+from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
 
 OURS = ("radixfleet.io", "v1alpha1", "autoscalepolicies")
 

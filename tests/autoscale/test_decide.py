@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.autoscale.decide import (
+from radixfleet.controllers.autoscale.decide import (
     Decision,
     choose_victims,
     decide,
@@ -28,8 +28,8 @@ from policies.autoscale.decide import (
     stabilize,
     take_back,
 )
-from policies.autoscale.spec import AutoscalePolicySpec
-from policies.autoscale.state import (
+from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
+from radixfleet.controllers.autoscale.state import (
     AutoscaleStatus,
     ColdStarts,
     Learned,

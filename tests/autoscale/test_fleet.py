@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from policies.autoscale.fleet import FleetAutoscaler, parse_metrics
-from policies.autoscale.spec import AutoscalePolicySpec
-from policies.autoscale.state import Verb
+from radixfleet.controllers.autoscale.fleet import FleetAutoscaler, parse_metrics
+from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
+from radixfleet.controllers.autoscale.state import Verb
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
 from radixfleet.fleet.procs import processes_with_marker
 from radixfleet.workload.records import WorkItem

@@ -1,5 +1,5 @@
-"""Pre-warming's decisions (`policies/autoscale/prewarm.py`): which prefixes, and when a replica
-may be held back for them."""
+"""Pre-warming's decisions (`radixfleet/controllers/autoscale/prewarm.py`): which prefixes, and when
+a replica may be held back for them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.autoscale.prewarm import may_hold_back, plan
-from policies.autoscale.spec import Prewarm
+from radixfleet.controllers.autoscale.prewarm import may_hold_back, plan
+from radixfleet.controllers.autoscale.spec import Prewarm
 from radixfleet.prefixes import PrefixPopularity, depths
 from radixfleet.twin.interfaces import Waiting
 

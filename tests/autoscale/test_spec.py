@@ -12,8 +12,8 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from policies.autoscale.decide import ITL_TICKS, decide
-from policies.autoscale.spec import (
+from radixfleet.controllers.autoscale.decide import ITL_TICKS, decide
+from radixfleet.controllers.autoscale.spec import (
     API_VERSION,
     KIND,
     PLURAL,
@@ -21,7 +21,7 @@ from policies.autoscale.spec import (
     ScheduleWindow,
     WarmPool,
 )
-from policies.autoscale.state import (
+from radixfleet.controllers.autoscale.state import (
     AutoscaleStatus,
     BreakEven,
     ColdStarts,

@@ -7,8 +7,8 @@ follows its counts and victims; the benchmark (benchmarks/autoscale_twin.py) com
 
 from __future__ import annotations
 
-from policies.autoscale.spec import AutoscalePolicySpec
-from policies.autoscale.twin import TwinAutoscaler, spec_for
+from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
+from radixfleet.controllers.autoscale.twin import TwinAutoscaler, spec_for
 from radixfleet.replica import CounterValues, ReplicaStats
 from radixfleet.twin.fleet import run_policy
 from radixfleet.twin.interfaces import ReplicaView, ServiceObservation

@@ -21,12 +21,12 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.autoscale.kube import HttpWarmUp
-from policies.autoscale.prewarm import Gate, PodView, gate, may_hold_back
-from policies.autoscale.spec import AutoscalePolicySpec, Prewarm
-from policies.autoscale.state import Observed, ReplicaMetrics
-from policies.autoscale.warming import RELOOK_S, WARMED, Warmer, pod_view, waiting_of
 from radixfleet import dataplane, labels
+from radixfleet.controllers.autoscale.kube import HttpWarmUp
+from radixfleet.controllers.autoscale.prewarm import Gate, PodView, gate, may_hold_back
+from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec, Prewarm
+from radixfleet.controllers.autoscale.state import Observed, ReplicaMetrics
+from radixfleet.controllers.autoscale.warming import RELOOK_S, WARMED, Warmer, pod_view, waiting_of
 from radixfleet.dataplane.prefixes import HotPrefixes
 from radixfleet.emulator.server import EmulatorConfig
 from radixfleet.emulator.testing import serve_in_thread

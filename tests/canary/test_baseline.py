@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from canary.baseline import Carving, Pod, action, carve, release
-from canary.state import BaselineStatus, Observed, Phase, RolloutStatus
+from radixfleet.controllers.canary.baseline import Carving, Pod, action, carve, release
+from radixfleet.controllers.canary.state import BaselineStatus, Observed, Phase, RolloutStatus
 from tests.canary.test_decide import obs, rollout
 
 S, C = "llama-predictor-00001", "llama-predictor-00002"

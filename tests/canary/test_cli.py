@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from canary.cli import Ports
-from canary.fakes import FakeCanaryPolicies, FakeInferenceServices
-from canary.state import Phase
 from radixfleet.adapters.prometheus_fake import FakePrometheus
 from radixfleet.cli import app
+from radixfleet.controllers.canary.cli import Ports
+from radixfleet.controllers.canary.fakes import FakeCanaryPolicies, FakeInferenceServices
+from radixfleet.controllers.canary.state import Phase
 from tests.canary.test_controller import CANARY, GOOD, NAME, NS, POLICY, Fleet, answers
 
 runner = CliRunner()
@@ -100,9 +100,18 @@ def test_promote_without_a_canary_fails() -> None:
 
 
 def test_importing_the_cli_loads_no_client_library_or_spec_models() -> None:
-    # `radixfleet --help` imports canary.cli; these cost seconds and belong to the commands.
-    heavy = ["kubernetes", "kopf", "requests", "pydantic", "canary.spec", "canary.observe"]
-    probe = f"import sys, canary.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    # `radixfleet --help` imports radixfleet.controllers.canary.cli; these cost seconds and belong
+    # to the commands.
+    heavy = [
+        "kubernetes",
+        "kopf",
+        "requests",
+        "pydantic",
+        "radixfleet.controllers.canary.spec",
+        "radixfleet.controllers.canary.observe",
+    ]
+    module = "radixfleet.controllers.canary.cli"
+    probe = f"import sys, {module}; print([m for m in {heavy!r} if m in sys.modules])"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 

@@ -8,14 +8,24 @@ from typing import Any
 import kopf
 import pytest
 
-from canary.controller import Controller, register, run_tick, to_wire
-from canary.fakes import FakeBaselines, FakeCanaryPolicies, FakeEvents, FakeInferenceServices
-from canary.ports import StaleRevisionError
-from canary.queries import REQUESTS, QueryConfig, histogram_queries, revision_queries
-from canary.spec import POLICY_ANNOTATION, Metric
-from canary.state import BaselineStatus, Phase, Verb, rollout_of
 from radixfleet.adapters.prometheus import MetricsUnavailable
 from radixfleet.adapters.prometheus_fake import FakePrometheus
+from radixfleet.controllers.canary.controller import Controller, register, run_tick, to_wire
+from radixfleet.controllers.canary.fakes import (
+    FakeBaselines,
+    FakeCanaryPolicies,
+    FakeEvents,
+    FakeInferenceServices,
+)
+from radixfleet.controllers.canary.ports import StaleRevisionError
+from radixfleet.controllers.canary.queries import (
+    REQUESTS,
+    QueryConfig,
+    histogram_queries,
+    revision_queries,
+)
+from radixfleet.controllers.canary.spec import POLICY_ANNOTATION, Metric
+from radixfleet.controllers.canary.state import BaselineStatus, Phase, Verb, rollout_of
 from radixfleet.kit.errors import KubeError
 
 NS, NAME, POLICY = "team-a", "llama", "default"

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from canary.spec import POLICY_ANNOTATION
+from radixfleet.controllers.canary.spec import POLICY_ANNOTATION
 from tests.canary.test_controller import CANARY, STABLE
 
 KSERVE = ("serving.kserve.io", "v1beta1")
@@ -82,7 +82,7 @@ def test_the_crd_refuses_bad_policies(
 
 
 def test_the_api_server_fills_the_types_defaults(api: client.CustomObjectsApi, ns: str) -> None:
-    from canary.spec import CanaryPolicySpec
+    from radixfleet.controllers.canary.spec import CanaryPolicySpec
 
     created = _create_policy(api, ns, {})
     assert CanaryPolicySpec.model_validate(created["spec"]) == CanaryPolicySpec()

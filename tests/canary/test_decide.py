@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from canary.decide import Decision, analysis_due, decide, halt_reason, start
-from canary.spec import CanaryPolicySpec, Metric, MetricCheck
-from canary.state import (
+from radixfleet.controllers.canary.decide import Decision, analysis_due, decide, halt_reason, start
+from radixfleet.controllers.canary.spec import CanaryPolicySpec, Metric, MetricCheck
+from radixfleet.controllers.canary.state import (
     CheckResult,
     Manual,
     Measured,

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from canary.controller import run_tick
-from canary.kube import FIELD_MANAGER
-from canary.spec import Metric
-from canary.state import Phase
 from radixfleet.adapters.prometheus_fake import FakePrometheus
+from radixfleet.controllers.canary.controller import run_tick
+from radixfleet.controllers.canary.kube import FIELD_MANAGER
+from radixfleet.controllers.canary.spec import Metric
+from radixfleet.controllers.canary.state import Phase
 from radixfleet.kit.kube import KubeEvents
 from testbed.cluster import Cluster
 from tests.canary.test_controller import CANARY, GOOD, NAME, NS, POLICY, Fleet, answers

@@ -2,14 +2,15 @@
 
 One region serves model "llama" from one emulated replica behind smg; each test rolls
 out a new revision beside it (its own router and replica, cold-started) and lets the real
-`Controller` (observe through `HttpPrometheus` and `canary/queries.py`, pure `decide`, act on
-the fleet standing in for KServe) step the entry's split. Steps, interval and minRequests are
-small so that a rollout takes seconds, and latency tolerances fit this machine's jitter.
+`Controller` (observe through `HttpPrometheus` and `radixfleet/controllers/canary/queries.py`, pure
+`decide`, act on the fleet standing in for KServe) step the entry's split. Steps, interval and
+minRequests are small so that a rollout takes seconds, and latency tolerances fit this machine's
+jitter.
 
-"Noisy" is the workload, and the machine: `canary.localfleet.NoisyTraffic` (40 requests/s of
-prompts of 100 to 1,000 tokens, log-uniform, and 4 to 16 output tokens in Poisson arrivals), so
-a window's p95 rests on a few dozen uneven requests, served by replicas that share two busy
-cores with everything else (their latencies jitter with it).
+"Noisy" is the workload, and the machine: `radixfleet.controllers.canary.localfleet.NoisyTraffic`
+(40 requests/s of prompts of 100 to 1,000 tokens, log-uniform, and 4 to 16 output tokens in Poisson
+arrivals), so a window's p95 rests on a few dozen uneven requests, served by replicas that share two
+busy cores with everything else (their latencies jitter with it).
 
 Losing no request: clients retry a 5xx answered before any token once (`Replayer(retries=1)`),
 as OpenAI's SDK does (twice by default). A request counts as lost when it still fails; the only
@@ -23,10 +24,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from canary.localfleet import RolloutRun
-from canary.localfleet import roll_out as roll_out_on_fleet
-from canary.queries import RESPONSES, QueryConfig, selector
-from canary.state import Phase
+from radixfleet.controllers.canary.localfleet import RolloutRun
+from radixfleet.controllers.canary.localfleet import roll_out as roll_out_on_fleet
+from radixfleet.controllers.canary.queries import RESPONSES, QueryConfig, selector
+from radixfleet.controllers.canary.state import Phase
 from radixfleet.dashboards import promql
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
 from radixfleet.fleet.procs import processes_with_marker

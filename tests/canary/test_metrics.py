@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from canary.fakes import FakeBaselines
-from canary.metrics import CHECK_LABELS, DECISION_LABELS, CanaryMetrics
-from canary.spec import Metric
-from canary.state import Verb
 from radixfleet import metrics_names
 from radixfleet.adapters.prometheus_fake import FakePrometheus
+from radixfleet.controllers.canary.fakes import FakeBaselines
+from radixfleet.controllers.canary.metrics import CHECK_LABELS, DECISION_LABELS, CanaryMetrics
+from radixfleet.controllers.canary.spec import Metric
+from radixfleet.controllers.canary.state import Verb
 from tests.canary.test_controller import AT_THE_CANARYS_LOAD, BUSY, GOOD, NAME, NS, Fleet, answers
 
 LABELS = {"namespace": NS, "isvc": NAME}

@@ -10,7 +10,13 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from canary.spec import API_VERSION, KIND, CanaryPolicySpec, Metric, MetricCheck
+from radixfleet.controllers.canary.spec import (
+    API_VERSION,
+    KIND,
+    CanaryPolicySpec,
+    Metric,
+    MetricCheck,
+)
 from radixfleet.validate.crd_schema import to_json_schema
 
 CRD_PATH = Path(__file__).parents[2] / "radixfleet/crds/canarypolicies.radixfleet.io.yaml"

@@ -25,19 +25,19 @@ from typing import Any
 
 import pytest
 
-from canary.controller import Controller
-from canary.decide import Decision
-from canary.fakes import FakeCanaryPolicies, FakeEvents
-from canary.localfleet import (
+from radixfleet.adapters.prometheus import HttpPrometheus
+from radixfleet.controllers.canary.controller import Controller
+from radixfleet.controllers.canary.decide import Decision
+from radixfleet.controllers.canary.fakes import FakeCanaryPolicies, FakeEvents
+from radixfleet.controllers.canary.localfleet import (
     DEFAULT_POLICY,
     LOCAL_MIN_INTERVAL_S,
     FleetInferenceServices,
     LocalRollouts,
     NoisyTraffic,
 )
-from canary.metrics import CanaryMetrics
-from canary.state import Phase, RolloutStatus, Verb, rollout_of
-from radixfleet.adapters.prometheus import HttpPrometheus
+from radixfleet.controllers.canary.metrics import CanaryMetrics
+from radixfleet.controllers.canary.state import Phase, RolloutStatus, Verb, rollout_of
 from radixfleet.fleet import LocalFleet
 from tests.canary.test_localfleet import MODEL, NS, POLICY, REGION, fleet
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from policies.quota import admission
-from policies.quota.decide import accounts
-from policies.quota.state import TenantStatus
 from radixfleet.config.catalog import GpuBudget
+from radixfleet.controllers.quota import admission
+from radixfleet.controllers.quota.decide import accounts
+from radixfleet.controllers.quota.state import TenantStatus
 from testbed import session
 from testbed.cluster import Cluster
 from testbed.deploy import PLATFORM_FIELD_MANAGER

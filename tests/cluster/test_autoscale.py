@@ -16,17 +16,17 @@ from typing import Any
 
 import pytest
 
-from canary.fakes import FakeEvents
-from policies.autoscale.controller import Controller
-from policies.autoscale.knative import MAX_SCALE, MIN_SCALE
-from policies.autoscale.kube import (
+from radixfleet.adapters.prometheus_fake import FakePrometheus
+from radixfleet.controllers.autoscale.controller import Controller
+from radixfleet.controllers.autoscale.knative import MAX_SCALE, MIN_SCALE
+from radixfleet.controllers.autoscale.kube import (
     KubeAutoscalePolicies,
     KubeInferenceServices,
     KubePods,
     KubeRevisions,
 )
-from policies.autoscale.state import Verb, status_of
-from radixfleet.adapters.prometheus_fake import FakePrometheus
+from radixfleet.controllers.autoscale.state import Verb, status_of
+from radixfleet.controllers.canary.fakes import FakeEvents
 from testbed import images, session
 from testbed.cluster import Cluster
 from testbed.emulated import emulated_isvc, get, model_volume, ready

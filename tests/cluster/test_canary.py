@@ -23,12 +23,16 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from canary.controller import Controller
-from canary.kube import FIELD_MANAGER, KubeCanaryPolicies, KubeInferenceServices
-from canary.ports import StaleRevisionError
-from canary.spec import POLICY_ANNOTATION, Metric
-from canary.state import Phase, RolloutStatus, rollout_of
 from radixfleet.adapters.prometheus_fake import FakePrometheus
+from radixfleet.controllers.canary.controller import Controller
+from radixfleet.controllers.canary.kube import (
+    FIELD_MANAGER,
+    KubeCanaryPolicies,
+    KubeInferenceServices,
+)
+from radixfleet.controllers.canary.ports import StaleRevisionError
+from radixfleet.controllers.canary.spec import POLICY_ANNOTATION, Metric
+from radixfleet.controllers.canary.state import Phase, RolloutStatus, rollout_of
 from radixfleet.kit.kube import KubeEvents
 from testbed import images, session
 from testbed.cluster import Cluster

@@ -375,8 +375,9 @@ def test_the_operator_writes_workloads_only_in_tenant_namespaces(
 def test_the_entry_reads_and_patches_only_its_ledger_in_its_own_namespace(
     world: Cluster, tmp_path: Path
 ) -> None:
-    """The ConfigMap the entry's replicas keep their debts in, and no other (policies/quota/
-    carry.py): rendered with the entry, so it may not create one, nor list them."""
+    """The ConfigMap the entry's replicas keep their debts in, and no other
+    (radixfleet/controllers/quota/ carry.py): rendered with the entry, so it may not create one, nor
+    list them."""
     name = "rf-entry-ledger"
     _account(world, name, entry_base.entry_rules(), tmp_path)
     cases = [

@@ -35,20 +35,25 @@ from typing import Any
 import aiohttp
 import pytest
 
-from inferenceservices.builder import build_network_policies
-from policies.autoscale.knative import scale_annotations
-from policies.autoscale.kube import HttpWarmUp, KubeDataPlaneKeys, KubePods, KubeRevisions
-from policies.autoscale.spec import AutoscalePolicySpec
-from policies.autoscale.state import Observed, ReplicaMetrics
-from policies.autoscale.warming import WARMED, Warmer
-from policies.quota.carry import Owed
-from policies.routers.manifests import access
-from policies.routers.spec import ROUTES_FOR
 from radixfleet import dataplane, labels
+from radixfleet.controllers.autoscale.knative import scale_annotations
+from radixfleet.controllers.autoscale.kube import (
+    HttpWarmUp,
+    KubeDataPlaneKeys,
+    KubePods,
+    KubeRevisions,
+)
+from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
+from radixfleet.controllers.autoscale.state import Observed, ReplicaMetrics
+from radixfleet.controllers.autoscale.warming import WARMED, Warmer
+from radixfleet.controllers.quota.carry import Owed
+from radixfleet.controllers.routers.manifests import access
+from radixfleet.controllers.routers.spec import ROUTES_FOR
 from radixfleet.kit.operator import METRICS_PORT
 from radixfleet.platform import ENTRY_LEDGER
 from radixfleet.render import data_plane_guard, operator
 from radixfleet.render import entry as entry_base
+from radixfleet.render.inferenceservices import build_network_policies
 from radixfleet.render.isolation import pod_security_labels
 from radixfleet.render.tenant_access import tenant_access
 from radixfleet.workload.records import RequestResult, WorkItem
@@ -1307,7 +1312,8 @@ def _released(cluster: Cluster) -> None:
     session.wait_for(parked, timeout_s=TIMEOUT_S, what=f"{BASELINE_ROUTER} parked")
 
 
-# ---- a tenant's debt outlives the entry pods that held it (policies/quota/carry.py) -----------
+# ---- a tenant's debt outlives the entry pods that held it (radixfleet/controllers/quota/carry.py)
+# -----------
 
 ENTRY_PODS = f"app.kubernetes.io/name={entry_base.NAME}"
 # Green's budget while the entry restarts: 60 tokens a minute, 0.5 a second per entry replica,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from canary.spec import CanaryPolicySpec
+from radixfleet.controllers.canary.spec import CanaryPolicySpec
 from radixfleet.demo.run import DemoOptions
 from testbed.cluster import Cluster
 from testbed.demo import CANARY, POLICY, WAKES, run_cluster_demo

@@ -36,10 +36,10 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from inferenceservices.builder import NODE_GROUP, build_inference_service
 from radixfleet import dataplane
 from radixfleet.config import GpuPool, Region, load_catalog
 from radixfleet.platform import DEFAULT_DEPLOYMENT_MODE
+from radixfleet.render.inferenceservices import NODE_GROUP, build_inference_service
 from radixfleet.render.modelcache import (
     FOLDER_KEEPER,
     NODE_LABELS,

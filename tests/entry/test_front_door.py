@@ -20,10 +20,10 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.quota.gate import TokenGate
-from policies.quota.ledger import Throttled, TokenLedger
-from policies.quota.shares import ConcurrencyShares
 from radixfleet.config.catalog import TokenBudget
+from radixfleet.controllers.quota.gate import TokenGate
+from radixfleet.controllers.quota.ledger import Throttled, TokenLedger
+from radixfleet.controllers.quota.shares import ConcurrencyShares
 from radixfleet.dataplane.relay import MAX_BODY_BYTES, entry_runner
 from radixfleet.fleet.entry import RegionEntry
 from tests.fleet.test_entry import FakeScaler, serve

@@ -15,8 +15,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from policies.quota.entry import ClusterGate
-from policies.quota.fakes import FakeSecrets, FakeTenants
+from radixfleet.controllers.quota.entry import ClusterGate
+from radixfleet.controllers.quota.fakes import FakeSecrets, FakeTenants
 from radixfleet.dataplane.prefixes import HotPrefixes
 from radixfleet.dataplane.routes import Target, build_routes
 from radixfleet.entry.server import ClusterEntry, Upstreams

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.routers.spec import Router
+from radixfleet.controllers.routers.spec import Router
 from radixfleet.dataplane import ROUTER_PORT
 from radixfleet.dataplane.routes import ModelRoute, Target, baselines_of, build_routes, targets_of
 from radixfleet.entry.server import Upstreams

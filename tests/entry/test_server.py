@@ -29,10 +29,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from policies.quota.entry import ClusterGate, per_replica
-from policies.quota.fakes import FakeSecrets, FakeTenants
 from radixfleet import dataplane
 from radixfleet.config.catalog import TokenBudget
+from radixfleet.controllers.quota.entry import ClusterGate, per_replica
+from radixfleet.controllers.quota.fakes import FakeSecrets, FakeTenants
 from radixfleet.dataplane.routes import Routes, Target, build_routes
 from radixfleet.emulator.server import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread

@@ -8,11 +8,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from policies.failover.cli import contexts
-from policies.failover.controller import to_wire
-from policies.failover.fakes import FakeFailoverPolicies
-from policies.failover.state import FailoverStatus, LastDecision, Phase, RegionStatus
 from radixfleet.cli import app
+from radixfleet.controllers.failover.cli import contexts
+from radixfleet.controllers.failover.controller import to_wire
+from radixfleet.controllers.failover.fakes import FakeFailoverPolicies
+from radixfleet.controllers.failover.state import FailoverStatus, LastDecision, Phase, RegionStatus
 
 AT = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 

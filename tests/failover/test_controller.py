@@ -12,15 +12,15 @@ from typing import Any
 import kopf
 import pytest
 
-from canary.fakes import FakeEvents
-from policies.failover.controller import Controller, run_tick, status_of
-from policies.failover.fakes import FakeFailoverPolicies, FakeFloors, FakeRoute53
-from policies.failover.queries import QueryConfig, region_queries
-from policies.failover.spec import FailoverPolicySpec, Region
-from policies.failover.state import Phase
 from radixfleet.adapters.prometheus import MetricsUnavailable, Prometheus, Sample
 from radixfleet.adapters.prometheus_fake import FakePrometheus
 from radixfleet.adapters.route53 import Route53Error
+from radixfleet.controllers.canary.fakes import FakeEvents
+from radixfleet.controllers.failover.controller import Controller, run_tick, status_of
+from radixfleet.controllers.failover.fakes import FakeFailoverPolicies, FakeFloors, FakeRoute53
+from radixfleet.controllers.failover.queries import QueryConfig, region_queries
+from radixfleet.controllers.failover.spec import FailoverPolicySpec, Region
+from radixfleet.controllers.failover.state import Phase
 from radixfleet.kit.errors import KubeError
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -11,10 +11,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from policies.failover.controller import to_wire
-from policies.failover.decide import initial_status
-from policies.failover.kube import KubeFailoverPolicies
-from policies.failover.spec import FailoverPolicySpec
+from radixfleet.controllers.failover.controller import to_wire
+from radixfleet.controllers.failover.decide import initial_status
+from radixfleet.controllers.failover.kube import KubeFailoverPolicies
+from radixfleet.controllers.failover.spec import FailoverPolicySpec
 from tests.failover.test_spec import MINIMAL
 
 OURS = ("radixfleet.io", "v1alpha1")

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.failover.decide import (
+from radixfleet.controllers.failover.decide import (
     Decision,
     RaiseFloor,
     ReleaseFloor,
@@ -25,8 +25,8 @@ from policies.failover.decide import (
     interval_due,
     judge,
 )
-from policies.failover.spec import FailoverPolicySpec
-from policies.failover.state import (
+from radixfleet.controllers.failover.spec import FailoverPolicySpec
+from radixfleet.controllers.failover.state import (
     FailoverStatus,
     HealthCheck,
     Observed,

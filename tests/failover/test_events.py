@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from policies.failover.kube import FIELD_MANAGER
+from radixfleet.controllers.failover.kube import FIELD_MANAGER
 from radixfleet.kit.kube import KubeEvents
 from testbed.cluster import Cluster
 from tests.cluster.events import clean_namespace, refused_client, stored

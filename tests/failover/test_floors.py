@@ -7,14 +7,14 @@ import logging
 
 import pytest
 
-from policies.failover.kube import KubeFloors
+from radixfleet.controllers.failover.kube import KubeFloors
 
 
 def test_a_region_without_credentials_gets_no_floor_and_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     floors = KubeFloors({}, namespace="models")  # no ApiClient for any region
-    with caplog.at_level(logging.WARNING, logger="policies.failover.kube"):
+    with caplog.at_level(logging.WARNING, logger="radixfleet.controllers.failover.kube"):
         floors.raise_floor("ap-northeast-1", "llama", 3)
         floors.release_floor("ap-northeast-1", "llama")
     warned = [r.getMessage() for r in caplog.records]

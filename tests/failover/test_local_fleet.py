@@ -27,13 +27,13 @@ from typing import Any
 import pytest
 import requests
 
-from canary.fakes import FakeEvents
-from policies.failover.controller import Controller
-from policies.failover.fakes import FakeFailoverPolicies
-from policies.failover.local import FleetFloors, FleetObserver
-from policies.failover.spec import Region
 from radixfleet.adapters.prometheus import Prometheus
 from radixfleet.adapters.route53 import AwsRoute53, client
+from radixfleet.controllers.canary.fakes import FakeEvents
+from radixfleet.controllers.failover.controller import Controller
+from radixfleet.controllers.failover.fakes import FakeFailoverPolicies
+from radixfleet.controllers.failover.local import FleetFloors, FleetObserver
+from radixfleet.controllers.failover.spec import Region
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
 from radixfleet.fleet.procs import processes_with_marker
 from tests.failover.aws import DUMMY_CREDENTIALS, Zone, moto_server, zone_with_weighted_records

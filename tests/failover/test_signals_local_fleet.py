@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 import requests
 
-from canary.fakes import FakeEvents
-from policies.failover.controller import Controller, prometheus_per_region
-from policies.failover.decide import judge
-from policies.failover.fakes import FakeFailoverPolicies, FakeFloors, FakeRoute53
-from policies.failover.spec import FailoverPolicySpec
-from policies.failover.state import Verdict
+from radixfleet.controllers.canary.fakes import FakeEvents
+from radixfleet.controllers.failover.controller import Controller, prometheus_per_region
+from radixfleet.controllers.failover.decide import judge
+from radixfleet.controllers.failover.fakes import FakeFailoverPolicies, FakeFloors, FakeRoute53
+from radixfleet.controllers.failover.spec import FailoverPolicySpec
+from radixfleet.controllers.failover.state import Verdict
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
 from radixfleet.fleet.procs import processes_with_marker
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from policies.failover.spec import (
+from radixfleet.controllers.failover.spec import (
     API_VERSION,
     KIND,
     PLURAL,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from policies.failover.twin import RadixfleetFailover, default_spec
+from radixfleet.controllers.failover.twin import RadixfleetFailover, default_spec
 from radixfleet.twin.interfaces import FleetObservation, RegionObservation
 
 REGIONS = ["a", "b", "c"]

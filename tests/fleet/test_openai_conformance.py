@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from policies.quota.gate import TokenGate
-from policies.quota.ledger import TokenLedger
 from radixfleet.config.catalog import TokenBudget
+from radixfleet.controllers.quota.gate import TokenGate
+from radixfleet.controllers.quota.ledger import TokenLedger
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
 from tests.openai_conformance import CHECKS, Endpoint
 

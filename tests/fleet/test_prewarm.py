@@ -1,6 +1,6 @@
 """Pre-warming on the local fleet: a revision's new replica is sent the hottest prompt prefixes
-before its router sends it traffic (policies/autoscale/prewarm.py decides what and when;
-radixfleet/fleet/prewarm.py sends them).
+before its router sends it traffic (radixfleet/controllers/autoscale/prewarm.py decides what and
+when; radixfleet/fleet/prewarm.py sends them).
 
 Two regions side by side serve model "m" from one replica each and replay the same
 shared-prefix workload through their entries; only "prewarmed" pre-warms. Both are scaled to two
@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from policies.autoscale.prewarm import Prewarming
-from policies.autoscale.spec import Prewarm, Targets
+from radixfleet.controllers.autoscale.prewarm import Prewarming
+from radixfleet.controllers.autoscale.spec import Prewarm, Targets
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
 from radixfleet.prefixes import prompt_blocks
@@ -115,8 +115,9 @@ def test_a_replica_woken_from_zero_is_never_held_back_to_warm_up(
     fleet: LocalFleet, tokenizer: EmulatorTokenizer
 ) -> None:
     """At zero, requests wait for the first replica and no other serves: it takes them at
-    once, however hot the prefixes it could be sent (policies/autoscale/prewarm.may_hold_back:
-    never while nothing else serves, nor while a request waits for a replica)."""
+    once, however hot the prefixes it could be sent
+    (radixfleet/controllers/autoscale/prewarm.may_hold_back: never while nothing else serves, nor
+    while a request waits for a replica)."""
     synth = PromptSynth(tokenizer, salt=7)
     requests = shared_prefix_workload(WORKLOAD)
     items = [WorkItem(r.at, "prewarmed", "m", synth.prompt(r, index=i), r.output_tokens)

@@ -25,7 +25,11 @@ Scenario = Callable[[Any, Recorder], None]
 
 
 def canary(api: Any, rec: Recorder) -> None:
-    from canary.kube import KubeBaselines, KubeCanaryPolicies, KubeInferenceServices
+    from radixfleet.controllers.canary.kube import (
+        KubeBaselines,
+        KubeCanaryPolicies,
+        KubeInferenceServices,
+    )
 
     isvcs, policies = KubeInferenceServices(api), KubeCanaryPolicies(api)
     isvcs.in_namespace("ns")
@@ -54,7 +58,7 @@ def _pod(name: str, revision: str) -> dict[str, Any]:
 
 
 def autoscale(api: Any, rec: Recorder) -> None:
-    from policies.autoscale.kube import (
+    from radixfleet.controllers.autoscale.kube import (
         KubeAutoscalePolicies,
         KubeDataPlaneKeys,
         KubeInferenceServices,
@@ -83,8 +87,8 @@ def autoscale(api: Any, rec: Recorder) -> None:
 
 
 def quota(api: Any, rec: Recorder) -> None:
-    from policies.quota.kube import KubeResourceQuotas, KubeSecrets, KubeTenants
-    from policies.quota.spec import SecretKeyRef
+    from radixfleet.controllers.quota.kube import KubeResourceQuotas, KubeSecrets, KubeTenants
+    from radixfleet.controllers.quota.spec import SecretKeyRef
     from radixfleet.kit.kube import KubeInferenceServices
 
     tenants = KubeTenants(api)
@@ -101,7 +105,7 @@ def quota(api: Any, rec: Recorder) -> None:
 
 
 def failover(api: Any, rec: Recorder) -> None:
-    from policies.failover.kube import KubeFailoverPolicies, KubeFloors
+    from radixfleet.controllers.failover.kube import KubeFailoverPolicies, KubeFloors
 
     policies = KubeFailoverPolicies(api)
     policies.get("ns", "p")
@@ -118,8 +122,8 @@ def failover(api: Any, rec: Recorder) -> None:
 
 
 def routers(api: Any, rec: Recorder) -> None:
-    from policies.routers.kube import KubeRevisions, KubeRouters
-    from policies.routers.spec import Router
+    from radixfleet.controllers.routers.kube import KubeRevisions, KubeRouters
+    from radixfleet.controllers.routers.spec import Router
     from radixfleet.kit.kube import KubeInferenceServices
 
     isvcs = KubeInferenceServices(api)
@@ -197,9 +201,10 @@ def test_the_recorder_reads_paths_as_rbac_does() -> None:
 
 
 def test_the_entrys_ledger_calls_exactly_what_its_rules_allow() -> None:
-    """The quota's entry gate keeps its debts in one ConfigMap (policies/quota/carry.py): get,
-    patch, and a claim refused by a 409, nothing more (the ConfigMap is rendered, not made)."""
-    from policies.quota.kube import KubeLedgerStore
+    """The quota's entry gate keeps its debts in one ConfigMap
+    (radixfleet/controllers/quota/carry.py): get, patch, and a claim refused by a 409, nothing more
+    (the ConfigMap is rendered, not made)."""
+    from radixfleet.controllers.quota.kube import KubeLedgerStore
 
     recorder = Recorder()
     recorder.answers[("", "configmaps", "get")] = obj("radixfleet-entry-ledger", data={"a": "1"})

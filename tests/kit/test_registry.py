@@ -56,7 +56,7 @@ def test_each_plugin_registers_its_handlers_without_side_effects(plugin: Control
 
 
 def test_the_canary_plugs_into_the_twin_like_the_others() -> None:
-    assert twin_policy("canary", "radixfleet") == "canary.twin:radixfleet"
+    assert twin_policy("canary", "radixfleet") == "radixfleet.controllers.canary.twin:radixfleet"
     assert callable(resolve("canary", "radixfleet"))
     assert callable(resolve("canary", "no_analysis"))
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
-from policies.quota.gate import TokenGate
-from policies.quota.ledger import DEFAULT_BURST_SECONDS, TokenLedger
-from policies.quota.metrics import TokenMetrics
 from radixfleet.config.catalog import TokenBudget
+from radixfleet.controllers.quota.gate import TokenGate
+from radixfleet.controllers.quota.ledger import DEFAULT_BURST_SECONDS, TokenLedger
+from radixfleet.controllers.quota.metrics import TokenMetrics
 from radixfleet.emulator.server import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer

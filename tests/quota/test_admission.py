@@ -18,13 +18,13 @@ from celpy import celtypes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.quota import admission
-from policies.quota.asks import BadAskError, ask_of
-from policies.quota.decide import TenantView, accounts, admit
-from policies.quota.spec import TenantSpec
-from policies.quota.state import Counted, TenantStatus
 from radixfleet.config.catalog import GpuBudget
 from radixfleet.config.gpus import GPU_TYPES
+from radixfleet.controllers.quota import admission
+from radixfleet.controllers.quota.asks import BadAskError, ask_of
+from radixfleet.controllers.quota.decide import TenantView, accounts, admit
+from radixfleet.controllers.quota.spec import TenantSpec
+from radixfleet.controllers.quota.state import Counted, TenantStatus
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = celpy.Environment()

@@ -1,6 +1,7 @@
-"""Debts outlive an entry replica (policies/quota/carry.py): what one replica was owed is taken on
-by the next, exactly, once; and the cluster gate keeps its entry as it serves, and says its
-last word when it stops. The ConfigMap itself, on a real API server: tests/quota/test_kube.py."""
+"""Debts outlive an entry replica (radixfleet/controllers/quota/carry.py): what one replica was owed
+is taken on by the next, exactly, once; and the cluster gate keeps its entry as it serves, and says
+its last word when it stops. The ConfigMap itself, on a real API server:
+tests/quota/test_kube.py."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.quota import carry
-from policies.quota.carry import Owed, Stored
-from policies.quota.entry import ClusterGate
-from policies.quota.fakes import FakeLedgerStore, FakeSecrets, FakeTenants
-from policies.quota.ledger import Ticket, TokenLedger
 from radixfleet.config.catalog import TokenBudget
+from radixfleet.controllers.quota import carry
+from radixfleet.controllers.quota.carry import Owed, Stored
+from radixfleet.controllers.quota.entry import ClusterGate
+from radixfleet.controllers.quota.fakes import FakeLedgerStore, FakeSecrets, FakeTenants
+from radixfleet.controllers.quota.ledger import Ticket, TokenLedger
 from radixfleet.kit.errors import KubeError
 
 PER_MINUTE = 6000  # 100 tokens a second; a 10 s burst holds 1,000

@@ -7,8 +7,8 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from policies.quota import admission
 from radixfleet.cli import app
+from radixfleet.controllers.quota import admission
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,12 +12,17 @@ import kopf
 import pytest
 import yaml
 
-from policies.quota.controller import Controller, register
-from policies.quota.fakes import FakeInferenceServices, FakeResourceQuotas, FakeSecrets, FakeTenants
-from policies.quota.metrics import GpuMetrics
-from policies.quota.spec import TenantSpec
-from policies.quota.state import ConditionType, TenantStatus
 from radixfleet.config import load_catalog
+from radixfleet.controllers.quota.controller import Controller, register
+from radixfleet.controllers.quota.fakes import (
+    FakeInferenceServices,
+    FakeResourceQuotas,
+    FakeSecrets,
+    FakeTenants,
+)
+from radixfleet.controllers.quota.metrics import GpuMetrics
+from radixfleet.controllers.quota.spec import TenantSpec
+from radixfleet.controllers.quota.state import ConditionType, TenantStatus
 from radixfleet.kit.errors import KubeError
 
 REPO = Path(__file__).resolve().parents[2]

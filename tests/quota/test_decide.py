@@ -9,8 +9,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from policies.quota.asks import Ask, BadAskError, ask_of
-from policies.quota.decide import (
+from radixfleet.config import Tenant
+from radixfleet.config.catalog import GpuBudget
+from radixfleet.controllers.quota.asks import Ask, BadAskError, ask_of
+from radixfleet.controllers.quota.decide import (
     Observed,
     Quota,
     SetQuota,
@@ -21,9 +23,7 @@ from policies.quota.decide import (
     decide,
     split_quota,
 )
-from policies.quota.state import ConditionType, Counted, TenantStatus
-from radixfleet.config import Tenant
-from radixfleet.config.catalog import GpuBudget
+from radixfleet.controllers.quota.state import ConditionType, Counted, TenantStatus
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 GPU = "H100"

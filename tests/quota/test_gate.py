@@ -16,14 +16,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import generate_latest
 from pydantic import ValidationError
 
-from policies.quota.entry import ClusterGate
-from policies.quota.fakes import FakeSecrets, FakeTenants
-from policies.quota.gate import TokenGate
-from policies.quota.ledger import TokenLedger
-from policies.quota.metrics import TokenMetrics
-from policies.quota.observe import api_keys
-from policies.quota.spec import TenantSpec
 from radixfleet.config.catalog import TokenBudget
+from radixfleet.controllers.quota.entry import ClusterGate
+from radixfleet.controllers.quota.fakes import FakeSecrets, FakeTenants
+from radixfleet.controllers.quota.gate import TokenGate
+from radixfleet.controllers.quota.ledger import TokenLedger
+from radixfleet.controllers.quota.metrics import TokenMetrics
+from radixfleet.controllers.quota.observe import api_keys
+from radixfleet.controllers.quota.spec import TenantSpec
 
 KEYS = {"key-a": "a", "key-b": "b"}
 AUTH_A = {"Authorization": "Bearer key-a"}

@@ -17,11 +17,16 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from policies.quota.controller import Controller
-from policies.quota.kube import KubeLedgerStore, KubeResourceQuotas, KubeSecrets, KubeTenants
-from policies.quota.observe import api_keys
-from policies.quota.spec import SecretKeyRef
-from policies.quota.state import ConditionType, TenantStatus
+from radixfleet.controllers.quota.controller import Controller
+from radixfleet.controllers.quota.kube import (
+    KubeLedgerStore,
+    KubeResourceQuotas,
+    KubeSecrets,
+    KubeTenants,
+)
+from radixfleet.controllers.quota.observe import api_keys
+from radixfleet.controllers.quota.spec import SecretKeyRef
+from radixfleet.controllers.quota.state import ConditionType, TenantStatus
 from radixfleet.kit.kube import KubeInferenceServices
 from radixfleet.platform import ENTRY_LEDGER
 from tests.quota.test_controller import tenant

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.quota.ledger import Throttled, Ticket, TokenLedger
-from policies.quota.usage import StreamMeter, Usage, prompt_text, usage_of
 from radixfleet.config.catalog import TokenBudget
+from radixfleet.controllers.quota.ledger import Throttled, Ticket, TokenLedger
+from radixfleet.controllers.quota.usage import StreamMeter, Usage, prompt_text, usage_of
 
 PER_MINUTE = 6000  # 100 tokens/s; a 10 s burst holds 1000
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies.quota.ledger import DEFAULT_BURST_SECONDS
+from radixfleet.controllers.quota.ledger import DEFAULT_BURST_SECONDS
 from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
 from tests.quota.load import Settings, noisy_run, summary, tenants_at
 

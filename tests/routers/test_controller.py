@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from policies.routers.controller import Controller
-from policies.routers.decide import Existing, Key, RevisionRef
-from policies.routers.spec import Router
+from radixfleet.controllers.routers.controller import Controller
+from radixfleet.controllers.routers.decide import Existing, Key, RevisionRef
+from radixfleet.controllers.routers.spec import Router
 from radixfleet.dataplane import router_name
 from radixfleet.kit.errors import KubeError
 from tests.routers.test_decide import IMAGE, UIDS, isvc

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.routers.decide import Existing, Key, Plan, RevisionRef, decide, wanted
-from policies.routers.manifests import deployment
-from policies.routers.spec import Router, smg_args
 from radixfleet import dataplane
+from radixfleet.controllers.routers.decide import Existing, Key, Plan, RevisionRef, decide, wanted
+from radixfleet.controllers.routers.manifests import deployment
+from radixfleet.controllers.routers.spec import Router, smg_args
 from radixfleet.dataplane import router_name
 
 IMAGE = "smg@sha256:aa"
@@ -211,7 +211,7 @@ def test_while_a_canary_takes_traffic_the_stable_revision_has_a_baseline_router(
 
 
 def test_a_baseline_router_is_apart_from_its_revisions_own_and_parked_after_the_rollout() -> None:
-    from policies.routers.manifests import deployment, service
+    from radixfleet.controllers.routers.manifests import deployment, service
 
     found = isvc(traffic=[("r1", 80), ("r2", 20)], latest_ready="r2", rolled_out="r1", created="r2")
     plan = decide([found], POOLED, {}, image=IMAGE)

@@ -44,8 +44,9 @@ def test_a_bad_canary_is_rolled_back_only_when_judged() -> None:
 
 def test_a_workers_500_reaches_the_client_as_smg_passes_it_on() -> None:
     """smg 1.13 retries a refusal on another pick but not a worker's 500 (measured,
-    policies/routers/README.md): a canary answering one request in ten with a 500 costs its
-    clients about that many, where a retrying router would have hidden nearly all of them."""
+    radixfleet/controllers/routers/README.md): a canary answering one request in ten with a 500
+    costs its clients about that many, where a retrying router would have hidden nearly all of
+    them."""
     scenario = parse_scenario(CANARY.format(regression="{error_rate: 0.1}"), source="canary.yaml")
     blind = run_scenario(scenario, oracles=False).results["metrics"]["blind"]
     canary = blind["canary"][0]

@@ -11,9 +11,11 @@ from radixfleet.twin.run import run_scenario
 
 POLICIES = """
 policies:
-  - {name: prewarm, routing: smg_cache_aware, autoscale: "policies.autoscale.twin:radixfleet",
+  - {name: prewarm, routing: smg_cache_aware, autoscale:
+  "radixfleet.controllers.autoscale.twin:radixfleet",
      traffic: static}
-  - {name: cold, routing: smg_cache_aware, autoscale: "policies.autoscale.twin:no_prewarm",
+  - {name: cold, routing: smg_cache_aware, autoscale:
+  "radixfleet.controllers.autoscale.twin:no_prewarm",
      traffic: static, baseline: true}
 """
 SCALE_UP = (

@@ -7,9 +7,9 @@ the benchmark's results), with a margin wide enough for any seed of this scenari
 from __future__ import annotations
 
 from benchmarks.quota_twin import run, well_behaved_attainment
-from policies.quota.ledger import TokenLedger
-from policies.quota.twin import TwinTokenGate
 from radixfleet.config.catalog import TokenBudget
+from radixfleet.controllers.quota.ledger import TokenLedger
+from radixfleet.controllers.quota.twin import TwinTokenGate
 from radixfleet.twin.interfaces import AdmissionPolicy, UsageMeter
 
 

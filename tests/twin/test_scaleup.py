@@ -27,7 +27,7 @@ workload:
        question_tokens: 512, output_tokens: 256}
 faults: [{kind: tenant_burst, at_s: 120, tenant: t, duration_s: 180, factor: 40}]
 policies:
-  - {name: ours, autoscale: "policies.autoscale.twin:no_prewarm", traffic: static}
+  - {name: ours, autoscale: "radixfleet.controllers.autoscale.twin:no_prewarm", traffic: static}
 """
 
 

@@ -54,7 +54,7 @@ class WorkloadsArgs:
     secret_access: Sequence[m.Manifest]
     # The serving pods' ServiceAccount per tenant namespace (infra gives each a cloud role).
     model_readers: Sequence[m.Manifest]
-    # Who may reach each tenant namespace's pods (inferenceservices/builder.py).
+    # Who may reach each tenant namespace's pods (radixfleet/render/inferenceservices.py).
     network_policies: Sequence[m.Manifest]
     # ValidatingAdmissionPolicies and their bindings: who may make the data plane's pods.
     admission_policies: Sequence[m.Manifest]

@@ -1,1 +1,0 @@
-"""InferenceService manifests rendered from the model catalog (catalog.yaml beside this file)."""

@@ -1,1 +1,0 @@
-"""Fleet controllers: autoscale, quota and failover, each split into observe, decide and act."""

@@ -1,0 +1,110 @@
+"""`radixfleet autoscale status NAME [-n NS]` and `radixfleet autoscale run` (the controller).
+
+NAME is the AutoscalePolicy (by convention named after its InferenceService). `status` prints
+the last decision, what each signal asked for, the bounds and what was learned about a replica.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from radixfleet.controllers.autoscale.ports import AutoscalePolicies
+from radixfleet.controllers.autoscale.state import AutoscaleStatus, BreakEven, status_of
+from radixfleet.kit.errors import KubeError
+
+autoscale_app = typer.Typer(
+    name="autoscale",
+    help="Watch and run the autoscaler of InferenceServices (AutoscalePolicy).",
+    no_args_is_help=True,
+)
+console = Console()
+err = Console(stderr=True)
+EXIT_NOT_FOUND = 1
+
+Name = Annotated[str, typer.Argument(help="The AutoscalePolicy.")]
+Namespace = Annotated[str, typer.Option("--namespace", "-n", help="Its namespace.")]
+
+
+@autoscale_app.command()
+def status(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> None:
+    """Show a policy's last decision and the numbers behind it."""
+    policies: AutoscalePolicies = ctx.obj or _kube_policies()
+    try:
+        policy = policies.get(namespace, name)
+    except KubeError as error:
+        _fail(str(error))
+    if policy is None:
+        _fail(f"AutoscalePolicy {namespace}/{name} not found")
+    recorded = status_of(policy)
+    if recorded is None:
+        console.print(f"{namespace}/{name}: no decision yet")
+        return
+    for line in describe(recorded):
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+@autoscale_app.command()
+def run(
+    namespace: Annotated[
+        list[str] | None, typer.Option("--namespace", "-n", help="Watch only these.")
+    ] = None,
+    prometheus: Annotated[str | None, typer.Option(help="Prometheus URL.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = 9464,
+    standalone: Annotated[bool, typer.Option(help="No peering with other replicas.")] = False,
+) -> None:
+    """Run the autoscaler (kopf) until interrupted."""
+    from radixfleet.controllers.autoscale.plugin import PLUGIN
+    from radixfleet.kit.operator import Ports, run_alone
+
+    ports = Ports(liveness=None, readiness=None, metrics=metrics_port)
+    run_alone(
+        PLUGIN, prometheus_url=prometheus, namespaces=namespace or (), standalone=standalone,
+        ports=ports,
+    )  # fmt: skip
+
+
+def describe(recorded: AutoscaleStatus) -> list[str]:
+    """The status in a few lines, as `autoscale status` prints them."""
+    demand, learned = recorded.demand, recorded.learned
+    lines = [
+        f"{recorded.inference_service} (revision {recorded.revision or '-'}): desired "
+        f"{recorded.desired}, bounds {demand.floor}..{demand.ceiling}",
+        f"demand in replicas: itl {demand.itl:.2f}, kv {demand.kv:.2f}, batch "
+        f"{demand.running:.2f}, latency {demand.latency:.2f}, predicted {demand.predicted:.2f}",
+        f"learned: {_fmt(learned.replica_rps)} req/s per replica, saturation batch "
+        f"{_fmt(learned.batch)}, cold-start share {recorded.cold.share:.2%}",
+    ]
+    if recorded.break_even is not None:
+        lines.append(_break_even(recorded.break_even))
+    if recorded.last_decision is not None:
+        last = recorded.last_decision
+        lines.append(f"last decision {last.action} at {last.at:%H:%M:%S}: {last.reason}")
+    return lines
+
+
+def _break_even(found: BreakEven) -> str:
+    trip = f"a trip to zero costs {found.zero_cost_seconds:.0f} replica-s"
+    if found.gaps == 0:
+        return f"scale to zero: {trip}; no idle gap seen yet"
+    when = "never (stays warm)" if found.never else f"after {found.idle_seconds:.0f} s idle"
+    return (f"scale to zero: {when}; {trip}, mean idle gap {_fmt(found.mean_gap_seconds)} s "
+            f"over {found.gaps}")  # fmt: skip
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _fail(message: str) -> NoReturn:
+    err.print(f"[red]error[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_NOT_FOUND)
+
+
+def _kube_policies() -> AutoscalePolicies:
+    from radixfleet.controllers.autoscale.kube import KubeAutoscalePolicies
+    from radixfleet.kit.kube import api_client
+
+    return KubeAutoscalePolicies(api_client())

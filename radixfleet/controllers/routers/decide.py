@@ -1,0 +1,133 @@
+"""Decide which routers should exist, from the InferenceServices as KServe reports them; pure.
+
+Rules, in order:
+
+1. Only a model of a tenant (`radixfleet.io/tenant` on the InferenceService) gets routers.
+2. A revision gets a router while it takes traffic (a non-zero percent in KServe's traffic
+   status) or is the latest ready one (a canary at 0% has its router before its first step).
+   Its smg selects the revision's pods, and of those only the `serving` pool when the
+   revision's pods carry `radixfleet.io/pool` (`RevisionRef.pooled`, read from the Revision's
+   labels): a pod the autoscaler is pre-warming stays out until it is warm. Its smg holds the
+   data plane's key the revision's pods hold (`RevisionRef.data_plane_key`): a revision is
+   pinned to one key of the Secret, so a rotation never parts a router from its workers.
+3. While a canary takes traffic beside the stable revision (`latestCreatedRevision` and
+   `latestRolledoutRevision` both with a share), the stable revision also gets a baseline
+   router, selecting its pods of the `baseline` pool, if its pods carry the pool label at all.
+   A canary rolled back to 0% has none: its baseline router is parked.
+4. An InferenceService without a predictor status yet says nothing: its routers stay as they
+   are (halt, don't guess). A revision not listed yet (no UID to own its router) waits for the
+   next pass.
+5. A router is applied (one replica) when it is missing, runs another image or was parked; it
+   is parked (zero replicas) when its InferenceService reports a status without its revision.
+   Routers are never deleted: each is owned by its Knative Revision, and Kubernetes' garbage
+   collector removes it with the revision (so the operator needs no delete permission).
+6. Every namespace with a model of a tenant holds the data plane's key (radixfleet.dataplane)
+   from the first sight of the model, status or not: its predictor pods cannot start without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from radixfleet import dataplane, labels
+from radixfleet.controllers.routers.spec import Router
+
+Key = tuple[str, str]  # (namespace, name): a router's, or a revision's
+
+
+@dataclass(frozen=True)
+class RevisionRef:
+    """What a router needs of its Knative Revision: its UID (the router's owner), whether its
+    pods carry `radixfleet.io/pool` (the revision's labels are its template's), and the key of
+    the data plane's Secret its pods read (the router must hold the same)."""
+
+    uid: str
+    pooled: bool = False
+    data_plane_key: str = dataplane.KEY
+
+
+@dataclass(frozen=True)
+class Existing:
+    """A router found in the cluster: whose it is, which image it runs, how many replicas."""
+
+    isvc: str
+    image: str
+    replicas: int = 1
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Routers to apply (create, update or wake) and to park, each sorted."""
+
+    apply: tuple[Router, ...] = ()
+    park: tuple[Key, ...] = ()
+
+    @property
+    def verbs(self) -> list[str]:
+        """One verb per action, for the controller's decision counter."""
+        return ["apply"] * len(self.apply) + ["park"] * len(self.park)
+
+
+def keyed_namespaces(isvcs: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The namespaces that must hold the data plane's key: those with a model of a tenant."""
+    metas = [isvc.get("metadata") or {} for isvc in isvcs]
+    return {m["namespace"] for m in metas if (m.get("labels") or {}).get(labels.TENANT)}
+
+
+def wanted(isvc: Mapping[str, Any]) -> set[Router] | None:
+    """The routers an InferenceService should have; None while KServe has said nothing."""
+    meta = isvc.get("metadata") or {}
+    tenant = (meta.get("labels") or {}).get(labels.TENANT)
+    if not tenant:
+        return set()
+    predictor = ((isvc.get("status") or {}).get("components") or {}).get("predictor") or {}
+    if not predictor:
+        return None
+    traffic = {t.get("revisionName") for t in predictor.get("traffic") or [] if t.get("percent")}
+    serving = {*traffic, predictor.get("latestReadyRevision")}
+    place = {"namespace": meta["namespace"], "isvc": meta["name"], "tenant": tenant}
+    routers = {Router(revision=r, **place) for r in serving if isinstance(r, str) and r}
+    stable, canary = (
+        predictor.get("latestRolledoutRevision"),
+        predictor.get("latestCreatedRevision"),
+    )
+    if isinstance(stable, str) and stable != canary and {stable, canary} <= traffic:
+        routers.add(Router(revision=stable, pool=labels.BASELINE_POOL, **place))
+    return routers
+
+
+def decide(
+    isvcs: Iterable[Mapping[str, Any]],
+    revisions: Mapping[Key, RevisionRef],
+    existing: Mapping[Key, Existing],
+    *,
+    image: str,
+) -> Plan:
+    """What to apply and park so that exactly the wanted routers serve, on `image`."""
+    want: dict[Key, Router] = {}
+    reported: set[Key] = set()  # (namespace, InferenceService) whose status speaks
+    for isvc in isvcs:
+        routers = wanted(isvc)
+        if routers is None:
+            continue
+        meta = isvc["metadata"]
+        reported.add((meta["namespace"], meta["name"]))
+        want |= {(r.namespace, r.name): r for r in routers}
+    apply = [
+        replace(r, revision_uid=ref.uid, pooled=ref.pooled, data_plane_key=ref.data_plane_key)
+        for key, r in want.items()
+        if (ref := revisions.get((r.namespace, r.revision)))
+        and (ref.pooled or r.pool == labels.SERVING_POOL)
+        and _stale(existing.get(key), image)
+    ]
+    park = [
+        key for key, found in existing.items()
+        if key not in want and found.replicas != 0 and (key[0], found.isvc) in reported
+    ]  # fmt: skip
+    return Plan(apply=tuple(sorted(apply)), park=tuple(sorted(park)))
+
+
+def _stale(found: Existing | None, image: str) -> bool:
+    return found is None or found.image != image or found.replicas == 0

@@ -1,0 +1,77 @@
+"""What a revision's router is: names, ports, labels and smg's command line, in one place.
+
+A router is an smg Deployment and its Service, named after the Knative revision it routes to
+(`<revision>-router`, in the revision's namespace). smg finds the revision's pods itself through
+Kubernetes discovery (`serving.knative.dev/revision=<revision>`, and `radixfleet.io/pool=serving`
+where the pods carry that label: a pod pre-warming is left out) and sends requests to each pod's
+queue-proxy port, not to the SGLang container: Knative's autoscaler counts concurrency at the
+queue-proxy, so a router that bypassed it would leave a busy revision looking idle, and Knative
+would scale it to zero while it served.
+
+While a canary rolls out, the stable revision also has a baseline router
+(`<revision>-baseline-router`) selecting its `radixfleet.io/pool=baseline` pods: the stable
+model at the canary's load, which the canary controller carves out of the stable revision when
+its policy asks for a baseline (radixfleet/controllers/canary/baseline.py), and the region entry
+sends the canary's share. Until then it has no worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from radixfleet import dataplane, labels
+
+NAME = "routers"
+SERVICE_ACCOUNT = "radixfleet-router"  # in each tenant namespace, rendered with the catalog
+REVISION_LABEL = "serving.knative.dev/revision"
+COMPONENT = labels.COMPONENT
+ROLE = labels.ROUTER_COMPONENT
+ROUTES_FOR = labels.REVISION  # the revision a router serves, on its objects
+
+
+@dataclass(frozen=True, order=True)
+class Router:
+    """One revision's router: owned by the Knative Revision (`revision_uid`), so it goes when
+    Knative garbage-collects the revision; `isvc` and `tenant` label it."""
+
+    namespace: str
+    revision: str
+    isvc: str
+    tenant: str = ""
+    revision_uid: str = ""
+    # The revision's pods carry `radixfleet.io/pool`: smg sends only to `serving` ones (a pod
+    # warming up is not one yet). A revision made before the label has none and is not gated.
+    pooled: bool = False
+    pool: str = labels.SERVING_POOL  # `baseline`: the router of a canary's baseline
+    # The key of the data plane's Secret the revision's pods read (radixfleet.dataplane).
+    data_plane_key: str = dataplane.KEY
+
+    @property
+    def routes_for(self) -> str:
+        """What it routes to: the revision, or `<revision>-baseline` (its objects' label)."""
+        return dataplane.routes_for(self.revision, self.pool)
+
+    @property
+    def name(self) -> str:
+        """The Deployment's and the Service's name (where the entry finds it)."""
+        return dataplane.router_name(self.revision, self.pool)
+
+
+def smg_args(router: Router) -> list[str]:
+    """smg's command line for one revision: cache-aware, pods found by Kubernetes discovery."""
+    return [
+        "launch",
+        "--host", "0.0.0.0", "--port", str(dataplane.ROUTER_PORT),
+        "--policy", "cache_aware",
+        "--service-discovery",
+        "--selector", f"{REVISION_LABEL}={router.revision}",
+        # A baseline's router selects its pool always: without the label it would take them all.
+        *([f"{labels.POOL}={router.pool}"] if router.pooled or router.pool != labels.SERVING_POOL
+          else []),
+        "--service-discovery-namespace", router.namespace,
+        "--service-discovery-port", str(dataplane.QUEUE_PROXY_PORT),
+        "--prometheus-host", "0.0.0.0", "--prometheus-port", str(dataplane.ROUTER_METRICS_PORT),
+        # The data plane's key: required of the entry, presented to the predictors.
+        *dataplane.api_key_args(),
+        "--log-level", "warn",
+    ]  # fmt: skip

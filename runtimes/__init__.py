@@ -1,1 +1,0 @@
-"""SGLang ClusterServingRuntimes, built in Python and rendered to the YAML beside this file."""
