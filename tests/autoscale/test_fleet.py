@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from radixfleet.controllers.autoscale.fleet import FleetAutoscaler, parse_metrics
+from radixfleet.controllers.autoscale.localfleet import FleetAutoscaler, parse_metrics
 from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
 from radixfleet.controllers.autoscale.state import Verb
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec

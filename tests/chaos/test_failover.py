@@ -23,7 +23,7 @@ from radixfleet.adapters.route53 import AwsRoute53, client
 from radixfleet.controllers.canary.fakes import FakeEvents
 from radixfleet.controllers.failover.controller import Controller
 from radixfleet.controllers.failover.fakes import FakeFailoverPolicies
-from radixfleet.controllers.failover.local import FleetFloors, FleetObserver
+from radixfleet.controllers.failover.localfleet import FleetFloors, FleetObserver
 from radixfleet.fleet import LocalFleet
 from tests.failover.aws import zone_with_weighted_records
 from tests.failover.test_local_fleet import (

@@ -32,7 +32,7 @@ from radixfleet.adapters.route53 import AwsRoute53, client
 from radixfleet.controllers.canary.fakes import FakeEvents
 from radixfleet.controllers.failover.controller import Controller
 from radixfleet.controllers.failover.fakes import FakeFailoverPolicies
-from radixfleet.controllers.failover.local import FleetFloors, FleetObserver
+from radixfleet.controllers.failover.localfleet import FleetFloors, FleetObserver
 from radixfleet.controllers.failover.spec import Region
 from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
 from radixfleet.fleet.procs import processes_with_marker
