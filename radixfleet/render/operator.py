@@ -5,7 +5,7 @@ Security `restricted`, and NetworkPolicies that let in only what must reach its 
 The ClusterRole is derived, never written by hand: the union of the rules each registered
 controller's Kubernetes adapters declare (`*/kube.py: RULES`) and what kopf itself calls
 (`radixfleet.kit.rbac.KOPF_RULES`). The same builders feed the kustomize base `deploy/operator/`
-(`radixfleet render`) and the Pulumi program (`infra/manifests.py`): one source.
+(`radixfleet render`) and the Pulumi program (`infra/manifests/platform.py`): one source.
 
 The Deployment runs two replicas; kopf peering picks the one that acts. Every replica that
 stands in that election is ready (/readyz), the leader and the standby alike: a Deployment is

@@ -1,5 +1,5 @@
 """The failover's objects: one FailoverPolicy per model served in two or more regions. Only
-`pulumi up` writes them (infra/manifests.py): a policy names the fleet's DNS zone and each
+`pulumi up` writes them (infra/manifests/region.py): a policy names the fleet's DNS zone and each
 region's signals URL, which a catalog alone does not know."""
 
 from __future__ import annotations
