@@ -128,9 +128,8 @@ class LocalFleet:
         prewarmers: PrewarmerFactory | None = None,
     ) -> None:
         self.spec = spec
-        self.gates = dict(
-            gates or {}
-        )  # by region: e.g. token budgets (radixfleet/controllers/quota/gate.py)
+        # By region: e.g. token budgets (radixfleet/controllers/quota/gate.py).
+        self.gates = dict(gates or {})
         # Per region and model, what pre-warms its new replicas
         # (radixfleet/controllers/autoscale/prewarm).
         self.prewarmers = prewarmers
