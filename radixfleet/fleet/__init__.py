@@ -2,7 +2,10 @@
 
 - `spec`: the typed fleet spec (regions, models, replica counts, clocks) and `demo_spec()`;
 - `fleet`: `LocalFleet`, which starts and stops everything and is what tests, the demo and the
-  controllers drive (scale a model in a region, inject faults, take a region down);
+  controllers drive (scale a model in a region, inject faults, take a region down), put
+  together from `core` (state, lifecycle, accessors, scrape targets), `revisions` (canaries,
+  baselines, promotion), `chaos` and `monitoring` (its Prometheus servers), over `runtime`
+  (what a started region is made of, and the waits they share);
 - `scaler`: the `Scaler` port of one model in one region (what the autoscaler acts through);
 - `replicas`: `ReplicaSet`, the `Scaler` backed by emulator processes registered with a router;
 - `entry`: a region's request entry, routing by model and waking models from zero;

@@ -1,0 +1,81 @@
+"""The fleet's Prometheus: its config over the fleet's scrape targets, a server for the fleet
+and one per region (relayed through the region's entry, as a deployed region's is)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from radixfleet.dataplane.signals import PREFIX as SIGNALS_PREFIX
+from radixfleet.fleet.core import FleetCore
+from radixfleet.fleet.prometheus import (
+    scrape_config,
+    start_prometheus,
+    wait_scraped,
+)
+from radixfleet.fleet.scaler import ReplicaState
+
+
+class FleetMonitoring(FleetCore):
+    """The fleet's Prometheus servers and their config."""
+
+    def stop_prometheus(self) -> None:
+        """Stop the fleet's Prometheus (its data stays); `start_prometheus_again` brings it back."""
+        assert self.prometheus is not None, "no Prometheus was started"
+        self.prometheus.stop(self.supervisor)
+
+    def start_prometheus_again(self) -> None:
+        """Start the fleet's Prometheus again, on its address and storage."""
+        assert self.prometheus is not None, "no Prometheus was started"
+        self.prometheus.start_again(self.supervisor)
+
+    def write_prometheus_config(
+        self, *, rule_files: list[Path] | None = None, region: str | None = None
+    ) -> Path:
+        """Write prometheus.yml scraping this fleet (every second), or only `region` of it, and
+        return its path."""
+        config = scrape_config(
+            replica_targets=self.replica_targets_file,
+            router_targets=self.router_targets_file,
+            rule_files=rule_files,
+            region=region,
+        )
+        path = self.workdir / "scrape" / f"prometheus{'-' + region if region else ''}.yml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+    def start_prometheus(self, *, rule_files: list[Path] | None = None) -> str | None:
+        """Start Debian's Prometheus scraping the fleet; its URL, or None if not installed."""
+        config = self.write_prometheus_config(rule_files=rule_files)
+        data = self.workdir / "prometheus" / "data"
+        self.prometheus = start_prometheus(
+            supervisor=self.supervisor, config=config, data_dir=data, host=self.host
+        )
+        return None if self.prometheus is None else self.prometheus.url
+
+    def start_region_prometheus(self, region: str) -> str | None:
+        """Start a Prometheus of `region`'s own targets and relay it through that region's
+        entry (`signals_url`), as each region of a deployed fleet has its own; its URL, or
+        None when Prometheus is not installed."""
+        runtime = self.regions[region]
+        config = self.write_prometheus_config(region=region)
+        data = self.workdir / f"prometheus-{region}" / "data"
+        server = start_prometheus(
+            supervisor=self.supervisor, config=config, data_dir=data, host=self.host
+        )
+        if server is None:
+            return None
+        own_routers = [r for name, _, r in self._routers_by_model() if name == region]
+        ready = [i for rs in runtime.sets.values() for i in rs.replicas()
+                 if i.state is ReplicaState.READY]  # fmt: skip
+        wait_scraped(server, targets=len(own_routers) + len(ready))
+        self.region_prometheus[region] = server
+        if runtime.entry is not None and runtime.entry.signals is not None:
+            runtime.entry.signals.prometheus_url = server.url
+        return server.url
+
+    def signals_url(self, region: str) -> str:
+        """Where the failover reads `region`'s Prometheus: its entry, with `fleet_token`."""
+        return self.entry_url(region) + SIGNALS_PREFIX
