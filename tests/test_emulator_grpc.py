@@ -25,7 +25,7 @@ from smg_grpc_proto.generated import common_pb2 as common
 from smg_grpc_proto.generated import sglang_scheduler_pb2 as pb
 from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc as pb_grpc
 
-from radixfleet.emulator.server import EmulatorConfig
+from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
 from radixfleet.fleet.router import parse_decisions

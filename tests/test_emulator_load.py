@@ -9,7 +9,7 @@ import time
 import aiohttp
 import pytest
 
-from radixfleet.emulator.server import EmulatorConfig
+from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.testing import serve_in_thread
 from radixfleet.emulator.tokenizer import load_tokenizer
 from radixfleet.profile import ReplicaProfile

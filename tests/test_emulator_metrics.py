@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from radixfleet.emulator.server import EmulatorConfig
+from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import load_tokenizer
 from radixfleet.profile import ReplicaProfile

@@ -13,7 +13,7 @@ from contextlib import ExitStack
 import openai
 import pytest
 
-from radixfleet.emulator.server import EmulatorConfig
+from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import load_tokenizer
 from radixfleet.profile import ReplicaProfile

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from radixfleet.emulator.server import EmulatorConfig
+from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
 from radixfleet.fleet.router import parse_decisions

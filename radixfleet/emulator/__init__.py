@@ -7,6 +7,7 @@ with :func:`radixfleet.emulator.testing.serve_in_thread`. Modules: `server` (aio
 deterministic tokenizer written for the SGLang gateway), `cli` (the command).
 """
 
-from radixfleet.emulator.server import Emulator, EmulatorConfig
+from radixfleet.emulator.config import EmulatorConfig
+from radixfleet.emulator.server import Emulator
 
 __all__ = ["Emulator", "EmulatorConfig"]

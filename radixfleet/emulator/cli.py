@@ -12,7 +12,8 @@ from typing import Annotated
 import typer
 from aiohttp import web
 
-from radixfleet.emulator.server import Emulator, EmulatorConfig
+from radixfleet.emulator.config import EmulatorConfig
+from radixfleet.emulator.server import Emulator
 from radixfleet.profile import BUILTIN_PROFILES, ProfileError, resolve_profile
 from radixfleet.replica import SchedulePolicy
 

@@ -23,7 +23,7 @@ import logging
 import zipfile
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 from google.protobuf import json_format, struct_pb2
@@ -40,8 +40,12 @@ from radixfleet.emulator.protocol import ApiError, Job
 from radixfleet.replica import Health, Phase
 
 if TYPE_CHECKING:
-    from radixfleet.emulator.driver import Ticket
-    from radixfleet.emulator.server import Emulator
+    from radixfleet.emulator.answers import Outcome
+    from radixfleet.emulator.config import EmulatorConfig
+    from radixfleet.emulator.driver import Driver, Ticket
+    from radixfleet.emulator.metrics import RequestHistograms
+    from radixfleet.emulator.tokenizer import EmulatorTokenizer
+    from radixfleet.replica import ReplicaModel
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -57,10 +61,28 @@ _STATUS_CODES = {
 }
 
 
+class ServedReplica(Protocol):
+    """What the gRPC server uses of the replica it serves (radixfleet/emulator/server.py's
+    `Emulator`, which starts it): a port, so this module does not import the server."""
+
+    config: EmulatorConfig
+    tokenizer: EmulatorTokenizer
+    model: ReplicaModel
+    driver: Driver
+    histograms: RequestHistograms
+    health_checks: int
+
+    async def samples(self, job: Job) -> list[Job]: ...
+
+    def submit_all(self, jobs: list[Job]) -> list[Ticket]: ...
+
+    def final_outcome(self, job: Job, ticket: Ticket) -> Outcome: ...
+
+
 class SchedulerServicer(pb_grpc.SglangSchedulerServicer):
     """SGLang's scheduler service over one emulated replica."""
 
-    def __init__(self, emulator: Emulator) -> None:
+    def __init__(self, emulator: ServedReplica) -> None:
         self.emulator = emulator
         self.kv_events = KvEventLog(emulator.model)
 
@@ -312,7 +334,9 @@ def _zip_directory(path: Path) -> bytes:
     return buffer.getvalue()
 
 
-async def start_grpc(emulator: Emulator, *, host: str, port: int) -> tuple[grpc.aio.Server, int]:
+async def start_grpc(
+    emulator: ServedReplica, *, host: str, port: int
+) -> tuple[grpc.aio.Server, int]:
     """Start the gRPC server for `emulator` on host:port (0: any free port); returns the port."""
     server = grpc.aio.server()
     register = pb_grpc.add_SglangSchedulerServicer_to_server  # generated, untyped

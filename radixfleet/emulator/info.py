@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from radixfleet.replica import ReplicaStats
 
 if TYPE_CHECKING:
-    from radixfleet.emulator.server import EmulatorConfig
+    from radixfleet.emulator.config import EmulatorConfig
 
 SGLANG_VERSION = "0.5.23"
 

@@ -28,7 +28,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from radixfleet.emulator.cli import serve
-from radixfleet.emulator.server import EmulatorConfig
+from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.profile import ProfileError, resolve_profile
 from radixfleet.replica import SchedulePolicy
 from radixfleet.sglang_flags import check_args, parse_args

@@ -13,8 +13,6 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NoReturn
 
 from aiohttp import web
@@ -23,13 +21,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from radixfleet import __version__
 from radixfleet.emulator import answers, protocol
 from radixfleet.emulator.answers import Outcome, Sample
+from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.driver import Driver, Ticket, each_change
 from radixfleet.emulator.grpc_server import start_grpc
 from radixfleet.emulator.info import loads, model_info, models_list, server_info
 from radixfleet.emulator.metrics import build_registry
 from radixfleet.emulator.protocol import ApiError, Job
 from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
-from radixfleet.profile import ReplicaProfile
 from radixfleet.replica import (
     Faults,
     Health,
@@ -38,7 +36,6 @@ from radixfleet.replica import (
     RejectedError,
     ReplicaModel,
     RequestSpec,
-    SchedulePolicy,
 )
 
 log = logging.getLogger(__name__)
@@ -49,32 +46,6 @@ FLUSH_TEXT = (
     "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
     "waiting requests, the operation will not be performed.)\n"
 )
-
-
-@dataclass(frozen=True)
-class EmulatorConfig:
-    """Everything one emulated replica is started with."""
-
-    profile: ReplicaProfile
-    served_model_name: str | None = None
-    api_key: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 30000
-    enable_metrics: bool = True
-    warm: bool = False  # skip the cold start
-    block_tokens: int = 16
-    schedule_policy: SchedulePolicy = SchedulePolicy.FCFS
-    stream_interval: float = 0.02
-    health_timeout: float = 20.0
-    cache_dir: Path | None = None
-    seed: int = 0
-    grpc_port: int | None = None  # serve SGLang's gRPC protocol there too (0: any free port)
-    lora_adapters: tuple[str, ...] = ()  # the names `--lora-paths` loaded
-
-    @property
-    def model_name(self) -> str:
-        """The name clients use (SGLang's --served-model-name, defaulting to the model path)."""
-        return self.served_model_name or self.profile.model_path
 
 
 class Emulator:

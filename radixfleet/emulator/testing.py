@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 
 from aiohttp import web
 
-from radixfleet.emulator.server import Emulator, EmulatorConfig
+from radixfleet.emulator.config import EmulatorConfig
+from radixfleet.emulator.server import Emulator
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
 
 

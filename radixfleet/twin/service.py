@@ -13,10 +13,17 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from radixfleet.profile import ReplicaProfile
-from radixfleet.replica import Faults, RejectedError, RejectReason, ReplicaModel, RequestSpec
+from radixfleet.replica import (
+    Faults,
+    RejectedError,
+    RejectReason,
+    ReplicaModel,
+    Request,
+    RequestSpec,
+)
 from radixfleet.revisions import pick_revision
 from radixfleet.twin.breaker import BreakerSettings, CircuitBreaker
 from radixfleet.twin.interfaces import (
@@ -30,9 +37,6 @@ from radixfleet.twin.interfaces import (
 from radixfleet.twin.log import Status
 from radixfleet.twin.metrics import CanaryWindow
 from radixfleet.twin.scenario import Model
-
-if TYPE_CHECKING:
-    from radixfleet.twin.region import Region
 
 PROVISIONING, STARTING, READY, CRASHED, DRAINING = (
     "provisioning",
@@ -132,13 +136,26 @@ class Revision:
         return [r for r in self.replicas if r.state != DRAINING]
 
 
+class RegionHost(Protocol):
+    """What a service asks of the region that owns the clock (radixfleet/twin/region.py's
+    `Region`): a port, so this module does not import the region that imports it."""
+
+    name: str
+
+    def scale_now(self, service: Service, revision: Revision, t: float) -> None: ...
+
+    def fail(self, job: Job, status: Status, t: float) -> None: ...
+
+    def track(self, request: Request, job: Job, replica: Replica, service: Service) -> None: ...
+
+
 class Service:
     """A model in a region; see the module docstring."""
 
     def __init__(
         self,
         *,
-        region: Region,
+        region: RegionHost,
         model: Model,
         model_index: int,
         profile: ReplicaProfile,

@@ -28,7 +28,7 @@ from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec, Prewarm
 from radixfleet.controllers.autoscale.state import Observed, ReplicaMetrics
 from radixfleet.controllers.autoscale.warming import RELOOK_S, WARMED, Warmer, pod_view, waiting_of
 from radixfleet.dataplane.prefixes import HotPrefixes
-from radixfleet.emulator.server import EmulatorConfig
+from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.testing import serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
 from radixfleet.profile import ReplicaProfile

@@ -16,7 +16,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from radixfleet.emulator.server import EmulatorConfig
+from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.testing import serve_in_thread
 from radixfleet.emulator.tokenizer import load_tokenizer
 from radixfleet.profile import builtin_profile

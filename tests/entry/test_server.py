@@ -34,7 +34,7 @@ from radixfleet.config.catalog import TokenBudget
 from radixfleet.controllers.quota.entry import ClusterGate, per_replica
 from radixfleet.controllers.quota.fakes import FakeSecrets, FakeTenants
 from radixfleet.dataplane.routes import Routes, Target, build_routes
-from radixfleet.emulator.server import EmulatorConfig
+from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
 from radixfleet.entry.server import ClusterEntry, Upstreams, router_has_no_worker

@@ -25,7 +25,7 @@ from radixfleet.config.catalog import TokenBudget
 from radixfleet.controllers.quota.gate import TokenGate
 from radixfleet.controllers.quota.ledger import DEFAULT_BURST_SECONDS, TokenLedger
 from radixfleet.controllers.quota.metrics import TokenMetrics
-from radixfleet.emulator.server import EmulatorConfig
+from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
 from radixfleet.fleet.entry import RegionEntry

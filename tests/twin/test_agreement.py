@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from radixfleet.emulator.server import EmulatorConfig
+from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.testing import serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
 from radixfleet.profile import ReplicaProfile
