@@ -50,7 +50,7 @@ python3 -m testbed.builds --prefetch prometheus-operator helm netpol knative-ope
 nohup chrt --idle 0 python3 -m testbed.builds pulumi pulumi-kubernetes \
   >"$cache/pulumi-build.log" 2>&1 </dev/null &
 
-# Build the test bed's images (testbed/images.py: Debian base, pause, radixfleet, smg, KServe's
+# Build the test bed's images (testbed/images/: Debian base, pause, radixfleet, smg, KServe's
 # storage-initializer), cached by their inputs under ~/.cache/radixfleet/images, beside the Go
 # builds: none needs the other, and much of an image build is waiting on Debian's and Python's
 # package servers. Minutes the first time, a no-op after.

@@ -19,6 +19,7 @@ import pytest
 
 from infra.testing import example_config, radixfleet_values
 from testbed import images
+from testbed.images import containerfiles
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -135,21 +136,19 @@ def test_the_test_bed_passes_its_own_base_by_digest(
             raise _StopBuildError
         return ""
 
-    monkeypatch.setattr(images, "run_tool", record)
+    monkeypatch.setattr(containerfiles, "run_tool", record)  # where _buildah finds it
     base = images.ImageRecord(
         "python", tmp_path / "base.tar", "localhost/radixfleet/python:abc", "sha256:d1", 0, 0.0
     )
     with pytest.raises(_StopBuildError):
-        images._buildah(
+        containerfiles._buildah(
             "smg", base, REPO / SMG, tmp_path / "ctx", work=tmp_path / "w", reference="smg:1"
         )
     bud = calls[-1]
     assert bud[bud.index("--build-arg") + 1] == "BASE_IMAGE=localhost/radixfleet/python@sha256:d1"
 
 
-def test_the_test_beds_build_context_holds_what_the_containerfile_copies_and_the_wheel_ships() -> (
-    None
-):
+def test_the_image_context_is_what_the_containerfile_copies_and_the_wheel_ships() -> None:
     """The test bed hands the image build the files it hashes: the packages the Containerfile
     copies, the wheel installs and `.dockerignore` lets into a documented build, no more and no
     fewer (a package left out is an image that cannot import it; one left in, a rebuild for
