@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from radixfleet.replica import EventKind, RejectedError, ReplicaModel, SchedulePolicy
-from radixfleet.twin.region import _profile
+from radixfleet.twin.region_base import cached_profile
 from radixfleet.twin.scenario import Model
 from radixfleet.twin.workload import Workload, infinite_cache_hit_rate
 
@@ -51,7 +51,7 @@ def gpu_oracle(workload: Workload) -> GpuOracle:
     bins = np.minimum((arrivals.t // WINDOW_S).astype(np.int64), windows - 1)
     gpu_seconds = 0.0
     for m, model in enumerate(scenario.models):
-        gpus = _profile(model.profile, scenario).gpu_count
+        gpus = cached_profile(model.profile, scenario).gpu_count
         per_window = capacity[model.name] * WINDOW_S
         for r in range(len(scenario.regions)):
             mask = (arrivals.model == m) & (arrivals.home == r)
@@ -83,7 +83,7 @@ def _warm_replica(
     workload: Workload, model: Model, warmup: Sequence[tuple[Hashable, ...]]
 ) -> ReplicaModel:
     """A ready replica whose cache holds `warmup`'s prompts in room added for them."""
-    profile = _profile(model.profile, workload.scenario)
+    profile = cached_profile(model.profile, workload.scenario)
     extra = len({key for blocks in warmup for key in blocks}) * model.block_tokens
     replica = ReplicaModel(
         profile=profile.model_copy(

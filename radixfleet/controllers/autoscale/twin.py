@@ -21,7 +21,7 @@ from radixfleet.controllers.autoscale.prewarm import Prewarming
 from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
 from radixfleet.controllers.autoscale.state import AutoscaleStatus, Observed, ReplicaMetrics
 from radixfleet.twin.interfaces import ReplicaView, ServiceObservation, Waiting, WarmUp
-from radixfleet.twin.region import _profile
+from radixfleet.twin.region_base import cached_profile
 from radixfleet.twin.registry import PolicyContext
 
 EPOCH = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)  # a Monday: virtual second 0
@@ -125,7 +125,7 @@ def spec_for(ctx: PolicyContext, **overrides: Any) -> AutoscalePolicySpec:
     """An AutoscalePolicy for the context's model: its bounds, SLO and cold start."""
     model = ctx.model
     assert model is not None, "the autoscaler is a per-model policy"
-    profile = _profile(model.profile, ctx.scenario)
+    profile = cached_profile(model.profile, ctx.scenario)
     fields: dict[str, Any] = {
         "inferenceService": model.name,
         "minReplicas": model.min_replicas,
