@@ -89,6 +89,7 @@ class ClusterRun:
     canary: dict[str, Any] = dataclasses.field(default_factory=dict)
     pods: list[dict[str, str]] = dataclasses.field(default_factory=list)
     failover_view: dict[str, Any] = dataclasses.field(default_factory=dict)
+    entry_warnings: list[str] = dataclasses.field(default_factory=list)
 
     @contextlib.contextmanager
     def step(self, name: str, console: Console) -> Iterator[None]:
@@ -119,6 +120,7 @@ def run_cluster_demo(
             run.pods = _placement(running)
             run.failover_view = failover_view(url, FLEET_TOKEN)
         finally:
+            run.entry_warnings = entry_warnings(running)  # before its pods go
             _undeploy(running)
     summary = _summary(options, workload.description, run, started)
     write_summary(options.out, summary)
@@ -332,6 +334,17 @@ def _role(pod: dict[str, Any], *, leader: str | None) -> str:
     return ""
 
 
+def entry_warnings(cluster: Cluster) -> list[str]:
+    """What the entry's replicas logged at WARNING or above during the run, each line prefixed
+    with its pod: why a request failed or was sent again, which the client's 502 does not say."""
+    selector = ",".join(f"{k}={v}" for k, v in entry_base.SELECTOR.items())
+    logs = cluster.kubectl("logs", "-n", operator.NAMESPACE, "-l", selector, "--prefix",
+                           "--tail=-1", "--max-log-requests=10", check=False)  # fmt: skip
+    # `--prefix` lines read `[pod/NAME/entry] LEVEL logger: message` (radixfleet/entry/main.py).
+    return [line for line in logs.stdout.splitlines()
+            if "] WARNING " in line or "] ERROR " in line]  # fmt: skip
+
+
 def _undeploy(cluster: Cluster) -> None:
     """Leave a shared cluster as found (the tests reuse theirs): cluster-wide objects first."""
     cluster.kubectl("delete", "tenant", TENANT, "--wait=false", check=False)
@@ -375,6 +388,7 @@ def _summary(options: DemoOptions, models: Any, run: ClusterRun, started: float)
             {"region": w.region, "model": w.model, "seconds": round(w.seconds, 2)} for w in wakes
         ],
         "failed_requests": failed_requests(run.results),
+        "entry_warnings": run.entry_warnings,
         "cluster": {
             "pods": run.pods,
             "canary": {"model": CANARY, **run.canary},

@@ -47,3 +47,33 @@ def test_no_cluster_is_a_clear_error(
     monkeypatch.setattr(demo, "run_cluster_demo", run)
     assert command.main(["demo", "--out", str(tmp_path)]) == 1
     assert "no test cluster here: no runc" in capsys.readouterr().err
+
+
+class _LoggingCluster:
+    """Stands in for the cluster's kubectl (the real one runs in tests/cluster/): the entry's
+    replicas' logs as `kubectl logs --prefix` prints them."""
+
+    def __init__(self, stdout: str) -> None:
+        self.stdout, self.args = stdout, ()
+
+    def kubectl(self, *args: str, check: bool = True) -> Any:
+        self.args = args
+        return type("Done", (), {"stdout": self.stdout, "returncode": 0})()
+
+
+def test_the_entrys_warnings_are_kept_with_their_pod_and_nothing_else() -> None:
+    logs = (
+        "[pod/radixfleet-entry-a/entry] INFO aiohttp.access: 200 POST /v1/chat/completions\n"
+        "[pod/radixfleet-entry-a/entry] WARNING radixfleet.entry.server: demo/x-00002 answered "
+        "nothing before it failed (ClientOSError); sent again\n"
+        "[pod/radixfleet-entry-b/entry] ERROR radixfleet.dataplane.relay: unhandled error\n"
+    )
+    cluster = _LoggingCluster(logs)
+    found = demo.entry_warnings(cluster)  # type: ignore[arg-type]
+    assert [line.split("]")[0] for line in found] == [
+        "[pod/radixfleet-entry-a/entry",
+        "[pod/radixfleet-entry-b/entry",
+    ]
+    assert (
+        "--tail=-1" in cluster.args and "--prefix" in cluster.args
+    )  # every line, each with its pod
