@@ -193,8 +193,15 @@ async def _stream(
 
 
 # A stream that breaks, or stalls past the idle timeout (`upstream_timeout`): the client gets
-# the error event and the end of the stream, never a second answer.
-_BROKEN = (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ServerTimeoutError)
+# the error event and the end of the stream, never a second answer. aiohttp reports a reset in
+# the middle of a body as a payload error; a bare reset (`ClientOSError`) is here too, so that
+# no failure after the first event can reach the entries' resend (FAILED_BEFORE_ANSWERING).
+_BROKEN = (
+    aiohttp.ClientPayloadError,
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ServerTimeoutError,
+    aiohttp.ClientOSError,
+)
 
 
 # An answer with no byte from upstream for this long is cut (a stalled replica or router must

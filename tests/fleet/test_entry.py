@@ -435,6 +435,15 @@ async def _breaks_after_an_event(request: web.Request, response: web.StreamRespo
     request.transport.close()
 
 
+async def _resets_after_an_event(request: web.Request, response: web.StreamResponse) -> None:
+    await response.write(EVENT)
+    await asyncio.sleep(0.05)
+    assert request.transport is not None
+    sock = request.transport.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    request.transport.close()  # a reset, not a close: the kernel drops what is unsent
+
+
 GOOD = _writes(EVENT + b"data: [DONE]\n\n")
 Stream = Callable[[web.Request, web.StreamResponse], Awaitable[None]]
 
@@ -490,6 +499,7 @@ def test_a_stream_that_fails_before_its_first_event_is_sent_again(first: Stream)
     [
         pytest.param([_writes(CLIENT_ERROR)], 1, CLIENT_ERROR, id="a-client-error-is-the-clients"),
         pytest.param([_breaks_after_an_event], 1, EVENT, id="broken-after-a-token"),
+        pytest.param([_resets_after_an_event], 1, EVENT, id="reset-after-a-token"),
         pytest.param([_breaks_first, _breaks_first], 2, b"", id="broken-twice"),
     ],
 )
