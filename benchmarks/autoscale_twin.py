@@ -39,7 +39,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from radixfleet.twin.fleet import RunRecord
+from radixfleet.twin.epochs import RunRecord
 from radixfleet.twin.run import Outcome, run_scenario
 from radixfleet.twin.scaleup import ScaleUp, scale_up
 from radixfleet.twin.scenario import Scenario

@@ -60,7 +60,7 @@ import matplotlib.pyplot as plt
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from radixfleet.machine import describe_machine
-from radixfleet.twin.fleet import RunRecord
+from radixfleet.twin.epochs import RunRecord
 from radixfleet.twin.run import run_scenario
 from radixfleet.twin.scenario import Scenario
 

@@ -26,7 +26,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from radixfleet.twin.fleet import run_policy
+from radixfleet.twin.epochs import run_policy
 from radixfleet.twin.scenario import Scenario
 from radixfleet.twin.workload import Workload
 

@@ -2,7 +2,7 @@
 
 A scenario (:mod:`~radixfleet.twin.scenario`, loaded by :mod:`~radixfleet.twin.load`) names the
 regions, GPU pools, models, tenants and their traffic, the faults on its timeline and the policy
-sets to compare. :mod:`~radixfleet.twin.fleet` plays it epoch by epoch across worker processes,
+sets to compare. :mod:`~radixfleet.twin.epochs` plays it epoch by epoch across worker processes,
 each region (:mod:`~radixfleet.twin.region`) driving :class:`radixfleet.replica.ReplicaModel`
 instances from one event heap; the policies implement the protocols of
 :mod:`~radixfleet.twin.interfaces`. :mod:`~radixfleet.twin.results` scores the runs against each

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from radixfleet.twin.fleet import RunRecord
+from radixfleet.twin.epochs import RunRecord
 from radixfleet.twin.log import Status
 from radixfleet.twin.oracles import GpuOracle
 from radixfleet.twin.scenario import CanaryRollout, RegionOutage, Scenario

@@ -25,7 +25,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from radixfleet.twin.fleet import RunRecord, run_policy
+from radixfleet.twin.epochs import RunRecord, run_policy
 from radixfleet.twin.oracles import GpuOracle, gpu_oracle, prefix_oracle
 from radixfleet.twin.results import DEFINITIONS, policy_metrics, ratios
 from radixfleet.twin.scenario import Scenario

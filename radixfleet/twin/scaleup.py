@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from radixfleet.twin.fleet import RunRecord
+from radixfleet.twin.epochs import RunRecord
 from radixfleet.twin.results import Columns
 from radixfleet.twin.workload import Workload
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
 from radixfleet.controllers.autoscale.twin import TwinAutoscaler, spec_for
 from radixfleet.replica import CounterValues, ReplicaStats
-from radixfleet.twin.fleet import run_policy
+from radixfleet.twin.epochs import run_policy
 from radixfleet.twin.interfaces import ReplicaView, ServiceObservation
 from radixfleet.twin.registry import PolicyContext
 from radixfleet.twin.results import policy_metrics

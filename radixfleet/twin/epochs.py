@@ -1,4 +1,4 @@
-"""The fleet run: regions played epoch by epoch, in worker processes, under one policy set.
+"""A twin run: the regions played epoch by epoch, in worker processes, under one policy set.
 
 Regions depend on each other only through global traffic steering, so the run advances in
 epochs (`epoch_s`, 10 s by default). At each epoch boundary the coordinator assigns the next
