@@ -113,12 +113,21 @@ class StreamFailedEarlyError(Exception):
     seen nothing, not even a status, so the request may be sent again."""
 
 
+# The request reached no upstream: the connection was refused (no pod behind the address yet),
+# or never completed (a SYN dropped: an address whose pod is gone, a pod the network does not
+# reach yet). Another upstream, or the same one a moment later, is safe.
+NOT_REACHED: tuple[type[Exception], ...] = (
+    aiohttp.ClientConnectorError,
+    aiohttp.ConnectionTimeoutError,
+)
+
+
 # The upstream failed before the client saw a byte of its answer, so sending the request once
 # more repeats nothing the client saw: the router closed the connection (its pod replaced or
 # parked) or reset it (a kept-alive connection it closed as the request went out: the kernel
 # answers with a reset), cut a whole answer short, or a stream failed before its first event.
-# A refused connection (`ClientConnectorError`, also a `ClientOSError`) reached no router at all:
-# each entry handles it before these.
+# A request that reached no upstream (`NOT_REACHED`; a refused connection is a `ClientOSError`
+# too) is each entry's to handle before these.
 FAILED_BEFORE_ANSWERING: tuple[type[Exception], ...] = (
     StreamFailedEarlyError,
     aiohttp.ServerDisconnectedError,

@@ -35,6 +35,7 @@ from radixfleet.dataplane.gate import TENANT, EntryGate
 from radixfleet.dataplane.prefixes import HotPrefixes
 from radixfleet.dataplane.relay import (
     FAILED_BEFORE_ANSWERING,
+    NOT_REACHED,
     PROXIED_PATHS,
     entry_application,
     parse_body,
@@ -191,8 +192,9 @@ class ClusterEntry:
                 if await _no_workers(upstream):
                     return None
                 return await relay(request, upstream, relayed, may_resend=may_resend)
-        except aiohttp.ClientConnectorError:
-            log.info("router of %s/%s not reachable", target.namespace, target.revision)
+        except NOT_REACHED as err:
+            log.info("router of %s/%s not reachable (%s)", target.namespace, target.revision,
+                     type(err).__name__)  # fmt: skip
             return None
 
     async def _through_knative(

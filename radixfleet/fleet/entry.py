@@ -44,6 +44,7 @@ from radixfleet.dataplane.errors import EntryError, model_not_found
 from radixfleet.dataplane.gate import ModelOf
 from radixfleet.dataplane.relay import (
     FAILED_BEFORE_ANSWERING,
+    NOT_REACHED,
     PROXIED_PATHS,
     entry_application,
     not_ready_yet,
@@ -307,8 +308,8 @@ class RegionEntry:
             url = next(routers) + request.path
             try:
                 answer = await self._try(request, url, raw, last_try, may_resend=not resent)
-            except aiohttp.ClientConnectorError:
-                # Refused: the request reached no router (one is restarting); another is safe.
+            except NOT_REACHED:
+                # The request reached no router (one is restarting): another is safe.
                 if last_try:
                     raise self._unavailable("The model's router is not reachable.") from None
                 answer = None

@@ -11,6 +11,7 @@ as a small server that records the headers it gets and answers like a replica.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import struct
@@ -157,12 +158,18 @@ CREATED = "2026-11-28T09:30:00Z"  # 1795858200 in Unix seconds
 
 
 @asynccontextmanager
-async def _entry(gateways: Gateways) -> AsyncIterator[tuple[str, KnativeStandIn, ClusterEntry]]:
+async def _entry(
+    gateways: Gateways, *, connect_timeout_s: float | None = None
+) -> AsyncIterator[tuple[str, KnativeStandIn, ClusterEntry]]:
     knative = KnativeStandIn()
     stand_in = web.Application()
     stand_in.add_routes([web.post("/v1/chat/completions", knative.chat)])
     closed = f"http://127.0.0.1:{free_port()}"  # a router with no pod yet
-    async with TestServer(stand_in) as knative_server, aiohttp.ClientSession() as session:
+    timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout_s)
+    async with (
+        TestServer(stand_in) as knative_server,
+        aiohttp.ClientSession(timeout=timeout) as session,
+    ):
         upstreams = LocalUpstreams(
             routers={"team-blue": gateways.serving, "team-green": gateways.empty,
                      "team-red": closed},
@@ -353,6 +360,37 @@ def test_a_revision_its_router_cannot_serve_is_reached_the_knative_way(
     assert sent["Knative-Serving-Revision"] == REVISION
     assert sent["Knative-Serving-Namespace"] == f"team-{tenant}"
     assert sent["Authorization"] == f"Bearer {DATA_PLANE_KEY}", "the data plane's key, only"
+
+
+@contextlib.contextmanager
+def _never_connecting() -> Iterator[str]:
+    """An address whose connections never complete: its listener's accept queue is full, so
+    the kernel drops every new SYN, as one does for an address whose pod is gone (a router
+    replaced, and kube-proxy not caught up yet)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        with socket.create_connection(listener.getsockname()):  # fills the queue, never accepted
+            yield "http://{}:{}".format(*listener.getsockname())
+
+
+def test_a_router_whose_connection_never_completes_is_passed_over_the_knative_way(
+    gateways: Gateways,
+) -> None:
+    """The request reached no router (its connection timed out, which the stack rotation's
+    test met in a run: a 502 `ConnectionTimeoutError`), so the Knative way answers it."""
+
+    async def go() -> tuple[int, dict[str, str], str, int]:
+        async with _entry(gateways, connect_timeout_s=0.5) as (url, knative, entry):
+            assert isinstance(entry.upstreams, LocalUpstreams)
+            entry.upstreams.routers["team-red"] = address
+            status, headers, body = await _post(url, "sk-red", _chat())
+            return status, headers, body, len(knative.seen)
+
+    with _never_connecting() as address:
+        status, headers, body, tries = run(go())
+    assert status == 200 and tries == 1, body
+    assert headers["x-radixfleet-path"] == "knative"
 
 
 @pytest.mark.parametrize(

@@ -690,3 +690,29 @@ def test_a_whole_answer_whose_connection_was_reset_is_sent_again() -> None:
 
     status, body = asyncio.run(main())
     assert status == 200 and b" one" in body and len(calls) == 2
+
+
+def test_a_router_whose_connection_never_completes_is_not_reachable_not_a_failure() -> None:
+    """A router address whose SYNs are dropped (a full accept queue here; in a cluster, a pod
+    gone before kube-proxy caught up): the request reached no router, so the entry tries again
+    until its wake timeout and answers 503 with Retry-After, as for a refused connection, where
+    it answered 502 at once."""
+
+    async def main() -> tuple[int, dict[str, Any], float]:
+        timeout = aiohttp.ClientTimeout(sock_connect=0.3)
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(0)
+            with socket.create_connection(listener.getsockname()):  # the queue is full now
+                never = "http://{}:{}".format(*listener.getsockname())
+                async with aiohttp.ClientSession(timeout=timeout) as session:
+                    entry = one_model_entry(session, never, wake_timeout_s=1)
+                    async with serve(entry.app) as url:
+                        began = time.monotonic()
+                        status, text, _ = await post(session, url, {"model": "m"})
+                        return status, json.loads(text), time.monotonic() - began
+
+    status, body, took_s = asyncio.run(main())
+    assert status == 503, body
+    assert "not reachable" in body["error"]["message"]
+    assert took_s >= 1  # it kept trying until the wake timeout
