@@ -223,7 +223,12 @@ class _Chatter:
             if status != 200:
                 self.failures.append(f"{time.strftime('%H:%M:%S')} {status} {body[:300]}")
 
-    def stop(self) -> list[int]:
+    def stop(self, *, at_least: int = 5, wait_s: float = 60.0) -> list[int]:
+        """Stop once it has `at_least` answers (or after `wait_s`): a rotation that `up` made
+        in a few seconds must still have been chatted through."""
+        deadline = time.monotonic() + wait_s
+        while len(self.statuses) < at_least and time.monotonic() < deadline:
+            time.sleep(0.2)
         self._stop.set()
         self._thread.join(timeout=90)
         return self.statuses
