@@ -10,11 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from radixfleet.profile import ReplicaProfile, resolve_profile
-from radixfleet.replica import (
-    Faults,
-    Request,
-    RequestSpec,
-)
+from radixfleet.replica import Faults, Request, RequestSpec
 from radixfleet.twin.interfaces import RegionObservation, UsageMeter, Waiting
 from radixfleet.twin.log import DecisionRecord, ReplicaSpan, RequestLog, Sample
 from radixfleet.twin.registry import PolicyContext, build
@@ -26,19 +22,11 @@ from radixfleet.twin.scenario import (
     ReplicaCrash,
     Scenario,
 )
-from radixfleet.twin.service import (
-    Job,
-    Replica,
-    Revision,
-    Service,
-)
+from radixfleet.twin.service import Job, Replica, Revision, Service
 
+# The kinds of event on a region's heap.
 WAKE, BOOT, CHECK, DETECT, SCALE, CANARY, SAMPLE, FAULT, RECOVER, WARMED = range(10)
-
-
 REMOVED = "removed"
-
-
 NAN = math.nan
 
 
