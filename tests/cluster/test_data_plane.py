@@ -1319,6 +1319,11 @@ ENTRY_PODS = f"app.kubernetes.io/name={entry_base.NAME}"
 # Green's budget while the entry restarts: 60 tokens a minute, 0.5 a second per entry replica,
 # so whatever one answer left it owing is still owed minutes later, however slow the restart.
 SLOW_REPAY = 60
+# The long answer's tokens. Until the cut budget reaches the entry, a replica refills at its share
+# of green's own budget (300 a minute): 200 tokens were repaid in one loaded run before the new
+# pods' rollout ended, the debt's key left the ledger, and the test found no holder. A thousand
+# outlast any such wait, and the answer takes a few seconds more.
+LONG_ANSWER: dict[str, Any] = {"max_tokens": 1000, "min_tokens": 1000, "ignore_eos": True}
 
 
 def _green_owed(cluster: Cluster) -> dict[str, float]:
@@ -1341,12 +1346,12 @@ def test_a_tenants_debt_outlives_the_entry_pods_that_held_it(plane: tuple[Cluste
     drained node, an OOM kill), or a changed budget, forgave it. Last in the module: green
     stays owing for minutes after it."""
     cluster, url = plane
-    served = _chat(url, GREEN.key, max_tokens=200, min_tokens=200, ignore_eos=True)
+    served = _chat(url, GREEN.key, **LONG_ANSWER)
     for _ in range(30):  # an earlier test may have left green owing: wait its turn
         if served.status == 200:
             break
         time.sleep(int(served.headers.get("Retry-After", "5")))
-        served = _chat(url, GREEN.key, max_tokens=200, min_tokens=200, ignore_eos=True)
+        served = _chat(url, GREEN.key, **LONG_ANSWER)
     assert served.status == 200, served.body[:300]
     _green_budget(cluster, SLOW_REPAY)
     try:
