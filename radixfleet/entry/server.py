@@ -166,8 +166,8 @@ class ClusterEntry:
             # The client has seen nothing, so once more (as the local fleet's entry does); a
             # second loss is the client's 502. A router pod replaced under a request (a
             # rollout, a revision's router parked or started) failed it with a 502 at once.
-            log.warning("%s/%s answered nothing before it failed (%s); sent again",
-                        target.namespace, target.revision, err or type(err).__name__)  # fmt: skip
+            log.warning("%s/%s answered nothing before it failed (%s: %s); sent again",
+                        target.namespace, target.revision, type(err).__name__, err)  # fmt: skip
             return await self._answer(request, target, raw, served, may_resend=False)
 
     async def _answer(

@@ -11,10 +11,7 @@ as a small server that records the headers it gets and answers like a replica.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import socket
-import struct
 import subprocess
 import time
 import urllib.error
@@ -41,6 +38,7 @@ from radixfleet.emulator.tokenizer import EmulatorTokenizer
 from radixfleet.entry.server import ClusterEntry, Upstreams, router_has_no_worker
 from radixfleet.fleet.procs import free_port, free_ports
 from radixfleet.profile import ReplicaProfile
+from tests import connection_faults
 
 pytestmark = pytest.mark.fleet
 SMG = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "smg"
@@ -269,11 +267,8 @@ async def _close(request: web.Request) -> web.StreamResponse:
 
 async def _reset(request: web.Request) -> web.StreamResponse:
     """The connection reset (a kept-alive connection the router closed as the request came)."""
-    assert request.transport is not None
-    sock = request.transport.get_extra_info("socket")
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    request.transport.close()
-    return web.Response()
+    connection_faults.reset(request)
+    return web.Response()  # never sent: the connection is gone
 
 
 async def _cut_short(request: web.Request) -> web.StreamResponse:
@@ -362,18 +357,6 @@ def test_a_revision_its_router_cannot_serve_is_reached_the_knative_way(
     assert sent["Authorization"] == f"Bearer {DATA_PLANE_KEY}", "the data plane's key, only"
 
 
-@contextlib.contextmanager
-def _never_connecting() -> Iterator[str]:
-    """An address whose connections never complete: its listener's accept queue is full, so
-    the kernel drops every new SYN, as one does for an address whose pod is gone (a router
-    replaced, and kube-proxy not caught up yet)."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(0)
-        with socket.create_connection(listener.getsockname()):  # fills the queue, never accepted
-            yield "http://{}:{}".format(*listener.getsockname())
-
-
 def test_a_router_whose_connection_never_completes_is_passed_over_the_knative_way(
     gateways: Gateways,
 ) -> None:
@@ -387,7 +370,7 @@ def test_a_router_whose_connection_never_completes_is_passed_over_the_knative_wa
             status, headers, body = await _post(url, "sk-red", _chat())
             return status, headers, body, len(knative.seen)
 
-    with _never_connecting() as address:
+    with connection_faults.never_connecting() as address:
         status, headers, body, tries = run(go())
     assert status == 200 and tries == 1, body
     assert headers["x-radixfleet-path"] == "knative"

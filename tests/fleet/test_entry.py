@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
-import struct
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -25,6 +23,7 @@ from aiohttp import web
 from radixfleet.dataplane.relay import entry_runner, upstream_timeout
 from radixfleet.fleet.entry import Baseline, Canary, RegionEntry, RouterPool
 from radixfleet.fleet.scaler import ReplicaInfo
+from tests import connection_faults
 
 
 class FakeScaler:
@@ -438,10 +437,7 @@ async def _breaks_after_an_event(request: web.Request, response: web.StreamRespo
 async def _resets_after_an_event(request: web.Request, response: web.StreamResponse) -> None:
     await response.write(EVENT)
     await asyncio.sleep(0.05)
-    assert request.transport is not None
-    sock = request.transport.get_extra_info("socket")
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    request.transport.close()  # a reset, not a close: the kernel drops what is unsent
+    connection_faults.reset(request)
 
 
 GOOD = _writes(EVENT + b"data: [DONE]\n\n")
@@ -663,10 +659,7 @@ def _resets_once(calls: list[int]) -> Callable[[web.Request], Awaitable[web.Stre
     async def answer(request: web.Request) -> web.StreamResponse:
         calls.append(len(calls))
         if len(calls) == 1:
-            assert request.transport is not None
-            sock = request.transport.get_extra_info("socket")
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            request.transport.close()
+            connection_faults.reset(request)
         return web.json_response({"choices": [{"text": " one"}]})
 
     return answer
@@ -700,17 +693,13 @@ def test_a_router_whose_connection_never_completes_is_not_reachable_not_a_failur
 
     async def main() -> tuple[int, dict[str, Any], float]:
         timeout = aiohttp.ClientTimeout(sock_connect=0.3)
-        with socket.socket() as listener:
-            listener.bind(("127.0.0.1", 0))
-            listener.listen(0)
-            with socket.create_connection(listener.getsockname()):  # the queue is full now
-                never = "http://{}:{}".format(*listener.getsockname())
-                async with aiohttp.ClientSession(timeout=timeout) as session:
-                    entry = one_model_entry(session, never, wake_timeout_s=1)
-                    async with serve(entry.app) as url:
-                        began = time.monotonic()
-                        status, text, _ = await post(session, url, {"model": "m"})
-                        return status, json.loads(text), time.monotonic() - began
+        with connection_faults.never_connecting() as never:
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                entry = one_model_entry(session, never, wake_timeout_s=1)
+                async with serve(entry.app) as url:
+                    began = time.monotonic()
+                    status, text, _ = await post(session, url, {"model": "m"})
+                    return status, json.loads(text), time.monotonic() - began
 
     status, body, took_s = asyncio.run(main())
     assert status == 503, body
