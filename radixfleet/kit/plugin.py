@@ -10,11 +10,33 @@ and its policies for the fleet twin. `build`, `register` and `rules` import the 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from radixfleet.kit.rbac import PolicyRule
+
+
+def resolve(path: str) -> Any:
+    """The attribute at `module:attribute`, its module imported now."""
+    module_name, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A part of a controller a plug-in names without importing it (loading a plug-in stays
+    cheap: no Kubernetes client, no kopf): `module:function`, imported when first called and
+    called with the caller's arguments, or, with `call=False`, `module:attribute` (an adapter's
+    `RULES`) returned as it is."""
+
+    path: str
+    call: bool = True
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        found = resolve(self.path)
+        return found(*args, **kwargs) if self.call else found
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,13 @@ objects, the command line and the twin all see the same list
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Sequence
 from functools import cache
 from typing import Any
 
 from radixfleet.config.catalog import Catalog
 from radixfleet.config.serving import Served
-from radixfleet.kit.plugin import ControllerPlugin
+from radixfleet.kit.plugin import ControllerPlugin, resolve
 
 CONTROLLERS: tuple[str, ...] = (
     "radixfleet.controllers.canary.plugin:PLUGIN",
@@ -30,12 +29,6 @@ CONTROLLERS: tuple[str, ...] = (
 
 class UnknownControllerError(ValueError):
     """A controller name that no registered plug-in has."""
-
-
-def resolve(path: str) -> Any:
-    """The attribute at `module:attribute`, its module imported now."""
-    module_name, _, attribute = path.partition(":")
-    return getattr(importlib.import_module(module_name), attribute)
 
 
 def load(path: str) -> ControllerPlugin:

@@ -12,7 +12,8 @@ import pytest
 
 from radixfleet.config import load_catalog
 from radixfleet.config.serving import served
-from radixfleet.kit.plugin import ControllerPlugin
+from radixfleet.kit.plugin import ControllerPlugin, Deferred
+from radixfleet.kit.plugin import resolve as resolve_path
 from radixfleet.kit.registry import (
     CONTROLLERS,
     UnknownControllerError,
@@ -53,6 +54,17 @@ def test_each_plugin_registers_its_handlers_without_side_effects(plugin: Control
     plugin.register(registry, object())  # a controller is only called by a handler
     handlers = [*registry._spawning.get_all_handlers(), *registry._watching.get_all_handlers()]
     assert handlers, f"{plugin.name} registered no handler"
+
+
+@pytest.mark.parametrize("plugin", plugins(), ids=lambda p: p.name)
+def test_each_plugins_deferred_parts_name_what_exists(plugin: ControllerPlugin) -> None:
+    """What a plug-in names without importing (its Kubernetes-backed controller, its kopf
+    registration, its rules) imports and is there: `build` runs only in a cluster otherwise."""
+    parts = [v for v in vars(plugin).values() if isinstance(v, Deferred)]
+    assert {"build", "register", "rules"} <= {k for k, v in vars(plugin).items() if v in parts}
+    for part in parts:
+        found = resolve_path(part.path)
+        assert callable(found) if part.call else found is not None, part.path
 
 
 def test_the_canary_plugs_into_the_twin_like_the_others() -> None:

@@ -5,39 +5,16 @@ Listed in `radixfleet.kit.registry.CONTROLLERS`; loading it imports no client li
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from radixfleet.controllers.autoscale.spec import PLURAL
-from radixfleet.kit.plugin import ControllerPlugin, OperatorOptions
-from radixfleet.kit.rbac import PolicyRule
-
-
-def _build(options: OperatorOptions) -> Any:
-    from radixfleet.controllers.autoscale.controller import kube_controller
-
-    return kube_controller(options)
-
-
-def _register(registry: Any, controller: Any) -> None:
-    from radixfleet.controllers.autoscale.controller import register
-
-    register(registry, controller)
-
-
-def _rules() -> Sequence[PolicyRule]:
-    from radixfleet.controllers.autoscale.kube import RULES
-
-    return RULES
-
+from radixfleet.kit.plugin import ControllerPlugin, Deferred
 
 PLUGIN = ControllerPlugin(
     name="autoscale",
     objects="radixfleet.controllers.autoscale.objects:catalog_objects",
     plural=PLURAL,
-    build=_build,
-    register=_register,
-    rules=_rules,
+    build=Deferred("radixfleet.controllers.autoscale.controller:kube_controller"),
+    register=Deferred("radixfleet.controllers.autoscale.controller:register"),
+    rules=Deferred("radixfleet.controllers.autoscale.kube:RULES", call=False),
     twin={"autoscale": {"radixfleet": "radixfleet.controllers.autoscale.twin:radixfleet"}},
     cli="radixfleet.controllers.autoscale.cli:autoscale_app",
 )

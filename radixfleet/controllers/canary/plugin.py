@@ -5,30 +5,10 @@ Listed in `radixfleet.kit.registry.CONTROLLERS`; loading it imports no client li
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from radixfleet.controllers.canary.spec import PLURAL
-from radixfleet.kit.plugin import ControllerPlugin, OperatorOptions
-from radixfleet.kit.rbac import PolicyRule
-
-
-def _build(options: OperatorOptions) -> Any:
-    from radixfleet.controllers.canary.controller import kube_controller
-
-    return kube_controller(options)
-
-
-def _register(registry: Any, controller: Any) -> None:
-    from radixfleet.controllers.canary.controller import register
-
-    register(registry, controller)
-
-
-def _rules() -> Sequence[PolicyRule]:
-    from radixfleet.controllers.canary.kube import RULES
-
-    return RULES
+from radixfleet.kit.plugin import ControllerPlugin, Deferred
 
 
 def _metrics(controller: Any) -> Any:
@@ -39,9 +19,9 @@ PLUGIN = ControllerPlugin(
     name="canary",
     objects="radixfleet.controllers.canary.objects:catalog_objects",
     plural=PLURAL,
-    build=_build,
-    register=_register,
-    rules=_rules,
+    build=Deferred("radixfleet.controllers.canary.controller:kube_controller"),
+    register=Deferred("radixfleet.controllers.canary.controller:register"),
+    rules=Deferred("radixfleet.controllers.canary.kube:RULES", call=False),
     twin={
         "canary": {
             "radixfleet": "radixfleet.controllers.canary.twin:radixfleet",

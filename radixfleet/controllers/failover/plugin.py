@@ -7,38 +7,15 @@ Opt-in: it writes global Route 53 records, so one operator per fleet runs it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from radixfleet.controllers.failover.spec import PLURAL
-from radixfleet.kit.plugin import ControllerPlugin, OperatorOptions
-from radixfleet.kit.rbac import PolicyRule
-
-
-def _build(options: OperatorOptions) -> Any:
-    from radixfleet.controllers.failover.controller import kube_controller
-
-    return kube_controller(options)
-
-
-def _register(registry: Any, controller: Any) -> None:
-    from radixfleet.controllers.failover.controller import register
-
-    register(registry, controller)
-
-
-def _rules() -> Sequence[PolicyRule]:
-    from radixfleet.controllers.failover.kube import RULES
-
-    return RULES
-
+from radixfleet.kit.plugin import ControllerPlugin, Deferred
 
 PLUGIN = ControllerPlugin(
     name="failover",
     plural=PLURAL,
-    build=_build,
-    register=_register,
-    rules=_rules,
+    build=Deferred("radixfleet.controllers.failover.controller:kube_controller"),
+    register=Deferred("radixfleet.controllers.failover.controller:register"),
+    rules=Deferred("radixfleet.controllers.failover.kube:RULES", call=False),
     twin={"traffic": {"radixfleet": "radixfleet.controllers.failover.twin:radixfleet"}},
     metrics=lambda controller: controller.metrics.registry,
     cli="radixfleet.controllers.failover.cli:failover_app",
