@@ -36,6 +36,7 @@ import requests
 from rich.console import Console
 
 from radixfleet import __version__
+from radixfleet.controllers.routers.manifests import access as router_access
 from radixfleet.demo.report import Wake, print_table, write_report, write_summary
 from radixfleet.demo.run import DemoOptions, failed_requests, time_scale_note
 from radixfleet.emulator.tokenizer import load_tokenizer
@@ -43,7 +44,6 @@ from radixfleet.fleet.spec import demo_spec
 from radixfleet.fleet.workloads import demo_workload
 from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
-from radixfleet.render.inferenceservices import build_router_access
 from radixfleet.render.tenant_access import tenant_access
 from radixfleet.workload.records import RequestResult
 from radixfleet.workload.replay import Replayer
@@ -236,7 +236,7 @@ def _tenant(cluster: Cluster, key: str, image: str) -> None:
     }  # fmt: skip
     policy = {"apiVersion": "radixfleet.io/v1alpha1", "kind": "CanaryPolicy",
               "metadata": {"name": "default", "namespace": NAMESPACE}, "spec": POLICY}  # fmt: skip
-    access = [*build_router_access(NAMESPACE), *tenant_access(NAMESPACE, ["api-keys"])]
+    access = [*router_access(NAMESPACE), *tenant_access(NAMESPACE, ["api-keys"])]
     session.apply(cluster, [*access, tenant, policy])
     wait_accounted(cluster, NAMESPACE)
     volumes = [v for m in (WAKES, CANARY) for v in model_volume(cluster, namespace=NAMESPACE,

@@ -24,7 +24,6 @@ from radixfleet.render.inferenceservices import (
     build_model_reader,
     build_namespaces,
     build_network_policies,
-    build_router_access,
 )
 from radixfleet.render.runtimes import build_runtime
 from radixfleet.render.tenant_access import secret_access
@@ -120,12 +119,6 @@ def region_model_readers(catalog: Catalog, region: Region) -> list[Manifest]:
     """The service account serving pods run as in each of the region's tenant namespaces."""
     namespaces = sorted({namespace_of(t) for _, t in _region_models(catalog, region)})
     return [build_model_reader(namespace) for namespace in namespaces]
-
-
-def region_router_access(catalog: Catalog, region: Region) -> list[Manifest]:
-    """The routers' ServiceAccount, Role and RoleBinding in each of the region's namespaces."""
-    namespaces = sorted({namespace_of(t) for _, t in _region_models(catalog, region)})
-    return [obj for namespace in namespaces for obj in build_router_access(namespace)]
 
 
 @dataclass(frozen=True)

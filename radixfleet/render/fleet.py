@@ -23,7 +23,6 @@ from radixfleet.render.inferenceservices import (
     build_model_reader,
     build_namespaces,
     build_network_policies,
-    build_router_access,
 )
 from radixfleet.render.runtimes import build_runtime
 from radixfleet.render.tenant_access import secret_access
@@ -55,9 +54,6 @@ def render_tree(catalog: Catalog) -> RenderedTree:
         )
     isvcs |= _controller_files(catalog_objects(catalog, pairs))
     namespaces = sorted({namespace_of(t) for _, t in pairs})
-    isvcs["router-access.yaml"] = _documents(
-        o for ns in namespaces for o in build_router_access(ns)
-    )
     isvcs["secret-access.yaml"] = _documents(secret_access(t for _, t in pairs))
     isvcs["model-readers.yaml"] = _documents(build_model_reader(ns) for ns in namespaces)
     isvcs["network-policies.yaml"] = _documents(

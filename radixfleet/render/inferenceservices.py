@@ -16,7 +16,6 @@ from radixfleet.config.gpus import gpu_label_value
 from radixfleet.config.modelcache import cacheable, node_group_name
 from radixfleet.config.serving import model_metadata
 from radixfleet.config.sizing import weight_gib
-from radixfleet.controllers.routers.manifests import access as router_access
 from radixfleet.platform import KNATIVE_NAMESPACE, MONITORING_NAMESPACE, PLATFORM_NAMESPACE
 from radixfleet.profile import resolve_profile
 from radixfleet.render.isolation import (
@@ -225,12 +224,6 @@ def build_model_reader(namespace: str) -> dict[str, Any]:
         "metadata": {"name": MODEL_READER, "namespace": namespace,
                      "labels": {labels.MANAGED_BY: labels.MANAGER}},
     }  # fmt: skip
-
-
-def build_router_access(namespace: str) -> list[dict[str, Any]]:
-    """The service account the routers of a tenant namespace run as: it may read the pods
-    there, for smg's discovery of a revision's replicas (radixfleet/controllers/routers)."""
-    return router_access(namespace)
 
 
 # KServe's label on every predictor pod (Knative or raw Deployment), naming its InferenceService.

@@ -19,6 +19,9 @@ from infra.settings import Fleet
 from radixfleet import labels
 from radixfleet.config import Region
 
+# Kinds `_core` makes as typed resources (every other manifest is a custom resource).
+CORE_KINDS = frozenset({"ServiceAccount", "Role", "RoleBinding", "NetworkPolicy", "ConfigMap"})
+
 
 def provider(
     name: str, kubeconfig: pulumi.Input[str], opts: pulumi.ResourceOptions, *,
@@ -46,10 +49,10 @@ class WorkloadsArgs:
     runtimes: Sequence[m.Manifest]
     namespaces: Sequence[m.Manifest]
     inference_services: Sequence[m.Manifest]
-    # Tenants, Canary-, Autoscale- and (in the failover's region) FailoverPolicies.
+    # The controllers' objects (radixfleet.kit.registry.catalog_objects): Tenants, Canary- and
+    # AutoscalePolicies, the routers' ServiceAccount, Role and RoleBinding per tenant namespace,
+    # and (in the failover's region) FailoverPolicies.
     policies: Sequence[m.Manifest]
-    # The routers' ServiceAccount, Role and RoleBinding per tenant namespace.
-    router_access: Sequence[m.Manifest]
     # The operator's and the entry's Roles (Secrets, by name) per tenant namespace.
     secret_access: Sequence[m.Manifest]
     # The serving pods' ServiceAccount per tenant namespace (infra gives each a cloud role).
@@ -113,7 +116,6 @@ def region_workloads_args(
         namespaces=m.region_namespaces(catalog, inference_services),
         inference_services=inference_services,
         policies=[*m.region_policies(catalog, region), *failover_policies],
-        router_access=m.region_router_access(catalog, region),
         secret_access=m.region_secret_access(catalog, region),
         model_readers=m.region_model_readers(catalog, region),
         network_policies=m.region_network_policies(catalog, region),
@@ -314,17 +316,20 @@ class Workloads(pulumi.ComponentResource):
         namespaces: list[k8s.core.v1.Namespace],
         controllers_namespace: k8s.core.v1.Namespace,
     ) -> list[pulumi.Resource]:
-        """The controllers' objects, and the routers' access, the serving pods' account and the
-        NetworkPolicies of each tenant namespace (after `first`: the CRDs and the operator).
+        """The controllers' objects (the routers' access among them), the serving pods' account and
+        the NetworkPolicies of each tenant namespace (after `first`: the CRDs and the operator).
         Returns the Tenants, each created once the quota controller has counted it."""
         after = [*first, *namespaces, controllers_namespace]
         tenants: list[pulumi.Resource] = []
-        for policy in self._args.policies:
-            created = self._custom(m.awaited(policy), after)
-            if policy["kind"] == "Tenant":
+        for obj in self._args.policies:
+            if obj["kind"] in CORE_KINDS:  # the routers' service account and its rights
+                self._core(obj, namespaces)
+                continue
+            created = self._custom(m.awaited(obj), after)
+            if obj["kind"] == "Tenant":
                 tenants.append(created)
-        for obj in [*self._args.router_access, *self._args.secret_access,
-                    *self._args.model_readers, *self._args.network_policies]:  # fmt: skip
+        for obj in [*self._args.secret_access, *self._args.model_readers,
+                    *self._args.network_policies]:  # fmt: skip
             self._core(obj, namespaces)
         return tenants
 

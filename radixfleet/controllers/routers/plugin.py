@@ -11,6 +11,7 @@ from radixfleet.kit.plugin import ControllerPlugin, Deferred
 PLUGIN = ControllerPlugin(
     name=NAME,
     plural=None,
+    objects="radixfleet.controllers.routers.objects:catalog_objects",
     build=Deferred("radixfleet.controllers.routers.controller:kube_controller"),
     register=Deferred("radixfleet.controllers.routers.controller:register"),
     rules=Deferred("radixfleet.controllers.routers.kube:RULES", call=False),
