@@ -50,7 +50,7 @@ from radixfleet.controllers.canary.decide import Decision, evaluate
 from radixfleet.controllers.canary.localfleet import RolloutRun, roll_out
 from radixfleet.controllers.canary.spec import CanaryPolicySpec
 from radixfleet.controllers.canary.state import Measured, Phase
-from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
+from radixfleet.localfleet import LocalFleet, LocalFleetSpec, ModelSpec, RegionSpec
 from radixfleet.machine import describe_machine
 
 REGION, MODEL, NS = "local", "llama", "team-a"
@@ -194,7 +194,7 @@ def main() -> None:
     seeds = [("good", s, s % 2 == 1) for s in range(args.good)]
     seeds += [(kind, 1000 + s, False) for kind in ("slow", "errors") for s in range(args.bad)]
     plan = [(kind, seed, hog, judge) for kind, seed, hog in seeds for judge in judges]
-    spec = FleetSpec(
+    spec = LocalFleetSpec(
         # HTTP workers: the canary counts the replicas' HTTP responses (see the local-fleet test)
         regions=[
             RegionSpec(

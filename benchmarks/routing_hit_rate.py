@@ -1,7 +1,7 @@
 """Prefix cache hit rate of smg's routing policies against an unlimited cache, side by side.
 
-One local fleet per request rate (`radixfleet.fleet`), with a region per arm that differs only in
-how its smg 1.13.0 gateway routes, each with the same emulated SGLang replicas (real H100 step
+One local fleet per request rate (`radixfleet.localfleet`), with a region per arm that differs only
+in how its smg 1.13.0 gateway routes, each with the same emulated SGLang replicas (real H100 step
 times, or a stated fraction of them) whose KV cache may hold less than the workload's prefixes:
 
 - `round_robin`: the baseline, over HTTP;
@@ -10,7 +10,7 @@ times, or a stated fraction of them) whose KV cache may hold less than the workl
   own KV-cache events (`--kv-index positional`, smg's defaults otherwise: its warm-up slice on);
 - with `--router-replicas N`, the same policies on N router replicas per model, the entry
   spreading requests over them at random (as a Kubernetes Service would) or by a consistent
-  hash of the prompt's opening (`radixfleet.fleet.entry.RouterPool`): `event_xN_random`,
+  hash of the prompt's opening (`radixfleet.localfleet.entry.RouterPool`): `event_xN_random`,
   `approximate_xN_random`, `approximate_xN_prefix`.
 
 Scenarios (`--scenario`), each replayed through every arm in turn with the same seeded requests:
@@ -61,8 +61,8 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
-from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
-from radixfleet.fleet.spec import RouterPolicy, RouterSpread, WorkerTransport
+from radixfleet.localfleet import LocalFleet, LocalFleetSpec, ModelSpec, RegionSpec
+from radixfleet.localfleet.spec import RouterPolicy, RouterSpread, WorkerTransport
 from radixfleet.machine import describe_machine
 from radixfleet.profile import ReplicaProfile
 from radixfleet.twin.replay import fixed_fleet_hit_rates
@@ -157,7 +157,7 @@ def region_of(arm: str) -> str:
     return arm.replace("_", "-")
 
 
-def fleet_spec(arms: dict[str, Arm], scenario: Scenario) -> FleetSpec:
+def fleet_spec(arms: dict[str, Arm], scenario: Scenario) -> LocalFleetSpec:
     overrides = {} if scenario.kv_tokens is None else {"kv_capacity_tokens": scenario.kv_tokens}
     model = ModelSpec(
         name=MODEL, replicas=scenario.replicas, max_replicas=scenario.replicas,
@@ -169,7 +169,7 @@ def fleet_spec(arms: dict[str, Arm], scenario: Scenario) -> FleetSpec:
                    models=[model])
         for name, arm in arms.items()
     ]  # fmt: skip
-    return FleetSpec(regions=regions, time_scale=scenario.time_scale)
+    return LocalFleetSpec(regions=regions, time_scale=scenario.time_scale)
 
 
 def oracle_hit_rate(prompts: list[str], tokenizer: EmulatorTokenizer) -> float:

@@ -234,8 +234,8 @@ def demo(
     """
     # Imported here: the fleet pulls in aiohttp, matplotlib and the workload readers.
     from radixfleet.demo.run import QUICK_DURATION_S, DemoOptions, run_demo
-    from radixfleet.fleet import FleetError
-    from radixfleet.fleet.workloads import default_traces_dir
+    from radixfleet.localfleet import LocalFleetError
+    from radixfleet.localfleet.workloads import default_traces_dir
 
     options = DemoOptions(
         out=out,
@@ -250,7 +250,7 @@ def demo(
     )
     try:
         summary = run_demo(options, console=console)
-    except FleetError as exc:
+    except LocalFleetError as exc:
         err.print(f"[red]error[/red] the fleet did not start: {exc}", highlight=False)
         raise typer.Exit(EXIT_PROBLEMS) from None
     failed = summary["overall"]["failed"]

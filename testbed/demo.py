@@ -40,8 +40,8 @@ from radixfleet.controllers.routers.manifests import access as router_access
 from radixfleet.demo.report import Wake, print_table, write_report, write_summary
 from radixfleet.demo.run import DemoOptions, failed_requests, time_scale_note
 from radixfleet.emulator.tokenizer import load_tokenizer
-from radixfleet.fleet.spec import demo_spec
-from radixfleet.fleet.workloads import demo_workload
+from radixfleet.localfleet.spec import demo_spec
+from radixfleet.localfleet.workloads import demo_workload
 from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
 from radixfleet.render.tenant_access import tenant_access

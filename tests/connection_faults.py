@@ -1,6 +1,6 @@
 """Connection failures a stand-in upstream can show the region entries, as the kernel makes them:
-a connection reset (not closed) under a request, and an address whose connections never
-complete. Shared by the cluster entry's tests (tests/entry/) and the local fleet's (tests/fleet/).
+a connection reset (not closed) under a request, and an address whose connections never complete.
+Shared by the cluster entry's tests (tests/entry/) and the local fleet's (tests/localfleet/).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What clients written against OpenAI's API depend on, checked with the official `openai` SDK.
 
 One list of checks, run against every radixfleet entry: the local fleet's
-(`tests/fleet/test_openai_conformance.py`) and the one deployed in the test cluster
+(`tests/localfleet/test_openai_conformance.py`) and the one deployed in the test cluster
 (`tests/cluster/test_data_plane.py`). The SDK parses every answer into its typed models, so a
 missing field (a model's `created`), a wrong error shape or a broken stream fails here as it
 would fail a user's program. Each check names what it proves; `CHECKS` is parametrised with

@@ -21,7 +21,7 @@ from typing import Any
 import openai
 
 from radixfleet.emulator.testing import RunningEmulator
-from radixfleet.fleet.procs import free_ports
+from radixfleet.localfleet.procs import free_ports
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

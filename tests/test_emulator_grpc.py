@@ -28,7 +28,7 @@ from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc as pb_grpc
 from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
-from radixfleet.fleet.router import parse_decisions
+from radixfleet.localfleet.router import parse_decisions
 from radixfleet.profile import ReplicaProfile
 from tests.smg import MODEL, running_smg, shared_prefix_round
 

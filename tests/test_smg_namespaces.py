@@ -21,7 +21,7 @@ import pytest
 from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
-from radixfleet.fleet.router import parse_decisions
+from radixfleet.localfleet.router import parse_decisions
 from radixfleet.profile import ReplicaProfile
 from tests.smg import MODEL, Gateway, running_smg
 

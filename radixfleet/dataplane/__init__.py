@@ -1,8 +1,8 @@
 """The data plane: the path of a tenant's request from a region entry to a model's replicas.
 
 Its parts, shared by the cluster's entry (radixfleet/entry/, the process) and the local fleet's
-(radixfleet/fleet/entry.py): `relay` (the application both start from, the error middleware, the
-relay of answers and streams), `errors`, `openai` (OpenAI's shapes: errors, model objects,
+(radixfleet/localfleet/entry.py): `relay` (the application both start from, the error middleware,
+the relay of answers and streams), `errors`, `openai` (OpenAI's shapes: errors, model objects,
 request ids), `routes` (which revision and pool serve a request, from KServe's traffic status),
 `gate` (the port a token gate plugs into), `signals` (Prometheus read through the entry, for the
 fleet), `prefixes` (the hottest prompt prefixes, for pre-warming). This module: its own key.

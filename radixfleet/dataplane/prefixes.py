@@ -3,7 +3,7 @@
 In a cluster the entry is the one component that sees every prompt of a tenant's model (smg
 keeps a tree per revision and exposes no popularity), so it counts their prefixes per namespace
 and model, as the local fleet's gateway does: text prompts cut into 256-character blocks
-(radixfleet/fleet/prewarm.py; a chat's messages are templated by the replica and do not count),
+(radixfleet/localfleet/prewarm.py; a chat's messages are templated by the replica and do not count),
 their prefixes' decayed counts in a `radixfleet.prefixes.PrefixPopularity`. When a new replica
 is about to serve, the autoscaler asks for the hottest
 (radixfleet/controllers/autoscale/warming.py):

@@ -3,8 +3,8 @@ runner they start from, their error middleware, and the relay of an upstream's a
 client (a stream event by event, cut at event ends; an early failure sent again once; a broken
 stream ended with an error event and `[DONE]`; idle and total timeouts).
 
-The cluster's entry (radixfleet/entry/) and the local fleet's (radixfleet/fleet/entry.py) differ
-only in how they find a request's upstream.
+The cluster's entry (radixfleet/entry/) and the local fleet's (radixfleet/localfleet/entry.py)
+differ only in how they find a request's upstream.
 """
 
 from __future__ import annotations

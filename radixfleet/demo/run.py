@@ -27,10 +27,10 @@ from radixfleet.dashboards.html import write_dashboard_report
 from radixfleet.demo.manifests import ManifestCheck, render_and_check
 from radixfleet.demo.report import Wake, print_table, write_report, write_summary
 from radixfleet.emulator.tokenizer import load_tokenizer
-from radixfleet.fleet.fleet import LocalFleet
-from radixfleet.fleet.replicas import ScaleEvent
-from radixfleet.fleet.spec import FleetSpec, demo_spec
-from radixfleet.fleet.workloads import DemoWorkload, default_traces_dir, demo_workload
+from radixfleet.localfleet.fleet import LocalFleet
+from radixfleet.localfleet.replicas import ScaleEvent
+from radixfleet.localfleet.spec import LocalFleetSpec, demo_spec
+from radixfleet.localfleet.workloads import DemoWorkload, default_traces_dir, demo_workload
 from radixfleet.workload.records import RequestResult
 from radixfleet.workload.replay import Replayer
 from radixfleet.workload.stats import breakdown
@@ -99,7 +99,7 @@ def run_demo(options: DemoOptions, *, console: Console) -> dict[str, Any]:
 
 
 def _run_fleet(
-    spec: FleetSpec, workload: DemoWorkload, options: DemoOptions, *, console: Console
+    spec: LocalFleetSpec, workload: DemoWorkload, options: DemoOptions, *, console: Console
 ) -> _Run:
     run = _Run()
     begun = time.monotonic()
@@ -204,7 +204,7 @@ def _wakes(run: _Run) -> list[Wake]:
 
 
 def _summary(
-    spec: FleetSpec,
+    spec: LocalFleetSpec,
     workload: DemoWorkload,
     options: DemoOptions,
     *,
@@ -243,7 +243,7 @@ def failed_requests(results: Sequence[RequestResult], *, limit: int = 20) -> lis
              "status": r.status, "error": r.error} for r in failed]  # fmt: skip
 
 
-def time_scale_note(spec: FleetSpec, options: DemoOptions) -> str:
+def time_scale_note(spec: LocalFleetSpec, options: DemoOptions) -> str:
     """What the demo's clocks mean, for the report."""
     block = round(512 * options.token_scale)
     return (

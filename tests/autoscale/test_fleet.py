@@ -2,7 +2,7 @@
 up on SGLang's gauges, and back to zero after the idle window, with no request lost.
 
 Emulated replicas behind the real smg gateway, a region entry that holds requests while the
-model is at zero (the activator's part), and `FleetAutoscaler` ticking every second on the
+model is at zero (the activator's part), and `LocalFleetAutoscaler` ticking every second on the
 fleet's loop. The replicas' KV cache is small so that one replica saturates under the burst.
 """
 
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from radixfleet.controllers.autoscale.localfleet import FleetAutoscaler, parse_metrics
+from radixfleet.controllers.autoscale.localfleet import LocalFleetAutoscaler, parse_metrics
 from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
 from radixfleet.controllers.autoscale.state import Verb
-from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
-from radixfleet.fleet.procs import processes_with_marker
+from radixfleet.localfleet import LocalFleet, LocalFleetSpec, ModelSpec, RegionSpec
+from radixfleet.localfleet.procs import processes_with_marker
 from radixfleet.workload.records import WorkItem
 from radixfleet.workload.replay import Replayer
 
@@ -29,12 +29,12 @@ BURST = 60  # requests over three seconds
 SETTLE_TIMEOUT_S = 60.0
 
 
-def fleet_spec() -> FleetSpec:
+def fleet_spec() -> LocalFleetSpec:
     model = ModelSpec(
         name=MODEL, replicas=0, max_replicas=4,
         profile_overrides={"kv_capacity_tokens": 3000.0},
     )  # fmt: skip
-    return FleetSpec(regions=[RegionSpec(name=REGION, models=[model])], cold_start_s=1.0)
+    return LocalFleetSpec(regions=[RegionSpec(name=REGION, models=[model])], cold_start_s=1.0)
 
 
 def policy() -> AutoscalePolicySpec:
@@ -69,7 +69,7 @@ def test_burst_from_zero_scales_up_and_back_to_zero_with_no_request_lost(
     fleet: LocalFleet,
 ) -> None:
     scaler = fleet.scaler(REGION, MODEL)
-    autoscaler = FleetAutoscaler(scaler=scaler, entry=fleet.entry(REGION), spec=policy())
+    autoscaler = LocalFleetAutoscaler(scaler=scaler, entry=fleet.entry(REGION), spec=policy())
     task = fleet.run(_start(autoscaler))
     try:
         items = [
@@ -103,7 +103,7 @@ def _wait(condition: object, timeout_s: float = SETTLE_TIMEOUT_S) -> bool:
     return False
 
 
-async def _start(autoscaler: FleetAutoscaler) -> asyncio.Task[None]:
+async def _start(autoscaler: LocalFleetAutoscaler) -> asyncio.Task[None]:
     return asyncio.get_running_loop().create_task(autoscaler.run())
 
 

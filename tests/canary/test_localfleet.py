@@ -29,8 +29,8 @@ from radixfleet.controllers.canary.localfleet import roll_out as roll_out_on_fle
 from radixfleet.controllers.canary.queries import RESPONSES, QueryConfig, selector
 from radixfleet.controllers.canary.state import Phase
 from radixfleet.dashboards import promql
-from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
-from radixfleet.fleet.procs import processes_with_marker
+from radixfleet.localfleet import LocalFleet, LocalFleetSpec, ModelSpec, RegionSpec
+from radixfleet.localfleet.procs import processes_with_marker
 
 pytestmark = [pytest.mark.fleet, pytest.mark.prometheus, pytest.mark.slow]
 
@@ -64,7 +64,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalFleet
     # the in-cluster data plane produces (routers reach predictors over HTTP, through Knative's
     # queue-proxy); a gRPC replica's requests never pass SGLang's HTTP middleware.
     region = RegionSpec(name=REGION, models=[model], router_workers="http")
-    spec = FleetSpec(regions=[region], cold_start_s=0.5)
+    spec = LocalFleetSpec(regions=[region], cold_start_s=0.5)
     local = LocalFleet(spec, cache_dir=tmp_path_factory.getbasetemp() / "tokenizer-cache")
     with local:
         url = local.start_prometheus()

@@ -32,13 +32,13 @@ from radixfleet.controllers.canary.fakes import FakeCanaryPolicies, FakeEvents
 from radixfleet.controllers.canary.localfleet import (
     DEFAULT_POLICY,
     LOCAL_MIN_INTERVAL_S,
-    FleetInferenceServices,
+    LocalFleetInferenceServices,
     LocalRollouts,
     NoisyTraffic,
 )
 from radixfleet.controllers.canary.metrics import CanaryMetrics
 from radixfleet.controllers.canary.state import Phase, RolloutStatus, Verb, rollout_of
-from radixfleet.fleet import LocalFleet
+from radixfleet.localfleet import LocalFleet
 from tests.canary.test_localfleet import MODEL, NS, POLICY, REGION, fleet
 
 __all__ = ["fleet"]  # the canary tests' fleet and Prometheus, built the same way here
@@ -52,7 +52,7 @@ class ControllerKilledError(Exception):
     """The controller's process died here (raised in place of its next traffic move)."""
 
 
-class DyingInferenceServices(FleetInferenceServices):
+class DyingInferenceServices(LocalFleetInferenceServices):
     """The fleet's InferenceServices, through which the controller dies when it first moves
     the canary to `die_at` percent (after it recorded that step in the policy's status)."""
 
@@ -71,7 +71,7 @@ class DyingInferenceServices(FleetInferenceServices):
 
 
 def controller(
-    isvcs: FleetInferenceServices, prometheus: str, policies: FakeCanaryPolicies
+    isvcs: LocalFleetInferenceServices, prometheus: str, policies: FakeCanaryPolicies
 ) -> LocalRollouts:
     """A fresh controller process: all it shares with an earlier one is the policy (status)."""
     built = Controller(
@@ -140,7 +140,7 @@ def test_prometheus_down_mid_rollout_halts_the_canary_which_then_resumes_and_pro
     local, prometheus = fleet
     revision = local.create_revision(REGION, MODEL)
     store = policies()
-    rollouts = controller(FleetInferenceServices(local, region=REGION), prometheus, store)
+    rollouts = controller(LocalFleetInferenceServices(local, region=REGION), prometheus, store)
     with Traffic(local, store, seed=11) as traffic, rollouts.running():
         wait_for(lambda: (s := rollout(store)) is not None and s.weight >= 20,
                  timeout_s=MAX_S, what="the first step")  # fmt: skip

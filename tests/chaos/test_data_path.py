@@ -27,9 +27,9 @@ import aiohttp
 import pytest
 
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
-from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
-from radixfleet.fleet.procs import processes_with_marker
-from radixfleet.fleet.scaler import ReplicaState
+from radixfleet.localfleet import LocalFleet, LocalFleetSpec, ModelSpec, RegionSpec
+from radixfleet.localfleet.procs import processes_with_marker
+from radixfleet.localfleet.scaler import ReplicaState
 from radixfleet.workload.prompts import PromptSynth
 from radixfleet.workload.records import RequestResult, WorkItem
 from radixfleet.workload.replay import Replayer
@@ -47,7 +47,7 @@ def fleet(request: pytest.FixtureRequest, cache_dir: Path) -> Iterator[LocalFlee
     region = RegionSpec(
         name=REGION, models=[ModelSpec(name=MODEL, replicas=2)], router_workers=request.param
     )
-    local = LocalFleet(FleetSpec(regions=[region], cold_start_s=0.5), cache_dir=cache_dir)
+    local = LocalFleet(LocalFleetSpec(regions=[region], cold_start_s=0.5), cache_dir=cache_dir)
     with local:
         yield local
     assert processes_with_marker(local.fleet_id) == [], "processes outlived the fleet"

@@ -23,8 +23,8 @@ from radixfleet.adapters.route53 import AwsRoute53, client
 from radixfleet.controllers.canary.fakes import FakeEvents
 from radixfleet.controllers.failover.controller import Controller
 from radixfleet.controllers.failover.fakes import FakeFailoverPolicies
-from radixfleet.controllers.failover.localfleet import FleetFloors, FleetObserver
-from radixfleet.fleet import LocalFleet
+from radixfleet.controllers.failover.localfleet import LocalFleetFloors, LocalFleetObserver
+from radixfleet.localfleet import LocalFleet
 from tests.failover.aws import zone_with_weighted_records
 from tests.failover.test_local_fleet import (
     CLIENTS,
@@ -71,7 +71,7 @@ def failover(route53: AwsRoute53, store: FakeFailoverPolicies, fleet: LocalFleet
     """A fresh controller process: all it shares with an earlier one is the policy's status."""
     return Controller(
         route53=route53, prometheus_for=_no_prometheus, policies=store, events=FakeEvents(),
-        floors=FleetFloors(fleet), observer=FleetObserver(fleet, route53),
+        floors=LocalFleetFloors(fleet), observer=LocalFleetObserver(fleet, route53),
     )  # fmt: skip
 
 

@@ -25,8 +25,8 @@ from radixfleet.controllers.quota.gate import TokenGate
 from radixfleet.controllers.quota.ledger import Throttled, TokenLedger
 from radixfleet.controllers.quota.shares import ConcurrencyShares
 from radixfleet.dataplane.relay import MAX_BODY_BYTES, entry_runner
-from radixfleet.fleet.entry import RegionEntry
-from tests.fleet.test_entry import FakeScaler, serve
+from radixfleet.localfleet.entry import RegionEntry
+from tests.localfleet.test_entry import FakeScaler, serve
 
 BUDGET = TokenBudget(tokens_per_minute=600)
 

@@ -36,7 +36,7 @@ from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
 from radixfleet.entry.server import ClusterEntry, Upstreams, router_has_no_worker
-from radixfleet.fleet.procs import free_port, free_ports
+from radixfleet.localfleet.procs import free_port, free_ports
 from radixfleet.profile import ReplicaProfile
 from tests import connection_faults
 

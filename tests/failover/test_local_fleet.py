@@ -32,10 +32,10 @@ from radixfleet.adapters.route53 import AwsRoute53, client
 from radixfleet.controllers.canary.fakes import FakeEvents
 from radixfleet.controllers.failover.controller import Controller
 from radixfleet.controllers.failover.fakes import FakeFailoverPolicies
-from radixfleet.controllers.failover.localfleet import FleetFloors, FleetObserver
+from radixfleet.controllers.failover.localfleet import LocalFleetFloors, LocalFleetObserver
 from radixfleet.controllers.failover.spec import Region
-from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
-from radixfleet.fleet.procs import processes_with_marker
+from radixfleet.localfleet import LocalFleet, LocalFleetSpec, ModelSpec, RegionSpec
+from radixfleet.localfleet.procs import processes_with_marker
 from tests.failover.aws import DUMMY_CREDENTIALS, Zone, moto_server, zone_with_weighted_records
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
@@ -112,7 +112,7 @@ def aws() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def fleet(cache_dir: Path) -> Iterator[LocalFleet]:
-    spec = FleetSpec(
+    spec = LocalFleetSpec(
         regions=[RegionSpec(name=r, models=[ModelSpec(name="m", replicas=1)]) for r in REGIONS],
         cold_start_s=1.0,
         retry_after_s=RETRY_AFTER_S,
@@ -125,7 +125,7 @@ def fleet(cache_dir: Path) -> Iterator[LocalFleet]:
 
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # Where tests/fleet builds the emulator's tokenizer: built once per session.
+    # Where tests/localfleet builds the emulator's tokenizer: built once per session.
     return tmp_path_factory.getbasetemp() / "tokenizer-cache"
 
 
@@ -169,7 +169,7 @@ def test_stopping_a_region_moves_its_traffic_and_loses_no_retried_request(
     events = FakeEvents()
     controller = Controller(
         route53=route53, prometheus_for=_no_prometheus, policies=FakeFailoverPolicies(),
-        events=events, floors=FleetFloors(fleet), observer=FleetObserver(fleet, route53),
+        events=events, floors=LocalFleetFloors(fleet), observer=LocalFleetObserver(fleet, route53),
     )  # fmt: skip
     policy: dict[str, Any] = {
         "apiVersion": "radixfleet.io/v1alpha1", "kind": "FailoverPolicy",

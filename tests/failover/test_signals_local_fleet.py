@@ -27,8 +27,8 @@ from radixfleet.controllers.failover.decide import judge
 from radixfleet.controllers.failover.fakes import FakeFailoverPolicies, FakeFloors, FakeRoute53
 from radixfleet.controllers.failover.spec import FailoverPolicySpec
 from radixfleet.controllers.failover.state import Verdict
-from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
-from radixfleet.fleet.procs import processes_with_marker
+from radixfleet.localfleet import LocalFleet, LocalFleetSpec, ModelSpec, RegionSpec
+from radixfleet.localfleet.procs import processes_with_marker
 
 pytestmark = [pytest.mark.fleet, pytest.mark.prometheus]
 
@@ -41,7 +41,7 @@ POLICY_NAMESPACE = "radixfleet-system"
 
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # Where tests/fleet builds the emulator's tokenizer: built once per session.
+    # Where tests/localfleet builds the emulator's tokenizer: built once per session.
     return tmp_path_factory.getbasetemp() / "tokenizer-cache"
 
 
@@ -49,7 +49,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def fleet(cache_dir: Path) -> Iterator[LocalFleet]:
     regions = [RegionSpec(name=r, models=[ModelSpec(name="m", replicas=n)])
                for r, n in REPLICAS.items()]  # fmt: skip
-    local = LocalFleet(FleetSpec(regions=regions, cold_start_s=1.0), cache_dir=cache_dir)
+    local = LocalFleet(LocalFleetSpec(regions=regions, cold_start_s=1.0), cache_dir=cache_dir)
     with local:
         for region in REPLICAS:
             assert local.start_region_prometheus(region) is not None, "Debian's prometheus"

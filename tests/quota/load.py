@@ -1,11 +1,11 @@
 """A noisy-tenant load run: tenants stream chat completions through the token gate to one
 emulated SGLang replica, each at its own rate, and every request's TTFT and outcome is kept.
 
-The replica is the project's emulator, slowed down (`time_factor`) and given a small batch so
-that it saturates under a load a two-core machine can generate; in front of it runs the local
-fleet's own region entry (`radixfleet.fleet.entry`), with or without the gate installed, routing
-straight to the replica (one replica needs no gateway). Arrivals are open-loop on a
-fixed seeded schedule, the same in both arms.
+The replica is the project's emulator, slowed down (`time_factor`) and given a small batch so that
+it saturates under a load a two-core machine can generate; in front of it runs the local fleet's
+own region entry (`radixfleet.localfleet.entry`), with or without the gate installed, routing
+straight to the replica (one replica needs no gateway). Arrivals are open-loop on a fixed seeded
+schedule, the same in both arms.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from radixfleet.controllers.quota.metrics import TokenMetrics
 from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.testing import RunningEmulator, serve_in_thread
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
-from radixfleet.fleet.entry import RegionEntry
-from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
+from radixfleet.localfleet.entry import RegionEntry
+from radixfleet.localfleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.profile import ReplicaProfile
 
 MODEL = "llama"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from radixfleet.emulator.tokenizer import load_tokenizer
-from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
+from radixfleet.localfleet import LocalFleet, LocalFleetSpec, ModelSpec, RegionSpec
 from radixfleet.twin.replay import fixed_fleet_hit_rates
 from radixfleet.workload.prompts import PromptSynth
 from radixfleet.workload.records import WorkItem
@@ -52,7 +52,7 @@ def fleet_hit_rate(requests: list[TraceRequest], cache_dir: Path) -> float:
         name="m", replicas=REPLICAS, max_replicas=REPLICAS,
         profile_overrides={"kv_capacity_tokens": float(KV_TOKENS)},
     )  # fmt: skip
-    spec = FleetSpec(regions=[RegionSpec(name="r", models=[model], router_workers="grpc")])
+    spec = LocalFleetSpec(regions=[RegionSpec(name="r", models=[model], router_workers="grpc")])
     items = [
         WorkItem(r.at, "r", "m", synth.prompt(r, index=i), r.output_tokens)
         for i, r in enumerate(requests)

@@ -24,8 +24,8 @@ from radixfleet import metrics_names as m
 from radixfleet.controllers.autoscale.decide import Decision, decide
 from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
 from radixfleet.controllers.autoscale.state import AutoscaleStatus, Observed, ReplicaMetrics
-from radixfleet.fleet.entry import RegionEntry
-from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState, Scaler
+from radixfleet.localfleet.entry import RegionEntry
+from radixfleet.localfleet.scaler import ReplicaInfo, ReplicaState, Scaler
 
 GAUGES = {
     m.SGLANG_RUNNING: "running",
@@ -60,7 +60,7 @@ def parse_metrics(text: str) -> Scrape:
 
 
 @dataclass
-class FleetAutoscaler:
+class LocalFleetAutoscaler:
     """decide() for one model of one region of a LocalFleet; `tick` is one decision."""
 
     scaler: Scaler

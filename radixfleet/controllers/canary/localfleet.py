@@ -1,12 +1,12 @@
 """The canary controller on the local fleet: the same observe, decide and act, the fleet as KServe.
 
-`FleetInferenceServices` is the InferenceServices port over one region of a `LocalFleet`. Each
+`LocalFleetInferenceServices` is the InferenceServices port over one region of a `LocalFleet`. Each
 model is an InferenceService of that name whose predictor status tells the fleet's revisions as
 KServe would: `latestCreatedRevision` is the canary while there is one, `latestRolledoutRevision`
 the stable one, `latestReadyRevision` the canary once one of its replicas is ready; its
 `canaryTrafficPercent` is the entry's split. Setting the percent moves the split, removing it
 promotes (the old revision is retired), 0 rolls back and keeps the canary pinned.
-`FleetBaselines` is the Baselines port: a policy with `baseline: true` gets the stable revision
+`LocalFleetBaselines` is the Baselines port: a policy with `baseline: true` gets the stable revision
 on as many fresh replicas as the canary has ready, behind a router of their own
 (`LocalFleet.set_baseline`).
 
@@ -40,7 +40,7 @@ from radixfleet.controllers.canary.ports import StaleRevisionError
 from radixfleet.controllers.canary.spec import POLICY_ANNOTATION
 from radixfleet.controllers.canary.state import RolloutStatus, rollout_of
 from radixfleet.emulator.tokenizer import load_tokenizer
-from radixfleet.fleet import LocalFleet
+from radixfleet.localfleet import LocalFleet
 from radixfleet.workload.prompts import PromptSynth
 from radixfleet.workload.records import RequestResult, WorkItem
 from radixfleet.workload.replay import Replayer
@@ -52,7 +52,7 @@ DEFAULT_POLICY = "default"
 LOCAL_MIN_INTERVAL_S = 1  # the fleet's Prometheus scrapes every second
 
 
-class FleetInferenceServices:
+class LocalFleetInferenceServices:
     """The InferenceServices port over one region of a local fleet."""
 
     def __init__(self, fleet: LocalFleet, *, region: str, policy: str = DEFAULT_POLICY) -> None:
@@ -104,7 +104,7 @@ class FleetInferenceServices:
         }
 
 
-class FleetBaselines:
+class LocalFleetBaselines:
     """The Baselines port over one region of a local fleet."""
 
     def __init__(self, fleet: LocalFleet, *, region: str) -> None:
@@ -150,13 +150,13 @@ class LocalRollouts:
         policies = FakeCanaryPolicies()
         policies.add({"metadata": {"name": DEFAULT_POLICY, "namespace": namespace}, "spec": spec})
         controller = Controller(
-            isvcs=FleetInferenceServices(fleet, region=region),
+            isvcs=LocalFleetInferenceServices(fleet, region=region),
             policies=policies,
             events=FakeEvents(),
             prometheus=HttpPrometheus(prometheus_url),
             metrics=CanaryMetrics(),
             min_interval_seconds=LOCAL_MIN_INTERVAL_S,
-            baselines=FleetBaselines(fleet, region=region),
+            baselines=LocalFleetBaselines(fleet, region=region),
         )
         return cls(controller, policies, namespace, tick_s=tick_s)
 

@@ -1,8 +1,8 @@
 """The failover controller on the local fleet: floors through its scalers, eyes on its entries.
 
-- `FleetFloors`: the `Floors` port on a `LocalFleet` (raising a floor scales the model up to it
+- `LocalFleetFloors`: the `Floors` port on a `LocalFleet` (raising a floor scales the model up to it
   at once; releasing gives the model back its spec's replica count).
-- `FleetObserver`: what the controller sees of the local fleet, each interval: every region's
+- `LocalFleetObserver`: what the controller sees of the local fleet, each interval: every region's
   entry probed over HTTP, standing for the blackbox probes the other regions' Prometheus run
   against it (one probe from this machine is every peer's view: they share the loopback), the
   ready replicas of each model, and the weights and health checks from Route 53 (moto's server
@@ -20,13 +20,13 @@ from radixfleet.adapters.route53 import WeightedRecords
 from radixfleet.controllers.failover.observe import health_checks, read_records
 from radixfleet.controllers.failover.spec import FailoverPolicySpec
 from radixfleet.controllers.failover.state import HealthCheck, Observed, RegionSignals
-from radixfleet.fleet import LocalFleet
+from radixfleet.localfleet import LocalFleet
 
 PROBE_TIMEOUT_S = 1.0
 
 
 @dataclass
-class FleetFloors:
+class LocalFleetFloors:
     """Floors as replica counts of the local fleet's models."""
 
     fleet: LocalFleet
@@ -53,7 +53,7 @@ class FleetFloors:
 
 
 @dataclass
-class FleetObserver:
+class LocalFleetObserver:
     """An `Observer` for `Controller`: the local fleet's entries, replicas and Route 53."""
 
     fleet: LocalFleet

@@ -26,12 +26,12 @@ from typing import Any
 import aiohttp
 import yaml
 
-from radixfleet.fleet.prewarm import warm
-from radixfleet.fleet.procs import Child, Supervisor, free_ports, stop_async
-from radixfleet.fleet.router import WORKER_ID_SEPARATOR, RouterError, RouterGroup
-from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
-from radixfleet.fleet.spec import FleetSpec, ModelSpec, revision_name
 from radixfleet.labels import SERVING_POOL
+from radixfleet.localfleet.prewarm import warm
+from radixfleet.localfleet.procs import Child, Supervisor, free_ports, stop_async
+from radixfleet.localfleet.router import WORKER_ID_SEPARATOR, RouterError, RouterGroup
+from radixfleet.localfleet.scaler import ReplicaInfo, ReplicaState
+from radixfleet.localfleet.spec import LocalFleetSpec, ModelSpec, revision_name
 from radixfleet.prefixes import kv_blocks, prompt_blocks
 from radixfleet.profile import resolve_profile
 from radixfleet.twin.interfaces import Prewarmer, Waiting
@@ -82,7 +82,7 @@ class EmulatorLauncher:
     """Starts emulated replicas (`python -m radixfleet.emulator`) with the fleet's clocks."""
 
     supervisor: Supervisor
-    fleet: FleetSpec
+    fleet: LocalFleetSpec
     workdir: Path
     host: str = "127.0.0.1"
     cache_dir: Path | None = None

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
-from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
-from radixfleet.fleet.procs import processes_with_marker
+from radixfleet.localfleet import LocalFleet, LocalFleetSpec, ModelSpec, RegionSpec
+from radixfleet.localfleet.procs import processes_with_marker
 from radixfleet.workload.prompts import PromptSynth
 from radixfleet.workload.records import WorkItem
 from radixfleet.workload.replay import Replayer
@@ -42,10 +42,10 @@ HIT_RATE_MARGIN = 0.08  # measured here: 0.83 (cache_aware) vs 0.67 (round_robin
 EVENT_LAG_MARGIN_S = 6.0
 
 
-def spec() -> FleetSpec:
+def spec() -> LocalFleetSpec:
     warm = ModelSpec(name="m", replicas=2, profile_overrides={"kv_capacity_tokens": KV_TOKENS})
     cold = ModelSpec(name="cold", replicas=0)
-    return FleetSpec(
+    return LocalFleetSpec(
         regions=[
             RegionSpec(name="cache-aware", router_policy="cache_aware", models=[warm, cold]),
             RegionSpec(name="round-robin", router_policy="round_robin", models=[warm]),

@@ -8,16 +8,16 @@ from pathlib import Path
 import yaml
 
 from radixfleet.dataplane.signals import PREFIX as SIGNALS_PREFIX
-from radixfleet.fleet.core import FleetCore
-from radixfleet.fleet.prometheus import (
+from radixfleet.localfleet.core import LocalFleetCore
+from radixfleet.localfleet.prometheus import (
     scrape_config,
     start_prometheus,
     wait_scraped,
 )
-from radixfleet.fleet.scaler import ReplicaState
+from radixfleet.localfleet.scaler import ReplicaState
 
 
-class FleetMonitoring(FleetCore):
+class LocalFleetMonitoring(LocalFleetCore):
     """The fleet's Prometheus servers and their config."""
 
     def stop_prometheus(self) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from radixfleet.fleet.procs import Supervisor, free_ports, processes_with_marker
+from radixfleet.localfleet.procs import Supervisor, free_ports, processes_with_marker
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -24,7 +24,7 @@ FAMILY = ["sh", "-c", "sleep 60 & sleep 60"]
 PARENT = """
 import sys, time
 from pathlib import Path
-from radixfleet.fleet.procs import Supervisor
+from radixfleet.localfleet.procs import Supervisor
 supervisor = Supervisor(marker=sys.argv[1])
 supervisor.install_signal_handlers()
 try:

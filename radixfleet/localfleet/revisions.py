@@ -5,24 +5,24 @@ from __future__ import annotations
 
 import asyncio
 
-from radixfleet.fleet.core import FleetCore
-from radixfleet.fleet.entry import Baseline, Canary
-from radixfleet.fleet.procs import stop_async
-from radixfleet.fleet.replicas import ReplicaSet
-from radixfleet.fleet.runtime import (
+from radixfleet.labels import BASELINE_POOL
+from radixfleet.localfleet.core import LocalFleetCore
+from radixfleet.localfleet.entry import Baseline, Canary
+from radixfleet.localfleet.procs import stop_async
+from radixfleet.localfleet.replicas import ReplicaSet
+from radixfleet.localfleet.runtime import (
     STOP_TIMEOUT_S,
-    FleetError,
+    LocalFleetError,
     RegionRuntime,
     Revision,
     RevisionStatus,
     settle,
     until,
 )
-from radixfleet.fleet.spec import revision_name
-from radixfleet.labels import BASELINE_POOL
+from radixfleet.localfleet.spec import revision_name
 
 
-class FleetRevisions(FleetCore):
+class LocalFleetRevisions(LocalFleetCore):
     """The fleet's revisions as KServe's: canary, share, promotion, baseline, retirement."""
 
     def create_revision(
@@ -47,7 +47,7 @@ class FleetRevisions(FleetCore):
             at_least = replica_set.spec.replicas
             ready = self.run(replica_set.wait_ready(at_least=at_least, timeout_s=timeout_s))
             if not ready:
-                raise FleetError(f"{name} not ready in {timeout_s:.0f} s; {self._failures()}")
+                raise LocalFleetError(f"{name} not ready in {timeout_s:.0f} s; {self._failures()}")
         return name
 
     async def _create_revision(

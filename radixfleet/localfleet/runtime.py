@@ -10,11 +10,11 @@ from typing import TypeVar
 
 from aiohttp import web
 
-from radixfleet.fleet.entry import RegionEntry
-from radixfleet.fleet.replicas import ReplicaSet
-from radixfleet.fleet.router import RouterGroup
-from radixfleet.fleet.scaler import ReplicaState
-from radixfleet.fleet.spec import ModelSpec, RegionSpec
+from radixfleet.localfleet.entry import RegionEntry
+from radixfleet.localfleet.replicas import ReplicaSet
+from radixfleet.localfleet.router import RouterGroup
+from radixfleet.localfleet.scaler import ReplicaState
+from radixfleet.localfleet.spec import ModelSpec, RegionSpec
 from radixfleet.twin.interfaces import Prewarmer
 
 T = TypeVar("T")
@@ -24,7 +24,7 @@ START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 60.0
 
 
-class FleetError(RuntimeError):
+class LocalFleetError(RuntimeError):
     """The fleet could not start (the message says which part and shows its log)."""
 
 

@@ -12,7 +12,7 @@ import pytest
 from radixfleet.config.catalog import TokenBudget
 from radixfleet.controllers.quota.gate import TokenGate
 from radixfleet.controllers.quota.ledger import TokenLedger
-from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
+from radixfleet.localfleet import LocalFleet, LocalFleetSpec, ModelSpec, RegionSpec
 from tests.openai_conformance import CHECKS, Endpoint
 
 pytestmark = pytest.mark.fleet
@@ -24,7 +24,7 @@ REGION, MODEL, TENANT, KEY = "local", "chat", "team-a", "sk-conformance"
 def endpoint(cache_dir: Path) -> Iterator[Endpoint]:
     budget = TokenBudget(tokens_per_minute=10_000_000)
     gate = TokenGate(ledger=TokenLedger({TENANT: budget}), keys={KEY: TENANT})
-    spec = FleetSpec(regions=[RegionSpec(name=REGION, models=[ModelSpec(name=MODEL)])],
+    spec = LocalFleetSpec(regions=[RegionSpec(name=REGION, models=[ModelSpec(name=MODEL)])],
                      cold_start_s=0.5)  # fmt: skip
     with LocalFleet(spec, cache_dir=cache_dir, gates={REGION: gate}) as local:
         yield Endpoint(f"{local.entry_url(REGION)}/v1", KEY, MODEL)

@@ -20,9 +20,9 @@ from typing import Any
 
 import aiohttp
 
-from radixfleet.fleet.procs import Child, Supervisor
-from radixfleet.fleet.spec import WorkerTransport
 from radixfleet.labels import SERVING_POOL
+from radixfleet.localfleet.procs import Child, Supervisor
+from radixfleet.localfleet.spec import WorkerTransport
 
 DECISION_SERIES = re.compile(
     r'^smg_cache_aware_policy_branch_total\{branch="([a-z_]+)"\} ([0-9.e+]+)$', re.MULTILINE

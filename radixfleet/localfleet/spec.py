@@ -78,7 +78,7 @@ class RegionSpec(BaseModel):
         raise KeyError(name)
 
 
-class FleetSpec(BaseModel):
+class LocalFleetSpec(BaseModel):
     """A local fleet: regions, and the clocks of its replicas and entries."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -104,7 +104,7 @@ class FleetSpec(BaseModel):
     router_health_interval_s: int = Field(default=10, ge=1)
 
     @model_validator(mode="after")
-    def _unique_regions(self) -> FleetSpec:
+    def _unique_regions(self) -> LocalFleetSpec:
         names = [r.name for r in self.regions]
         if len(set(names)) != len(names):
             raise ValueError(f"a region is listed twice: {names}")
@@ -118,13 +118,13 @@ class FleetSpec(BaseModel):
         raise KeyError(name)
 
 
-def demo_spec() -> FleetSpec:
+def demo_spec() -> LocalFleetSpec:
     """Two regions, as in the example catalog: 8B scales to zero, 70B is kept warm."""
     llama_8b = ModelSpec(name="llama-3-1-8b", namespace="team-search", replicas=2)
     llama_70b = ModelSpec(
         name="llama-3-1-70b", namespace="team-search", replicas=1, profile="4xh100-llama-3.1-70b"
     )
-    return FleetSpec(
+    return LocalFleetSpec(
         regions=[
             RegionSpec(name="us-east-1", models=[llama_8b, llama_70b]),
             RegionSpec(name="eu-west-1", models=[llama_8b.model_copy(update={"replicas": 0})]),

@@ -21,36 +21,36 @@ from aiohttp import web
 from radixfleet.dataplane.relay import entry_runner
 from radixfleet.dataplane.signals import SignalsRelay
 from radixfleet.emulator.tokenizer import ensure_tokenizer_dir
-from radixfleet.fleet.entry import Gate, RegionEntry, RouterPool
-from radixfleet.fleet.procs import Supervisor, free_ports, stop_async
-from radixfleet.fleet.prometheus import (
+from radixfleet.labels import SERVING_POOL
+from radixfleet.localfleet.entry import Gate, RegionEntry, RouterPool
+from radixfleet.localfleet.procs import Supervisor, free_ports, stop_async
+from radixfleet.localfleet.prometheus import (
     PrometheusServer,
     Target,
     write_targets,
 )
-from radixfleet.fleet.replicas import EmulatorLauncher, ReplicaSet, ScaleEvent
-from radixfleet.fleet.router import Router, RouterGroup, router_command
-from radixfleet.fleet.runtime import (
+from radixfleet.localfleet.replicas import EmulatorLauncher, ReplicaSet, ScaleEvent
+from radixfleet.localfleet.router import Router, RouterGroup, router_command
+from radixfleet.localfleet.runtime import (
     START_TIMEOUT_S,
     STOP_TIMEOUT_S,
-    FleetError,
+    LocalFleetError,
     PrewarmerFactory,
     RegionRuntime,
     T,
     settle,
 )
-from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState
-from radixfleet.fleet.spec import FleetSpec, ModelSpec, revision_name
-from radixfleet.labels import SERVING_POOL
+from radixfleet.localfleet.scaler import ReplicaInfo, ReplicaState
+from radixfleet.localfleet.spec import LocalFleetSpec, ModelSpec, revision_name
 from radixfleet.profile import resolve_profile
 
 
-class FleetCore:
+class LocalFleetCore:
     """A local fleet's state, lifecycle and accessors; `LocalFleet` adds its other parts."""
 
     def __init__(
         self,
-        spec: FleetSpec,
+        spec: LocalFleetSpec,
         *,
         workdir: Path | None = None,
         cache_dir: Path | None = None,
@@ -251,7 +251,9 @@ class FleetCore:
         ready = await asyncio.gather(*waits.values())
         late = [key for key, ok in zip(waits, ready, strict=True) if not ok]
         if late:
-            raise FleetError(f"replicas not ready in {timeout:.0f} s: {late}; {self._failures()}")
+            raise LocalFleetError(
+                f"replicas not ready in {timeout:.0f} s: {late}; {self._failures()}"
+            )
 
     def _failures(self) -> str:
         failed = [e for _, _, e in self.events() if e.kind == "failed"]
@@ -282,7 +284,7 @@ class FleetCore:
         """A region's entry object (in-flight counts, wake records); read it on the loop."""
         entry = self.regions[region].entry
         if entry is None:
-            raise FleetError("the fleet is not started")
+            raise LocalFleetError("the fleet is not started")
         return entry
 
     def scaler(self, region: str, model: str) -> ReplicaSet:

@@ -21,8 +21,8 @@ import pytest
 from aiohttp import web
 
 from radixfleet.dataplane.relay import entry_runner, upstream_timeout
-from radixfleet.fleet.entry import Baseline, Canary, RegionEntry, RouterPool
-from radixfleet.fleet.scaler import ReplicaInfo
+from radixfleet.localfleet.entry import Baseline, Canary, RegionEntry, RouterPool
+from radixfleet.localfleet.scaler import ReplicaInfo
 from tests import connection_faults
 
 

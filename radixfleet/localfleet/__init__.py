@@ -16,14 +16,14 @@
 `radixfleet demo`, which runs it, is an app of its own (radixfleet/demo/).
 """
 
-from radixfleet.fleet.fleet import FleetError, LocalFleet
-from radixfleet.fleet.scaler import ReplicaInfo, ReplicaState, Scaler
-from radixfleet.fleet.spec import FleetSpec, ModelSpec, RegionSpec, demo_spec
+from radixfleet.localfleet.fleet import LocalFleet, LocalFleetError
+from radixfleet.localfleet.scaler import ReplicaInfo, ReplicaState, Scaler
+from radixfleet.localfleet.spec import LocalFleetSpec, ModelSpec, RegionSpec, demo_spec
 
 __all__ = [
-    "FleetError",
-    "FleetSpec",
     "LocalFleet",
+    "LocalFleetError",
+    "LocalFleetSpec",
     "ModelSpec",
     "RegionSpec",
     "ReplicaInfo",

@@ -1,6 +1,6 @@
 """Pre-warming on the local fleet: a revision's new replica is sent the hottest prompt prefixes
 before its router sends it traffic (radixfleet/controllers/autoscale/prewarm.py decides what and
-when; radixfleet/fleet/prewarm.py sends them).
+when; radixfleet/localfleet/prewarm.py sends them).
 
 Two regions side by side serve model "m" from one replica each and replay the same
 shared-prefix workload through their entries; only "prewarmed" pre-warms. Both are scaled to two
@@ -25,7 +25,7 @@ import pytest
 from radixfleet.controllers.autoscale.prewarm import Prewarming
 from radixfleet.controllers.autoscale.spec import Prewarm, Targets
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
-from radixfleet.fleet import FleetSpec, LocalFleet, ModelSpec, RegionSpec
+from radixfleet.localfleet import LocalFleet, LocalFleetSpec, ModelSpec, RegionSpec
 from radixfleet.prefixes import prompt_blocks
 from radixfleet.twin.interfaces import Prewarmer
 from radixfleet.workload.prompts import PromptSynth
@@ -44,10 +44,10 @@ WORKLOAD = SharedPrefixSpec(
 REGIONS = ("prewarmed", "cold")
 
 
-def spec() -> FleetSpec:
+def spec() -> LocalFleetSpec:
     model = ModelSpec(name="m", replicas=1, max_replicas=2,
                       profile_overrides={"kv_capacity_tokens": 40_000})  # fmt: skip
-    return FleetSpec(regions=[RegionSpec(name=r, models=[model]) for r in REGIONS],
+    return LocalFleetSpec(regions=[RegionSpec(name=r, models=[model]) for r in REGIONS],
                      cold_start_s=1.0)  # fmt: skip
 
 
@@ -202,7 +202,7 @@ def test_a_replica_taken_down_mid_warm_up_ends_its_warm_up(cache_dir: Path) -> N
             prewarmer.record(blocks, time.time())
     model = ModelSpec(name="m", replicas=1, max_replicas=2,
                       profile_overrides={"prefill_overhead_s": 5.0})  # fmt: skip
-    slow = FleetSpec(regions=[RegionSpec(name="slow", models=[model])], cold_start_s=1.0)
+    slow = LocalFleetSpec(regions=[RegionSpec(name="slow", models=[model])], cold_start_s=1.0)
     with LocalFleet(slow, cache_dir=cache_dir, prewarmers=lambda _r, _m: prewarmer) as local:
         scaler = local.scaler("slow", "m")
         (first,) = scaler.replicas()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
-from radixfleet.fleet.spec import FleetSpec
+from radixfleet.localfleet.spec import LocalFleetSpec
 from radixfleet.workload.prompts import PromptSynth
 from radixfleet.workload.records import WorkItem
 from radixfleet.workload.synthetic import SharedPrefixSpec, shared_prefix_workload
@@ -89,7 +89,7 @@ class DemoWorkload:
 
 def demo_workload(
     *,
-    spec: FleetSpec,
+    spec: LocalFleetSpec,
     tokenizer: EmulatorTokenizer,
     duration_s: float,
     rate: float,

@@ -21,13 +21,13 @@ The class is put together from its parts: `core` (state, lifecycle, accessors, s
 
 from __future__ import annotations
 
-from radixfleet.fleet.chaos import FleetChaos
-from radixfleet.fleet.monitoring import FleetMonitoring
-from radixfleet.fleet.revisions import FleetRevisions
-from radixfleet.fleet.runtime import FleetError, RevisionStatus
+from radixfleet.localfleet.chaos import LocalFleetChaos
+from radixfleet.localfleet.monitoring import LocalFleetMonitoring
+from radixfleet.localfleet.revisions import LocalFleetRevisions
+from radixfleet.localfleet.runtime import LocalFleetError, RevisionStatus
 
-__all__ = ["FleetError", "LocalFleet", "RevisionStatus"]
+__all__ = ["LocalFleet", "LocalFleetError", "RevisionStatus"]
 
 
-class LocalFleet(FleetRevisions, FleetChaos, FleetMonitoring):
+class LocalFleet(LocalFleetRevisions, LocalFleetChaos, LocalFleetMonitoring):
     """A fleet of emulated regions on this machine; a context manager that stops everything."""

@@ -53,8 +53,8 @@ from radixfleet.dataplane.relay import (
     retry_after,
 )
 from radixfleet.dataplane.signals import SignalsRelay
-from radixfleet.fleet.scaler import PromptRecorder, Scaler
-from radixfleet.fleet.spec import RouterSpread
+from radixfleet.localfleet.scaler import PromptRecorder, Scaler
+from radixfleet.localfleet.spec import RouterSpread
 from radixfleet.revisions import BASELINE, CANARY, pick_revision
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from radixfleet.cli import app
-from radixfleet.fleet.procs import processes_with_marker
-from radixfleet.fleet.prometheus import prometheus_binary
+from radixfleet.localfleet.procs import processes_with_marker
+from radixfleet.localfleet.prometheus import prometheus_binary
 
 pytestmark = pytest.mark.fleet
 

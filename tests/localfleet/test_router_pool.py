@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from radixfleet.fleet.entry import AFFINITY_CHARS, RouterPool, affinity_text, as_pool
+from radixfleet.localfleet.entry import AFFINITY_CHARS, RouterPool, affinity_text, as_pool
 
 URLS = tuple(f"http://127.0.0.1:{port}" for port in (9001, 9002, 9003, 9004))
 openings = st.text(min_size=1, max_size=300)

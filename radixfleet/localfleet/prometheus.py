@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from radixfleet.fleet.procs import Child, Supervisor, free_port
 from radixfleet.labels import SERVING_POOL
+from radixfleet.localfleet.procs import Child, Supervisor, free_port
 
 REPLICA_JOB = "sglang-replicas"
 ROUTER_JOB = "smg-router"  # its metrics are smg_*; kept out of the .*sglang.* replica jobs

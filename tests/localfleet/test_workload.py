@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
-from radixfleet.fleet.workloads import AZURE, MOONCAKE, default_traces_dir
+from radixfleet.localfleet.workloads import AZURE, MOONCAKE, default_traces_dir
 from radixfleet.workload.prompts import PromptSynth
 from radixfleet.workload.records import RequestResult, WorkItem
 from radixfleet.workload.replay import Replayer, _Stream, _StreamError
@@ -29,7 +29,7 @@ from radixfleet.workload.traces import (
     sample_sessions,
     scale_tokens,
 )
-from tests.fleet.test_entry import router_standin, serve
+from tests.localfleet.test_entry import router_standin, serve
 
 TRACES = default_traces_dir()
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"

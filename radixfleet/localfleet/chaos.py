@@ -6,9 +6,9 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from radixfleet.fleet.core import FleetCore
-from radixfleet.fleet.replicas import ReplicaSet
-from radixfleet.fleet.runtime import (
+from radixfleet.localfleet.core import LocalFleetCore
+from radixfleet.localfleet.replicas import ReplicaSet
+from radixfleet.localfleet.runtime import (
     STOP_TIMEOUT_S,
     RegionRuntime,
     call_on_loop,
@@ -16,7 +16,7 @@ from radixfleet.fleet.runtime import (
 )
 
 
-class FleetChaos(FleetCore):
+class LocalFleetChaos(LocalFleetCore):
     """What goes wrong in a real fleet, on demand."""
 
     def set_faults(
