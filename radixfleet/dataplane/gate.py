@@ -22,10 +22,16 @@ TENANT = web.RequestKey("radixfleet.entry.tenant", str)
 ModelOf = Callable[[str, dict[str, Any]], str]
 
 
-class EntryGate(Protocol):
+class Gate(Protocol):
+    """What every entry's front asks of its gate (radixfleet/dataplane/front.py)."""
+
     def install(self, app: web.Application, *, model_of: ModelOf | None = None) -> None: ...
 
     def tenant_of(self, request: web.Request) -> str | None: ...
+
+
+class EntryGate(Gate, Protocol):
+    """The cluster entry's gate: also kept in step with the cluster."""
 
     def sync(self) -> Mapping[str, Sequence[str]]: ...
 

@@ -1,13 +1,13 @@
-"""The region entry's HTTP application in a cluster.
+"""The region entry's backend in a cluster, behind the one front (radixfleet/dataplane/front.py).
 
-A request names a model; its API key names the tenant (the gate, `gate.py`). The entry finds
-that tenant's model (`routes.py`), picks a revision by KServe's traffic split (and a canary's
-baseline beside it, `routes.py`), and sends the request to the revision's router
-(`<revision>-router:8000`, `<revision>-baseline-router` for a baseline; smg, cache-aware). A
+A request names a model; its API key names the tenant (the gate, `gate.py`). The front resolves
+that tenant's model among its own (`routes.py`); the backend picks a revision by KServe's traffic
+split (and a canary's baseline beside it, `routes.py`), and sends the request to the revision's
+router (`<revision>-router:8000`, `<revision>-baseline-router` for a baseline; smg, cache-aware). A
 router with no worker says so (or has no pod yet): the entry then sends the request the Knative
-way, to the revision's Service with the headers an ingress adds, where Knative's
-activator holds it and wakes the revision from zero, so no request is lost while the router
-finds the new pod. Answers stream through; the tenant's credentials are never sent upstream.
+way, to the revision's Service with the headers an ingress adds, where Knative's activator holds it
+and wakes the revision from zero, so no request is lost while the router finds the new pod. Answers
+stream through; the tenant's credentials are never sent upstream.
 
 Every answer says which revision served it and how (`x-radixfleet-revision`,
 `x-radixfleet-path: router|knative`, and `x-radixfleet-pool: baseline` from a canary's
@@ -31,16 +31,10 @@ from aiohttp import web
 from radixfleet import dataplane
 from radixfleet.dataplane import openai
 from radixfleet.dataplane.errors import EntryError, model_not_found
-from radixfleet.dataplane.gate import TENANT, EntryGate
+from radixfleet.dataplane.front import Front, Models
+from radixfleet.dataplane.gate import EntryGate
 from radixfleet.dataplane.prefixes import HotPrefixes
-from radixfleet.dataplane.relay import (
-    FAILED_BEFORE_ANSWERING,
-    NOT_REACHED,
-    PROXIED_PATHS,
-    entry_application,
-    parse_body,
-    relay,
-)
+from radixfleet.dataplane.relay import FAILED_BEFORE_ANSWERING, NOT_REACHED, relay
 from radixfleet.dataplane.routes import ModelRoute, Routes, Target
 from radixfleet.dataplane.signals import SignalsRelay
 from radixfleet.labels import SERVING_POOL
@@ -89,70 +83,35 @@ class ClusterEntry:
     prefixes: HotPrefixes | None = None  # what each model's prompts began with (pre-warming)
 
     def app(self) -> web.Application:
-        app = entry_application()
-        app.add_routes([web.post(path, self.proxy) for path in PROXIED_PATHS])
-        app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health),
-                        web.get("/v1/models/{model}", self.model)])  # fmt: skip
-        # Inside the error middleware: a refused request costs nothing. The gate charges the
-        # model this entry will resolve, so leaving `model` out never skips its budget.
-        self.gate.install(app, model_of=lambda tenant, body: self._route(tenant, body).model)
-        if self.signals is not None:
-            self.signals.install(app)
-        if self.prefixes is not None:
-            self.prefixes.install(app)
-        return app
+        """The entry's application: the one front (radixfleet/dataplane/front.py) over this."""
+        extras = [part for part in (self.signals, self.prefixes) if part is not None]
+        return Front(self, gate=self.gate, extras=extras).app()
 
-    async def proxy(self, request: web.Request) -> web.StreamResponse:
-        """Forward a generation request to the revision that serves the tenant's model."""
-        raw = await request.read()
-        body = parse_body(raw)
-        route = self._route(request[TENANT], body)
-        if request.path.startswith("/v1/") and body.get("model") != route.model:
-            raw = json.dumps({**body, "model": route.model}).encode()
-        target = route.pick(self.draw() * 100)
+    def models_of(self, tenant: str | None) -> Models | None:
+        """The tenant's models, as the last sync read them (None before the first)."""
+        if self.routes is None:
+            return None
+        owned = self.routes.of(tenant) if tenant is not None else []
+        return {route.model: _model_object(route) for route in owned}
+
+    async def forward(
+        self, request: web.Request, tenant: str | None, model: str, body: dict[str, Any],
+        raw: bytes,
+    ) -> web.StreamResponse:  # fmt: skip
+        """Send the request to the revision KServe's split picks for the tenant's model."""
+        route = self.routes.resolve(tenant, model) if self.routes and tenant else None
+        if route is None:  # the routes were replaced since the front resolved the model
+            raise model_not_found(model)
         if self.prefixes is not None:
             self.prefixes.record(route.namespace, route.model, body)
+        target = route.pick(self.draw() * 100)
         if target is None:
-            raise self._unavailable(f"The model '{route.model}' has no ready revision yet.")
+            raise self.unavailable(f"The model '{route.model}' has no ready revision yet.")
         return await self._forward(request, target, raw)
 
-    async def models(self, request: web.Request) -> web.StreamResponse:
-        """OpenAI's model list: the caller's own models (401 without a known key)."""
-        tenant = self._tenant(request)
-        routes = self.routes.of(tenant) if self.routes else []
-        return web.json_response({"object": "list", "data": [_model_object(r) for r in routes]})
-
-    async def model(self, request: web.Request) -> web.StreamResponse:
-        """OpenAI's `GET /v1/models/{model}`: one of the caller's models, else 404."""
-        tenant, name = self._tenant(request), request.match_info["model"]
-        route = self.routes.resolve(tenant, name) if self.routes else None
-        if route is None:
-            raise model_not_found(name)
-        return web.json_response(_model_object(route))
-
-    def _tenant(self, request: web.Request) -> str:
-        tenant = self.gate.tenant_of(request)
-        if tenant is None:
-            raise EntryError(401, "Unknown or missing API key.")
-        return tenant
-
-    async def health(self, _request: web.Request) -> web.StreamResponse:
-        """200 once the entry has read the cluster (Route 53 and the load balancer ask this)."""
-        return web.Response(status=200 if self.routes is not None else 503)
-
-    def _route(self, tenant: str, body: dict[str, Any]) -> ModelRoute:
-        if self.routes is None:
-            raise self._unavailable("The entry is starting; retry shortly.")
-        name = body.get("model")
-        owned = self.routes.of(tenant)
-        if (name is None or name == "default") and len(owned) == 1:
-            return owned[0]
-        if not isinstance(name, str) or not name:
-            raise EntryError(400, "Field 'model' is required.", param="model")
-        route = self.routes.resolve(tenant, name)
-        if route is None:  # another tenant's model looks exactly like no model at all
-            raise model_not_found(name)
-        return route
+    def healthy(self) -> bool:
+        """Once the entry has read the cluster (Route 53 and the load balancer ask)."""
+        return self.routes is not None
 
     async def _forward(
         self, request: web.Request, target: Target, raw: bytes
@@ -210,7 +169,7 @@ class ClusterEntry:
                 relayed = {**served, "x-radixfleet-path": "knative"}
                 return await relay(request, up, relayed, may_resend=may_resend)
         except (aiohttp.ClientConnectorError, TimeoutError):
-            raise self._unavailable(f"Revision {target.revision} is not reachable.") from None
+            raise self.unavailable(f"Revision {target.revision} is not reachable.") from None
 
     def keys_of(self, namespace: str) -> list[str]:
         """The data plane's keys of `namespace`, as last read from the cluster."""
@@ -228,7 +187,7 @@ class ClusterEntry:
         (the platform's fault, not the caller's: never relayed as the caller's 401)."""
         named = self.keys.get(target.namespace)
         if not named:
-            raise self._unavailable(f"The data plane of {target.namespace} is not ready yet.")
+            raise self.unavailable(f"The data plane of {target.namespace} is not ready yet.")
         pinned = (target.namespace, target.revision)
         order = sorted(named, key=lambda name: (name != self.revision_keys.get(pinned), name))
         for name in order:
@@ -247,7 +206,7 @@ class ClusterEntry:
         finally:
             upstream.release()
 
-    def _unavailable(self, message: str) -> EntryError:
+    def unavailable(self, message: str) -> EntryError:
         return EntryError(503, message, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 

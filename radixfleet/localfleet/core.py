@@ -18,11 +18,12 @@ from typing import Any, Self
 import aiohttp
 from aiohttp import web
 
+from radixfleet.dataplane.gate import Gate
 from radixfleet.dataplane.relay import entry_runner
 from radixfleet.dataplane.signals import SignalsRelay
 from radixfleet.emulator.tokenizer import ensure_tokenizer_dir
 from radixfleet.labels import SERVING_POOL
-from radixfleet.localfleet.entry import Gate, RegionEntry, RouterPool
+from radixfleet.localfleet.entry import RegionEntry, RouterPool
 from radixfleet.localfleet.procs import Supervisor, free_ports, stop_async
 from radixfleet.localfleet.prometheus import (
     PrometheusServer,
@@ -233,6 +234,7 @@ class LocalFleetCore:
             retry_after_s=self.spec.retry_after_s,
             gate=self.gates.get(region.spec.name),
             signals=SignalsRelay(token=self.fleet_token, session=self._session),
+            owners={model.name: model.tenants for model in region.spec.models if model.tenants},
         )
         region.runner = entry_runner(region.entry.app, shutdown_timeout=1.0, access_log=None)
         await region.runner.setup()

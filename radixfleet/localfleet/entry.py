@@ -18,37 +18,35 @@ baseline (the stable model on replicas of its own, radixfleet/controllers/canary
 baseline is sent as much as the canary once one of its replicas is ready
 (`radixfleet.revisions.pick_revision`, the twin's split too).
 
-Bad input gets its status and OpenAI's error body (`radixfleet/dataplane/openai.py`), never a
-traceback: malformed JSON 400, an unknown model 404, an unknown path 404, a wrong method 405
-with `Allow`.
+`RegionEntry` is a backend of the one front every entry serves (`radixfleet/dataplane/front.py`:
+the routes, the gate, a tenant's models, bad input answered with its status and OpenAI's error
+body, never a traceback); `owners` scopes a model to the tenants whose keys may call it, as the
+cluster's entry scopes an InferenceService to its namespace's tenant.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from radixfleet.dataplane import openai
-from radixfleet.dataplane.errors import EntryError, model_not_found
-from radixfleet.dataplane.gate import ModelOf
+from radixfleet.dataplane.errors import EntryError
+from radixfleet.dataplane.front import Front, Models
+from radixfleet.dataplane.gate import Gate
 from radixfleet.dataplane.relay import (
     FAILED_BEFORE_ANSWERING,
     NOT_REACHED,
-    PROXIED_PATHS,
-    entry_application,
     not_ready_yet,
-    parse_body,
     relay,
     retry_after,
 )
@@ -144,15 +142,6 @@ class Canary:
     baseline: Baseline | None = None
 
 
-class Gate(Protocol):
-    """Something in front of the routes, e.g. the token budgets of
-    radixfleet/controllers/quota/gate.py."""
-
-    def install(self, app: web.Application, *, model_of: ModelOf | None = None) -> None: ...
-
-    def tenant_of(self, request: web.Request) -> str | None: ...
-
-
 class RegionEntry:
     """The aiohttp application of one region's entry."""
 
@@ -168,6 +157,7 @@ class RegionEntry:
         gate: Gate | None = None,
         signals: SignalsRelay | None = None,
         split_seed: int | None = None,
+        owners: Mapping[str, Collection[str]] | None = None,
     ) -> None:
         self.region = region
         self.scalers = dict(scalers)  # per model: the stable revision's
@@ -185,29 +175,27 @@ class RegionEntry:
         self.gate = gate
         self.signals = signals  # the fleet's failover reads the region's Prometheus through it
         self.started = int(time.time())  # the models' `created`: they exist since the entry does
+        # By model: the tenants whose keys may call it (a model without: every tenant's).
+        self.owners = {model: frozenset(tenants) for model, tenants in (owners or {}).items()}
         self.app = self._build_app()
 
     def _build_app(self) -> web.Application:
-        app = entry_application()
-        app.add_routes([web.post(path, self.proxy) for path in PROXIED_PATHS])
-        app.add_routes([web.get("/v1/models", self.models), web.get("/health", self.health),
-                        web.get("/v1/models/{model}", self.model)])  # fmt: skip
-        if self.gate is not None:  # inside the error middleware: a throttled request never wakes
-            self.gate.install(app, model_of=lambda _tenant, body: self._model_for(body))
-        if self.signals is not None:
-            self.signals.install(app)
-        return app
+        extras = [self.signals] if self.signals is not None else []
+        return Front(self, gate=self.gate, extras=extras).app()
 
-    # -- routes ------------------------------------------------------------------------------
+    # -- the front's backend (radixfleet/dataplane/front.py) ---------------------------------
 
-    async def proxy(self, request: web.Request) -> web.StreamResponse:
+    def models_of(self, tenant: str | None) -> Models:
+        """The region's models `tenant` may call (without a gate: every one)."""
+        return {name: self._model_object(name) for name in self.scalers
+                if tenant is None or tenant in self.owners.get(name, (tenant,))}  # fmt: skip
+
+    async def forward(
+        self, request: web.Request, tenant: str | None, model: str, body: dict[str, Any],
+        raw: bytes,
+    ) -> web.StreamResponse:  # fmt: skip
         """Forward a generation request to its model's router, waking the model if needed."""
-        raw = await request.read()
-        body = parse_body(raw)
-        model = self._model_for(body)
-        if request.path.startswith("/v1/") and body.get("model") != model:
-            # The router's OpenAI routes require the name the entry defaulted to.
-            raw = json.dumps({**body, "model": model}).encode()
+        del tenant  # the front resolved the model among the tenant's own
         scaler, pool = self._revision_for(model)
         if isinstance(scaler, PromptRecorder):
             scaler.record_prompt(body)
@@ -220,37 +208,22 @@ class RegionEntry:
             self.in_flight[model] -= 1
             self.in_flight_by_router[pool.key] -= 1
 
+    def healthy(self) -> bool:
+        """While the region accepts requests (whatever its models' replica counts)."""
+        return self.accepting
+
+    def unavailable(self, message: str) -> EntryError:
+        return EntryError(503, message, headers={"Retry-After": str(self.retry_after_s)})
+
     def promote(self, model: str) -> Canary:
         """Send all of `model`'s traffic to its canary, which becomes the stable revision."""
         canary = self.canaries.pop(model)
         self.scalers[model], self.routers[model] = canary.scaler, as_pool(canary.router)
         return canary
 
-    async def models(self, request: web.Request) -> web.StreamResponse:
-        """OpenAI's model list: the models this region serves (with a gate: to a known key)."""
-        self._authenticate(request)
-        data = [self._model_object(name) for name in self.scalers]
-        return web.json_response({"object": "list", "data": data})
-
-    async def model(self, request: web.Request) -> web.StreamResponse:
-        """OpenAI's `GET /v1/models/{model}`."""
-        self._authenticate(request)
-        name = request.match_info["model"]
-        if name not in self.scalers:
-            raise model_not_found(name)
-        return web.json_response(self._model_object(name))
-
-    def _authenticate(self, request: web.Request) -> None:
-        if self.gate is not None and self.gate.tenant_of(request) is None:
-            raise EntryError(401, "Unknown or missing API key.")
-
     def _model_object(self, name: str) -> dict[str, Any]:
         return {**openai.model_object(name, created=self.started, owned_by="radixfleet"),
                 "region": self.region}  # fmt: skip
-
-    async def health(self, _request: web.Request) -> web.StreamResponse:
-        """200 while the region accepts requests (whatever its models' replica counts)."""
-        return web.Response(status=200 if self.accepting else 503)
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -269,33 +242,19 @@ class RegionEntry:
             return baseline.scaler, as_pool(baseline.router)
         return self.scalers[model], self.routers[model]
 
-    def _model_for(self, body: dict[str, Any]) -> str:
-        name = body.get("model")
-        if name is None or name == "default":
-            if len(self.scalers) == 1:
-                return next(iter(self.scalers))
-            message = f"Field 'model' is required: {self.region} serves several."
-            raise EntryError(400, message, param="model")
-        if not isinstance(name, str) or name not in self.scalers:
-            raise model_not_found(name)
-        return name
-
     async def _ensure_capacity(self, scaler: Scaler) -> None:
         if not self.accepting:
-            raise self._unavailable(f"Region {self.region} is not serving.")
+            raise self.unavailable(f"Region {self.region} is not serving.")
         if scaler.ready_count() > 0:
             return
         held_since = time.monotonic()
         if scaler.desired() == 0:
             scaler.scale_to(1)  # wake from zero; replicas already starting need no push
         if not await scaler.wait_ready(timeout_s=self.wake_timeout_s):
-            raise self._unavailable(
+            raise self.unavailable(
                 f"The model '{scaler.model}' is starting from zero replicas; retry shortly."
             )
         self.woken.append((scaler.model, time.monotonic() - held_since))
-
-    def _unavailable(self, message: str) -> EntryError:
-        return EntryError(503, message, headers={"Retry-After": str(self.retry_after_s)})
 
     async def _forward(
         self, request: web.Request, pool: RouterPool, body: Mapping[str, Any], raw: bytes
@@ -311,7 +270,7 @@ class RegionEntry:
             except NOT_REACHED:
                 # The request reached no router (one is restarting): another is safe.
                 if last_try:
-                    raise self._unavailable("The model's router is not reachable.") from None
+                    raise self.unavailable("The model's router is not reachable.") from None
                 answer = None
             except FAILED_BEFORE_ANSWERING:
                 # The client has seen nothing: one more try repeats nothing it saw; a second

@@ -43,6 +43,11 @@ class ModelSpec(BaseModel):
     profile_overrides: dict[str, float] = Field(
         default_factory=dict, description="ReplicaProfile fields to change, e.g. a small KV cache"
     )
+    tenants: list[str] = Field(
+        default_factory=list,
+        description="the tenants whose keys may call it, as the region's gate names them"
+        " (none: every tenant's); another tenant's key finds no such model",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> ModelSpec:

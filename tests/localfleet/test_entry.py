@@ -20,6 +20,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from radixfleet.controllers.quota.gate import TokenGate
+from radixfleet.controllers.quota.ledger import TokenLedger
 from radixfleet.dataplane.relay import entry_runner, upstream_timeout
 from radixfleet.localfleet.entry import Baseline, Canary, RegionEntry, RouterPool
 from radixfleet.localfleet.scaler import ReplicaInfo
@@ -705,3 +707,45 @@ def test_a_router_whose_connection_never_completes_is_not_reachable_not_a_failur
     assert status == 503, body
     assert "not reachable" in body["error"]["message"]
     assert took_s >= 1  # it kept trying until the wake timeout
+
+
+def test_a_tenant_sees_and_reaches_only_its_own_models_as_on_the_cluster() -> None:
+    """The local fleet's entry is the cluster's front (radixfleet/dataplane/front.py): with a
+    gate, a key lists and calls only its tenant's models, another tenant's model is exactly no
+    model, and a request naming none is served by the tenant's only one. Before, every key saw
+    and reached every model of the region."""
+    gate = TokenGate(ledger=TokenLedger({"blue": None, "green": None}),
+                     keys={"key-blue": "blue", "key-green": "green"})  # fmt: skip
+
+    async def main() -> None:
+        upstream = web.Application()
+        upstream.router.add_post("/v1/completions", router_standin)
+        async with serve(upstream) as router, aiohttp.ClientSession() as session:
+            entry = RegionEntry(
+                region="test", scalers={m: FakeScaler(m, ready=1) for m in ("a", "b", "shared")},
+                routers={m: router for m in ("a", "b", "shared")}, session=session,
+                wake_timeout_s=5, retry_after_s=7, gate=gate,
+                owners={"a": ["blue"], "b": ["green"]},
+            )  # fmt: skip
+            async with serve(entry.app, entry=True) as url:
+                await _scoped(session, url)
+
+    asyncio.run(main())
+
+
+async def _scoped(session: aiohttp.ClientSession, url: str) -> None:
+    blue = {"Authorization": "Bearer key-blue"}
+    async with session.get(f"{url}/v1/models", headers=blue) as answer:
+        assert [m["id"] for m in (await answer.json())["data"]] == ["a", "shared"]
+    async with session.get(f"{url}/v1/models/b", headers=blue) as answer:
+        assert answer.status == 404
+    async with session.get(f"{url}/v1/models") as answer:
+        assert answer.status == 401
+    calls = {"b": 404, "a": 200, "shared": 200}
+    for model, status in calls.items():
+        async with session.post(f"{url}/v1/completions", json={"model": model, "prompt": "x"},
+                                headers=blue) as answer:  # fmt: skip
+            assert answer.status == status, (model, await answer.text())
+    green = {"Authorization": "Bearer key-green"}
+    async with session.post(f"{url}/v1/completions", json={"prompt": "x"}, headers=green) as a:
+        assert a.status == 400  # green has two models: `b` and the shared one
