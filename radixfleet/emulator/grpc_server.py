@@ -62,8 +62,9 @@ _STATUS_CODES = {
 
 
 class ServedReplica(Protocol):
-    """What the gRPC server uses of the replica it serves (radixfleet/emulator/server.py's
-    `Emulator`, which starts it): a port, so this module does not import the server."""
+    """What the gRPC server uses of the replica it serves (radixfleet/emulator/served.py's
+    `EmulatedReplica`, as the `Emulator` that starts it): a port, so this module does not
+    import the server."""
 
     config: EmulatorConfig
     tokenizer: EmulatorTokenizer

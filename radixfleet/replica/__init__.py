@@ -1,11 +1,12 @@
 """The replica model: one SGLang replica in explicit time, shared by the emulator and the twin.
 
-No I/O and no clock inside: callers pass `now`. See :mod:`radixfleet.replica.model`.
+No I/O and no clock inside: callers pass `now`. See :mod:`radixfleet.replica.model` (and
+its scheduler, :mod:`radixfleet.replica.scheduler`).
 """
 
 from radixfleet.replica.clock import Clock, MonotonicClock, VirtualClock
 from radixfleet.replica.faults import HEALTHY, Faults
-from radixfleet.replica.model import Health, ReplicaModel, SchedulePolicy
+from radixfleet.replica.model import Health, ReplicaModel
 from radixfleet.replica.radix import CacheFullError, RadixCache
 from radixfleet.replica.request import (
     Event,
@@ -16,6 +17,7 @@ from radixfleet.replica.request import (
     Request,
     RequestSpec,
 )
+from radixfleet.replica.scheduler import SchedulePolicy
 from radixfleet.replica.stats import CounterValues, ReplicaStats
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Cost-aware scale-to-zero (`decide.break_even`, `decide.idle`, `decide.bounds`): zero only
+"""Cost-aware scale-to-zero (`memory.break_even`, `sizing.idle`, `sizing.bounds`): zero only
 when the model's own idle gaps repay a trip to zero, and never while a rise is forecast."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from radixfleet.controllers.autoscale.cli import describe
-from radixfleet.controllers.autoscale.decide import MIN_GAPS, bounds, break_even, idle
+from radixfleet.controllers.autoscale.memory import break_even
+from radixfleet.controllers.autoscale.sizing import MIN_GAPS, bounds, idle
 from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
 from radixfleet.controllers.autoscale.state import AutoscaleStatus, ColdStarts, Observed
 

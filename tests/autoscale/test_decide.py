@@ -18,16 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixfleet.controllers.autoscale.decide import (
-    Decision,
-    choose_victims,
-    decide,
-    due,
-    forecast,
-    recommend,
-    stabilize,
-    take_back,
-)
+from radixfleet.controllers.autoscale.decide import Decision, decide, due
+from radixfleet.controllers.autoscale.demand import forecast
+from radixfleet.controllers.autoscale.sizing import recommend, stabilize, take_back
 from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
 from radixfleet.controllers.autoscale.state import (
     AutoscaleStatus,
@@ -38,6 +31,7 @@ from radixfleet.controllers.autoscale.state import (
     Sample,
     Verb,
 )
+from radixfleet.controllers.autoscale.victims import choose_victims
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)  # a Monday, noon UTC
 NAN = math.nan

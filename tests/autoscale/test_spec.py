@@ -12,7 +12,8 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from radixfleet.controllers.autoscale.decide import ITL_TICKS, decide
+from radixfleet.controllers.autoscale.decide import decide
+from radixfleet.controllers.autoscale.demand import ITL_TICKS
 from radixfleet.controllers.autoscale.spec import (
     API_VERSION,
     KIND,

@@ -36,13 +36,7 @@ from prometheus_client import Gauge
 
 from radixfleet import metrics_names as m
 from radixfleet.adapters.prometheus import HttpPrometheus, Prometheus
-from radixfleet.controllers.autoscale.decide import (
-    Decision,
-    choose_victims,
-    decide,
-    drain_last,
-    due,
-)
+from radixfleet.controllers.autoscale.decide import Decision, decide, due
 from radixfleet.controllers.autoscale.knative import (
     DELETION_COST,
     deletion_costs,
@@ -70,6 +64,7 @@ from radixfleet.controllers.autoscale.state import (
     status_of,
     to_wire,
 )
+from radixfleet.controllers.autoscale.victims import choose_victims, drain_last
 from radixfleet.controllers.autoscale.warming import Warmer
 from radixfleet.kit import kopfglue
 from radixfleet.kit.errors import KubeError

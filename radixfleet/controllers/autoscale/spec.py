@@ -221,7 +221,7 @@ class ColdStart(Spec):
     is ready), counted over `memorySeconds`: while it is spent, the model keeps one replica
     rather than going to zero. `missCostSeconds` prices a request that waits on a cold start in
     replica-seconds: with the cold start's own GPU time it is what a trip to zero costs, which
-    the idle gaps the model has had must repay (`decide.break_even`); with
+    the idle gaps the model has had must repay (`memory.break_even`); with
     `learnIdleWindow` false the model always waits `idleSeconds` instead.
     """
 

@@ -16,10 +16,11 @@ from collections.abc import Hashable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from radixfleet.controllers.autoscale.decide import choose_victims, decide
+from radixfleet.controllers.autoscale.decide import decide
 from radixfleet.controllers.autoscale.prewarm import Prewarming
 from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
 from radixfleet.controllers.autoscale.state import AutoscaleStatus, Observed, ReplicaMetrics
+from radixfleet.controllers.autoscale.victims import choose_victims
 from radixfleet.twin.interfaces import ReplicaView, ServiceObservation, Waiting, WarmUp
 from radixfleet.twin.region_base import cached_profile
 from radixfleet.twin.registry import PolicyContext

@@ -19,7 +19,7 @@ A pod of the baseline that is no longer ready goes back to `serving` (its replac
 at the next tick); a revision whose pods carry no pool label, or whose last serving pod would be
 taken, has no baseline (`Carving.possible` is False) and the canary is judged against the stable
 revision. When the stable revision scales down, the autoscaler drains a baseline's pods last
-(their deletion cost is the highest: `radixfleet.controllers.autoscale.decide.drain_last`); one
+(their deletion cost is the highest: `radixfleet.controllers.autoscale.victims.drain_last`); one
 removed all the same (a scale to fewer pods than the baseline holds) is replaced at the next tick.
 """
 
