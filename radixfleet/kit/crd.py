@@ -33,6 +33,7 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "radixfleet"}
 _KEY_ORDER = (
     "type", "format", "description", "required", "default", "enum", "minimum", "maximum",
     "minLength", "maxLength", "pattern", "minItems", "maxItems", "maxProperties",
+    "rule", "message",  # of a CEL rule
 )  # fmt: skip
 
 
@@ -265,3 +266,10 @@ _NESTED = frozenset({"items", "additionalProperties", "properties"})
 def data(package: str, name: str) -> Any:
     """A YAML document shipped in `package` (a status schema, kopf's peering CRD)."""
     return yaml.safe_load(resources.files(package).joinpath(name).read_text(encoding="utf-8"))
+
+
+def kopf_peering() -> Schema:
+    """kopf's ClusterKopfPeering CRD (leader election, `radixfleet.kit.leader`): kopf's schema,
+    not generated from a type of ours, so kept as data beside the kit."""
+    found: Schema = data("radixfleet.kit", "clusterkopfpeerings.kopf.dev.yaml")
+    return found
