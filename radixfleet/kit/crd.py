@@ -250,17 +250,23 @@ def _root(resource: Resource) -> Schema:
 
 def ordered(node: Any) -> Any:
     """`node` with each schema's keys in the order a reader expects (type first, sub-schemas
-    last); the same mapping to the API server."""
+    last); the same mapping to the API server. Fields keep their own order."""
     if isinstance(node, list):
         return [ordered(n) for n in node]
     if not isinstance(node, dict):
         return node
-    rank = {key: i for i, key in enumerate(_KEY_ORDER)}
-    keys = sorted(node, key=lambda k: (rank.get(k, len(rank)), k in _NESTED))
-    return {k: ordered(node[k]) if k not in ("default", "enum") else node[k] for k in keys}
+    keys = sorted(node, key=lambda k: (_RANK.get(k, len(_RANK)), k in _NESTED))
+    return {k: _ordered_value(k, node[k]) for k in keys}
+
+
+def _ordered_value(key: str, value: Any) -> Any:
+    if key == "properties":  # field names, each naming a schema
+        return {name: ordered(sub) for name, sub in value.items()}
+    return value if key in ("default", "enum") else ordered(value)
 
 
 _NESTED = frozenset({"items", "additionalProperties", "properties"})
+_RANK = {key: i for i, key in enumerate(_KEY_ORDER)}
 
 
 def data(package: str, name: str) -> Any:
