@@ -274,7 +274,7 @@ class StackSettings(Settings):
     # `pause`, a copy in the team's registry): needed only when a deployed pool asks for headroom.
     pause: ImageSettings | None = None
     dashboards_dir: str = "../dashboards"
-    crds_dir: str = "../radixfleet/crds"
+    crds_dir: str = "../deploy/crds"
 
     def aws(self) -> AwsSettings | None:
         """The aws cloud's keys, when every one is set."""

@@ -59,11 +59,11 @@ def render(
         Path | None,
         typer.Option(
             help="Write DIR/runtimes, DIR/inferenceservices, DIR/dashboards and "
-            "DIR/deploy/operator, not the repo's."
+            "DIR/deploy/{operator,monitoring,entry,crds}, not the repo's."
         ),
     ] = None,
 ) -> None:
-    """Render the SGLang runtimes, the InferenceServices and the operator's base to YAML."""
+    """Render the SGLang runtimes, the InferenceServices, the operator's base and the CRDs."""
     if out is not None and out.exists() and not out.is_dir():
         err.print(f"[red]error[/red] --out {out}: not a folder", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_CONFIG)
@@ -112,7 +112,7 @@ def _rendered_folders(runtimes_dir: Path, isvc_dir: Path) -> list[Path]:
     deploy = root / "deploy"
     return [
         runtimes_dir, isvc_dir, root / "dashboards",
-        deploy / "operator", deploy / "monitoring", deploy / "entry",
+        deploy / "operator", deploy / "monitoring", deploy / "entry", deploy / "crds",
     ]  # fmt: skip
 
 
@@ -133,7 +133,9 @@ def _write_rendered(
     """Every rendered folder, all or nothing: runtimes, InferenceServices, dashboards (beside
     runtimes/: DIR/dashboards with --out, else the repo's), and the kustomize bases of the
     operator (its RBAC from the controller registry), of what Prometheus scrapes, and of the
-    region entry (its RBAC from what it and its gate read)."""
+    region entry (its RBAC from what it and its gate read), and the CRDs (each controller's from
+    its spec type, kopf's peering)."""
+    from radixfleet.render.crds import render_crds
     from radixfleet.render.entry import render_entry
     from radixfleet.render.monitoring import render_monitoring
     from radixfleet.render.operator import render_operator
@@ -146,6 +148,7 @@ def _write_rendered(
         deploy / "operator": render_operator(),
         deploy / "monitoring": render_monitoring(),
         deploy / "entry": render_entry(),
+        deploy / "crds": render_crds(),
     })  # fmt: skip
     for folder, paths in written.items():
         console.print(f"rendered {len(paths)} files into {folder}")

@@ -96,7 +96,8 @@ def _base_images() -> tuple[images.ImageRecord, images.ImageRecord]:
     return images.pause(), coredns
 
 
-RADIXFLEET_CRDS = Path(__file__).resolve().parent.parent / "radixfleet" / "crds"
+# Rendered by `radixfleet render` from the controllers' spec types (radixfleet/render/crds.py).
+RADIXFLEET_CRDS = Path(__file__).resolve().parent.parent / "deploy" / "crds"
 
 
 def install_radixfleet_crds(running: Cluster) -> None:

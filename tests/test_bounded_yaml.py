@@ -139,7 +139,14 @@ def test_plain_data_within_the_depth_bound_is_never_refused(data: Any) -> None:
 
 
 def test_every_yaml_file_radixfleet_ships_or_reads_is_within_the_bounds() -> None:
-    folders = ["runtimes", "inferenceservices", "deploy", "radixfleet/crds", "tests/data"]
+    folders = [
+        "runtimes",
+        "inferenceservices",
+        "deploy",
+        "radixfleet/controllers",
+        "radixfleet/kit",
+        "tests/data",
+    ]
     files = [f for folder in folders for f in sorted((REPO / folder).rglob("*.yaml"))]
     files += sorted((REPO.parent / "shared" / "schemas").rglob("*.yaml"))
     assert len(files) > 50

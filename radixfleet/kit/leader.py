@@ -8,8 +8,9 @@ does not offer; with peering the "who acts" rule sits where the handlers are. Th
 accepted: a takeover waits for the old leader's keep-alive to expire (`LIFETIME_SECONDS`), and
 two replicas with the same priority would both pause, so each replica draws its own priority
 (`peering_priority`). A brief overlap is harmless: every action is idempotent and decided from
-the status. Peering needs the `ClusterKopfPeering` CRD and one object named `PEERING_NAME`
-(radixfleet/crds/); `radixfleet operator run --standalone` runs without them.
+the status. Peering needs the `ClusterKopfPeering` CRD (kopf's, kept as data beside this module
+and rendered to deploy/crds/) and one object named `PEERING_NAME`; `radixfleet operator run
+--standalone` runs without them.
 
 `/readyz` is ready while this replica stands in the election: kopf has started and (with
 peering) the replica's own keep-alive is live in the peering object's status with no live peer

@@ -73,6 +73,8 @@ class ControllerPlugin:
     server (the quota's GPU budgets); they are installed with the operator. `objects` is the
     "module:function" that builds the controller's objects for a catalog's served models
     (`function(catalog, served) -> list[manifest]`, `radixfleet.kit.registry.catalog_objects`).
+    `crd` is the "module:function" that builds the CustomResourceDefinition of its custom
+    resource from its spec type (`function() -> manifest`, `radixfleet.kit.registry.crds`).
     """
 
     name: str
@@ -88,6 +90,7 @@ class ControllerPlugin:
     entry_rules: Callable[[], Sequence[PolicyRule]] = field(default=lambda: ())
     admission: Callable[[], Sequence[Mapping[str, Any]]] = field(default=lambda: ())
     objects: str | None = None
+    crd: str | None = None
 
 
 def parse_contexts(pairs: Sequence[str]) -> dict[str, str]:

@@ -4,7 +4,7 @@ Adding a controller is one package with a `plugin.py` and one line below. The ke
 controllers only as strings, so nothing here imports a controller until `plugins()` is called
 (an import-linter contract keeps `radixfleet` from importing them statically). Every function
 reads `CONTROLLERS` when called (`paths=None`), so the operator, its RBAC, the catalog's
-objects, the command line and the twin all see the same list
+objects, the CRDs, the command line and the twin all see the same list
 (tests/kit/test_registry.py adds a sixth controller by that one line).
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 
 from radixfleet.config.catalog import Catalog
 from radixfleet.config.serving import Served
+from radixfleet.kit.crd import kopf_peering
 from radixfleet.kit.plugin import ControllerPlugin, resolve
 
 CONTROLLERS: tuple[str, ...] = (
@@ -95,6 +96,13 @@ def catalog_objects(
         if plugin.objects is not None:
             found += resolve(plugin.objects)(catalog, pairs)
     return found
+
+
+def crds(*, paths: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions the operator needs: each plug-in's, generated from its
+    spec type, in registry order, then kopf's peering (leader election, `kit/leader.py`)."""
+    found = [resolve(p.crd)() for p in plugins(paths) if p.crd is not None]
+    return [*found, kopf_peering()]
 
 
 def entry_gate(*, paths: Sequence[str] | None = None) -> ControllerPlugin:

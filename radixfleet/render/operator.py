@@ -104,7 +104,7 @@ def role_binding() -> Manifest:
 
 
 def peering() -> Manifest:
-    """The ClusterKopfPeering whose status the replicas share (its CRD is in radixfleet/crds/)."""
+    """The ClusterKopfPeering whose status the replicas share (its CRD is in deploy/crds/)."""
     return {
         "apiVersion": "kopf.dev/v1",
         "kind": "ClusterKopfPeering",

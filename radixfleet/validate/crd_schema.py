@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from radixfleet.kit.registry import crds
+
 SCHEMA_PACKAGES = ("kserve", "knative", "prometheus")
 INTEGER_BOUNDS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 # The InferenceService CRD is 2 MB of YAML: the C loader reads it ten times faster.
@@ -67,20 +69,11 @@ def crd_schemas() -> dict[CrdKey, dict[str, Any]]:
             doc = yaml.load(entry.read_text(encoding="utf-8"), Loader=_LOADER)
             if doc.get("kind") == "CustomResourceDefinition":
                 schemas.update(_versions(doc))
-    for crd in _own_crds():
+    # radixfleet's own, built from the controllers' spec types as `radixfleet render` builds
+    # deploy/crds/ (an installed wheel has the code, not the repository's rendered copy).
+    for crd in crds():
         schemas.update(_versions(crd))
     return schemas
-
-
-def _own_crds() -> list[dict[str, Any]]:
-    root = resources.files("radixfleet").joinpath("crds")
-    if not root.is_dir():
-        return []
-    docs: list[dict[str, Any]] = []
-    for entry in sorted(root.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".yaml"):
-            docs.extend(d for d in yaml.safe_load_all(entry.read_text(encoding="utf-8")) if d)
-    return docs
 
 
 def _versions(crd: dict[str, Any]) -> dict[CrdKey, dict[str, Any]]:

@@ -35,7 +35,7 @@ from radixfleet.controllers.autoscale.state import (
 )
 from radixfleet.validate.crd_schema import to_json_schema
 
-CRD_PATH = Path(__file__).parents[2] / "radixfleet/crds/autoscalepolicies.radixfleet.io.yaml"
+CRD_PATH = Path(__file__).parents[2] / "deploy/crds/autoscalepolicies.radixfleet.io.yaml"
 
 
 def _version() -> dict[str, Any]:

@@ -19,7 +19,7 @@ from radixfleet.controllers.canary.spec import (
 )
 from radixfleet.validate.crd_schema import to_json_schema
 
-CRD_PATH = Path(__file__).parents[2] / "radixfleet/crds/canarypolicies.radixfleet.io.yaml"
+CRD_PATH = Path(__file__).parents[2] / "deploy/crds/canarypolicies.radixfleet.io.yaml"
 
 
 def _crd() -> dict[str, Any]:

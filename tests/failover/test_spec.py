@@ -22,7 +22,7 @@ from radixfleet.controllers.failover.spec import (
 )
 from radixfleet.validate.crd_schema import to_json_schema
 
-CRD_PATH = Path(__file__).parents[2] / "radixfleet/crds/failoverpolicies.radixfleet.io.yaml"
+CRD_PATH = Path(__file__).parents[2] / "deploy/crds/failoverpolicies.radixfleet.io.yaml"
 
 MINIMAL: dict[str, Any] = {
     "hostedZoneId": "Z0123456789EXAMPLE",

@@ -1,7 +1,7 @@
 """Leader election on the test cluster: the peering CRD, kopf's keep-alives, and /readyz.
 
 kopf's replicas keep their keep-alives in the status of a ClusterKopfPeering (the CRD from
-radixfleet/crds/, the object as deploy/operator/peering.yaml makes it), written with a merge
+deploy/crds/, the object as deploy/operator/peering.yaml makes it), written with a merge
 patch of the whole object, as kopf's `peering.touch` does. This test writes them the same way,
 on a peering object of its own, and checks what the readiness of each replica says through the
 kit's own reader; real `radixfleet operator run` processes under peering are in

@@ -203,7 +203,7 @@ def test_committed_admission_policy_is_current() -> None:
 
 
 def test_crd_knows_exactly_the_gpu_types_of_the_table() -> None:
-    crd = yaml.safe_load((REPO / "radixfleet/crds/tenants.radixfleet.io.yaml").read_text())
+    crd = yaml.safe_load((REPO / "deploy/crds/tenants.radixfleet.io.yaml").read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     rule = schema["properties"]["spec"]["properties"]["gpuBudget"]["x-kubernetes-validations"][0]
     listed = rule["rule"].split("[", 1)[1].split("]", 1)[0]

@@ -12,6 +12,7 @@ PLUGIN = ControllerPlugin(
     name="autoscale",
     objects="radixfleet.controllers.autoscale.objects:catalog_objects",
     plural=PLURAL,
+    crd="radixfleet.controllers.autoscale.crd:crd",
     build=Deferred("radixfleet.controllers.autoscale.controller:kube_controller"),
     register=Deferred("radixfleet.controllers.autoscale.controller:register"),
     rules=Deferred("radixfleet.controllers.autoscale.kube:RULES", call=False),

@@ -5,8 +5,9 @@ One AutoscalePolicy scales one InferenceService of its own namespace, named in
 the other way round: an annotation added to an existing InferenceService would be copied by
 KServe into a new Knative revision, so adopting a policy would restart the model.
 
-The CRD in `radixfleet/crds/autoscalepolicies.radixfleet.io.yaml` repeats these defaults so that
-the API server fills them in; a test keeps the two equal. The decision layer reads only this type.
+The CRD (`crd.py`, rendered to `deploy/crds/`) is generated from this type, so the API server
+fills in these defaults; what only it checks (CEL rules, list types) is schema metadata here
+that changes no parsing. The decision layer reads only this type.
 """
 
 from __future__ import annotations
@@ -20,12 +21,18 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from radixfleet.kit.crd import Crd
+
 API_VERSION = "v1alpha1"
 KIND = "AutoscalePolicy"
 PLURAL = "autoscalepolicies"
 
 MIN_INTERVAL_SECONDS = 1
 CLOCK = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
+# The same clock for the API server, in ASCII digits (its `\d` may differ from Python's).
+_CLOCK = Crd({"pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"})
+# A nested object defaults to {}, so that the API server fills in its own fields' defaults.
+_EMPTY = Crd({"default": {}})
 
 
 class Spec(BaseModel):
@@ -141,16 +148,22 @@ class Day(StrEnum):
 ALL_DAYS = tuple(Day)
 
 
+def _all_days() -> list[Day]:
+    return list(ALL_DAYS)
+
+
 class ScheduleWindow(Spec):
     """A warm floor for part of the day: `minReplicas` from `start` to `end` (HH:MM).
 
     An `end` at or before `start` wraps past midnight; `days` name the day the window starts.
     """
 
-    start: str
-    end: str
+    start: Annotated[str, _CLOCK]
+    end: Annotated[str, _CLOCK]
     min_replicas: Replicas
-    days: list[Day] = Field(default_factory=lambda: list(ALL_DAYS), min_length=1)
+    days: Annotated[list[Day], Crd({"x-kubernetes-list-type": "set"}, default_from=_all_days)] = (
+        Field(default_factory=_all_days, min_length=1)
+    )
 
     @field_validator("start", "end")
     @classmethod
@@ -193,9 +206,11 @@ class Predictive(Spec):
 class WarmPool(Spec):
     """Replicas kept ready ahead of demand: a floor by time of day, and a predicted one."""
 
-    schedule: list[ScheduleWindow] = Field(default_factory=list, max_length=32)
+    schedule: Annotated[list[ScheduleWindow], Crd(default_from=list)] = Field(
+        default_factory=list, max_length=32
+    )
     time_zone: str = "UTC"
-    predictive: Predictive = Field(default_factory=Predictive)
+    predictive: Annotated[Predictive, _EMPTY] = Field(default_factory=Predictive)
 
     @field_validator("time_zone")
     @classmethod
@@ -253,19 +268,31 @@ class AutoscalePolicySpec(Spec):
     """How one InferenceService is scaled. See the module docstring and
     radixfleet/controllers/autoscale."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.minReplicas) || !has(self.maxReplicas)"
+                    " || self.minReplicas <= self.maxReplicas",
+                    "message": "minReplicas must not be above maxReplicas",
+                }
+            ]
+        }
+    )
+
     inference_service: Annotated[str, Field(min_length=1, max_length=253)]
     min_replicas: Replicas = 0
     max_replicas: Annotated[int, Field(ge=1, le=1000)] = 8
     interval_seconds: Annotated[int, Field(ge=MIN_INTERVAL_SECONDS, le=600)] = 10
-    slo: Slo = Field(default_factory=Slo)
-    targets: Targets = Field(default_factory=Targets)
-    scale_up: ScaleUp = Field(default_factory=ScaleUp)
-    scale_down: ScaleDown = Field(default_factory=ScaleDown)
+    slo: Annotated[Slo, _EMPTY] = Field(default_factory=Slo)
+    targets: Annotated[Targets, _EMPTY] = Field(default_factory=Targets)
+    scale_up: Annotated[ScaleUp, _EMPTY] = Field(default_factory=ScaleUp)
+    scale_down: Annotated[ScaleDown, _EMPTY] = Field(default_factory=ScaleDown)
     idle_seconds: Annotated[int, Field(ge=10, le=7 * 86400)] = 600
-    warm_pool: WarmPool = Field(default_factory=WarmPool)
-    cold_start: ColdStart = Field(default_factory=ColdStart)
+    warm_pool: Annotated[WarmPool, _EMPTY] = Field(default_factory=WarmPool)
+    cold_start: Annotated[ColdStart, _EMPTY] = Field(default_factory=ColdStart)
     cache_aware_drain: bool = True
-    prewarm: Prewarm = Field(default_factory=Prewarm)
+    prewarm: Annotated[Prewarm, _EMPTY] = Field(default_factory=Prewarm)
     paused: bool = False
 
     @model_validator(mode="after")

@@ -19,6 +19,7 @@ PLUGIN = ControllerPlugin(
     name="canary",
     objects="radixfleet.controllers.canary.objects:catalog_objects",
     plural=PLURAL,
+    crd="radixfleet.controllers.canary.crd:crd",
     build=Deferred("radixfleet.controllers.canary.controller:kube_controller"),
     register=Deferred("radixfleet.controllers.canary.controller:register"),
     rules=Deferred("radixfleet.controllers.canary.kube:RULES", call=False),

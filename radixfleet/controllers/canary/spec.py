@@ -1,7 +1,9 @@
 """The CanaryPolicy's spec as a type: every field, default and limit of a rollout, in one place.
 
-The CRD in `radixfleet/crds/canarypolicies.radixfleet.io.yaml` repeats these defaults so that the
-API server fills them in; a test keeps the two equal. The decision layer reads only this type.
+The CRD (`crd.py`, rendered to `deploy/crds/`) is generated from this type, so the API server
+fills in these defaults and holds the same bounds; what only the API server checks (CEL rules,
+list types) is carried here as schema metadata that changes no parsing. The decision layer
+reads only this type.
 
 How an InferenceService uses a policy: it names a CanaryPolicy of its own namespace in the
 annotation `radixfleet.io/canary-policy`, and carries `spec.predictor.canaryTrafficPercent: 0`
@@ -18,6 +20,7 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from radixfleet.kit.crd import Crd
 from radixfleet.labels import CANARY_POLICY, GROUP
 
 API_VERSION = "v1alpha1"
@@ -84,6 +87,22 @@ class MetricCheck(Spec):
     from making any canary error a failure.
     """
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.relativeToStable) || has(self.limit)",
+                    "message": "set relativeToStable, limit or both",
+                },
+                {
+                    "rule": "!(self.metric in ['errorRate', 'cacheHitRate'])"
+                    " || !has(self.limit) || self.limit <= 1.0",
+                    "message": "the limit of a rate is a fraction in 0..1",
+                },
+            ]
+        }
+    )
+
     metric: Metric
     relative_to_stable: Annotated[float, Field(ge=0.01)] | None = None
     slack: Annotated[float, Field(ge=0)] = 0.0
@@ -114,6 +133,36 @@ def default_checks() -> list[MetricCheck]:
 Weight = Annotated[int, Field(ge=1, le=FULL_TRAFFIC)]
 
 
+def default_steps() -> list[int]:
+    """5%, 20% and 50% judged, then promoted."""
+    return [5, 20, 50, 100]
+
+
+# A set has no repeats: the API server refuses a step or a gate given twice.
+_WEIGHTS = {"maxItems": 20, "x-kubernetes-list-type": "set"}
+_STEPS = Crd(
+    {
+        **_WEIGHTS,
+        # Sorted on top of a set is strictly increasing.
+        "x-kubernetes-validations": [
+            {"rule": "self.isSorted()", "message": "steps must be strictly increasing"},
+            {
+                "rule": "self[0] < 100",
+                "message": "at least one step must be below 100, where the canary is judged",
+            },
+        ],
+    },
+    default_from=default_steps,
+)
+_CHECKS = Crd(
+    {"maxItems": 8, "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["metric"]},
+    default_from=default_checks,
+)
+_MANUAL_GATES_RULE = (
+    "!has(self.manualGates) || !has(self.steps) || self.manualGates.all(g, g in self.steps)"
+)
+
+
 class CanaryPolicySpec(Spec):
     """How a new predictor revision is rolled out and judged.
 
@@ -126,14 +175,31 @@ class CanaryPolicySpec(Spec):
     baseline: the stable model on as many replicas as the canary has, sent as much traffic.
     """
 
-    steps: list[Weight] = Field(default_factory=lambda: [5, 20, 50, 100], min_length=1)
-    interval_seconds: Annotated[int, Field(ge=1)] = 60  # at least MIN_INTERVAL_SECONDS, below
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": _MANUAL_GATES_RULE,
+                    "message": "every manual gate must be one of the steps",
+                }
+            ]
+        }
+    )
+
+    steps: Annotated[list[Weight], _STEPS] = Field(default_factory=default_steps, min_length=1)
+    # At least MIN_INTERVAL_SECONDS, below (lowered only by a validation context, which the
+    # API server never has: its floor is the cluster's).
+    interval_seconds: Annotated[int, Field(ge=1), Crd({"minimum": MIN_INTERVAL_SECONDS})] = 60
     threshold: Annotated[int, Field(ge=1)] = 2
     min_requests: Annotated[int, Field(ge=1)] = 50
     # One-sided: only a canary worse than its stable revision fails (radixfleet/significance.py).
     significance: Annotated[float, Field(ge=0.0001, le=0.2)] = 0.05
-    checks: list[MetricCheck] = Field(default_factory=default_checks, min_length=1)
-    manual_gates: list[Weight] = Field(default_factory=list)
+    checks: Annotated[list[MetricCheck], _CHECKS] = Field(
+        default_factory=default_checks, min_length=1
+    )
+    manual_gates: Annotated[list[Weight], Crd(_WEIGHTS, default_from=list)] = Field(
+        default_factory=list
+    )
     paused: bool = False
     progress_deadline_seconds: Annotated[int, Field(ge=MIN_INTERVAL_SECONDS)] = 600
     # Judge latency and hit rate against a baseline (radixfleet/controllers/canary/README.md) where

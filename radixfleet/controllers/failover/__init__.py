@@ -1,6 +1,6 @@
 """Regional failover: judge regions by serving SLOs, shift Route 53 weights, fail back slowly.
 
-- `spec`: the FailoverPolicy type (CRD `radixfleet/crds/failoverpolicies.radixfleet.io.yaml`);
+- `spec`: the FailoverPolicy type (its CRD generated from it by `crd`);
 - `state`: the observed signals and the policy's status;
 - `decide`: the whole policy as a pure function (no I/O, no clock);
 - `queries`, `observe`: each region's signals from its Prometheus and Route 53;

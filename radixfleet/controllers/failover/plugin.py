@@ -13,6 +13,7 @@ from radixfleet.kit.plugin import ControllerPlugin, Deferred
 PLUGIN = ControllerPlugin(
     name="failover",
     plural=PLURAL,
+    crd="radixfleet.controllers.failover.crd:crd",
     build=Deferred("radixfleet.controllers.failover.controller:kube_controller"),
     register=Deferred("radixfleet.controllers.failover.controller:register"),
     rules=Deferred("radixfleet.controllers.failover.kube:RULES", call=False),

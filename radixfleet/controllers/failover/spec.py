@@ -2,8 +2,9 @@
 
 One FailoverPolicy steers one global name (`<model>.<domain>`, the weighted records `infra/`
 declares: one per region, set identifier = region, each guarded by a Route 53 health check).
-The CRD in `radixfleet/crds/failoverpolicies.radixfleet.io.yaml` repeats these defaults so
-that the API server fills them in; a test keeps the two equal. The decision layer reads only
+The CRD (`crd.py`, rendered to `deploy/crds/`) is generated from this type, so the API
+server fills in these defaults; what only it checks (CEL rules, list types) is schema metadata
+here that changes no parsing. The decision layer reads only
 this type.
 
 Defaults and why:
@@ -32,6 +33,8 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from radixfleet.kit.crd import Crd
+
 API_VERSION = "v1alpha1"
 KIND = "FailoverPolicy"
 PLURAL = "failoverpolicies"
@@ -50,6 +53,27 @@ class Spec(BaseModel):
 
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+def _strict(rule: str, message: str) -> Crd:
+    """A strict bound the API server holds by CEL (the schema's bounds are inclusive)."""
+    return Crd({"x-kubernetes-validations": [{"rule": rule, "message": message}]})
+
+
+_ABOVE_ZERO = _strict("self > 0.0", "must be above 0")
+_REGIONS = Crd(
+    {
+        "maxItems": 32,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["name"],
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.exists(r, !has(r.weight) || r.weight > 0)",
+                "message": "at least one region needs a weight above 0",
+            }
+        ],
+    }
+)
 
 
 class Region(Spec):
@@ -84,9 +108,13 @@ class Signals(Spec):
     window_seconds: Annotated[int, Field(ge=MIN_INTERVAL_SECONDS, le=3600)] = 30
     min_availability: Fraction = 0.5
     max_error_rate: Fraction = 0.1
-    ttft_slo_seconds: Annotated[float, Field(gt=0)] = 2.0
-    ttft_objective: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.95
-    max_ttft_burn_rate: Annotated[float, Field(gt=0)] = 14.4
+    ttft_slo_seconds: Annotated[float, Field(gt=0), _ABOVE_ZERO] = 2.0
+    ttft_objective: Annotated[
+        float,
+        Field(gt=0.0, lt=1.0),
+        _strict("self > 0.0 && self < 1.0", "a fraction strictly between 0 and 1"),
+    ] = 0.95
+    max_ttft_burn_rate: Annotated[float, Field(gt=0), _ABOVE_ZERO] = 14.4
     min_requests: Annotated[float, Field(ge=0)] = 10.0
     use_health_checks: bool = True
 
@@ -117,21 +145,26 @@ class FailoverPolicySpec(Spec):
     hosted_zone_id: Annotated[str, Field(min_length=1)]
     record_name: Annotated[str, Field(min_length=1)]
     record_type: Literal["A", "AAAA", "CNAME"] = "CNAME"
-    models: list[Annotated[str, Field(pattern=NAME_PATTERN)]] = Field(min_length=1)
+    models: Annotated[
+        list[Annotated[str, Field(pattern=NAME_PATTERN)]],
+        Crd({"maxItems": 32, "x-kubernetes-list-type": "set"}),
+    ] = Field(min_length=1)
     # Where those models' InferenceServices run: one per tenant that serves the model under
     # this name. Empty: the policy's own namespace.
-    namespaces: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]] = Field(
-        default_factory=list, max_length=32
-    )
-    regions: list[Region] = Field(min_length=2)
+    namespaces: Annotated[
+        list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]],
+        Crd({"x-kubernetes-list-type": "set"}, default_from=list),
+    ] = Field(default_factory=list, max_length=32)
+    regions: Annotated[list[Region], _REGIONS] = Field(min_length=2)
     interval_seconds: Annotated[int, Field(ge=MIN_INTERVAL_SECONDS)] = 5
-    signals: Signals = Field(default_factory=Signals)
+    # The API server fills in every nested default, shown whole in `kubectl get -o yaml`.
+    signals: Annotated[Signals, Crd(default_from=Signals)] = Field(default_factory=Signals)
     unreachable_after: Annotated[int, Field(ge=1)] = 1
     unhealthy_after: Annotated[int, Field(ge=1)] = 4
     healthy_after: Annotated[int, Field(ge=1)] = 12
     min_hold_seconds: Annotated[int, Field(ge=0)] = 120
-    failback: Failback = Field(default_factory=Failback)
-    prescale: Prescale = Field(default_factory=Prescale)
+    failback: Annotated[Failback, Crd(default_from=Failback)] = Field(default_factory=Failback)
+    prescale: Annotated[Prescale, Crd(default_from=Prescale)] = Field(default_factory=Prescale)
     paused: bool = False
 
     @model_validator(mode="after")

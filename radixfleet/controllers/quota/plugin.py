@@ -19,6 +19,7 @@ PLUGIN = ControllerPlugin(
     name="quota",
     objects="radixfleet.controllers.quota.objects:catalog_objects",
     plural=PLURAL,
+    crd="radixfleet.controllers.quota.crd:crd",
     build=Deferred("radixfleet.controllers.quota.controller:kube_controller"),
     register=Deferred("radixfleet.controllers.quota.controller:register"),
     rules=Deferred("radixfleet.controllers.quota.kube:RULES", call=False),
