@@ -13,6 +13,7 @@ from rich.console import Console
 
 from radixfleet.controllers.autoscale.ports import AutoscalePolicies
 from radixfleet.controllers.autoscale.state import AutoscaleStatus, BreakEven, status_of
+from radixfleet.kit.commands import NAMESPACES, PROMETHEUS, add_run
 from radixfleet.kit.errors import KubeError
 
 autoscale_app = typer.Typer(
@@ -46,24 +47,11 @@ def status(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> 
         console.print(line, highlight=False, soft_wrap=True)
 
 
-@autoscale_app.command()
-def run(
-    namespace: Annotated[
-        list[str] | None, typer.Option("--namespace", "-n", help="Watch only these.")
-    ] = None,
-    prometheus: Annotated[str | None, typer.Option(help="Prometheus URL.")] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = 9464,
-    standalone: Annotated[bool, typer.Option(help="No peering with other replicas.")] = False,
-) -> None:
-    """Run the autoscaler (kopf) until interrupted."""
-    from radixfleet.controllers.autoscale.plugin import PLUGIN
-    from radixfleet.kit.operator import Ports, run_alone
-
-    ports = Ports(liveness=None, readiness=None, metrics=metrics_port)
-    run_alone(
-        PLUGIN, prometheus_url=prometheus, namespaces=namespace or (), standalone=standalone,
-        ports=ports,
-    )  # fmt: skip
+add_run(
+    autoscale_app, "radixfleet.controllers.autoscale.plugin:PLUGIN",
+    shared=[NAMESPACES, PROMETHEUS], metrics_port=9464,
+    help="Run the autoscaler (kopf) until interrupted.",
+)  # fmt: skip
 
 
 def describe(recorded: AutoscaleStatus) -> list[str]:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
+from radixfleet.kit.commands import NAMESPACES, PROMETHEUS, add_run
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -118,24 +120,10 @@ def abort(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> N
     _write(_ports(ctx), target, name, {ABORT_PREFIX: _canary(target)}, "rollback requested")
 
 
-@canary_app.command()
-def run(
-    namespace: Annotated[
-        list[str] | None, typer.Option("--namespace", "-n", help="Watch only these.")
-    ] = None,
-    prometheus: Annotated[str | None, typer.Option(help="Prometheus URL.")] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
-    standalone: Annotated[bool, typer.Option(help="No peering with other replicas.")] = False,
-) -> None:
-    """Run the canary controller (kopf) until interrupted."""
-    from radixfleet.controllers.canary.plugin import PLUGIN
-    from radixfleet.kit.operator import Ports, run_alone
-
-    ports = Ports(liveness=None, readiness=None, metrics=metrics_port)
-    run_alone(
-        PLUGIN, prometheus_url=prometheus, namespaces=namespace or (), standalone=standalone,
-        ports=ports,
-    )  # fmt: skip
+add_run(
+    canary_app, "radixfleet.controllers.canary.plugin:PLUGIN", shared=[NAMESPACES, PROMETHEUS],
+    help="Run the canary controller (kopf) until interrupted.",
+)  # fmt: skip
 
 
 def next_approval(target: Target) -> str | None:

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 from rich.console import Console
 
+from radixfleet.controllers.failover.settings import ALONE
+from radixfleet.kit.commands import NAMESPACES, add_run
+
 if TYPE_CHECKING:
     from radixfleet.controllers.failover.ports import FailoverPolicies
     from radixfleet.controllers.failover.state import FailoverStatus
@@ -50,43 +53,10 @@ def status(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> 
         console.print(line, highlight=False, soft_wrap=True)
 
 
-@failover_app.command()
-def run(
-    context: Annotated[
-        list[str] | None,
-        typer.Option("--context", help="REGION=KUBECONFIG-CONTEXT of a region's cluster."),
-    ] = None,
-    floors_namespace: Annotated[
-        str, typer.Option(help="Namespace of the floors ConfigMap in each region.")
-    ] = "default",
-    namespace: Annotated[
-        list[str] | None, typer.Option("--namespace", "-n", help="Watch only these.")
-    ] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
-    standalone: Annotated[bool, typer.Option(help="No peering with other replicas.")] = False,
-) -> None:
-    """Run the failover controller (kopf) until interrupted."""
-    from radixfleet.controllers.failover.plugin import PLUGIN
-    from radixfleet.kit.operator import Ports
-    from radixfleet.kit.operator import run as run_operator
-    from radixfleet.kit.plugin import OperatorOptions
-
-    options = OperatorOptions(
-        failover_contexts=contexts(context or []), failover_namespace=floors_namespace
-    )
-    ports = Ports(liveness=None, readiness=None, metrics=metrics_port)
-    run_operator([PLUGIN], options=options, namespaces=namespace or (), standalone=standalone,
-                 ports=ports)  # fmt: skip
-
-
-def contexts(pairs: list[str]) -> dict[str, str]:
-    """`REGION=CONTEXT` options as a mapping; a malformed one is a usage error."""
-    from radixfleet.kit.plugin import parse_contexts
-
-    try:
-        return parse_contexts(pairs)
-    except ValueError as error:
-        raise typer.BadParameter(str(error), param_hint="--context") from None
+add_run(
+    failover_app, "radixfleet.controllers.failover.plugin:PLUGIN", own=ALONE, shared=[NAMESPACES],
+    help="Run the failover controller (kopf) until interrupted.",
+)  # fmt: skip
 
 
 def describe(recorded: FailoverStatus) -> list[str]:

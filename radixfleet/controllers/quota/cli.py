@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +11,7 @@ import yaml
 from rich.console import Console
 
 from radixfleet.controllers.quota import admission
+from radixfleet.kit.commands import REGION, add_run
 
 quota_app = typer.Typer(
     name="quota",
@@ -40,15 +42,8 @@ def admission_policy(
         typer.echo(render_policy(), nl=False)
 
 
-@quota_app.command()
-def run(
-    region: Annotated[str, typer.Option(help="The region label of the exported metrics.")],
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
-    standalone: Annotated[bool, typer.Option(help="No leader election (one replica).")] = False,
-) -> None:
-    """Run the quota controller against the current cluster until interrupted."""
-    from radixfleet.controllers.quota.plugin import PLUGIN
-    from radixfleet.kit.operator import Ports, run_alone
-
-    run_alone(PLUGIN, region=region, standalone=standalone,
-              ports=Ports(liveness=None, readiness=None, metrics=metrics_port))  # fmt: skip
+add_run(
+    quota_app, "radixfleet.controllers.quota.plugin:PLUGIN",
+    shared=[replace(REGION, required=True)],  # a quota without its region counts nothing right
+    help="Run the quota controller against the current cluster until interrupted.",
+)  # fmt: skip
