@@ -1,12 +1,13 @@
-"""What every controller's command line shares: its `run`, built from its plug-in.
+"""What every controller's command line shares: its `run`, built from its plug-in, and `status`.
 
 A `run` command's options are `Setting`s (`radixfleet.kit.settings`): the controller's own,
 declared by its plug-in, then the kit's (namespaces, Prometheus, region, metrics port,
 `--standalone`). Typer reads a command's options from its function's signature, so a `Command`
 is a callable whose signature holds one typer option a setting (`inspect.signature` honours
 `__signature__`: typer's public way in, no click internals). `radixfleet operator run`
-(`radixfleet.kit.cli`) is built the same way from every plug-in's settings. Imports only
-typer at the top: `radixfleet --help` stays fast.
+(`radixfleet.kit.cli`) is built the same way from every plug-in's settings. `show_status`,
+`print_lines` and `fail` are what the controllers' `status` commands print with. Imports only
+typer and rich at the top: `radixfleet --help` stays fast.
 """
 
 from __future__ import annotations
@@ -15,14 +16,19 @@ import inspect
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Protocol, TypeVar
 
 import typer
+from rich.console import Console
 
 from radixfleet.kit.settings import Setting
 
 if TYPE_CHECKING:
     from radixfleet.kit.plugin import ControllerPlugin
+
+console = Console()
+err = Console(stderr=True)
+EXIT_NOT_FOUND = 1
 
 REGION = Setting("region", ("--region",), "The region label of exported metrics.", default="local")
 PROMETHEUS = Setting("prometheus", ("--prometheus",), "Prometheus URL of the region.")
@@ -31,6 +37,8 @@ METRICS_PORT = Setting("metrics_port", ("--metrics-port",), "Serve /metrics on t
 STANDALONE = Setting(
     "standalone", ("--standalone/--no-standalone",), "No peering: one replica only.", bool, False
 )
+
+Namespace = Annotated[str, typer.Option("--namespace", "-n", help="Its namespace.")]
 
 
 # --- commands from settings -----------------------------------------------------------------
@@ -141,3 +149,55 @@ def _run_alone(plugin: ControllerPlugin, settings: dict[str, Any], values: dict[
     ports = Ports(liveness=None, readiness=None, metrics=values["metrics_port"])
     run([plugin], options=options, namespaces=values.get("namespaces") or (),
         standalone=values["standalone"], ports=ports)  # fmt: skip
+
+
+# --- `status` -------------------------------------------------------------------------------
+
+Recorded = TypeVar("Recorded")
+
+
+class Policies(Protocol):
+    """A controller's store of its custom resources, as `status` reads it."""
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+
+def show_status(
+    ctx: typer.Context, *, kind: str, store: Callable[[Any], Policies], namespace: str,
+    name: str, status_of: Callable[[dict[str, Any]], Recorded | None],
+    describe: Callable[[Recorded], list[str]],
+) -> None:  # fmt: skip
+    """Print the status a policy of `kind` records, `describe`d; exit 1 if it is not found.
+    The store is the one a test put in the context, else `store(api_client)`."""
+    from radixfleet.kit.errors import KubeError
+
+    policies: Policies = ctx.obj or _kube_store(store)
+    try:
+        policy = policies.get(namespace, name)
+    except KubeError as error:
+        fail(str(error))
+    if policy is None:
+        fail(f"{kind} {namespace}/{name} not found")
+    recorded = status_of(policy)
+    if recorded is None:
+        console.print(f"{namespace}/{name}: no decision yet")
+        return
+    print_lines(describe(recorded))
+
+
+def _kube_store(store: Callable[[Any], Policies]) -> Policies:
+    from radixfleet.kit.kube import api_client
+
+    return store(api_client())
+
+
+def print_lines(lines: Sequence[str]) -> None:
+    """Lines as they are: no highlighting, no wrapping (names and numbers copy cleanly)."""
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+def fail(message: str) -> NoReturn:
+    """An error on stderr, and exit 1 (what a command looked for is not there)."""
+    err.print(f"[red]error[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_NOT_FOUND)

@@ -7,16 +7,15 @@ the last decision. `run` runs the failover alone; in a fleet it usually runs ins
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from radixfleet.controllers.failover.settings import ALONE
-from radixfleet.kit.commands import NAMESPACES, add_run
+from radixfleet.kit.commands import NAMESPACES, Namespace, add_run, show_status
+from radixfleet.kit.plugin import Deferred
 
 if TYPE_CHECKING:
-    from radixfleet.controllers.failover.ports import FailoverPolicies
     from radixfleet.controllers.failover.state import FailoverStatus
 
 failover_app = typer.Typer(
@@ -24,33 +23,18 @@ failover_app = typer.Typer(
     help="Watch and run the regional failover (FailoverPolicy: Route 53 weights).",
     no_args_is_help=True,
 )
-console = Console()
-err = Console(stderr=True)
-EXIT_NOT_FOUND = 1
 
 Name = Annotated[str, typer.Argument(help="The FailoverPolicy.")]
-Namespace = Annotated[str, typer.Option("--namespace", "-n", help="Its namespace.")]
+KUBE_POLICIES = Deferred("radixfleet.controllers.failover.kube:KubeFailoverPolicies")
 
 
 @failover_app.command()
 def status(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> None:
     """Show a policy's weights, each region's phase, and the last decision."""
     from radixfleet.controllers.failover.controller import status_of
-    from radixfleet.kit.errors import KubeError
 
-    policies: FailoverPolicies = ctx.obj or _kube_policies()
-    try:
-        policy = policies.get(namespace, name)
-    except KubeError as error:
-        _fail(str(error))
-    if policy is None:
-        _fail(f"FailoverPolicy {namespace}/{name} not found")
-    recorded = status_of(policy)
-    if recorded is None:
-        console.print(f"{namespace}/{name}: no decision yet")
-        return
-    for line in describe(recorded):
-        console.print(line, highlight=False, soft_wrap=True)
+    show_status(ctx, kind="FailoverPolicy", store=KUBE_POLICIES, namespace=namespace, name=name,
+                status_of=status_of, describe=describe)  # fmt: skip
 
 
 add_run(
@@ -72,15 +56,3 @@ def describe(recorded: FailoverStatus) -> list[str]:
         moved = " (weights shifted)" if last.shifted else ""
         lines.append(f"last decision at {last.at:%H:%M:%S}{moved}: {last.reason}")
     return lines
-
-
-def _fail(message: str) -> NoReturn:
-    err.print(f"[red]error[/red] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(EXIT_NOT_FOUND)
-
-
-def _kube_policies() -> FailoverPolicies:
-    from radixfleet.controllers.failover.kube import KubeFailoverPolicies
-    from radixfleet.kit.kube import api_client
-
-    return KubeFailoverPolicies(api_client())

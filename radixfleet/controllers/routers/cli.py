@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from radixfleet.controllers.routers.settings import ALONE
-from radixfleet.kit.commands import add_run
+from radixfleet.kit.commands import add_run, console
 
 routers_app = typer.Typer(
     name="routers",
     help="The smg router of every serving revision (radixfleet/controllers/routers).",
     no_args_is_help=True,
 )
-console = Console()
 
 
 @routers_app.command()
