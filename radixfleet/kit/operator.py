@@ -2,9 +2,10 @@
 
 `radixfleet operator run` runs every registered controller (the opt-in failover only when
 asked) in one process; `radixfleet canary run` and the others run one plug-in through the same
-function. One kopf registry takes every controller's handlers; the operator's settings are set
-once (`kopfglue.configure`): kopf's bookkeeping in annotations under one prefix, and kopf
-peering for leader election (why peering: `radixfleet.kit.leader`). Three ports:
+function (`radixfleet.kit.commands` builds those commands). One kopf registry takes every
+controller's handlers; the operator's settings are set once (`kopfglue.configure`): kopf's
+bookkeeping in annotations under one prefix, and kopf peering for leader election (why
+peering: `radixfleet.kit.leader`). Three ports:
 
 - liveness: kopf's own endpoint, GET /healthz;
 - readiness: GET /readyz, 200 while this replica leads the peering or stands by to take over;
@@ -115,22 +116,6 @@ def run(
         standalone=standalone, priority=priority, peering_name=peering, identity=identity,  # type: ignore[arg-type]
         liveness_endpoint=_liveness(ports.liveness), ready_flag=started,
     )  # fmt: skip
-
-
-def run_alone(
-    plugin: ControllerPlugin,
-    *,
-    region: str = "local",
-    prometheus_url: str | None = None,
-    namespaces: Sequence[str] = (),
-    standalone: bool = False,
-    ports: Ports = Ports(),
-    router_image: str | None = None,
-) -> None:
-    """One controller on its own (`radixfleet canary run` and the like), through `run`."""
-    options = OperatorOptions(region=region, prometheus_url=prometheus_url,
-                              router_image=router_image)  # fmt: skip
-    run([plugin], options=options, namespaces=namespaces, standalone=standalone, ports=ports)
 
 
 def _peers() -> Any:

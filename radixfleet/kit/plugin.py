@@ -3,7 +3,8 @@
 Each controller package has a `plugin.py` with one `PLUGIN = ControllerPlugin(...)`: its name,
 the plural of its custom resource (if it has one), how to build its Kubernetes-backed
 controller, how to add its handlers to a kopf registry, the RBAC rules its adapters declare,
-and its policies for the fleet twin. `build`, `register` and `rules` import the heavy parts
+the options it owns on the command line (its settings: the kit declares none for it) and its
+policies for the fleet twin. `build`, `register` and `rules` import the heavy parts
 (the Kubernetes client, kopf) only when called, so loading a plug-in is cheap;
 `radixfleet.kit.registry` lists them by import path.
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixfleet.kit.rbac import PolicyRule
+from radixfleet.kit.settings import Setting
 
 
 def resolve(path: str) -> Any:
@@ -43,17 +45,19 @@ class Deferred:
 class OperatorOptions:
     """What `radixfleet operator run` (or a controller's own `run`) tells every controller.
 
-    `region` labels metrics; `prometheus_url` overrides each controller's default; the failover
-    reads `failover_contexts` (region -> kubeconfig context of that region's cluster) and
-    `failover_namespace` (where the floors ConfigMap lives in each region); the routers
-    controller runs `router_image` (smg) for every serving revision.
+    `region` labels metrics; `prometheus_url` overrides each controller's default; `settings`
+    holds each controller's own settings by its name, as its plug-in declares them
+    (`ControllerPlugin.settings`) and parsed by them: the kit knows none of them.
     """
 
     region: str = "local"
     prometheus_url: str | None = None
-    failover_contexts: Mapping[str, str] = field(default_factory=dict)
-    failover_namespace: str = "default"
-    router_image: str | None = None
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def setting(self, controller: str, setting: Setting) -> Any:
+        """`controller`'s `setting` as its command line gave it, else the setting's default."""
+        given = self.settings.get(controller, {})
+        return given[setting.key] if setting.key in given else setting.value(setting.default)
 
 
 @dataclass(frozen=True)
@@ -65,9 +69,12 @@ class ControllerPlugin:
     handlers need; `twin` maps a twin policy kind to {policy name: "module:factory"};
     `metrics(controller)` is a prometheus-client collector of the controller's own series (or
     None); `cli` is the "module:attribute" of its typer app (`radixfleet NAME ...`); `opt_in`
-    controllers (the failover: one per fleet, not per region) run only when
-    asked for by name. `entry_gate` is the "module:factory" of the gate the region entry puts
-    in front of its routes (`factory(api_client, replicas, region, *, upstream_connections)`, see
+    controllers (the failover: one per fleet, not per region) run only when asked for by name
+    (`radixfleet operator run --with-NAME`). `settings` are the options the controller owns
+    (`radixfleet.kit.settings`): the operator's command offers them, so does the controller's
+    own `run`, and the controller reads them with `OperatorOptions.setting`. `entry_gate` is
+    the "module:factory" of the gate the region entry puts in front of its routes
+    (`factory(api_client, replicas, region, *, upstream_connections)`, see
     `radixfleet.dataplane.gate`), and `entry_rules` the RBAC that gate needs. `admission()` lists
     the ValidatingAdmissionPolicies and bindings that hold the controller's rules at the API
     server (the quota's GPU budgets); they are installed with the operator. `objects` is the
@@ -86,19 +93,9 @@ class ControllerPlugin:
     metrics: Callable[[Any], Any] = field(default=lambda controller: None)
     cli: str | None = None
     opt_in: bool = False
+    settings: Sequence[Setting] = ()
     entry_gate: str | None = None
     entry_rules: Callable[[], Sequence[PolicyRule]] = field(default=lambda: ())
     admission: Callable[[], Sequence[Mapping[str, Any]]] = field(default=lambda: ())
     objects: str | None = None
     crd: str | None = None
-
-
-def parse_contexts(pairs: Sequence[str]) -> dict[str, str]:
-    """`REGION=CONTEXT` options as a mapping (the failover's region clusters)."""
-    found: dict[str, str] = {}
-    for pair in pairs:
-        region, sep, context = pair.partition("=")
-        if not sep or not region or not context:
-            raise ValueError(f"{pair!r} is not REGION=CONTEXT")
-        found[region] = context
-    return found

@@ -5,13 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from radixfleet.cli import app
-from radixfleet.controllers.failover.cli import contexts
 from radixfleet.controllers.failover.controller import to_wire
 from radixfleet.controllers.failover.fakes import FakeFailoverPolicies
+from radixfleet.controllers.failover.settings import parse_contexts
 from radixfleet.controllers.failover.state import FailoverStatus, LastDecision, Phase, RegionStatus
 
 AT = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -56,10 +55,20 @@ def test_unknown_policy_exits_1() -> None:
 
 
 @pytest.mark.parametrize("bad", ["eu", "=ctx", "eu="], ids=["no-equals", "no-region", "no-context"])
-def test_a_malformed_context_is_a_usage_error(bad: str) -> None:
-    assert contexts(["us=a", "eu=b"]) == {"us": "a", "eu": "b"}
-    with pytest.raises(typer.BadParameter):
-        contexts([bad])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["failover", "run", "--context"],
+        ["operator", "run", "--with-failover", "--failover-context"],
+    ],
+    ids=["failover-run", "operator-run"],
+)
+def test_a_malformed_context_is_a_usage_error(bad: str, command: list[str]) -> None:
+    assert parse_contexts(["us=a", "eu=b"]) == {"us": "a", "eu": "b"}
+    with pytest.raises(ValueError):
+        parse_contexts([bad])
+    result = CliRunner().invoke(app, [*command, bad])  # refused before anything runs
+    assert result.exit_code == 2 and "is not REGION=CONTEXT" in result.output, result.output
 
 
 def test_every_controller_and_the_operator_have_commands() -> None:

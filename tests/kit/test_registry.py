@@ -90,29 +90,34 @@ def test_the_registry_is_one_list_of_strings() -> None:
     assert all(isinstance(p, str) and ":" in p for p in CONTROLLERS)
 
 
-# A sixth controller, whole: its plug-in, command line, handlers, RBAC, catalog objects and a
-# twin policy, in a package of its own written by the test.
+# A sixth controller, whole: its plug-in, command line, setting, handlers, RBAC, catalog objects
+# and a twin policy, in a package of its own written by the test.
 SIXTH_PACKAGE = {
     "__init__.py": "",
     "plugin.py": """
 import kopf
 from radixfleet.kit.plugin import ControllerPlugin
 from radixfleet.kit.rbac import PolicyRule
+from radixfleet.kit.settings import Setting
 
 def _register(registry, controller):
     kopf.on.event("example.io", "v1", "sixths", id="sixth-wake", registry=registry)(
         lambda **_: None)
 
+GREETING = Setting("greeting", ("--sixth-greeting",), "What the sixth says.", default="hello")
+
 PLUGIN = ControllerPlugin(
     name="sixth", plural="sixths", build=lambda options: object(), register=_register,
     rules=lambda: (PolicyRule(("example.io",), ("sixths",), ("get", "list", "watch")),),
     cli="sixth_controller.cli:app", objects="sixth_controller.objects:catalog_objects",
-    twin={"canary": {"sixth": "sixth_controller.twin:policy"}},
+    twin={"canary": {"sixth": "sixth_controller.twin:policy"}}, settings=(GREETING,),
 )
 """,
     "cli.py": """
 import typer
+from radixfleet.kit.commands import add_run
 app = typer.Typer()
+add_run(app, "sixth_controller.plugin:PLUGIN", help="Run the sixth alone.")
 
 @app.command()
 def hello() -> None:
@@ -145,12 +150,23 @@ from radixfleet.kit.operator import build_registry
 from radixfleet.render.operator import operator_rules
 from radixfleet.twin.registry import resolve
 
+from radixfleet.kit import operator
+given = []
+operator.run = lambda plugins, *, options, **_: given.append(
+    [[p.name for p in plugins], dict(options.settings["sixth"])])  # runs no kopf here
+runner = CliRunner()
+runner.invoke(app, ["operator", "run", "--sixth-greeting", "hi"])
+runner.invoke(app, ["sixth", "run"])
+
 plugins = registry.selected()
 controllers = {p.name: object() for p in plugins}  # handlers are never called here
 kopf_registry = build_registry(plugins, controllers, peering=None, priority=1)
 catalog = load_catalog(pathlib.Path("inferenceservices/catalog.yaml"))
 print(json.dumps({
-    "said": CliRunner().invoke(app, ["sixth", "hello"]).output,
+    "said": runner.invoke(app, ["sixth", "hello"]).output,
+    "operator_help": runner.invoke(app, ["operator", "run", "--help"]).output,
+    "own_help": runner.invoke(app, ["sixth", "run", "--help"]).output,
+    "given": given,
     "selected": [p.name for p in plugins],
     "watches": sorted(h.id for h in kopf_registry._watching.get_all_handlers()),
     "rules": [list(r.resources) for r in operator_rules() if "example.io" in r.api_groups],
@@ -166,8 +182,10 @@ print(json.dumps({
 def test_a_sixth_controller_is_one_folder_and_one_registry_line(tmp_path: Path) -> None:
     """A controller written in a folder of its own and added to the registry by one line runs
     in the operator (its handlers), is allowed what it declares (the operator's ClusterRole),
-    has its command (`radixfleet sixth ...`), renders its catalog objects (the renderer's and
-    the Pulumi program's one assembler) and offers its twin policy: nothing else changes."""
+    has its command (`radixfleet sixth ...`, with a `run` the kit builds), owns its settings
+    (an option of `radixfleet operator run` and of its own `run`, its value handed to it alone),
+    renders its catalog objects (the renderer's and the Pulumi program's one assembler) and
+    offers its twin policy: nothing else changes."""
     package = tmp_path / "sixth_controller"
     package.mkdir()
     for name, text in SIXTH_PACKAGE.items():
@@ -177,6 +195,11 @@ def test_a_sixth_controller_is_one_folder_and_one_registry_line(tmp_path: Path) 
     assert ran.returncode == 0, ran.stderr
     found = json.loads(ran.stdout)
     assert found["said"].strip() == "the sixth controller says hello"
+    assert "--sixth-greeting" in found["operator_help"] and "--sixth-greeting" in found["own_help"]
+    assert found["given"] == [
+        [["canary", "autoscale", "quota", "routers", "sixth"], {"greeting": "hi"}],
+        [["sixth"], {"greeting": "hello"}],
+    ]
     assert found["selected"] == ["canary", "autoscale", "quota", "routers", "sixth"]
     assert "sixth-wake" in found["watches"] and "routers-wake-inferenceservices" in found["watches"]
     assert found["rules"] == [["sixths"]]

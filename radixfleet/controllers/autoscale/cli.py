@@ -6,64 +6,36 @@ the last decision, what each signal asked for, the bounds and what was learned a
 
 from __future__ import annotations
 
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from radixfleet.controllers.autoscale.ports import AutoscalePolicies
 from radixfleet.controllers.autoscale.state import AutoscaleStatus, BreakEven, status_of
-from radixfleet.kit.errors import KubeError
+from radixfleet.kit.commands import NAMESPACES, PROMETHEUS, Namespace, add_run, show_status
+from radixfleet.kit.plugin import Deferred
 
 autoscale_app = typer.Typer(
     name="autoscale",
     help="Watch and run the autoscaler of InferenceServices (AutoscalePolicy).",
     no_args_is_help=True,
 )
-console = Console()
-err = Console(stderr=True)
-EXIT_NOT_FOUND = 1
 
 Name = Annotated[str, typer.Argument(help="The AutoscalePolicy.")]
-Namespace = Annotated[str, typer.Option("--namespace", "-n", help="Its namespace.")]
+KUBE_POLICIES = Deferred("radixfleet.controllers.autoscale.kube:KubeAutoscalePolicies")
 
 
 @autoscale_app.command()
 def status(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> None:
     """Show a policy's last decision and the numbers behind it."""
-    policies: AutoscalePolicies = ctx.obj or _kube_policies()
-    try:
-        policy = policies.get(namespace, name)
-    except KubeError as error:
-        _fail(str(error))
-    if policy is None:
-        _fail(f"AutoscalePolicy {namespace}/{name} not found")
-    recorded = status_of(policy)
-    if recorded is None:
-        console.print(f"{namespace}/{name}: no decision yet")
-        return
-    for line in describe(recorded):
-        console.print(line, highlight=False, soft_wrap=True)
+    show_status(ctx, kind="AutoscalePolicy", store=KUBE_POLICIES, namespace=namespace,
+                name=name, status_of=status_of, describe=describe)  # fmt: skip
 
 
-@autoscale_app.command()
-def run(
-    namespace: Annotated[
-        list[str] | None, typer.Option("--namespace", "-n", help="Watch only these.")
-    ] = None,
-    prometheus: Annotated[str | None, typer.Option(help="Prometheus URL.")] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = 9464,
-    standalone: Annotated[bool, typer.Option(help="No peering with other replicas.")] = False,
-) -> None:
-    """Run the autoscaler (kopf) until interrupted."""
-    from radixfleet.controllers.autoscale.plugin import PLUGIN
-    from radixfleet.kit.operator import Ports, run_alone
-
-    ports = Ports(liveness=None, readiness=None, metrics=metrics_port)
-    run_alone(
-        PLUGIN, prometheus_url=prometheus, namespaces=namespace or (), standalone=standalone,
-        ports=ports,
-    )  # fmt: skip
+add_run(
+    autoscale_app, "radixfleet.controllers.autoscale.plugin:PLUGIN",
+    shared=[NAMESPACES, PROMETHEUS], metrics_port=9464,
+    help="Run the autoscaler (kopf) until interrupted.",
+)  # fmt: skip
 
 
 def describe(recorded: AutoscaleStatus) -> list[str]:
@@ -96,15 +68,3 @@ def _break_even(found: BreakEven) -> str:
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
-
-
-def _fail(message: str) -> NoReturn:
-    err.print(f"[red]error[/red] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(EXIT_NOT_FOUND)
-
-
-def _kube_policies() -> AutoscalePolicies:
-    from radixfleet.controllers.autoscale.kube import KubeAutoscalePolicies
-    from radixfleet.kit.kube import api_client
-
-    return KubeAutoscalePolicies(api_client())

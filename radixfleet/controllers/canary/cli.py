@@ -14,10 +14,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
+
+from radixfleet.kit.commands import (
+    NAMESPACES,
+    PROMETHEUS,
+    Namespace,
+    add_run,
+    console,
+    fail,
+    print_lines,
+)
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -30,13 +39,8 @@ canary_app = typer.Typer(
     help="Watch and steer metric-gated rollouts of InferenceServices.",
     no_args_is_help=True,
 )
-console = Console()
-err = Console(stderr=True)
-
-EXIT_NOT_FOUND = 1
 
 Name = Annotated[str, typer.Argument(help="The InferenceService.")]
-Namespace = Annotated[str, typer.Option("--namespace", "-n", help="Its namespace.")]
 
 
 @dataclass(frozen=True)
@@ -73,8 +77,7 @@ def status(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> 
     if target.rollout is None:
         console.print(f"{namespace}/{name}: no rollout under policy {target.policy_name} yet")
         return
-    for line in describe(target.rollout, target.policy):
-        console.print(line, highlight=False, soft_wrap=True)
+    print_lines(describe(target.rollout, target.policy))
     console.print(checks_table(target.rollout))
 
 
@@ -118,24 +121,10 @@ def abort(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> N
     _write(_ports(ctx), target, name, {ABORT_PREFIX: _canary(target)}, "rollback requested")
 
 
-@canary_app.command()
-def run(
-    namespace: Annotated[
-        list[str] | None, typer.Option("--namespace", "-n", help="Watch only these.")
-    ] = None,
-    prometheus: Annotated[str | None, typer.Option(help="Prometheus URL.")] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
-    standalone: Annotated[bool, typer.Option(help="No peering with other replicas.")] = False,
-) -> None:
-    """Run the canary controller (kopf) until interrupted."""
-    from radixfleet.controllers.canary.plugin import PLUGIN
-    from radixfleet.kit.operator import Ports, run_alone
-
-    ports = Ports(liveness=None, readiness=None, metrics=metrics_port)
-    run_alone(
-        PLUGIN, prometheus_url=prometheus, namespaces=namespace or (), standalone=standalone,
-        ports=ports,
-    )  # fmt: skip
+add_run(
+    canary_app, "radixfleet.controllers.canary.plugin:PLUGIN", shared=[NAMESPACES, PROMETHEUS],
+    help="Run the canary controller (kopf) until interrupted.",
+)  # fmt: skip
 
 
 def next_approval(target: Target) -> str | None:
@@ -197,20 +186,20 @@ def _target(ports: Ports, namespace: str, name: str) -> Target:
         (i for i in ports.isvcs.in_namespace(namespace) if i["metadata"]["name"] == name), None
     )
     if isvc is None:
-        _fail(f"InferenceService {namespace}/{name} not found")
+        fail(f"InferenceService {namespace}/{name} not found")
     policy_ref = policy_name(isvc)
     if policy_ref is None:
-        _fail(f"{namespace}/{name} names no CanaryPolicy (annotation radixfleet.io/canary-policy)")
+        fail(f"{namespace}/{name} names no CanaryPolicy (annotation radixfleet.io/canary-policy)")
     policy = ports.policies.get(namespace, policy_ref)
     if policy is None:
-        _fail(f"CanaryPolicy {namespace}/{policy_ref} not found")
+        fail(f"CanaryPolicy {namespace}/{policy_ref} not found")
     observed = observe_isvc(isvc)
     return Target(isvc, policy, observed.canary_revision, rollout_of(policy, name))
 
 
 def _canary(target: Target) -> str:
     if target.canary_revision is None:
-        _fail(f"{target.isvc['metadata']['name']} has no revision being rolled out")
+        fail(f"{target.isvc['metadata']['name']} has no revision being rolled out")
     return target.canary_revision
 
 
@@ -231,13 +220,8 @@ def _write(
     try:
         ports.policies.annotate(namespace, target.policy_name, annotations)
     except KubeError as error:
-        _fail(str(error))
+        fail(str(error))
     console.print(f"{namespace}/{name}: {done}; the controller acts on its next tick")
-
-
-def _fail(message: str) -> NoReturn:
-    err.print(f"[red]error[/red] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(EXIT_NOT_FOUND)
 
 
 def _ports(ctx: typer.Context) -> Ports:

@@ -7,13 +7,15 @@ the last decision. `run` runs the failover alone; in a fleet it usually runs ins
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
+
+from radixfleet.controllers.failover.settings import ALONE
+from radixfleet.kit.commands import NAMESPACES, Namespace, add_run, show_status
+from radixfleet.kit.plugin import Deferred
 
 if TYPE_CHECKING:
-    from radixfleet.controllers.failover.ports import FailoverPolicies
     from radixfleet.controllers.failover.state import FailoverStatus
 
 failover_app = typer.Typer(
@@ -21,72 +23,24 @@ failover_app = typer.Typer(
     help="Watch and run the regional failover (FailoverPolicy: Route 53 weights).",
     no_args_is_help=True,
 )
-console = Console()
-err = Console(stderr=True)
-EXIT_NOT_FOUND = 1
 
 Name = Annotated[str, typer.Argument(help="The FailoverPolicy.")]
-Namespace = Annotated[str, typer.Option("--namespace", "-n", help="Its namespace.")]
+KUBE_POLICIES = Deferred("radixfleet.controllers.failover.kube:KubeFailoverPolicies")
 
 
 @failover_app.command()
 def status(ctx: typer.Context, name: Name, namespace: Namespace = "default") -> None:
     """Show a policy's weights, each region's phase, and the last decision."""
     from radixfleet.controllers.failover.controller import status_of
-    from radixfleet.kit.errors import KubeError
 
-    policies: FailoverPolicies = ctx.obj or _kube_policies()
-    try:
-        policy = policies.get(namespace, name)
-    except KubeError as error:
-        _fail(str(error))
-    if policy is None:
-        _fail(f"FailoverPolicy {namespace}/{name} not found")
-    recorded = status_of(policy)
-    if recorded is None:
-        console.print(f"{namespace}/{name}: no decision yet")
-        return
-    for line in describe(recorded):
-        console.print(line, highlight=False, soft_wrap=True)
+    show_status(ctx, kind="FailoverPolicy", store=KUBE_POLICIES, namespace=namespace, name=name,
+                status_of=status_of, describe=describe)  # fmt: skip
 
 
-@failover_app.command()
-def run(
-    context: Annotated[
-        list[str] | None,
-        typer.Option("--context", help="REGION=KUBECONFIG-CONTEXT of a region's cluster."),
-    ] = None,
-    floors_namespace: Annotated[
-        str, typer.Option(help="Namespace of the floors ConfigMap in each region.")
-    ] = "default",
-    namespace: Annotated[
-        list[str] | None, typer.Option("--namespace", "-n", help="Watch only these.")
-    ] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
-    standalone: Annotated[bool, typer.Option(help="No peering with other replicas.")] = False,
-) -> None:
-    """Run the failover controller (kopf) until interrupted."""
-    from radixfleet.controllers.failover.plugin import PLUGIN
-    from radixfleet.kit.operator import Ports
-    from radixfleet.kit.operator import run as run_operator
-    from radixfleet.kit.plugin import OperatorOptions
-
-    options = OperatorOptions(
-        failover_contexts=contexts(context or []), failover_namespace=floors_namespace
-    )
-    ports = Ports(liveness=None, readiness=None, metrics=metrics_port)
-    run_operator([PLUGIN], options=options, namespaces=namespace or (), standalone=standalone,
-                 ports=ports)  # fmt: skip
-
-
-def contexts(pairs: list[str]) -> dict[str, str]:
-    """`REGION=CONTEXT` options as a mapping; a malformed one is a usage error."""
-    from radixfleet.kit.plugin import parse_contexts
-
-    try:
-        return parse_contexts(pairs)
-    except ValueError as error:
-        raise typer.BadParameter(str(error), param_hint="--context") from None
+add_run(
+    failover_app, "radixfleet.controllers.failover.plugin:PLUGIN", own=ALONE, shared=[NAMESPACES],
+    help="Run the failover controller (kopf) until interrupted.",
+)  # fmt: skip
 
 
 def describe(recorded: FailoverStatus) -> list[str]:
@@ -102,15 +56,3 @@ def describe(recorded: FailoverStatus) -> list[str]:
         moved = " (weights shifted)" if last.shifted else ""
         lines.append(f"last decision at {last.at:%H:%M:%S}{moved}: {last.reason}")
     return lines
-
-
-def _fail(message: str) -> NoReturn:
-    err.print(f"[red]error[/red] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(EXIT_NOT_FOUND)
-
-
-def _kube_policies() -> FailoverPolicies:
-    from radixfleet.controllers.failover.kube import KubeFailoverPolicies
-    from radixfleet.kit.kube import api_client
-
-    return KubeFailoverPolicies(api_client())

@@ -49,6 +49,7 @@ from radixfleet.controllers.failover.observe import (
 )
 from radixfleet.controllers.failover.ports import FailoverPolicies, Floors
 from radixfleet.controllers.failover.queries import QueryConfig
+from radixfleet.controllers.failover.settings import CONTEXTS, FLOORS_NAMESPACE
 from radixfleet.controllers.failover.spec import (
     API_VERSION,
     MIN_INTERVAL_SECONDS,
@@ -239,7 +240,7 @@ def kube_controller(options: OperatorOptions) -> Controller:
     # Its own region through its own credentials; the others through the contexts given.
     regional = {options.region: api} | {
         r: config.new_client_from_config(context=c)  # type: ignore[no-untyped-call]
-        for r, c in options.failover_contexts.items()
+        for r, c in options.setting(NAME, CONTEXTS).items()
     }
     template = os.environ.get(PROMETHEUS_URL_ENV, DEFAULT_PROMETHEUS_URL)
     token = os.environ.get(TOKEN_ENV, "")
@@ -248,5 +249,5 @@ def kube_controller(options: OperatorOptions) -> Controller:
         prometheus_for=prometheus_per_region(template, token=token),
         policies=KubeFailoverPolicies(api),
         events=KubeEvents(api, clock=lambda: datetime.now(UTC), component=FIELD_MANAGER),
-        floors=KubeFloors(regional, namespace=options.failover_namespace),
+        floors=KubeFloors(regional, namespace=options.setting(NAME, FLOORS_NAMESPACE)),
     )

@@ -7,6 +7,7 @@ Opt-in: it writes global Route 53 records, so one operator per fleet runs it
 
 from __future__ import annotations
 
+from radixfleet.controllers.failover.settings import SETTINGS
 from radixfleet.controllers.failover.spec import PLURAL
 from radixfleet.kit.plugin import ControllerPlugin, Deferred
 
@@ -21,4 +22,5 @@ PLUGIN = ControllerPlugin(
     metrics=lambda controller: controller.metrics.registry,
     cli="radixfleet.controllers.failover.cli:failover_app",
     opt_in=True,
+    settings=SETTINGS,
 )

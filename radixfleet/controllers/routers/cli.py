@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from radixfleet.controllers.routers.settings import ALONE
+from radixfleet.kit.commands import add_run, console
 
 routers_app = typer.Typer(
     name="routers",
     help="The smg router of every serving revision (radixfleet/controllers/routers).",
     no_args_is_help=True,
 )
-console = Console()
 
 
 @routers_app.command()
@@ -28,17 +27,7 @@ def status() -> None:
     console.print(table)
 
 
-@routers_app.command()
-def run(
-    router_image: Annotated[
-        str, typer.Option(envvar="RADIXFLEET_ROUTER_IMAGE", help="The smg image routers run.")
-    ],
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
-    standalone: Annotated[bool, typer.Option(help="No leader election (one replica).")] = False,
-) -> None:
-    """Run the routers controller against the current cluster until interrupted."""
-    from radixfleet.controllers.routers.plugin import PLUGIN
-    from radixfleet.kit.operator import Ports, run_alone
-
-    run_alone(PLUGIN, standalone=standalone, router_image=router_image,
-              ports=Ports(liveness=None, readiness=None, metrics=metrics_port))  # fmt: skip
+add_run(
+    routers_app, "radixfleet.controllers.routers.plugin:PLUGIN", own=ALONE,
+    help="Run the routers controller against the current cluster until interrupted.",
+)  # fmt: skip

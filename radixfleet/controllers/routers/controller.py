@@ -27,6 +27,7 @@ from radixfleet.controllers.routers.decide import (
     keyed_namespaces,
     wanted,
 )
+from radixfleet.controllers.routers.settings import ROUTER_IMAGE
 from radixfleet.controllers.routers.spec import NAME, Router
 from radixfleet.kit.errors import KubeError
 from radixfleet.kit.kube import INFERENCE_SERVICES
@@ -143,4 +144,4 @@ def kube_controller(options: OperatorOptions | None = None) -> Controller:
     options = options or OperatorOptions()
     api = api_client()
     return Controller(KubeInferenceServices(api), KubeRevisions(api), KubeRouters(api),
-                      image=options.router_image)  # fmt: skip
+                      image=options.setting(NAME, ROUTER_IMAGE))  # fmt: skip

@@ -5,6 +5,7 @@ Listed in `radixfleet.kit.registry.CONTROLLERS`; loading it imports no client li
 
 from __future__ import annotations
 
+from radixfleet.controllers.routers.settings import SETTINGS
 from radixfleet.controllers.routers.spec import NAME
 from radixfleet.kit.plugin import ControllerPlugin, Deferred
 
@@ -16,4 +17,5 @@ PLUGIN = ControllerPlugin(
     register=Deferred("radixfleet.controllers.routers.controller:register"),
     rules=Deferred("radixfleet.controllers.routers.kube:RULES", call=False),
     cli="radixfleet.controllers.routers.cli:routers_app",
+    settings=SETTINGS,
 )
