@@ -64,8 +64,8 @@ def test_the_cluster_role_is_exactly_the_declared_cluster_wide_rules_and_kopfs()
     rules = [*(r for p in plugins() for r in p.rules()), *KOPF_RULES]
     declared = {t for r in rules if r.scope == CLUSTER for t in r.triples()}
     assert triples(role["rules"]) == declared
-    # Secrets, writes to the serving objects and the GPU caps are granted in tenant namespaces
-    # only (radixfleet/render/tenant_access.py).
+    # Secrets, and writes to the serving objects, are granted in tenant namespaces only
+    # (radixfleet/render/tenant_access.py).
     assert {t for r in rules if r.scope != CLUSTER for t in r.triples()} == {
         ("", "secrets", "get"),
         ("", "secrets", "create"),
@@ -77,8 +77,6 @@ def test_the_cluster_role_is_exactly_the_declared_cluster_wide_rules_and_kopfs()
         ("serving.knative.dev", "revisions", "patch"),
         ("autoscaling.internal.knative.dev", "podautoscalers", "patch"),
         ("serving.kserve.io", "inferenceservices", "patch"),
-        ("", "resourcequotas", "create"),
-        ("", "resourcequotas", "patch"),
     }
 
 

@@ -5,19 +5,18 @@ the calls (a test records every call on a fake client and checks it is covered).
 ClusterRole is `union()` over the registered controllers' rules and `KOPF_RULES`, rendered once
 by `cluster_role()` for both the kustomize base and the Pulumi program.
 
-A rule's scope says where it is granted. Reads are mostly cluster-wide (the ClusterRole), and so
-are writes to radixfleet's own kinds. Writes to the serving objects are not: the operator
+A rule's scope says where it is granted. Reads are mostly cluster-wide (the ClusterRole), and
+so are writes to radixfleet's own kinds. Writes to the serving objects are not: the operator
 creates and patches the routers' Deployments and Services, patches pods' pool labels, a
-revision's scale bounds (on it and its PodAutoscaler), an InferenceService's canary traffic and
-the namespace's GPU ResourceQuota, only in tenant namespaces (a leaked token of the operator's
-cannot touch `kube-system`). Nor are Secrets: no radixfleet account may read or create one
-outside a tenant namespace, and inside one it may read only those it is told of (the data
-plane's key, the tenant's API keys). Those rules are `TENANT_NAMESPACES` rules, rendered by
-`namespace_role()` as a Role in each tenant namespace, whose verbs name their objects
-(`resourceNames`) unless the rule says they cannot (`by_name` False: a router's Deployment is
-named for a revision no Role can list ahead); `radixfleet/render/tenant_access.py` renders them
-with the tenant. `OWN_NAMESPACE` rules are granted the same way in radixfleet's own namespace
-(the entry's ledger ConfigMap, by name).
+revision's scale bounds (on it and its PodAutoscaler) and an InferenceService's canary traffic,
+only in tenant namespaces (a leaked token of the operator's cannot touch `kube-system`). Nor are
+Secrets: no radixfleet account may read or create one outside a tenant namespace, and inside
+one it may read only those it is told of (the data plane's key, the tenant's API keys). Those
+rules are `TENANT_NAMESPACES` rules, rendered by `namespace_role()` as a Role in each tenant
+namespace, whose verbs name their objects (`resourceNames`) unless the rule says they cannot
+(`by_name` False: a router's Deployment is named for a revision no Role can list ahead);
+`radixfleet/render/tenant_access.py` renders them with the tenant. `OWN_NAMESPACE` rules are
+granted the same way in radixfleet's own namespace (the entry's ledger ConfigMap, by name).
 """
 
 from __future__ import annotations

@@ -7,8 +7,7 @@ grants what their adapters declare for tenant namespaces (`TENANT_NAMESPACES` ru
 `*/kube.py`): the operator reads the data plane's key and the tenant's API keys and creates the
 data plane's key (routers, autoscale, quota), creates and patches the routers' Deployments and
 Services, patches pods' pool labels (autoscale, canary), revisions' and PodAutoscalers' scale
-bounds (autoscale) and InferenceServices' canary traffic (canary), creates and patches the
-namespace's GPU ResourceQuota (quota); the entry reads the same
+bounds (autoscale) and InferenceServices' canary traffic (canary); the entry reads the same
 keys. Every Secret read names its Secrets, so neither account can read any other Secret, a
 tenant's own workloads' included, and neither can create one, nor a Deployment, outside a
 tenant namespace.

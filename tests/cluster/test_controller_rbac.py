@@ -357,12 +357,6 @@ WORKLOAD_WRITES = [
     ("patch", "revisions.serving.knative.dev", "kube-system", False),
     ("patch", "podautoscalers.autoscaling.internal.knative.dev", ACCOUNTS, False),
     ("patch", "inferenceservices.serving.kserve.io", "kube-system", False),
-    # The quota's GPU caps: written in tenant namespaces, read anywhere.
-    ("create", "resourcequotas", NAMESPACE, True),
-    ("patch", "resourcequotas", NAMESPACE, True),
-    ("list", "resourcequotas", "kube-system", True),
-    ("create", "resourcequotas", "kube-system", False),
-    ("patch", "resourcequotas", ACCOUNTS, False),
 ]
 
 
@@ -370,8 +364,8 @@ def test_the_operator_writes_workloads_only_in_tenant_namespaces(
     world: Cluster, tmp_path: Path
 ) -> None:
     """Before, its ClusterRole created and patched Deployments, Services and pods, and patched
-    revisions, PodAutoscalers, InferenceServices and ResourceQuotas, in every namespace: a leaked
-    token could run a pod in `kube-system`, scale or shift any model, or cap any namespace."""
+    revisions, PodAutoscalers and InferenceServices, in every namespace: a leaked token could run
+    a pod in `kube-system`, or scale or shift any model in the cluster."""
     name = "rf-operator-workloads"
     _account(world, name, operator_rules(), tmp_path)
     wrong = _wrong_answers(world, name, WORKLOAD_WRITES)

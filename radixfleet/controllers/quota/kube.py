@@ -41,10 +41,7 @@ RULES: tuple[PolicyRule, ...] = (
     TENANTS.rule(*READ),
     *KubeStatus.rules(TENANTS),
     INFERENCE_SERVICES.rule("list", "watch"),
-    rule("", "resourcequotas", *READ),
-    # The GPU caps are written only in tenant namespaces: a leaked token of the operator's cannot
-    # set a quota on `kube-system` (create cannot be held to a name, so neither verb is).
-    rule("", "resourcequotas", "create", "patch", scope=TENANT_NAMESPACES, by_name=False),
+    rule("", "resourcequotas", *READ, "create", "patch"),
     # API keys: one Secret at a time, by the name a Tenant gives (never listed), in its
     # namespace (radixfleet/render/tenant_access.py).
     rule("", "secrets", "get", scope=TENANT_NAMESPACES),
