@@ -164,6 +164,21 @@ def test_a_failed_status_write_raises_the_typed_error_and_the_next_pass_repairs(
     assert all(t.get("status") for t in tenants.items.values())
 
 
+def test_a_namespace_the_api_server_refuses_holds_back_no_other_quota() -> None:
+    """A refused namespace (absent in this region, or not the operator's to write) is raised,
+    so the loop retries it, after every other namespace got its cap; before, the first refusal
+    left every later namespace without one."""
+    tenants, isvcs = catalog_fleet()
+    quotas = FakeResourceQuotas()
+    quotas.next_error = KubeError("create resourcequota: HTTP 403 forbidden", status=403)
+    with pytest.raises(KubeError) as raised:
+        controller(tenants, isvcs, quotas=quotas).reconcile(now=T0)
+    assert raised.value.status == 403
+    refused, *written = [namespace for namespace, _, _ in quotas.calls]
+    assert written and sorted(quotas.items) == sorted(written)
+    assert refused not in quotas.items
+
+
 def test_the_loop_retries_after_a_kube_error() -> None:
     tenants, isvcs = catalog_fleet()
     tenants.next_error = KubeError("HTTP 500", status=500)

@@ -3,8 +3,9 @@
 Borrowing ties every tenant's ceiling to the others' commitments, so the controller reconciles
 the fleet as a whole, never one Tenant alone: observe everything, `decide` (pure), then write
 the statuses that changed (first: they are the admission policy's input) and set the
-ResourceQuotas that differ. Every step is idempotent; a reconcile that fails half-way is simply
-run again.
+ResourceQuotas that differ, each on its own (a namespace the API server refuses, one a Tenant
+names that does not exist in this region, say, is logged and raised after the others are
+written). Every step is idempotent; a reconcile that fails half-way is simply run again.
 
 kopf watches Tenants, InferenceServices and the controller's ResourceQuotas only to wake the
 kit's coalescing loop (`radixfleet.kit.loop`), which also runs every `RESYNC_SECONDS`.
@@ -19,11 +20,12 @@ from datetime import datetime
 import kopf
 
 from radixfleet import labels
-from radixfleet.controllers.quota.decide import Plan, decide
+from radixfleet.controllers.quota.decide import Plan, SetQuota, decide
 from radixfleet.controllers.quota.metrics import GpuMetrics
 from radixfleet.controllers.quota.observe import observe
 from radixfleet.controllers.quota.ports import InferenceServices, ResourceQuotas, Secrets, Tenants
 from radixfleet.controllers.quota.spec import API_VERSION, PLURAL, QUOTA_NAME
+from radixfleet.kit.errors import KubeError
 from radixfleet.kit.kube import INFERENCE_SERVICES, Resource
 from radixfleet.kit.loop import Loop, register_loop
 from radixfleet.kit.plugin import OperatorOptions
@@ -56,11 +58,21 @@ class Controller:
     def act(self, plan: Plan) -> None:
         for name, status in plan.statuses.items():
             self.tenants.write_status(name, status.to_wire())
-        for quota in plan.quotas:
-            self.quotas.set_hard(quota.namespace, tenant=quota.tenant, gpus=quota.hard)
-            log.info("ResourceQuota %s/%s: %d GPUs", quota.namespace, QUOTA_NAME, quota.hard)
+        failed = [error for quota in plan.quotas if (error := self._set(quota)) is not None]
         if self.metrics is not None:
             self.metrics.update(plan.accounts)
+        if failed:  # after the others: one namespace radixfleet may not write holds back no other
+            raise failed[0]
+
+    def _set(self, quota: SetQuota) -> KubeError | None:
+        """Write one namespace's cap; the error, if the API server refused it."""
+        try:
+            self.quotas.set_hard(quota.namespace, tenant=quota.tenant, gpus=quota.hard)
+        except KubeError as error:
+            log.warning("ResourceQuota %s/%s not written: %s", quota.namespace, QUOTA_NAME, error)
+            return error
+        log.info("ResourceQuota %s/%s: %d GPUs", quota.namespace, QUOTA_NAME, quota.hard)
+        return None
 
 
 # ---- kopf ----------------------------------------------------------------------------------
