@@ -188,7 +188,12 @@ class RegionEntry:
     def models_of(self, tenant: str | None) -> Models:
         """The region's models `tenant` may call (without a gate: every one)."""
         return {name: self._model_object(name) for name in self.scalers
-                if tenant is None or tenant in self.owners.get(name, (tenant,))}  # fmt: skip
+                if self._may_call(tenant, name)}  # fmt: skip
+
+    def _may_call(self, tenant: str | None, model: str) -> bool:
+        """No gate, or a model with no owners listed: anyone; else its owners only."""
+        owners = self.owners.get(model)
+        return tenant is None or owners is None or tenant in owners
 
     async def forward(
         self, request: web.Request, tenant: str | None, model: str, body: dict[str, Any],
