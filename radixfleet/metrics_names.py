@@ -60,6 +60,13 @@ TENANT_THROTTLED = Metric(
     (REGION, TENANT),
     "Requests the quota controller refused (HTTP 429) because the tenant's token budget was spent.",
 )
+PROMPT_COUNTS = Metric(
+    "radixfleet_prompt_counts_total",
+    "counter",
+    (REGION, MODEL_NAME, "by"),
+    "Prompts the entry counted on admission: by=tokenizer (the model's, at its router) or "
+    "by=bytes (a bound no tokenizer exceeds, charged while the router cannot count).",
+)
 TENANT_TOKEN_BUDGET = Metric(
     "radixfleet_tenant_token_budget_per_minute",
     "gauge",
@@ -131,6 +138,7 @@ DESIRED_REPLICAS = Metric(
 RADIXFLEET_METRICS = (
     TENANT_TOKENS,
     TENANT_THROTTLED,
+    PROMPT_COUNTS,
     TENANT_TOKEN_BUDGET,
     TENANT_GPU_BUDGET,
     TENANT_GPUS_COMMITTED,

@@ -43,6 +43,11 @@ class Backend(Protocol):
         """The answer of `model` to the request (`raw`, its `model` already the one resolved)."""
         ...
 
+    async def count_prompt(self, tenant: str, model: str, texts: Sequence[str]) -> int | None:
+        """The tokens of `texts` by `model`'s tokenizer (its router's); None if it cannot
+        count them now (the gate then charges a bound no tokenizer exceeds)."""
+        ...
+
     def healthy(self) -> bool:
         """Whether a load balancer should send this entry requests."""
         ...
@@ -76,8 +81,8 @@ class Front:
         if self.gate is not None:
             # Inside the error middleware: a refused request costs nothing and wakes nothing.
             # The gate charges the model this front resolves, so leaving `model` out never
-            # skips its budget.
-            self.gate.install(app, model_of=self.model_of)
+            # skips its budget, and the prompt as that model's tokenizer counts it.
+            self.gate.install(app, model_of=self.model_of, count=self.backend.count_prompt)
         for extra in self.extras:
             extra.install(app)
         return app

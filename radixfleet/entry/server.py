@@ -20,7 +20,7 @@ import contextlib
 import json
 import logging
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -37,6 +37,7 @@ from radixfleet.dataplane.prefixes import HotPrefixes
 from radixfleet.dataplane.relay import FAILED_BEFORE_ANSWERING, NOT_REACHED, relay
 from radixfleet.dataplane.routes import ModelRoute, Routes, Target
 from radixfleet.dataplane.signals import SignalsRelay
+from radixfleet.dataplane.tokens import RouterTokenizers
 from radixfleet.labels import SERVING_POOL
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,10 @@ class ClusterEntry:
     revision_keys: dict[tuple[str, str], str] = field(default_factory=dict)
     signals: SignalsRelay | None = None  # the fleet's failover reads this region's Prometheus
     prefixes: HotPrefixes | None = None  # what each model's prompts began with (pre-warming)
+    tokenizers: RouterTokenizers = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tokenizers = RouterTokenizers(self.session)
 
     def app(self) -> web.Application:
         """The entry's application: the one front (radixfleet/dataplane/front.py) over this."""
@@ -108,6 +113,20 @@ class ClusterEntry:
         if target is None:
             raise self.unavailable(f"The model '{route.model}' has no ready revision yet.")
         return await self._forward(request, target, raw)
+
+    async def count_prompt(self, tenant: str, model: str, texts: Sequence[str]) -> int | None:
+        """`texts`' tokens by the tokenizer of the router of `model`'s largest share (a canary
+        that changed tokenizers is settled to what its replicas count)."""
+        route = self.routes.resolve(tenant, model) if self.routes else None
+        if route is None or not route.targets:
+            return None
+        target = max(route.targets, key=lambda t: t.percent)
+        keys = self.keys.get(target.namespace)
+        if not keys:
+            return None
+        pinned = self.revision_keys.get((target.namespace, target.revision), min(keys))
+        headers = dataplane.bearer(keys.get(pinned, keys[min(keys)]))
+        return await self.tokenizers.count(self.upstreams.router(target), texts, headers=headers)
 
     def healthy(self) -> bool:
         """Once the entry has read the cluster (Route 53 and the load balancer ask)."""

@@ -32,7 +32,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,7 @@ from radixfleet.dataplane.relay import (
     retry_after,
 )
 from radixfleet.dataplane.signals import SignalsRelay
+from radixfleet.dataplane.tokens import RouterTokenizers
 from radixfleet.localfleet.scaler import PromptRecorder, Scaler
 from radixfleet.localfleet.spec import RouterSpread
 from radixfleet.revisions import BASELINE, CANARY, pick_revision
@@ -166,6 +167,7 @@ class RegionEntry:
         self._split = random.Random(split_seed)
         self._spread = random.Random(split_seed)  # its own draws: the split stays reproducible
         self.session = session
+        self.tokenizers = RouterTokenizers(session)
         self.wake_timeout_s = wake_timeout_s
         self.retry_after_s = retry_after_s
         self.accepting = True  # False: the region is down (failover tests), every request 503s
@@ -212,6 +214,12 @@ class RegionEntry:
         finally:
             self.in_flight[model] -= 1
             self.in_flight_by_router[pool.key] -= 1
+
+    async def count_prompt(self, tenant: str, model: str, texts: Sequence[str]) -> int | None:
+        """`texts`' tokens by the tokenizer of `model`'s router (its stable revision's)."""
+        del tenant  # the front resolved the model among the tenant's own
+        pool = self.routers.get(model)
+        return await self.tokenizers.count(pool.urls[0], texts) if pool else None
 
     def healthy(self) -> bool:
         """While the region accepts requests (whatever its models' replica counts)."""

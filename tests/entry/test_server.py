@@ -47,12 +47,15 @@ REVISION = "chat-predictor-00001"
 DATA_PLANE_KEY = "data-plane-key-of-the-test"
 
 
-def _smg(port: int, metrics: int, workers: list[str], log: Path) -> subprocess.Popen[bytes]:
+def _smg(
+    port: int, metrics: int, workers: list[str], log: Path, *, tokenizer: Path | None = None
+) -> subprocess.Popen[bytes]:
     command = [
         str(SMG), "launch", "--host", "127.0.0.1", "--port", str(port),
         "--policy", "cache_aware", "--prometheus-port", str(metrics),
         "--log-level", "warn", "--api-key", DATA_PLANE_KEY,
         *(["--worker-urls", *workers] if workers else []),
+        *(["--tokenizer-path", str(tokenizer)] if tokenizer else []),
     ]  # fmt: skip
     with log.open("wb") as sink:
         return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
@@ -84,7 +87,10 @@ def gateways(
                             api_key=DATA_PLANE_KEY)  # fmt: skip
     with serve_in_thread(config, tokenizer=tokenizer) as replica:
         ports = free_ports(4)  # both gateways' HTTP and metrics listeners, all different
-        processes = [_smg(ports[0], ports[2], [replica.url], logs / "serving.log"),
+        # The serving revision's router holds the model's tokenizer, as a cluster's does when
+        # its InferenceService names one; the empty one holds none.
+        processes = [_smg(ports[0], ports[2], [replica.url], logs / "serving.log",
+                          tokenizer=tokenizer.path),
                      _smg(ports[1], ports[3], [], logs / "empty.log")]  # fmt: skip
         ports = ports[:2]
         try:
@@ -584,6 +590,21 @@ SMG_LOST_ITS_WORKERS = (
     b'{"error":{"type":"invalid_request_error","code":"model_not_found",'
     b'"message":"No worker available for model \'chat\'","param":null}}'
 )
+
+
+def test_a_prompt_is_counted_by_its_revisions_router_with_the_data_plane_key(
+    gateways: Gateways, tokenizer: EmulatorTokenizer
+) -> None:
+    texts = ["東京の天気は晴れのち曇りでしょう。", "Say hello to the whole team."]
+
+    async def counts() -> tuple[int | None, int | None]:
+        async with _entry(gateways) as (_, _knative, entry):
+            return (await entry.count_prompt("blue", "chat", texts),
+                    await entry.count_prompt("green", "chat", texts))  # fmt: skip
+
+    blue, green = run(counts())
+    assert blue == sum(len(tokenizer.encode(text)) for text in texts)
+    assert green is None  # its router holds no tokenizer: the gate charges the byte bound
 
 
 @pytest.mark.parametrize(

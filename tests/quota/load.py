@@ -14,7 +14,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -118,12 +118,21 @@ class OneReplica:
         return True
 
 
-def gate_for(tenants: list[TenantLoad], settings: Settings) -> TokenGate:
+def gate_for(
+    tenants: list[TenantLoad], settings: Settings, tokenizer: EmulatorTokenizer
+) -> TokenGate:
+    """The gate, counting prompts with the replica's own tokenizer in process: the entry here
+    sends straight to the replica, and only a router (smg) counts for an entry."""
     budgets = {t.name: TokenBudget(tokens_per_minute=t.tokens_per_minute) for t in tenants}
+
+    async def count(_tenant: str, _model: str, texts: Sequence[str]) -> int:
+        return sum(len(tokenizer.encode(text)) for text in texts)
+
     return TokenGate(
         ledger=TokenLedger(budgets, burst_seconds=settings.burst_seconds),
         keys={f"key-{t.name}": t.name for t in tenants},
         metrics=TokenMetrics(region="local"),
+        count=count,
     )
 
 
@@ -208,7 +217,7 @@ async def drive(url: str, tenants: list[TenantLoad], settings: Settings) -> Run:
 def noisy_run(
     tenants: list[TenantLoad], settings: Settings, tokenizer: EmulatorTokenizer, *, enforce: bool
 ) -> tuple[Run, TokenGate]:
-    gate = gate_for(tenants, settings)
+    gate = gate_for(tenants, settings, tokenizer)
 
     async def main(upstream: str) -> Run:
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))

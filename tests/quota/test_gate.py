@@ -1,12 +1,17 @@
 """The token gate on a real aiohttp server: 401, 429 with Retry-After, streams metered as they
-pass and settled with the replica's usage, failures refunded, and the Prometheus series."""
+pass and settled with the replica's usage, failures refunded, and the Prometheus series.
+
+Prompts are counted by a stand-in tokenizer of one token per four characters (`quarter`), so
+the numbers read plainly: the gate's arithmetic is under test here. The model's real tokenizer,
+at a real smg router, counts in tests/localfleet/test_entry.py."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-from collections.abc import Awaitable, Callable
+import math
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,6 +29,7 @@ from radixfleet.controllers.quota.ledger import TokenLedger
 from radixfleet.controllers.quota.metrics import TokenMetrics
 from radixfleet.controllers.quota.observe import api_keys
 from radixfleet.controllers.quota.spec import TenantSpec
+from radixfleet.dataplane.gate import CountPrompt
 
 KEYS = {"key-a": "a", "key-b": "b"}
 AUTH_A = {"Authorization": "Bearer key-a"}
@@ -64,6 +70,11 @@ async def replica(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def quarter(_tenant: str, _model: str, texts: Sequence[str]) -> int | None:
+    """A stand-in tokenizer: a token per four characters, rounded up."""
+    return sum(math.ceil(len(text) / 4) for text in texts)
+
+
 def run(
     test: Callable[[TestClient, TokenGate], Awaitable[None]], *, per_minute: int = 600
 ) -> TokenGate:
@@ -73,6 +84,7 @@ def run(
         keys=KEYS,
         metrics=TokenMetrics(region="local"),
         clock=Clock(),
+        count=quarter,
     )
     app = web.Application()
     app.router.add_post("/v1/chat/completions", replica)
@@ -140,7 +152,7 @@ def test_streams_are_metered_and_settled_with_the_usage() -> None:
         await response.read()
 
     gate = run(test, per_minute=60_000)
-    # Prompt estimated at 10 tokens (40 characters), the replica said 10: no correction.
+    # Prompt counted at 10 tokens (40 characters), the replica said 10: no correction.
     assert sample(gate, "radixfleet_tenant_tokens_total", tenant="a", kind="prompt") == 10
     assert sample(gate, "radixfleet_tenant_tokens_total", tenant="a", kind="completion") == 7
     assert gate.ledger.balance("a", now=0.0) == 10_000 - 17
@@ -190,9 +202,11 @@ def test_a_batch_answered_as_a_list_is_charged_every_items_completion() -> None:
     assert gate.ledger.balance("a", now=0.0) == 10_000 - 2 * (10 + 250)
 
 
-def _gate(budget: TokenBudget, *, model_of: Any = None) -> tuple[TokenGate, web.Application]:
+def _gate(
+    budget: TokenBudget, *, model_of: Any = None, count: CountPrompt | None = quarter
+) -> tuple[TokenGate, web.Application]:
     gate = TokenGate(ledger=TokenLedger({"a": budget}, burst_seconds=10.0), keys=KEYS,
-                     clock=Clock())  # fmt: skip
+                     clock=Clock(), count=count, metrics=TokenMetrics(region="local"))  # fmt: skip
     app = web.Application()
     for path in ("/v1/chat/completions", "/v1/completions", "/generate"):
         app.router.add_post(path, replica)
@@ -201,7 +215,7 @@ def _gate(budget: TokenBudget, *, model_of: Any = None) -> tuple[TokenGate, web.
 
 
 async def _send(app: web.Application, path: str, body: dict[str, Any]) -> None:
-    # `no_usage`: the stand-in reports no usage, so the admission estimate is what stays charged.
+    # `no_usage`: the stand-in reports no usage, so the admission count is what stays charged.
     async with TestClient(TestServer(app)) as client:
         answer = await client.post(path, json={**body, "no_usage": True}, headers=AUTH_A)
         assert answer.status == 200
@@ -228,6 +242,32 @@ def test_a_prompt_given_as_token_ids_is_charged_one_token_per_id(
     gate, app = _gate(TokenBudget(tokens_per_minute=60_000))  # a 10,000-token burst
     asyncio.run(_send(app, path, body))
     assert gate.ledger.balance("a", now=0.0) == 10_000 - tokens
+
+
+async def cannot_count(_tenant: str, _model: str, _texts: Sequence[str]) -> int | None:
+    return None  # a router without a tokenizer, or one restarting
+
+
+@pytest.mark.parametrize(
+    "count", [cannot_count, None], ids=["the-router-cannot-count", "no-tokenizer-at-all"]
+)
+def test_a_prompt_no_tokenizer_counted_is_charged_its_bytes_never_an_estimate_to_game(
+    count: CountPrompt | None,
+) -> None:
+    # Characters/4 charged 40 Japanese characters as 10 tokens; a byte-level BPE makes up to
+    # three of each (the evasion ran a tenant at twelve times its budget). Their UTF-8 bytes,
+    # plus one for a leading token, are a count no tokenizer exceeds.
+    gate, app = _gate(TokenBudget(tokens_per_minute=60_000), count=count)
+    asyncio.run(_send(app, "/v1/completions", {"model": "m", "prompt": "日本語" * 40}))
+    assert gate.ledger.balance("a", now=0.0) == 10_000 - (3 * 3 * 40 + 1)
+    assert sample(gate, "radixfleet_prompt_counts_total", model_name="m", by="bytes") == 1
+
+
+def test_a_prompt_the_models_tokenizer_counted_is_charged_that_count() -> None:
+    gate, app = _gate(TokenBudget(tokens_per_minute=60_000))
+    asyncio.run(_send(app, "/v1/completions", {"model": "m", "prompt": "日本語" * 40}))
+    assert gate.ledger.balance("a", now=0.0) == 10_000 - 30
+    assert sample(gate, "radixfleet_prompt_counts_total", model_name="m", by="tokenizer") == 1
 
 
 @pytest.mark.parametrize("resolved", [True, False], ids=["entry-resolves", "body-only"])

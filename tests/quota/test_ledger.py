@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from radixfleet.config.catalog import TokenBudget
 from radixfleet.controllers.quota.ledger import Throttled, Ticket, TokenLedger
-from radixfleet.controllers.quota.usage import StreamMeter, Usage, prompt_text, usage_of
+from radixfleet.controllers.quota.usage import StreamMeter, Usage, prompt_texts, usage_of
 
 PER_MINUTE = 6000  # 100 tokens/s; a 10 s burst holds 1000
 
@@ -147,15 +147,16 @@ def test_meter_reads_sglang_generate_cumulative_counts() -> None:
     assert meter.feed(sse(*chunks)) == 3 and meter.usage == Usage(9, 3)
 
 
-def test_prompt_text_and_usage_of_whole_answers() -> None:
+def test_prompt_texts_and_usage_of_whole_answers() -> None:
     chat = {
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "hi"}]},
             {"role": "user", "content": "there"},
         ]
     }
-    assert prompt_text(chat) == "hi\nthere"
-    assert prompt_text({"prompt": ["a", "b"]}) == "a\nb" and prompt_text({"text": "x"}) == "x"
+    assert prompt_texts(chat) == ["hi", "there"]
+    assert prompt_texts({"prompt": ["a", "b"]}) == ["a", "b"]
+    assert prompt_texts({"text": "x"}) == ["x"]
     assert usage_of({"usage": {"prompt_tokens": 3, "completion_tokens": 4}}) == Usage(3, 4)
     assert usage_of({"usage": {"prompt_tokens": True}}) == Usage()
 

@@ -36,7 +36,7 @@ from radixfleet.controllers.quota.metrics import TokenMetrics
 from radixfleet.controllers.quota.observe import api_keys, tenant_object
 from radixfleet.controllers.quota.ports import Secrets, Tenants
 from radixfleet.controllers.quota.shares import ConcurrencyShares
-from radixfleet.dataplane.gate import ModelOf
+from radixfleet.dataplane.gate import CountPrompt, ModelOf
 from radixfleet.kit.errors import KubeError
 from radixfleet.kit.rbac import TENANT_NAMESPACES, PolicyRule, rule
 from radixfleet.platform import UPSTREAM_CONNECTIONS
@@ -85,8 +85,11 @@ class ClusterGate:
         self.ledger, self.replica, self.wall = ledger, replica, wall
         self._synced = self._carried = self._written = False
 
-    def install(self, app: web.Application, *, model_of: ModelOf | None = None) -> None:
-        self.gate.install(app, model_of=model_of)
+    def install(
+        self, app: web.Application, *, model_of: ModelOf | None = None,
+        count: CountPrompt | None = None,
+    ) -> None:  # fmt: skip
+        self.gate.install(app, model_of=model_of, count=count)
 
     def tenant_of(self, request: web.Request) -> str | None:
         return self.gate.tenant_of(request)

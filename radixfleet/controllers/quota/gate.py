@@ -2,12 +2,14 @@
 
 `TokenGate.install(app)` is the whole interface. For each generation request the gate finds
 the tenant by its API key (`Authorization: Bearer KEY`; an unknown key answers 401), reads the
-model and estimates the prompt, and asks the ledger: throttled requests get 429 with
-`Retry-After` and SGLang's error body and never reach a replica. An admitted request's answer
-is metered as it passes: streamed bytes through the response's `write` (hooked when the
-response is prepared, so the handler stays unaware), a whole answer from its body. The end
-settles the ledger with the replica's exact usage; an answer that failed before anything was
-generated (a 4xx/5xx, a client gone before the first token) gives its prompt back.
+model, counts the prompt with the model's own tokenizer (at its router, through the entry's
+`count`; a bound no tokenizer exceeds when the router cannot count), and asks the ledger:
+throttled requests get 429 with `Retry-After` and SGLang's error body and never reach a
+replica. An admitted request's answer is metered as it passes: streamed bytes through the
+response's `write` (hooked when the response is prepared, so the handler stays unaware), a
+whole answer from its body. The end settles the ledger with the replica's exact usage; an
+answer that failed before anything was generated (a 4xx/5xx, a client gone before the first
+token) gives its prompt back.
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ from radixfleet.controllers.quota.shares import ConcurrencyShares
 from radixfleet.controllers.quota.usage import (
     StreamMeter,
     Usage,
+    byte_bound,
     completion_cap,
-    estimate_tokens,
-    prompt_tokens,
+    id_tokens,
+    prompt_texts,
     usage_of,
     usage_of_answers,
 )
-from radixfleet.dataplane.gate import TENANT, ModelOf
+from radixfleet.dataplane.gate import TENANT, CountPrompt, ModelOf
 from radixfleet.dataplane.openai import error_body
 
 log = logging.getLogger(__name__)
@@ -66,16 +69,22 @@ class TokenGate:
     clock: Callable[[], float] = time.monotonic
     expiries: Mapping[str, datetime] = field(default_factory=dict)
     wall_clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
-    count_prompt: Callable[[str], int] = estimate_tokens
     paths: frozenset[str] = METERED_PATHS
     model_of: ModelOf | None = None
+    count: CountPrompt | None = None
     shares: ConcurrencyShares = field(default_factory=ConcurrencyShares)
 
-    def install(self, app: web.Application, *, model_of: ModelOf | None = None) -> None:
+    def install(
+        self, app: web.Application, *, model_of: ModelOf | None = None,
+        count: CountPrompt | None = None,
+    ) -> None:  # fmt: skip
         """Add the gate to an application that is not running yet. `model_of(tenant, body)`
         is the model the entry will serve the request from (a tenant's only model when the body
-        names none), so its per-model budget is charged even then."""
+        names none), so its per-model budget is charged even then; `count(tenant, model,
+        texts)`, the prompt's tokens by that model's tokenizer, unless the gate was made with
+        a `count` of its own."""
         self.model_of = model_of
+        self.count = self.count or count
         app.middlewares.append(self.middleware)
         app.on_response_prepare.append(self._on_prepare)
         if self.metrics is not None:
@@ -143,7 +152,7 @@ class TokenGate:
     ) -> web.StreamResponse:
         body = await _json(request)  # aiohttp keeps the bytes: the handler reads them again
         model = self._model(tenant, body)
-        prompt = prompt_tokens(body, self.count_prompt)
+        prompt = await self._prompt(tenant, model, body)
         reserve = completion_cap(body, path=request.path)
         admitted = self.ledger.admit(tenant, model, prompt, now=self.clock(), reserve=reserve)
         if isinstance(admitted, Throttled):
@@ -167,6 +176,15 @@ class TokenGate:
             return self.model_of(tenant, body)
         except Exception:
             return named
+
+    async def _prompt(self, tenant: str, model: str, body: dict[str, Any]) -> int:
+        """The prompt's tokens: its texts by the model's tokenizer, or their byte bound when
+        that cannot count them; token ids one each."""
+        texts = prompt_texts(body)
+        counted = await self.count(tenant, model, texts) if self.count and texts else None
+        if self.metrics is not None and texts:
+            self.metrics.counted(model, by="tokenizer" if counted is not None else "bytes")
+        return (counted if counted is not None else byte_bound(texts)) + id_tokens(body)
 
     def _throttled(self, throttled: Throttled) -> web.StreamResponse:
         if self.metrics is not None:

@@ -28,6 +28,7 @@ class TokenMetrics:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.tokens = self._counter(m.TENANT_TOKENS)
         self.throttled = self._counter(m.TENANT_THROTTLED)
+        self.prompts = self._counter(m.PROMPT_COUNTS)
         self.budget = Gauge(
             _base(m.TENANT_TOKEN_BUDGET),
             m.TENANT_TOKEN_BUDGET.help,
@@ -41,6 +42,10 @@ class TokenMetrics:
     def charged(self, tenant: str, model: str, *, kind: str, tokens: int) -> None:
         if tokens > 0:
             self.tokens.labels(self.region, tenant, model, kind).inc(tokens)
+
+    def counted(self, model: str, *, by: str) -> None:
+        """A prompt counted on admission: `by` its model's tokenizer, or its byte bound."""
+        self.prompts.labels(self.region, model, by).inc()
 
     def throttle(self, tenant: str) -> None:
         self.throttled.labels(self.region, tenant).inc()

@@ -1,4 +1,4 @@
-"""Reading token counts off the request path: prompts before tokenizing, usage from answers.
+"""Reading token counts off the request path: what prompts say, usage from answers.
 
 Pure functions and one small stream parser, for the three APIs the region entry serves:
 OpenAI chat and completions (`usage`, streamed deltas) and SGLang's `/generate`
@@ -8,24 +8,15 @@ OpenAI chat and completions (`usage`, streamed deltas) and SGLang's `/generate`
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# A byte-level BPE tokenizer averages about four characters of English per token; the estimate
-# only decides admission, and `settle` replaces it with the replica's own count.
-CHARS_PER_TOKEN = 4.0
 
-
-def estimate_tokens(text: str) -> int:
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
-
-
-def prompt_text(body: Mapping[str, Any]) -> str:
-    """The text a request asks the model to read: chat messages, a prompt, SGLang's text. All
+def prompt_texts(body: Mapping[str, Any]) -> list[str]:
+    """The texts a request asks the model to read: chat messages, a prompt, SGLang's text. All
     of them, whichever the endpoint reads: an empty `messages` beside a completions `prompt`
-    must not hide the prompt from the estimate (a tenant could spend past its budget so)."""
+    must not hide the prompt from the count (a tenant could spend past its budget so)."""
     parts: list[str] = []
     if isinstance(messages := body.get("messages"), list):
         parts += [_content(m.get("content")) for m in messages if isinstance(m, dict)]
@@ -35,13 +26,23 @@ def prompt_text(body: Mapping[str, Any]) -> str:
             parts.append(value)
         elif isinstance(value, list):
             parts += [v for v in value if isinstance(v, str)]
-    return "\n".join(parts)
+    return [part for part in parts if part]
 
 
-def prompt_tokens(body: Mapping[str, Any], count_text: Callable[[str], int]) -> int:
-    """The tokens a request asks the model to read: its text as `count_text` counts it, plus
-    any prompt given as token ids (OpenAI's `prompt`, SGLang's `input_ids`), one per id."""
-    return count_text(prompt_text(body)) + sum(len(ids) for ids in token_id_lists(body))
+def byte_bound(texts: Iterable[str]) -> int:
+    """A count of tokens no tokenizer of the models served exceeds: each text's UTF-8 bytes,
+    plus one. A byte-level BPE (Llama 3, GPT) and a SentencePiece with byte fallback (Llama 2,
+    Mistral) give every token at least one byte of the text, but for the one a text may gain in
+    front (SentencePiece's leading space, or a BOS). Charged when the model's tokenizer cannot
+    count (radixfleet/dataplane/tokens.py): about four times an English prompt's tokens, and
+    never fewer than any script's (characters/4 undercounted CJK text twelvefold)."""
+    return sum(len(text.encode()) + 1 for text in texts)
+
+
+def id_tokens(body: Mapping[str, Any]) -> int:
+    """The tokens of every prompt given as token ids (OpenAI's `prompt`, SGLang's
+    `input_ids`), one per id."""
+    return sum(len(ids) for ids in token_id_lists(body))
 
 
 # What a request may generate when it names no cap: SGLang 0.5.23's defaults for completions
