@@ -19,6 +19,9 @@ PD_PEER = f"{GROUP}/pd-peer"
 # On an InferenceService: the name of the CanaryPolicy that carries its rollouts (the catalog's
 # builder writes it, the canary reads it).
 CANARY_POLICY = f"{GROUP}/canary-policy"
+# On an InferenceService: where its revisions' routers load the model's tokenizer (the catalog's
+# `tokenizer`; hf://ORG/NAME or a folder in the router's image), so prompts are counted by it.
+TOKENIZER = f"{GROUP}/tokenizer"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "radixfleet"
 # A revision's router (radixfleet/controllers/routers): its component and the revision it routes to.

@@ -329,6 +329,24 @@ BAD_CATALOGS = [
         "InferenceService",
         id="model-name-validate-would-refuse",
     ),
+    pytest.param(
+        _set("models[0].tokenizer", "meta-llama/Llama-3.1-8B-Instruct"),
+        "catalog.yaml: models[0].tokenizer: 'meta-llama/Llama-3.1-8B-Instruct' must be "
+        "hf://ORG/NAME or an absolute folder in the router's image",
+        id="tokenizer-neither-hub-nor-folder",
+    ),
+    pytest.param(
+        _set("models[0].tokenizer", "hf://meta-llama"),
+        "catalog.yaml: models[0].tokenizer: 'hf://meta-llama' must name a Hugging Face "
+        "repository: hf://ORG/NAME",
+        id="tokenizer-hub-without-a-name",
+    ),
+    pytest.param(
+        _set("models[0].tokenizer", "/opt/smg/../../etc"),
+        "catalog.yaml: models[0].tokenizer: '/opt/smg/../../etc' must be hf://ORG/NAME or an "
+        "absolute folder",
+        id="tokenizer-folder-climbing-out",
+    ),
 ]
 
 

@@ -52,6 +52,22 @@ def _storage_uri(value: str) -> str:
     return value
 
 
+def _tokenizer_source(value: str) -> str:
+    if value.startswith("hf://"):
+        org, _, name = value.removeprefix("hf://").partition("/")
+        if not org or not name or "/" in name or not _HUB_PART.fullmatch(f"{org}/{name}"):
+            raise ValueError(f"{value!r} must name a Hugging Face repository: hf://ORG/NAME")
+        return value
+    if not value.startswith("/") or any(part in (".", "..") for part in value.split("/")):
+        raise ValueError(f"{value!r} must be hf://ORG/NAME or an absolute folder in the router's "
+                         "image, without '.' or '..' parts")  # fmt: skip
+    return value
+
+
+# A hub repository's owner and name: letters, digits, '-', '_' and '.'.
+_HUB_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
 def storage_grant_problem(uri: str) -> str | None:
     """Why `uri` would reach beyond its own folder if granted (wildcards, policy variables, the
     bucket's root, `.` or `..`), or None. `radixfleet validate` applies it to any manifest."""
@@ -98,6 +114,7 @@ Name = Annotated[str, AfterValidator(_dns1123_label)]
 ModelName = Annotated[Name, AfterValidator(_model_name)]
 TenantNamespace = Annotated[Name, AfterValidator(_tenant_namespace)]
 StorageUri = Annotated[str, AfterValidator(_storage_uri)]
+TokenizerSource = Annotated[str, AfterValidator(_tokenizer_source)]
 PositiveInt = Annotated[int, Field(gt=0, le=INT32_MAX)]
 NonNegativeInt = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Replicas = Annotated[int, Field(ge=0, le=INT32_MAX)]
@@ -292,6 +309,18 @@ class Model(Strict):
     # A CanaryPolicy of the tenant's namespace that judges this model's rollouts
     # (radixfleet/controllers/canary/).
     canary_policy: Name | None = None
+    # Where the model's routers load its tokenizer, so the region entry charges each prompt as
+    # the model counts it before it is served (radixfleet/dataplane/tokens.py): a Hugging Face
+    # repository (`hf://ORG/NAME`, which smg fetches) or a folder in the router's image.
+    tokenizer: TokenizerSource | None = None
+
+    @property
+    def tokenizer_source(self) -> str | None:
+        """The tokenizer named, else the weights' own repository when they come from the hub;
+        None: prompts are charged their byte bound until a replica reports its count."""
+        if self.tokenizer is not None:
+            return self.tokenizer
+        return self.storage_uri if self.storage_uri.startswith("hf://") else None
 
     def for_tenant(self, tenant: str) -> Model:
         """The model as `tenant`'s InferenceService serves it: with only the adapters it owns

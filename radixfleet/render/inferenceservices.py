@@ -167,6 +167,8 @@ def _annotations(model: Model) -> dict[str, str]:
         annotations[NODE_GROUP] = node_group_name(model.gpu_type)
     if model.canary_policy:
         annotations[labels.CANARY_POLICY] = model.canary_policy
+    if model.tokenizer_source:
+        annotations[labels.TOKENIZER] = model.tokenizer_source
     return annotations
 
 

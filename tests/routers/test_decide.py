@@ -110,6 +110,39 @@ def test_a_stale_router_is_applied_again(found: Existing) -> None:
     assert [r.revision for r in plan.apply] == ["r1"]
 
 
+TOKENIZER = "radixfleet.io/tokenizer"
+
+
+@pytest.mark.parametrize(
+    ("source", "flags", "writes"),
+    [
+        pytest.param("hf://org/model", "--model-path org/model", True, id="hub-repository"),
+        pytest.param("/opt/smg/tokenizers/m", "--tokenizer-path /opt/smg/tokenizers/m", False,
+                     id="folder-in-the-image"),
+    ],
+)  # fmt: skip
+def test_the_models_tokenizer_is_loaded_by_its_routers_and_a_new_one_applies_them_again(
+    source: str, flags: str, writes: bool
+) -> None:
+    model = isvc(traffic=[("r1", 100)])
+    model["metadata"]["annotations"] = {TOKENIZER: source}
+    (router,) = decide([model], UIDS, {}, image=IMAGE).apply
+    assert flags in " ".join(smg_args(router))
+    made = deployment(router, image=IMAGE)
+    assert made["metadata"]["annotations"][TOKENIZER] == source
+    pod = made["spec"]["template"]["spec"]
+    assert ("volumes" in pod) == writes  # the hub's files are fetched into /tmp
+    same = {key("r1"): Existing("chat", IMAGE, tokenizer=source)}
+    assert decide([model], UIDS, same, image=IMAGE) == Plan()
+    before = {key("r1"): Existing("chat", IMAGE)}  # made before the model named its tokenizer
+    assert [r.revision for r in decide([model], UIDS, before, image=IMAGE).apply] == ["r1"]
+
+
+def test_a_router_of_a_model_without_a_tokenizer_loads_none() -> None:
+    (router,) = decide([isvc(traffic=[("r1", 100)])], UIDS, {}, image=IMAGE).apply
+    assert not {"--model-path", "--tokenizer-path"} & set(smg_args(router))
+
+
 def test_a_router_whose_revision_left_the_traffic_is_parked_once() -> None:
     existing = {key("r1"): Existing("chat", IMAGE), key("r2"): Existing("chat", IMAGE)}
     model = isvc(traffic=[("r2", 100)], latest_ready="r2")

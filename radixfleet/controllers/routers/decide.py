@@ -17,8 +17,10 @@ Rules, in order:
 4. An InferenceService without a predictor status yet says nothing: its routers stay as they
    are (halt, don't guess). A revision not listed yet (no UID to own its router) waits for the
    next pass.
-5. A router is applied (one replica) when it is missing, runs another image or was parked; it
-   is parked (zero replicas) when its InferenceService reports a status without its revision.
+5. A router is applied (one replica) when it is missing, runs another image or tokenizer (the
+   InferenceService's `radixfleet.io/tokenizer`, which smg loads to count prompts for the
+   entry) or was parked; it is parked (zero replicas) when its InferenceService reports a
+   status without its revision.
    Routers are never deleted: each is owned by its Knative Revision, and Kubernetes' garbage
    collector removes it with the revision (so the operator needs no delete permission).
 6. Every namespace with a model of a tenant holds the data plane's key (radixfleet.dataplane)
@@ -50,11 +52,13 @@ class RevisionRef:
 
 @dataclass(frozen=True)
 class Existing:
-    """A router found in the cluster: whose it is, which image it runs, how many replicas."""
+    """A router found in the cluster: whose it is, which image and tokenizer it runs, how many
+    replicas."""
 
     isvc: str
     image: str
     replicas: int = 1
+    tokenizer: str = ""
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,9 @@ def wanted(isvc: Mapping[str, Any]) -> set[Router] | None:
         return None
     traffic = {t.get("revisionName") for t in predictor.get("traffic") or [] if t.get("percent")}
     serving = {*traffic, predictor.get("latestReadyRevision")}
-    place = {"namespace": meta["namespace"], "isvc": meta["name"], "tenant": tenant}
+    tokenizer = (meta.get("annotations") or {}).get(labels.TOKENIZER, "")
+    place = {"namespace": meta["namespace"], "isvc": meta["name"], "tenant": tenant,
+             "tokenizer": tokenizer}  # fmt: skip
     routers = {Router(revision=r, **place) for r in serving if isinstance(r, str) and r}
     stable, canary = (
         predictor.get("latestRolledoutRevision"),
@@ -120,7 +126,7 @@ def decide(
         for key, r in want.items()
         if (ref := revisions.get((r.namespace, r.revision)))
         and (ref.pooled or r.pool == labels.SERVING_POOL)
-        and _stale(existing.get(key), image)
+        and _stale(existing.get(key), image, r.tokenizer)
     ]
     park = [
         key for key, found in existing.items()
@@ -129,5 +135,6 @@ def decide(
     return Plan(apply=tuple(sorted(apply)), park=tuple(sorted(park)))
 
 
-def _stale(found: Existing | None, image: str) -> bool:
-    return found is None or found.image != image or found.replicas == 0
+def _stale(found: Existing | None, image: str, tokenizer: str) -> bool:
+    return (found is None or found.image != image or found.replicas == 0
+            or found.tokenizer != tokenizer)  # fmt: skip

@@ -83,6 +83,7 @@ class KubeRouters:
                 isvc=(meta.get("labels") or {}).get(labels.MODEL, ""),
                 image=(meta.get("annotations") or {}).get(IMAGE_ANNOTATION, ""),
                 replicas=int(spec.get("replicas", 1)),
+                tokenizer=(meta.get("annotations") or {}).get(labels.TOKENIZER, ""),
             )
             for meta, spec in listed
         }

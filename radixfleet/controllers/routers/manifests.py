@@ -42,7 +42,8 @@ def _meta(router: Router, image: str) -> Manifest:
         "name": router.name,
         "namespace": router.namespace,
         "labels": router_labels(router),
-        "annotations": {IMAGE_ANNOTATION: image},
+        "annotations": {IMAGE_ANNOTATION: image,
+                        **({labels.TOKENIZER: router.tokenizer} if router.tokenizer else {})},
         "ownerReferences": [{
             "apiVersion": "serving.knative.dev/v1", "kind": "Revision",
             "name": router.revision, "uid": router.revision_uid,
@@ -70,6 +71,16 @@ def deployment(router: Router, *, image: str, replicas: int = 1) -> Manifest:
 
 
 def _pod(router: Router, image: str) -> Manifest:
+    pod = _smg_pod(router, image)
+    if router.tokenizer.startswith("hf://"):
+        # smg fetches the tokenizer's files into its Hugging Face cache, under HOME (/tmp): the
+        # one thing it writes, on a read-only root file system.
+        pod["volumes"] = [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}]
+        pod["containers"][0]["volumeMounts"] = [{"name": "tmp", "mountPath": "/tmp"}]
+    return pod
+
+
+def _smg_pod(router: Router, image: str) -> Manifest:
     return {
         "serviceAccountName": spec.SERVICE_ACCOUNT,
         "terminationGracePeriodSeconds": DRAIN_SECONDS,

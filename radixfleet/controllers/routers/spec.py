@@ -45,6 +45,9 @@ class Router:
     pool: str = labels.SERVING_POOL  # `baseline`: the router of a canary's baseline
     # The key of the data plane's Secret the revision's pods read (radixfleet.dataplane).
     data_plane_key: str = dataplane.KEY
+    # Where smg loads the model's tokenizer (the InferenceService's `radixfleet.io/tokenizer`:
+    # hf://ORG/NAME or a folder in the image), to count prompts for the entry; "": none.
+    tokenizer: str = ""
 
     @property
     def routes_for(self) -> str:
@@ -73,5 +76,14 @@ def smg_args(router: Router) -> list[str]:
         "--prometheus-host", "0.0.0.0", "--prometheus-port", str(dataplane.ROUTER_METRICS_PORT),
         # The data plane's key: required of the entry, presented to the predictors.
         *dataplane.api_key_args(),
+        *tokenizer_args(router.tokenizer),
         "--log-level", "warn",
     ]  # fmt: skip
+
+
+def tokenizer_args(source: str) -> list[str]:
+    """smg's flags to load the model's tokenizer: a hub repository is a model path (smg
+    fetches its tokenizer files), a folder a tokenizer path; without one, none at all."""
+    if source.startswith("hf://"):
+        return ["--model-path", source.removeprefix("hf://")]
+    return ["--tokenizer-path", source] if source else []
