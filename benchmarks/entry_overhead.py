@@ -3,8 +3,9 @@
 The entry under test is the cluster's (`radixfleet.entry.server.ClusterEntry`, with the quota's
 gate: keys, token budgets, metering, fair shares), run as its own process pinned to core 0,
 with its routes and keys given instead of read from a cluster. Behind it: the real SGLang
-gateway (smg 1.13.0) in front of one emulated SGLang replica whose step times are scaled by
-0.001, so the serving path is fast and the entry's work shows; both, and this load generator,
+gateway (smg 1.13.0, holding the model's tokenizer, as a cluster's routers do: the entry asks it
+to count each prompt before admitting it) in front of one emulated SGLang replica whose step
+times are scaled by 0.001, so the serving path is fast and the entry's work shows; both, and this load generator,
 on core 1. Every request is a streamed chat (a short prompt, 8 tokens out), sent the same way
 either straight to smg or through the entry, and timed to its first content event (TTFT).
 
@@ -40,6 +41,7 @@ from typing import Any
 import aiohttp
 import matplotlib
 
+from radixfleet.emulator.tokenizer import ensure_tokenizer_dir
 from radixfleet.machine import describe_machine
 
 matplotlib.use("Agg")
@@ -61,6 +63,7 @@ def serve_entry(port: int, router: str, *, loop: str) -> None:
     asyncio's own event loop or uvloop's (`loop`)."""
     from aiohttp import web
 
+    from radixfleet import dataplane
     from radixfleet.controllers.quota.entry import ClusterGate
     from radixfleet.controllers.quota.fakes import FakeSecrets, FakeTenants
     from radixfleet.dataplane.relay import entry_runner, upstream_timeout
@@ -93,7 +96,7 @@ def serve_entry(port: int, router: str, *, loop: str) -> None:
         connector = aiohttp.TCPConnector(limit=UPSTREAM_CONNECTIONS)
         async with aiohttp.ClientSession(timeout=upstream_timeout(), connector=connector) as s:
             entry = ClusterEntry(gate=gate, session=s, upstreams=OneRouter())
-            entry.keys = {NAMESPACE: "data-plane-key"}
+            entry.keys = {NAMESPACE: {dataplane.KEY: "data-plane-key"}}
             entry.routes = build_routes(gate.sync(), [isvc])
             runner = entry_runner(entry.app(), shutdown_timeout=1)
             await runner.setup()
@@ -292,6 +295,7 @@ def main() -> None:
         spawn([sys.executable, "-m", "smg", "launch", "--host", "127.0.0.1", "--port",
                str(router), "--worker-urls", f"http://127.0.0.1:{replica}",
                "--policy", "cache_aware", "--prometheus-port", str(free_port()),
+               "--tokenizer-path", str(ensure_tokenizer_dir()),
                "--log-level", "warn"], core=1, log=logs / "smg.log"),
         spawn([sys.executable, __file__, "--loop", args.loop, "--serve-entry", str(entry),
                f"http://127.0.0.1:{router}"], core=0, log=logs / "entry.log"),

@@ -22,6 +22,11 @@ from radixfleet import dataplane, labels
 from testbed.cluster import Cluster, is_ready
 
 MODE = "serving.kserve.io/deploymentMode"
+# The emulated replica's tokenizer, in the test bed's router image
+# (testbed/containerfiles/tokenizers/README.md): every emulated model names it, so its routers
+# count prompts as its replicas do.
+ROUTER_TOKENIZER = "/opt/smg/tokenizers/emulator"
+TOKENIZER = labels.TOKENIZER  # (`emulated_isvc`'s argument `labels` hides the module)
 FIT_TO_THE_NODE = "radixfleet-test-bed-fit-to-the-node"
 
 
@@ -128,7 +133,7 @@ def emulated_isvc(
             "name": name,
             "namespace": namespace,
             "labels": dict(labels or {}),
-            "annotations": {MODE: mode, **(annotations or {})},
+            "annotations": {MODE: mode, TOKENIZER: ROUTER_TOKENIZER, **(annotations or {})},
         },
         "spec": {
             "predictor": {

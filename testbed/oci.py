@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 # Part of every image's inputs hash: bump it when a change here changes the bytes written.
 FORMAT = "radixfleet-oci-1"
@@ -239,6 +239,32 @@ def unpack_archive(archive: Path, folder: Path) -> Layout:
         else:
             tar.extractall(folder)
     return Layout(folder)
+
+
+def files_in_archive(archive: Path, wanted: Callable[[str], bool]) -> dict[str, bytes]:
+    """The regular files of the image in an ``oci-archive`` whose paths (no leading ``/``)
+    `wanted` accepts, as its layers leave them (a later layer's file replaces an earlier's)."""
+    found: dict[str, bytes] = {}
+    with tarfile.open(archive) as outer:
+
+        def member(name: str) -> IO[bytes]:
+            opened = outer.extractfile(name)
+            if opened is None:
+                raise ValueError(f"{archive}: no {name}")
+            return opened
+
+        def blob(digest: str) -> IO[bytes]:
+            return member(f"blobs/sha256/{digest.removeprefix('sha256:')}")
+
+        index = json.loads(member("index.json").read())
+        manifest = json.loads(blob(index["manifests"][0]["digest"]).read())
+        for layer in manifest["layers"]:
+            with tarfile.open(fileobj=blob(layer["digest"]), mode="r|*") as tar:
+                for info in tar:
+                    name = info.name.removeprefix("./")
+                    if info.isfile() and wanted(name) and (data := tar.extractfile(info)):
+                        found[name] = data.read()
+    return found
 
 
 def archive_digest(archive: Path) -> str:

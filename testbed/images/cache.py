@@ -111,7 +111,7 @@ def ensure_image(name: str, inputs: Inputs, build: Builder) -> ImageRecord:
         record = ImageRecord.read(folder)  # another process may have built it while we waited
         if record is None:
             record = _build_into(name, folder, build, reference=f"{PREFIX}/{name}:{source_hash}")
-    _prune(folder.parent, keep=KEEP_BUILDS)
+    prune(folder.parent, keep=KEEP_BUILDS)
     return record
 
 
@@ -152,7 +152,7 @@ def _locked(folder: Path) -> Iterator[None]:
         yield
 
 
-def _prune(folder: Path, *, keep: int) -> None:
+def prune(folder: Path, *, keep: int) -> None:
     """Keep the newest few builds of an image, so checkouts at other commits keep theirs."""
     builds = sorted(
         (p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")),

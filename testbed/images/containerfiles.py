@@ -5,17 +5,24 @@ repository's ``Containerfile``), ``smg`` and KServe's storage initializer.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from testbed.images.cache import (
     CA_BUNDLE,
     EPOCH,
     FILES,
+    KEEP_BUILDS,
     REPO,
+    ImageError,
     ImageRecord,
     Inputs,
+    cache_root,
     ensure_image,
+    prune,
     run_tool,
     tool_version,
 )
@@ -24,6 +31,7 @@ from testbed.oci import (
     FORMAT,
     Blob,
     Layout,
+    files_in_archive,
 )
 
 # What the radixfleet image's build context holds: the project, its metadata and its lock.
@@ -51,13 +59,43 @@ def radixfleet() -> ImageRecord:
 
 
 def smg() -> ImageRecord:
-    """The SGLang gateway image: ``smg`` 1.13.0 with its hash-pinned dependencies."""
+    """The SGLang gateway image: ``smg`` 1.13.0 with its hash-pinned dependencies, and the
+    emulated replica's tokenizer (`ROUTER_TOKENIZER`), which the test bed's models name."""
+    emulator = _emulator_tokenizer()
+    tokenizer = {f"tokenizers/emulator/{p.name}": p for p in sorted(emulator.iterdir())}
     return _buildah_image(
         "smg",
         containerfile=FILES / "smg.Containerfile",
         context_root=FILES,
-        files=[FILES / "smg-requirements.txt"],
+        files=[FILES / "smg-requirements.txt", FILES / "tokenizers" / "README.md"],
+        extra=tokenizer,
     )
+
+
+# Where the radixfleet image keeps the emulated replica's tokenizer (its Containerfile builds it).
+IMAGE_TOKENIZER = re.compile(r"opt/radixfleet/cache/tokenizer-[0-9a-f]+/[^/]+")
+
+
+def _emulator_tokenizer() -> Path:
+    """A folder with the emulated replica's tokenizer, as the radixfleet image holds it: built
+    there, where the project's packages are (these builders use the standard library only), and
+    read out of its archive once per image."""
+    image = radixfleet()
+    root = cache_root() / "smg" / "emulator-tokenizer"
+    folder = root / image.digest.removeprefix("sha256:")[:16]
+    if folder.is_dir():
+        return folder
+    files = files_in_archive(image.archive, lambda name: bool(IMAGE_TOKENIZER.fullmatch(name)))
+    if not any(name.endswith("/tokenizer.json") for name in files):
+        raise ImageError(f"{image.archive}: no emulator tokenizer under /opt/radixfleet/cache")
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=root, prefix=".read-"))
+    for name, data in files.items():
+        (staging / Path(name).name).write_bytes(data)
+    staging.chmod(0o755)
+    staging.rename(folder)
+    prune(root, keep=KEEP_BUILDS)
+    return folder
 
 
 def storage_initializer() -> ImageRecord:
@@ -73,19 +111,30 @@ def storage_initializer() -> ImageRecord:
 
 
 def _buildah_image(
-    name: str, *, containerfile: Path, context_root: Path, files: list[Path]
+    name: str,
+    *,
+    containerfile: Path,
+    context_root: Path,
+    files: list[Path],
+    extra: Mapping[str, Path] | None = None,
 ) -> ImageRecord:
+    """`files` go into the build context where they are under `context_root`; `extra`, from
+    anywhere, under the context paths it names."""
     under = python_base()
     inputs = Inputs(name).text("base", under.digest).file(containerfile, label="Containerfile")
     inputs.tree(context_root, files).text("buildah", tool_version(("buildah", "--version")))
+    for target, source in (extra or {}).items():
+        inputs.file(source, label=target)
     inputs.text("format", FORMAT)
+    placed = {path.relative_to(context_root).as_posix(): path for path in files}
+    placed.update(extra or {})
 
     def build(work: Path, reference: str) -> Layout:
         context = work / "context"
-        for path in files:
-            copy = context / path.relative_to(context_root)
+        for target, source in placed.items():
+            copy = context / target
             copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, copy)
+            shutil.copy2(source, copy)
         return _buildah(name, under, containerfile, context, work=work, reference=reference)
 
     return ensure_image(name, inputs, build)

@@ -34,6 +34,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from radixfleet import dataplane, labels
 from radixfleet.controllers.autoscale.knative import scale_annotations
@@ -69,7 +70,7 @@ from testbed.deploy import (
     router_image_patch,
     wait_accounted,
 )  # fmt: skip
-from testbed.emulated import emulated_isvc, get, model_volume, ready
+from testbed.emulated import ROUTER_TOKENIZER, emulated_isvc, get, model_volume, ready
 from tests.cluster.conftest import REPO
 from tests.openai_conformance import CHECKS, Endpoint
 
@@ -355,6 +356,46 @@ def test_a_streamed_answer_comes_from_the_callers_own_model_through_its_router(
         assert sum(1 for t in answer.tokens() if t) >= 1
         assert answer.headers["x-radixfleet-revision"] == f"{team.namespace}/{REVISION}"
         assert answer.headers["x-radixfleet-path"] == "router"
+
+
+def test_prompts_are_charged_as_the_models_tokenizer_at_its_router_counts_them(
+    plane: tuple[Cluster, str],
+) -> None:
+    """Blue's router loads the tokenizer its model names (the emulated replica's, in the test
+    bed's router image), and the entry counts every prompt with it, never the byte bound."""
+    cluster, url = plane
+    _served_by_router(cluster, url, BLUE)
+    ip = get(cluster, "service", ROUTER, "-n", BLUE.namespace)["spec"]["clusterIP"]
+    listed = urllib.request.Request(
+        f"http://{ip}:8000/v1/tokenizers",
+        headers=dataplane.bearer(_data_plane_key(cluster, BLUE.namespace)),
+    )
+    with urllib.request.urlopen(listed, timeout=10) as answer:
+        names = [t["name"] for t in json.loads(answer.read())["tokenizers"]]
+    assert names == [ROUTER_TOKENIZER]
+    entry = f"http://{_ready_pod_ip(cluster, operator.NAMESPACE, ENTRY_PODS)}"
+    before = _prompt_counts(entry)
+    for _ in range(3):
+        assert _chat(f"{entry}:{entry_base.PORT}", BLUE.key).status == 200
+    after = _prompt_counts(entry)
+    assert after.get("tokenizer", 0) - before.get("tokenizer", 0) == 3, (before, after)
+    assert after.get("bytes", 0) == before.get("bytes", 0), (before, after)
+
+
+def _prompt_counts(entry: str) -> dict[str, float]:
+    """An entry pod's `radixfleet_prompt_counts_total` for blue's model, by how it counted."""
+    with urllib.request.urlopen(f"{entry}:{entry_base.METRICS_PORT}/metrics", timeout=10) as m:
+        text = m.read().decode()
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if (
+                sample.name == "radixfleet_prompt_counts_total"
+                and sample.labels.get("model_name") == MODEL
+            ):
+                by = sample.labels["by"]
+                found[by] = found.get(by, 0.0) + sample.value
+    return found
 
 
 @pytest.mark.parametrize("key", [None, "sk-not-a-key"], ids=["no-key", "wrong-key"])
