@@ -5,12 +5,15 @@ gate: keys, token budgets, metering, fair shares), run as its own process pinned
 with its routes and keys given instead of read from a cluster. Behind it: the real SGLang
 gateway (smg 1.13.0, holding the model's tokenizer, as a cluster's routers do: the entry asks it
 to count each prompt before admitting it) in front of one emulated SGLang replica whose step
-times are scaled by 0.001, so the serving path is fast and the entry's work shows; both, and this load generator,
-on core 1. Every request is a streamed chat (a short prompt, 8 tokens out), sent the same way
-either straight to smg or through the entry, and timed to its first content event (TTFT).
+times are scaled by 0.001, so the serving path is fast and the entry's work shows; both, and
+this load generator, on core 1. Every request is a streamed chat (a short prompt, 8 tokens
+out), sent the same way either straight to smg or through the entry, and timed to its first
+content event (TTFT).
 
 - `added`: one request at a time, alternating entry and direct, `--pairs` of each: the entry's
-  added TTFT, p50 and p99 (the difference of each path's percentile).
+  added TTFT, p50 and p99 (the difference of each path's percentile). A second entry, which
+  charges every prompt its byte bound instead of asking the router to count it, is timed in
+  the same rotation: the difference is what counting with the model's tokenizer costs.
 - `load`: closed loops of 1 to 64 concurrent clients, each level for `--seconds` through the
   entry and then direct: requests per second, TTFT percentiles, the added p99, and the entry
   process's CPU time, hence its requests per CPU-second (what one core would sustain if the
@@ -50,6 +53,7 @@ import matplotlib.pyplot as plt
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 TENANT, NAMESPACE, MODEL, KEY = "bench", "team-bench", "chat", "sk-bench"
 LEVELS = (1, 4, 16, 64)
+UNCOUNTED = "entry, byte bound"  # the entry that does not ask the router to count
 GOAL_ADDED_P50_MS, GOAL_RPS_PER_CORE, P99_LIMIT_MS = 2.0, 1000.0, 10.0
 BODY = {"model": MODEL, "stream": True, "max_tokens": 8,
         "messages": [{"role": "user", "content": "Say hello to the fleet, briefly."}]}  # fmt: skip
@@ -58,9 +62,14 @@ BODY = {"model": MODEL, "stream": True, "max_tokens": 8,
 # -- the entry, in its own process -------------------------------------------------------------
 
 
-def serve_entry(port: int, router: str, *, loop: str) -> None:
+async def _uncounted(_tenant: str, _model: str, _texts: Any) -> None:
+    return None  # as a router without a tokenizer answers: the gate charges the byte bound
+
+
+def serve_entry(port: int, router: str, *, loop: str, counted: bool = True) -> None:
     """The cluster entry with one tenant and one model whose revision's router is `router`, on
-    asyncio's own event loop or uvloop's (`loop`)."""
+    asyncio's own event loop or uvloop's (`loop`); with `counted`, prompts counted by the
+    router's tokenizer, else charged their byte bound."""
     from aiohttp import web
 
     from radixfleet import dataplane
@@ -81,6 +90,8 @@ def serve_entry(port: int, router: str, *, loop: str) -> None:
         "apiKeys": [{"name": "keys", "namespace": NAMESPACE}]}})  # fmt: skip
     secrets.keys[(NAMESPACE, "keys", "api-key")] = KEY
     gate = ClusterGate(tenants, secrets, replicas=1, region="bench")
+    if not counted:
+        gate.gate.count = _uncounted
     isvc = {
         "metadata": {"name": MODEL, "namespace": NAMESPACE},
         "status": {
@@ -245,6 +256,7 @@ def verdict(first: dict[str, Any], levels: list[dict[str, Any]]) -> dict[str, An
     return {
         "added_p50_ms": added_p50,
         "added_p99_ms": first["entry"]["p99_ms"] - first["direct"]["p99_ms"],
+        "tokenizer_count_p50_ms": first["entry"]["p50_ms"] - first[UNCOUNTED]["p50_ms"],
         "goal_added_p50_ms": GOAL_ADDED_P50_MS,
         "max_clients_within_p99_limit": max((lv["clients"] for lv in within), default=0),
         "requests_per_core_within_p99_limit": max(per_core, default=0.0),
@@ -282,11 +294,13 @@ def main() -> None:
         help="the entry's event loop (uvloop: run with `uv run --with uvloop`)",
     )
     parser.add_argument("--serve-entry", nargs=2, metavar=("PORT", "ROUTER"))
+    parser.add_argument("--uncounted", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_entry:
-        serve_entry(int(args.serve_entry[0]), args.serve_entry[1], loop=args.loop)
+        serve_entry(int(args.serve_entry[0]), args.serve_entry[1], loop=args.loop,
+                    counted=not args.uncounted)  # fmt: skip
         return
-    replica, router, entry = free_port(), free_port(), free_port()
+    replica, router, entry, uncounted = free_port(), free_port(), free_port(), free_port()
     logs = args.out / "entry_overhead-logs"
     logs.mkdir(parents=True, exist_ok=True)
     children = [
@@ -299,15 +313,20 @@ def main() -> None:
                "--log-level", "warn"], core=1, log=logs / "smg.log"),
         spawn([sys.executable, __file__, "--loop", args.loop, "--serve-entry", str(entry),
                f"http://127.0.0.1:{router}"], core=0, log=logs / "entry.log"),
+        spawn([sys.executable, __file__, "--loop", args.loop, "--serve-entry", str(uncounted),
+               f"http://127.0.0.1:{router}", "--uncounted"], core=0,
+              log=logs / "entry-uncounted.log"),
     ]  # fmt: skip
     os.sched_setaffinity(0, {1})
     try:
         direct: tuple[str, dict[str, str]] = (f"http://127.0.0.1:{router}", {})
-        through = (f"http://127.0.0.1:{entry}", {"Authorization": f"Bearer {KEY}"})
-        wait_until_serving(*direct)
-        wait_until_serving(*through)
+        auth = {"Authorization": f"Bearer {KEY}"}
+        through = (f"http://127.0.0.1:{entry}", auth)
+        byte_bound = (f"http://127.0.0.1:{uncounted}", auth)
+        for path in (direct, through, byte_bound):
+            wait_until_serving(*path)
         paths = {"entry": through, "direct": direct}
-        first = asyncio.run(added(paths, args.pairs))
+        first = asyncio.run(added(paths | {UNCOUNTED: byte_bound}, args.pairs))
         levels = asyncio.run(load(paths, children[2].pid, args.seconds))
     finally:
         for child in children:

@@ -37,6 +37,8 @@ UPSTREAM_CONNECTIONS = 512
 # radixfleet's operator and region entry; the Prometheus that scrapes the models; Knative's
 # activator and autoscaler (a model at zero is woken through the activator).
 PLATFORM_NAMESPACE = "radixfleet-system"
+# The operator's Deployment and ServiceAccount there (radixfleet/render/operator.py).
+OPERATOR_NAME = "radixfleet-operator"
 MONITORING_NAMESPACE = "monitoring"
 KNATIVE_NAMESPACE = "knative-serving"
 # Where infra installs KServe's controller (its chart's releases).

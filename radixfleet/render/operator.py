@@ -28,7 +28,7 @@ from radixfleet.kit.operator import LIVENESS_PORT, METRICS_PORT, READINESS_PORT
 from radixfleet.kit.plugin import ControllerPlugin
 from radixfleet.kit.rbac import KOPF_RULES, PolicyRule, cluster_role, cluster_role_binding, union
 from radixfleet.kit.registry import plugins
-from radixfleet.platform import MONITORING_NAMESPACE, PLATFORM_NAMESPACE
+from radixfleet.platform import MONITORING_NAMESPACE, OPERATOR_NAME, PLATFORM_NAMESPACE
 from radixfleet.render.isolation import (
     deny_ingress,
     from_namespace,
@@ -39,7 +39,7 @@ from radixfleet.render.yamlout import Notes, to_yaml, with_kustomization
 
 Manifest = dict[str, Any]
 
-NAME = "radixfleet-operator"
+NAME = OPERATOR_NAME
 NAMESPACE = PLATFORM_NAMESPACE
 IMAGE = "radixfleet:dev"  # a placeholder: an overlay's kustomize `images:` entry sets the real one
 # The routers controller's smg image (testbed/containerfiles/smg.Containerfile); a placeholder

@@ -8,14 +8,17 @@ is the one place where admission and authorization are the production code paths
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from radixfleet.config.catalog import GpuBudget
-from radixfleet.controllers.quota import admission
+from radixfleet.controllers.quota import admission, quota_writes
 from radixfleet.controllers.quota.decide import accounts
+from radixfleet.controllers.quota.kube import quota_manifest
+from radixfleet.controllers.quota.spec import QUOTA_NAME
 from radixfleet.controllers.quota.state import TenantStatus
 from testbed import session
 from testbed.cluster import Cluster
@@ -111,6 +114,44 @@ def test_an_in_budget_inferenceservice_is_admitted(cluster: Cluster, budgeted_te
     )
     assert admitted.returncode == 0, admitted.stderr
     cluster.kubectl("delete", "inferenceservice", "fits", "-n", NAMESPACE, "--wait=false")
+
+
+def _operators_quota(
+    cluster: Cluster, namespace: str, name: str
+) -> subprocess.CompletedProcess[str]:
+    """A server-side dry run of the operator's account creating ResourceQuota `name`, labelled
+    as radixfleet's, in `namespace`; in group system:masters, so RBAC lets it through and only
+    the admission policy can refuse it."""
+    quota = quota_manifest(namespace, tenant="vap", gpus=0)
+    quota["metadata"]["name"] = name
+    return cluster.kubectl(
+        "create", "--dry-run=server", "-f", "-", f"--as={quota_writes.OPERATOR}",
+        "--as-group=system:masters", check=False, stdin=json.dumps(quota),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name", "admitted"),
+    [
+        pytest.param(NAMESPACE, QUOTA_NAME, True, id="its-own-in-a-tenants-namespace"),
+        pytest.param("kube-system", QUOTA_NAME, False, id="kube-system"),
+        pytest.param("default", QUOTA_NAME, False, id="a-platform-namespace"),
+        pytest.param(NAMESPACE, "compute", False, id="another-quota"),
+    ],
+)
+def test_the_operator_writes_only_its_own_resourcequota_and_only_in_tenant_namespaces(
+    cluster: Cluster, budgeted_tenant: str, namespace: str, name: str, admitted: bool
+) -> None:
+    # Before, a leaked operator token could cap kube-system at no pods: the ClusterRole's
+    # ResourceQuota verbs reach every namespace, as a Tenant may name any of its own.
+    def in_force() -> bool:
+        return _operators_quota(cluster, "kube-system", QUOTA_NAME).returncode != 0
+
+    session.wait_for(in_force, timeout_s=120, what="the operator's ResourceQuota policy in force")
+    tried = _operators_quota(cluster, namespace, name)
+    assert (tried.returncode == 0) is admitted, tried.stderr
+    if not admitted:
+        assert quota_writes.POLICY_NAME in tried.stderr
 
 
 def test_rbac_refuses_a_service_account_what_its_role_does_not_grant(

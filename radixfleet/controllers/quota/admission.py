@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from radixfleet import labels
+from radixfleet.controllers.quota import quota_writes
 from radixfleet.controllers.quota.spec import API_VERSION, KIND
 from radixfleet.kit.errors import RETRY_SHORTLY
 
@@ -212,4 +213,6 @@ def binding() -> dict[str, Any]:
 
 
 def manifests() -> list[dict[str, Any]]:
-    return [policy(), binding()]
+    """The quota's admission policies: the GPU budget's, and the one that holds the operator's
+    ResourceQuota writes to its own (quota_writes.py)."""
+    return [policy(), binding(), *quota_writes.manifests()]
