@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from radixfleet.cli import app
-from radixfleet.controllers.quota import admission
+from radixfleet.controllers.quota import admission, quota_writes
 from radixfleet.kit.operator import METRICS_PORT
 from radixfleet.kit.rbac import CLUSTER, KOPF_RULES
 from radixfleet.kit.registry import plugins
@@ -80,16 +80,21 @@ def test_the_cluster_role_is_exactly_the_declared_cluster_wide_rules_and_kopfs()
     }
 
 
-def test_the_base_installs_the_quotas_gpu_budget_policy_bound_to_every_tenant() -> None:
-    """The operator keeps the policy's parameters (each Tenant's accounting), so the policy
-    comes with it: applied with the base, as `kubectl apply -k` builds it."""
+def test_the_base_installs_the_quotas_policies_each_bound() -> None:
+    """The operator keeps the GPU budget policy's parameters (each Tenant's accounting), so the
+    policy comes with it, and the one that holds its own ResourceQuota writes: applied with the
+    base, as `kubectl apply -k` builds it."""
     built = kustomize(BASE)
-    policy = of_kind(built, "ValidatingAdmissionPolicy")
-    binding = of_kind(built, "ValidatingAdmissionPolicyBinding")
-    assert [policy, binding] == admission.manifests()
-    assert policy["spec"]["paramKind"] == {"apiVersion": "radixfleet.io/v1alpha1", "kind": "Tenant"}
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
-    assert binding["spec"]["validationActions"] == ["Deny"]
+    policies = {d["metadata"]["name"]: d for d in built if d["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = {d["spec"]["policyName"]: d for d in built
+                if d["kind"] == "ValidatingAdmissionPolicyBinding"}  # fmt: skip
+    assert sorted([*policies.values(), *bindings.values()], key=str) == sorted(
+        admission.manifests(), key=str
+    )
+    budget = policies[admission.POLICY_NAME]
+    assert budget["spec"]["paramKind"] == {"apiVersion": "radixfleet.io/v1alpha1", "kind": "Tenant"}
+    assert set(bindings) == {admission.POLICY_NAME, quota_writes.POLICY_NAME}
+    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings.values())
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ def test_admission_policy_prints_the_committed_manifests() -> None:
     assert result.exit_code == 0, result.output
     assert result.output == (REPO / admission.MANIFEST_PATH).read_text()
     kinds = [doc["kind"] for doc in yaml.safe_load_all(result.output)]
-    assert kinds == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    assert kinds == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2
 
 
 def test_run_is_a_command() -> None:
