@@ -71,8 +71,9 @@ class TokenGate:
     wall_clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     paths: frozenset[str] = METERED_PATHS
     model_of: ModelOf | None = None
-    count: CountPrompt | None = None
+    count: CountPrompt | None = None  # the gate's own way to count prompts, before the entry's
     shares: ConcurrencyShares = field(default_factory=ConcurrencyShares)
+    _entry_count: CountPrompt | None = field(default=None, init=False, repr=False)
 
     def install(
         self, app: web.Application, *, model_of: ModelOf | None = None,
@@ -83,8 +84,7 @@ class TokenGate:
         names none), so its per-model budget is charged even then; `count(tenant, model,
         texts)`, the prompt's tokens by that model's tokenizer, unless the gate was made with
         a `count` of its own."""
-        self.model_of = model_of
-        self.count = self.count or count
+        self.model_of, self._entry_count = model_of, count
         app.middlewares.append(self.middleware)
         app.on_response_prepare.append(self._on_prepare)
         if self.metrics is not None:
@@ -180,8 +180,8 @@ class TokenGate:
     async def _prompt(self, tenant: str, model: str, body: dict[str, Any]) -> int:
         """The prompt's tokens: its texts by the model's tokenizer, or their byte bound when
         that cannot count them; token ids one each."""
-        texts = prompt_texts(body)
-        counted = await self.count(tenant, model, texts) if self.count and texts else None
+        texts, count = prompt_texts(body), self.count or self._entry_count
+        counted = await count(tenant, model, texts) if count and texts else None
         if self.metrics is not None and texts:
             self.metrics.counted(model, by="tokenizer" if counted is not None else "bytes")
         return (counted if counted is not None else byte_bound(texts)) + id_tokens(body)
