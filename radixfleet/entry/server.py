@@ -121,12 +121,11 @@ class ClusterEntry:
         if route is None or not route.targets:
             return None
         target = max(route.targets, key=lambda t: t.percent)
-        keys = self.keys.get(target.namespace)
+        named = self.keys.get(target.namespace) or {}
+        keys = [dataplane.bearer(named[name]) for name in self._key_order(target)]
         if not keys:
             return None
-        pinned = self.revision_keys.get((target.namespace, target.revision), min(keys))
-        headers = dataplane.bearer(keys.get(pinned, keys[min(keys)]))
-        return await self.tokenizers.count(self.upstreams.router(target), texts, headers=headers)
+        return await self.tokenizers.count(self.upstreams.router(target), texts, credentials=keys)
 
     def healthy(self) -> bool:
         """Once the entry has read the cluster (Route 53 and the load balancer ask)."""
@@ -207,8 +206,7 @@ class ClusterEntry:
         named = self.keys.get(target.namespace)
         if not named:
             raise self.unavailable(f"The data plane of {target.namespace} is not ready yet.")
-        pinned = (target.namespace, target.revision)
-        order = sorted(named, key=lambda name: (name != self.revision_keys.get(pinned), name))
+        order = self._key_order(target)
         for name in order:
             sent = {**_JSON, **headers, **dataplane.bearer(named[name])}
             upstream = await self.session.post(url, data=raw, headers=sent, **options)
@@ -219,11 +217,17 @@ class ClusterEntry:
             log.error("%s/%s refused every data-plane key of its namespace (%s)",
                       target.namespace, target.revision, ", ".join(order))  # fmt: skip
             raise EntryError(502, f"The data plane of {target.namespace} refused the entry.")
-        self.revision_keys[pinned] = name
+        self.revision_keys[(target.namespace, target.revision)] = name
         try:
             yield upstream
         finally:
             upstream.release()
+
+    def _key_order(self, target: Target) -> list[str]:
+        """The names of the target namespace's data-plane keys: the one its revision took last
+        first, then the others."""
+        pinned = self.revision_keys.get((target.namespace, target.revision))
+        return sorted(self.keys.get(target.namespace, {}), key=lambda name: (name != pinned, name))
 
     def unavailable(self, message: str) -> EntryError:
         return EntryError(503, message, headers={"Retry-After": str(RETRY_AFTER_S)})

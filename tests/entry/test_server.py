@@ -607,6 +607,22 @@ def test_a_prompt_is_counted_by_its_revisions_router_with_the_data_plane_key(
     assert green is None  # its router holds no tokenizer: the gate charges the byte bound
 
 
+def test_during_a_rotation_a_prompt_is_counted_with_whichever_key_the_router_holds(
+    gateways: Gateways, tokenizer: EmulatorTokenizer
+) -> None:
+    # The first count of a revision comes before any request has pinned its key: with one key
+    # tried, a router holding the other refused it, and the prompt was charged its byte bound.
+    texts = ["Say hello to the whole team."]
+
+    async def count() -> int | None:
+        async with _entry(gateways) as (_, _knative, entry):
+            entry.keys["team-blue"] = {"a-retired": "not-the-routers-key",
+                                       "b-current": DATA_PLANE_KEY}  # fmt: skip
+            return await entry.count_prompt("blue", "chat", texts)
+
+    assert run(count()) == len(tokenizer.encode(texts[0]))
+
+
 @pytest.mark.parametrize(
     ("status", "body", "expected"),
     [
