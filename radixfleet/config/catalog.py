@@ -54,8 +54,7 @@ def _storage_uri(value: str) -> str:
 
 def _tokenizer_source(value: str) -> str:
     if value.startswith("hf://"):
-        org, _, name = value.removeprefix("hf://").partition("/")
-        if not org or not name or "/" in name or not _HUB_PART.fullmatch(f"{org}/{name}"):
+        if not _HUB_REPOSITORY.fullmatch(value.removeprefix("hf://")):
             raise ValueError(f"{value!r} must name a Hugging Face repository: hf://ORG/NAME")
         return value
     if not value.startswith("/") or any(part in (".", "..") for part in value.split("/")):
@@ -65,7 +64,7 @@ def _tokenizer_source(value: str) -> str:
 
 
 # A hub repository's owner and name: letters, digits, '-', '_' and '.'.
-_HUB_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+_HUB_REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def storage_grant_problem(uri: str) -> str | None:

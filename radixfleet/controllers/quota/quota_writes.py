@@ -9,8 +9,8 @@ at all. This ValidatingAdmissionPolicy admits the operator's ResourceQuota write
 platform (those no Tenant may claim: `radixfleet.platform.RESERVED_NAMESPACES` and every
 `kube-` one). Anyone else's ResourceQuota writes are RBAC's alone, untouched here.
 
-`admits` is the rule in Python; `tests/quota/test_admission.py` evaluates the CEL against it, and
-`tests/cluster/test_admission.py` has the API server enforce it.
+`admits` is the rule in Python; `tests/quota/test_quota_writes.py` evaluates the CEL against it,
+and `tests/cluster/test_admission.py` has the API server enforce it.
 """
 
 from __future__ import annotations
