@@ -68,6 +68,13 @@ class ReplicaProfile(BaseModel):
     graph_capture_s: float = Field(default=30.0, ge=0, description="CUDA graphs and warm-up")
     s3_bandwidth_mb_s: float = Field(default=260.0, gt=0, description="weights download speed")
 
+    # Loading KV blocks back from the HiCache tiers (radixfleet/replica/tiers.py), per GPU of
+    # the replica (each GPU loads its own shard). Host: pinned memory over PCIe Gen5 x16, 64 GB/s
+    # raw; SGLang's kernel I/O backend reaches about 40. Storage: a backend over the network or
+    # NVMe; 10 GB/s is an RDMA link of 100 Gb/s or two local NVMe drives.
+    host_to_device_gb_s: float = Field(default=40.0, gt=0, description="host tier to GPU")
+    storage_to_device_gb_s: float = Field(default=10.0, gt=0, description="storage tier to GPU")
+
     @property
     def cold_start_seconds(self) -> float:
         """Seconds from process start to a healthy replica, with the weights on the node."""
@@ -83,6 +90,12 @@ class ReplicaProfile(BaseModel):
             return 0.0
         attention = self.prefill_attention_s * new_tokens * (cached_tokens + new_tokens / 2)
         return self.prefill_overhead_s + new_tokens / self.prefill_tokens_per_s + attention
+
+    def load_seconds(self, *, host_tokens: int, storage_tokens: int) -> float:
+        """Time to load KV tokens back from the host and the storage tiers onto the GPUs."""
+        per_gpu = self.kv_bytes_per_token / self.gpu_count
+        host = host_tokens * per_gpu / (self.host_to_device_gb_s * 1e9)
+        return host + storage_tokens * per_gpu / (self.storage_to_device_gb_s * 1e9)
 
     def decode_step_seconds(self, batch: int, context_tokens: int) -> float:
         """Time of one decode step for `batch` requests holding `context_tokens` in total."""
@@ -107,6 +120,8 @@ class ReplicaProfile(BaseModel):
                 "container_start_s": self.container_start_s * time_factor,
                 "weights_load_s": self.weights_load_s * time_factor,
                 "graph_capture_s": self.graph_capture_s * time_factor,
+                "host_to_device_gb_s": self.host_to_device_gb_s / time_factor,
+                "storage_to_device_gb_s": self.storage_to_device_gb_s / time_factor,
             }
         )
 

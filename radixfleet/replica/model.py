@@ -33,6 +33,7 @@ from radixfleet.replica.request import (
 )
 from radixfleet.replica.scheduler import DecodeRun, PrefillPass, SchedulePolicy, Scheduler
 from radixfleet.replica.stats import ReplicaStats
+from radixfleet.replica.tiers import HostTierSpec, TierStore
 
 
 class Health(enum.Enum):
@@ -56,9 +57,15 @@ class ReplicaModel(Scheduler):
         schedule_policy: SchedulePolicy = SchedulePolicy.FCFS,
         warm: bool = False,
         seed: int = 0,
+        host_tier: HostTierSpec | None = None,
+        storage: TierStore | None = None,
     ) -> None:
         super().__init__(
-            profile=profile, block_tokens=block_tokens, schedule_policy=schedule_policy
+            profile=profile,
+            block_tokens=block_tokens,
+            schedule_policy=schedule_policy,
+            host_tier=host_tier,
+            storage=storage,
         )
         self._rng = random.Random(seed)
         self._hung_since: float | None = None
@@ -194,7 +201,10 @@ class ReplicaModel(Scheduler):
         self._sync(now)
         if self._requests:
             return False
-        return self.cache.flush()
+        flushed = self.cache.flush()
+        if flushed and self.host is not None:
+            self.host.clear()  # SGLang's flush resets the host pool with the device's
+        return flushed
 
     # -- time --------------------------------------------------------------------------------
 
@@ -249,4 +259,6 @@ class ReplicaModel(Scheduler):
             gen_throughput=self.counters.gen_throughput(now),
             decode_sum_seq_lens=self._decode_context(),
             counters=self.counters.snapshot(evicted_tokens=cache.evicted_tokens_total),
+            host_used_tokens=0 if self.host is None else self.host.used_tokens,
+            host_total_tokens=0 if self.host is None else self.host.capacity_tokens,
         )

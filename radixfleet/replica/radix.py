@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Protocol
 
 
@@ -47,9 +47,9 @@ class CacheListener(Protocol):
 
 
 class Node:
-    """A run of cached blocks: its keys, its place in the tree, its lock count and last use."""
+    """A run of cached blocks: its keys, place in the tree, lock count, last use and hits."""
 
-    __slots__ = ("alive", "children", "depth", "key", "last_access", "parent", "ref")
+    __slots__ = ("alive", "children", "depth", "hits", "key", "last_access", "parent", "ref")
 
     def __init__(
         self, *, key: tuple[Hashable, ...], parent: Node | None, now: float, ref: int = 0
@@ -61,6 +61,7 @@ class Node:
         self.last_access = now
         self.depth: int = len(key) if parent is None else parent.depth + len(key)
         self.alive = True
+        self.hits = 0  # matches by a request since it was cached (SGLang's selective write)
 
 
 def matching_blocks(
@@ -97,6 +98,8 @@ class RadixCache:
         self._serial = itertools.count()
         self._nodes = 0
         self.listener: CacheListener | None = None
+        # Told of each node eviction removes, before it goes (a lower tier keeps a copy).
+        self.on_evict: Callable[[Node], None] | None = None
 
     # -- the accounting SGLang reports -------------------------------------------------------
 
@@ -154,24 +157,35 @@ class RadixCache:
                 matched = matching_blocks(key, blocks, index, end)
                 if matched < len(key):
                     child = self._split(child, matched)
-            child.last_access = now
+            if now > child.last_access:  # a lower tier stores a GPU block at its own age
+                child.last_access = now
+            child.hits += 1
             node, index = child, index + matched
         return node
 
-    def cached_prefix(self, blocks: Sequence[Hashable]) -> int:
-        """How many leading `blocks` the cache holds now, changing nothing (no split, no touch):
-        what a gateway following this replica's KV events knows of it."""
+    def cached_prefix(self, blocks: Sequence[Hashable], *, limit: int | None = None) -> int:
+        """How many leading `blocks` (at most `limit`) the cache holds now, changing nothing (no
+        split, no touch): what a gateway following this replica's KV events knows of it."""
+        end = len(blocks) if limit is None else min(limit, len(blocks))
         node, index = self.root, 0
-        while index < len(blocks):
+        while index < end:
             child = node.children.get(blocks[index])
             if child is None:
                 return index
-            matched = matching_blocks(child.key, blocks, index, len(blocks))
+            matched = matching_blocks(child.key, blocks, index, end)
             index += matched
             if matched < len(child.key):
                 return index
             node = child
         return index
+
+    def path(self, node: Node) -> list[Hashable]:
+        """The blocks from the root to the end of `node`: the prefix it caches."""
+        runs = []
+        while node is not self.root:
+            runs.append(node.key)
+            node = node.parent  # type: ignore[assignment]  # only the root has no parent
+        return [block for run in reversed(runs) for block in run]
 
     def lock(self, node: Node) -> None:
         """Mark the path to `node` as in use by one more request (no longer evictable)."""
@@ -246,6 +260,8 @@ class RadixCache:
             if node.last_access > stamp:
                 self._push(node)  # touched since it was queued: requeue at its new age
                 continue
+            if self.on_evict is not None:
+                self.on_evict(node)
             freed += self._remove(node)
         self.evicted_tokens_total += freed
         return freed
@@ -268,6 +284,7 @@ class RadixCache:
         parent = node.parent
         assert parent is not None
         head = Node(key=node.key[:at], parent=parent, now=node.last_access, ref=node.ref)
+        head.hits = node.hits
         parent.children[node.key[0]] = head
         node.key = node.key[at:]
         node.parent = head

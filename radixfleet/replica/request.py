@@ -86,7 +86,9 @@ class Request:
     admitted_at: float | None = None
     first_token_at: float | None = None
     finished_at: float | None = None
-    cached_tokens: int = 0
+    cached_tokens: int = 0  # every tier's: the GPU's, then the host's and storage's below
+    host_cached_tokens: int = 0
+    storage_cached_tokens: int = 0
     prefilled_tokens: int = 0
     decode_steps: int = 0
     generated: int = 0
@@ -96,6 +98,7 @@ class Request:
     private_tokens: int = field(default=0, repr=False)
     need_tokens: int = field(default=0, repr=False)
     allocated_tokens: int = field(default=0, repr=False)
+    load_tokens: int = field(default=0, repr=False)  # from the host or storage, not yet on GPU
     join_step: int = field(default=0, repr=False)
 
     @property

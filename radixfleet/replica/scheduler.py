@@ -16,6 +16,7 @@ import enum
 import heapq
 import itertools
 from collections import deque
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from radixfleet.profile import ReplicaProfile
@@ -23,6 +24,7 @@ from radixfleet.replica.faults import HEALTHY
 from radixfleet.replica.radix import Node, RadixCache
 from radixfleet.replica.request import Event, EventKind, Phase, Request, RequestSpec
 from radixfleet.replica.stats import Counters, RecentWindow
+from radixfleet.replica.tiers import HostTierSpec, TierStore, WritePolicy
 from radixfleet.replica.timing import DecodeCost, prefill_pass_seconds
 
 #: SGLang falls back from longest-prefix-match to FCFS above this queue length (cost control).
@@ -67,20 +69,37 @@ class Scheduler:
     adds the process around them. All times are in the caller's clock."""
 
     def __init__(
-        self, *, profile: ReplicaProfile, block_tokens: int, schedule_policy: SchedulePolicy
+        self,
+        *,
+        profile: ReplicaProfile,
+        block_tokens: int,
+        schedule_policy: SchedulePolicy,
+        host_tier: HostTierSpec | None = None,
+        storage: TierStore | None = None,
     ) -> None:
+        if storage is not None and host_tier is None:
+            raise ValueError("a storage tier needs a host tier: SGLang stages its blocks there")
         self.profile = profile
         self._decode_cost = DecodeCost(profile)
         self.block_tokens = block_tokens
         self.schedule_policy = schedule_policy
+        self.host_tier = host_tier
+        self.storage = storage
         self._serial = itertools.count()
         self._faults = HEALTHY
 
     def _reset(self, *, now: float, counters_from: float) -> None:
-        """An empty cache and no request: a process just (re)started at `now`."""
+        """An empty cache and no request: a process just (re)started at `now`. Its host tier
+        is process memory and starts empty too; a storage backend outlives the process."""
         self.cache = RadixCache(
             capacity_tokens=self.profile.kv_capacity_tokens, block_tokens=self.block_tokens
         )
+        self.host: TierStore | None = None
+        if self.host_tier is not None:
+            self.host = TierStore(
+                capacity_tokens=self.host_tier.tokens, block_tokens=self.block_tokens
+            )
+            self.cache.on_evict = self._evicted
         self.counters = Counters(started_at=counters_from)
         self._hits = RecentWindow()
         self._waiting: deque[Request] = deque()
@@ -160,32 +179,102 @@ class Scheduler:
 
     def _admit(self, request: Request, *, now: float) -> bool:
         spec = request.spec
-        node = self.cache.match(spec.prompt_blocks, now=now, limit=self._block_limit(spec))
+        limit = self._block_limit(spec)
+        node = self.cache.match(spec.prompt_blocks, now=now, limit=limit)
         self.cache.lock(node)
         hit = node.depth * self.block_tokens
+        # Tokens loaded back from a lower tier need GPU room like computed ones.
         need = spec.prompt_tokens - hit + spec.output_tokens - 1
         reserved = self._need_total - self._alloc_total
         if need > self.cache.available_tokens + self.cache.evictable_tokens - reserved:
             self.cache.unlock(node)
             return False
-        request.node, request.cached_tokens, request.prefilled_tokens = node, hit, hit
+        host, storage = self._load_from_tiers(
+            spec.prompt_blocks, gpu=node.depth, limit=limit, now=now
+        )
+        loaded = (host + storage) * self.block_tokens
+        request.node, request.cached_tokens = node, hit + loaded
+        request.prefilled_tokens, request.load_tokens = hit + loaded, loaded
+        request.host_cached_tokens = host * self.block_tokens
+        request.storage_cached_tokens = storage * self.block_tokens
         request.need_tokens = need
         request.phase, request.admitted_at = Phase.PREFILL, now
         self._need_total += need
         self._prefilling[request] = None
-        self._hits.add(hit=hit, total=spec.prompt_tokens)
-        self.counters.admitted(prompt_tokens=spec.prompt_tokens, cached_tokens=hit)
+        self._hits.add(hit=hit + loaded, total=spec.prompt_tokens)
+        self.counters.admitted(
+            prompt_tokens=spec.prompt_tokens,
+            device_tokens=hit,
+            host_tokens=request.host_cached_tokens,
+            storage_tokens=request.storage_cached_tokens,
+        )
         return True
+
+    # -- the tiers below the GPU (radixfleet/replica/tiers.py) ---------------------------------
+
+    def _load_from_tiers(
+        self, blocks: tuple[Hashable, ...], *, gpu: int, limit: int, now: float
+    ) -> tuple[int, int]:
+        """Blocks past the GPU's `gpu` to load from the host and from storage, marked read."""
+        host_depth = 0 if self.host is None else self.host.held_prefix(blocks, limit=limit)
+        store_depth = 0 if self.storage is None else self.storage.held_prefix(blocks, limit=limit)
+        from_host = max(0, host_depth - gpu)
+        from_storage = max(0, store_depth - max(gpu, host_depth))
+        if from_host and self.host is not None:
+            self.host.touch(blocks, count=host_depth, now=now)
+        if from_storage and self.storage is not None:
+            self.storage.touch(blocks, count=store_depth, now=now)
+            if self.host is not None:  # a storage hit is prefetched through the host pool
+                self.host.store(blocks[:store_depth], now=now)
+        return from_host, from_storage
+
+    def _evicted(self, node: Node) -> None:
+        """The GPU evicts `node`: its blocks stay on the host (see tiers.py for each policy)."""
+        assert self.host is not None and self.host_tier is not None
+        policy = self.host_tier.write_policy
+        if policy is WritePolicy.WRITE_THROUGH_SELECTIVE and node.hits == 0:
+            return  # never hit again after it was cached: SGLang never copied it
+        self._back_up(
+            self.cache.path(node),
+            now=node.last_access,
+            counted=policy is not WritePolicy.WRITE_THROUGH,
+        )
+
+    def _cached_on_gpu(self, blocks: tuple[Hashable, ...], *, now: float) -> None:
+        """`blocks` were just cached on the GPU: write-through copies them to the host now."""
+        if self.host_tier is not None and self.host_tier.write_policy is WritePolicy.WRITE_THROUGH:
+            self._back_up(list(blocks), now=now, counted=True)
+
+    def _back_up(self, blocks: list[Hashable], *, now: float, counted: bool) -> None:
+        assert self.host is not None
+        written = self.host.store(blocks, now=now)
+        if self.storage is not None:
+            self.storage.store(blocks, now=now)
+        if counted:
+            self.counters.backed_up(tokens=written)
 
     def _begin_prefill(self, items: list[tuple[Request, int]], *, now: float) -> None:
         chunks = []
+        host = storage = 0
         for request, chunk in items:
-            self.cache.allocate(chunk)
-            request.private_tokens += chunk
-            request.allocated_tokens += chunk
-            self._alloc_total += chunk
+            if request.load_tokens:  # loaded back in this request's first pass
+                host += request.host_cached_tokens
+                storage += request.storage_cached_tokens
+                chunk_and_load, request.load_tokens = chunk + request.load_tokens, 0
+            else:
+                chunk_and_load = chunk
+            self.cache.allocate(chunk_and_load)
+            request.private_tokens += chunk_and_load
+            request.allocated_tokens += chunk_and_load
+            self._alloc_total += chunk_and_load
             chunks.append((chunk, request.prefilled_tokens))
-        seconds = prefill_pass_seconds(self.profile, chunks=chunks, slowdown=self._faults.slowdown)
+        slowdown = self._faults.slowdown
+        seconds = prefill_pass_seconds(self.profile, chunks=chunks, slowdown=slowdown)
+        if host or storage:
+            # SGLang loads layer by layer while the previous layer computes: the pass takes
+            # the longer of the two.
+            load = self.profile.load_seconds(host_tokens=host, storage_tokens=storage)
+            seconds = max(seconds, load * slowdown)
         self._pass = PrefillPass(end=now + seconds, items=items)
 
     def _end_prefill(self, prefill: PrefillPass) -> None:
@@ -218,6 +307,7 @@ class Scheduler:
         node = self.cache.insert(blocks, now=now, lock=True)
         self.cache.unlock(old)
         request.node = node
+        self._cached_on_gpu(blocks, now=now)
 
     def _join_decode(self, request: Request) -> None:
         request.phase = Phase.DECODE
@@ -288,6 +378,7 @@ class Scheduler:
         spec = request.spec
         if spec.finish_blocks:
             self.cache.insert(spec.finish_blocks, now=now)
+            self._cached_on_gpu(spec.finish_blocks, now=now)
         self.cache.unlock(request.node)  # type: ignore[arg-type]
         request.phase, request.finished_at = Phase.FINISHED, now
         request.finish_reason = "length" if spec.output_tokens >= spec.max_new_tokens else "stop"

@@ -31,6 +31,19 @@ class CounterValues:
     cached_tokens_total: int
     generation_tokens_total: int
     evicted_tokens_total: int
+    # Of `cached_tokens_total` (every tier's), what came from the HiCache tiers below the GPU.
+    host_cached_tokens_total: int = 0
+    storage_cached_tokens_total: int = 0
+    backup_tokens_total: int = 0  # written from the GPU to the host tier
+
+    @property
+    def device_cached_tokens_total(self) -> int:
+        """Cached prompt tokens found on the GPU itself."""
+        return (
+            self.cached_tokens_total
+            - self.host_cached_tokens_total
+            - self.storage_cached_tokens_total
+        )
 
 
 class Counters:
@@ -47,16 +60,33 @@ class Counters:
         self.num_aborted_requests_total = 0
         self.prompt_tokens_total = 0
         self.cached_tokens_total = 0
+        self.host_cached_tokens_total = 0
+        self.storage_cached_tokens_total = 0
+        self.backup_tokens_total = 0
         self.generation_tokens_total = 0
         self._last_log_at = started_at
         self._steps_since_log = 0
         self._tokens_since_log = 0.0
         self._logged_throughput = 0.0
 
-    def admitted(self, *, prompt_tokens: int, cached_tokens: int) -> None:
-        """A request entered a prefill batch."""
+    def admitted(
+        self,
+        *,
+        prompt_tokens: int,
+        device_tokens: int,
+        host_tokens: int = 0,
+        storage_tokens: int = 0,
+    ) -> None:
+        """A request entered a prefill batch with a prefix cached on the GPU, the host and in
+        storage."""
         self.prompt_tokens_total += prompt_tokens
-        self.cached_tokens_total += cached_tokens
+        self.cached_tokens_total += device_tokens + host_tokens + storage_tokens
+        self.host_cached_tokens_total += host_tokens
+        self.storage_cached_tokens_total += storage_tokens
+
+    def backed_up(self, *, tokens: int) -> None:
+        """`tokens` were copied from the GPU to the host tier."""
+        self.backup_tokens_total += tokens
 
     def finished(self, request: Request) -> None:
         """A request completed."""
@@ -103,6 +133,9 @@ class Counters:
             cached_tokens_total=self.cached_tokens_total,
             generation_tokens_total=self.generation_tokens_total,
             evicted_tokens_total=evicted_tokens,
+            host_cached_tokens_total=self.host_cached_tokens_total,
+            storage_cached_tokens_total=self.storage_cached_tokens_total,
+            backup_tokens_total=self.backup_tokens_total,
         )
 
 
@@ -143,6 +176,8 @@ class ReplicaStats:
     gen_throughput: float
     decode_sum_seq_lens: int
     counters: CounterValues
+    host_used_tokens: int = 0  # the HiCache host tier; 0 of 0 without one
+    host_total_tokens: int = 0
 
     @property
     def token_usage(self) -> float:
