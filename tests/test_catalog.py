@@ -60,6 +60,16 @@ def _set(path: str, value: Any) -> Any:
     return mutate
 
 
+def _all(*mutations: Any) -> Any:
+    """One mutation of the example catalog that makes each of `mutations` in turn."""
+
+    def mutate(data: dict[str, Any]) -> None:
+        for one in mutations:
+            one(data)
+
+    return mutate
+
+
 def _duplicate_model(data: dict[str, Any]) -> None:
     data["models"].append(copy.deepcopy(data["models"][0]))
 
@@ -392,6 +402,11 @@ BAD_CATALOGS = [
         "catalog.yaml: models[1].kv_cache.write_policy: 'write_around': Input should be "
         "'write_back', 'write_through' or 'write_through_selective'",
         id="write-policy-sglang-does-not-know",
+    ),
+    pytest.param(
+        _all(_set("models[0].nodes", 2), _set("models[0].kv_cache", {"host_gib": 64})),
+        "catalog.yaml: models[0].nodes: 2 nodes do not divide gpus_per_replica 1",
+        id="host-tier-of-a-replica-on-more-nodes-than-gpus-is-no-traceback",
     ),
     pytest.param(
         _set("models[1].kv_cache", {"host_gib": 0}),
