@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 import yaml
@@ -12,7 +12,9 @@ from typer.testing import CliRunner
 
 from radixfleet.cli import app
 from radixfleet.config import ConfigError, load_catalog, parse_catalog
+from radixfleet.config.catalog import HicacheStorageBackend, HicacheWritePolicy
 from radixfleet.config.sizing import kv_capacity_tokens
+from radixfleet.sglang_flags import sglang_flags
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "inferenceservices" / "catalog.yaml"
@@ -54,6 +56,16 @@ def _set(path: str, value: Any) -> Any:
             node = node[int(part)] if part.isdigit() else node[part]
         last = parts[-1]
         node[int(last) if last.isdigit() else last] = value
+
+    return mutate
+
+
+def _all(*mutations: Any) -> Any:
+    """One mutation of the example catalog that makes each of `mutations` in turn."""
+
+    def mutate(data: dict[str, Any]) -> None:
+        for one in mutations:
+            one(data)
 
     return mutate
 
@@ -347,6 +359,65 @@ BAD_CATALOGS = [
         "absolute folder",
         id="tokenizer-folder-climbing-out",
     ),
+    # A host KV tier (models[].kv_cache): what SGLang and the nodes of the model's pools hold.
+    pytest.param(
+        _set("models[0].kv_cache", {"host_gib": 256}),
+        "catalog.yaml: models[0].kv_cache.host_gib: 8 pods of 290 GiB need 2320 GiB of a node of "
+        "pool us-east-1/h100-ondemand (p5.48xlarge), which has 1945 GiB for pods (2048 GiB less "
+        "103 GiB for the kubelet and the system)",
+        id="host-tier-of-8-replicas-past-a-p5-node",
+    ),
+    pytest.param(
+        _set("models[1].kv_cache", {"host_gib": 900}),
+        "catalog.yaml: models[1].kv_cache.host_gib: 2 pods of 1074 GiB need 2148 GiB of a node "
+        "of pool us-east-1/h100-ondemand (p5.48xlarge)",
+        id="host-tier-of-2-tp4-replicas-past-a-p5-node",
+    ),
+    pytest.param(
+        _set("models[0].kv_cache", {"host_gib": 48}),
+        "catalog.yaml: models[0].kv_cache.host_gib: 48 GiB (51 GB a rank, 1 ranks) is not larger "
+        "than the replica's KV pool on its GPUs (51.8 GiB: 424697 tokens of 131072 bytes)",
+        id="host-tier-not-above-the-device-pool",
+    ),
+    pytest.param(
+        _set("models[1].kv_cache", {"host_gib": 136}),
+        "catalog.yaml: models[1].kv_cache.host_gib: 136 GiB (36 GB a rank, 4 ranks) is not larger",
+        id="host-tier-above-the-device-pool-in-gib-but-not-once-floored-per-rank",
+    ),
+    pytest.param(
+        _set("models[3].kv_cache", {"host_gib": 8}),
+        "catalog.yaml: models[3].kv_cache.host_gib: 8 GiB over the replica's 16 ranks is under "
+        "1 GB each: SGLang takes --hicache-size per rank in whole GB",
+        id="host-tier-under-1-gb-a-rank",
+    ),
+    pytest.param(
+        _set("models[1].kv_cache", {"host_gib": 512, "storage_backend": "file"}),
+        "catalog.yaml: models[1].kv_cache.storage_backend: 'file': infra provides no KV storage "
+        "backend yet, host memory is the only tier below the GPUs (infra/README.md, KV cache "
+        "tiers)",
+        id="storage-backend-infra-does-not-provide",
+    ),
+    pytest.param(
+        _set("models[1].kv_cache", {"host_gib": 512, "write_policy": "write_around"}),
+        "catalog.yaml: models[1].kv_cache.write_policy: 'write_around': Input should be "
+        "'write_back', 'write_through' or 'write_through_selective'",
+        id="write-policy-sglang-does-not-know",
+    ),
+    pytest.param(
+        _all(_set("models[0].nodes", 2), _set("models[0].kv_cache", {"host_gib": 64})),
+        "catalog.yaml: models[0].nodes: 2 nodes do not divide gpus_per_replica 1",
+        id="host-tier-of-a-replica-on-more-nodes-than-gpus-is-no-traceback",
+    ),
+    pytest.param(
+        _set("models[1].kv_cache", {"host_gib": 0}),
+        "catalog.yaml: models[1].kv_cache.host_gib: 0: Input should be greater than 0",
+        id="host-tier-of-zero",
+    ),
+    pytest.param(
+        _set("models[1].kv_cache", {"host_gib": "512Gi"}),
+        "catalog.yaml: models[1].kv_cache.host_gib: '512Gi': Input should be a valid integer",
+        id="host-tier-as-a-quantity",
+    ),
 ]
 
 
@@ -453,3 +524,33 @@ def test_a_catalog_that_is_not_utf8_is_one_clear_problem(tmp_path: Path) -> None
     with pytest.raises(ConfigError) as caught:
         load_catalog(path)
     assert str(caught.value.problems[0]) == f"{path}: not UTF-8 text (byte 22 is 0xff)"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "model"),
+    [
+        pytest.param(lambda d: None, 1, id="the-example-70b"),
+        pytest.param(_set("models[3].kv_cache", {"host_gib": 1024}), 3, id="multinode-405b"),
+        pytest.param(
+            _set("models[0].kv_cache", {"host_gib": 200, "write_policy": "write_back"}),
+            0,
+            id="8-replicas-of-8b-on-a-p5-node",
+        ),
+    ],
+)
+def test_a_host_tier_the_nodes_hold_is_accepted(mutate: Any, model: int) -> None:
+    data = example()
+    mutate(data)
+    catalog = parse_catalog(yaml.safe_dump(data), source="catalog.yaml")
+    assert catalog.models[model].kv_cache is not None
+
+
+@pytest.mark.parametrize(
+    ("kind", "flag"),
+    [
+        pytest.param(HicacheWritePolicy, "--hicache-write-policy", id="write-policy"),
+        pytest.param(HicacheStorageBackend, "--hicache-storage-backend", id="storage-backend"),
+    ],
+)
+def test_kv_cache_choices_are_sglangs(kind: Any, flag: str) -> None:
+    assert get_args(kind) == sglang_flags()[flag].choices

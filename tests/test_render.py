@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -15,11 +16,13 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from radixfleet.cli import app
-from radixfleet.config import Model, load_catalog
+from radixfleet.config import KvCache, Model, load_catalog
+from radixfleet.config.sizing import hicache_gb_per_rank, pod_memory_gib, weight_gib
 from radixfleet.platform import KUBERNETES_VERSION
 from radixfleet.profile import resolve_profile
 from radixfleet.render.files import LISTING, listed
 from radixfleet.render.fleet import MARKER, render_tree, write_tree
+from radixfleet.render.inferenceservices import build_inference_service
 from radixfleet.render.runtimes import SGLANG_IMAGE, build_runtime
 from radixfleet.render.scaling import concurrency_target, itl_bound, kv_bound
 from radixfleet.validate import validate_paths
@@ -437,3 +440,75 @@ def test_rendered_files_get_the_umasks_mode_not_a_private_one(rendered: Path) ->
     os.umask(umask)
     modes = {p.stat().st_mode & 0o777 for p in rendered.rglob("*") if p.is_file()}
     assert modes == {0o666 & ~umask}
+
+
+def _model_with(name: str, kv_cache: dict[str, Any] | None) -> Model:
+    model = next(m for m in load_catalog(CATALOG).models if m.name == name)
+    tier = None if kv_cache is None else KvCache(**kv_cache)
+    return model.model_copy(update={"kv_cache": tier})
+
+
+HICACHE = "--enable-hierarchical-cache"
+
+
+@pytest.mark.parametrize(
+    ("name", "kv_cache", "flags", "memory"),
+    [
+        pytest.param(
+            "llama-3-1-70b",
+            {"host_gib": 512},
+            [HICACHE, "--hicache-size", "137", "--hicache-write-policy", "write_through"],
+            "686Gi",
+            id="tp4-512gib-137gb-a-rank",
+        ),
+        pytest.param(
+            "llama-3-1-8b",
+            {"host_gib": 64, "write_policy": "write_back", "storage_backend": "mooncake"},
+            [
+                HICACHE,
+                "--hicache-size",
+                "68",
+                "--hicache-write-policy",
+                "write_back",
+                "--hicache-storage-backend",
+                "mooncake",
+            ],
+            "98Gi",
+            id="one-gpu-write-back-on-a-backend",
+        ),
+    ],
+)
+def test_a_host_tier_renders_its_flags_and_the_pods_memory(
+    name: str, kv_cache: dict[str, Any], flags: list[str], memory: str
+) -> None:
+    model = _model_with(name, kv_cache)
+    tenant = load_catalog(CATALOG).tenant(model.tenants[0])
+    model_spec = build_inference_service(model, tenant)[0]["spec"]["predictor"]["model"]
+    args: list[str] = model_spec["args"]
+    assert args[args.index(HICACHE) :] == flags
+    resources = model_spec["resources"]
+    assert resources["requests"]["memory"] == resources["limits"]["memory"] == memory
+
+
+def test_a_multinode_replica_splits_its_host_tier_over_its_pods() -> None:
+    # 1024 GiB over 16 ranks: 68 GB a rank; each of the two pods holds 512 GiB of it.
+    model = _model_with("llama-3-1-405b-fp8", {"host_gib": 1024})
+    tenant = load_catalog(CATALOG).tenant("research")
+    predictor = build_inference_service(model, tenant)[0]["spec"]["predictor"]
+    worker = predictor["workerSpec"]["containers"][0]
+    for container in (predictor["model"], worker):
+        assert container["args"][-5:] == [HICACHE, "--hicache-size", "68",
+                                          "--hicache-write-policy", "write_through"]  # fmt: skip
+        assert container["resources"]["limits"]["memory"] == "755Gi"  # 243 + 512
+    assert pod_memory_gib(model) - pod_memory_gib(_model_with(model.name, None)) == 512
+
+
+@pytest.mark.parametrize("name", [m.name for m in load_catalog(CATALOG).models])
+def test_a_model_without_a_tier_keeps_its_memory_and_flags(name: str) -> None:
+    model = _model_with(name, None)
+    staging = max(32, math.ceil(weight_gib(model) / model.nodes * 1.2) + 16)  # as before tiers
+    assert pod_memory_gib(model) == staging
+    assert hicache_gb_per_rank(model) == 0
+    tenant = load_catalog(CATALOG).tenant(model.tenants[0])
+    args = build_inference_service(model, tenant)[0]["spec"]["predictor"]["model"]["args"]
+    assert not [a for a in args if "hicache" in a or "hierarchical" in a]

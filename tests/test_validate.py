@@ -18,6 +18,8 @@ from tests.audit_cases import CASES_DIR, AuditCase, load_cases
 
 REPO = Path(__file__).resolve().parent.parent
 ISVC = REPO / "inferenceservices" / "team-search" / "llama-3-1-8b.yaml"
+# The catalog's model with a host KV tier (SGLang's HiCache flags).
+TIERED = REPO / "inferenceservices" / "team-search" / "llama-3-1-70b.yaml"
 RUNTIME = REPO / "runtimes" / "sglang.yaml"
 PEERING = REPO / "deploy" / "operator" / "peering.yaml"
 POD_MONITOR = REPO / "deploy" / "monitoring" / "radixfleet-routers.yaml"
@@ -33,6 +35,16 @@ def load(path: Path) -> dict[str, Any]:
 def predictor(doc: dict[str, Any]) -> dict[str, Any]:
     p: dict[str, Any] = doc["spec"]["predictor"]
     return p
+
+
+def set_flag(flag: str, value: str) -> Mutation:
+    """A mutation that gives `flag`, which the predictor's args hold, another value."""
+
+    def mutate(doc: dict[str, Any]) -> None:
+        args: list[str] = predictor(doc)["model"]["args"]
+        args[args.index(flag) + 1] = value
+
+    return mutate
 
 
 CASES: list[Any] = [
@@ -105,6 +117,25 @@ CASES: list[Any] = [
         lambda d: predictor(d).update(maxReplicas=2**70),
         f"spec.predictor.maxReplicas: {2**70} is greater than the maximum of 2147483647",
         id="replicas-beyond-int32",
+    ),
+    pytest.param(
+        TIERED,
+        set_flag("--hicache-write-policy", "write_around"),
+        "spec.predictor.model.args: --hicache-write-policy 'write_around': not one of "
+        "write_back, write_through, write_through_selective",
+        id="hicache-write-policy-sglang-does-not-know",
+    ),
+    pytest.param(
+        TIERED,
+        set_flag("--hicache-size", "137.5"),
+        "spec.predictor.model.args: --hicache-size '137.5': not a valid int",
+        id="hicache-size-not-an-int",
+    ),
+    pytest.param(
+        TIERED,
+        set_flag("--hicache-size", "512Gi"),
+        "spec.predictor.model.args: --hicache-size '512Gi': not a valid int",
+        id="hicache-size-as-a-quantity",
     ),
     # A hand-written manifest could widen the tenant's S3 grant the catalog refuses to widen.
     pytest.param(
@@ -254,6 +285,17 @@ def test_custom_object_metadata_is_object_meta(
 )
 def test_sglang_args(args: list[str], problems: list[str]) -> None:
     assert list(check_args(args)) == problems
+
+
+def test_the_hicache_flags_as_rendered_are_sglangs() -> None:
+    args: list[str] = predictor(load(TIERED))["model"]["args"]
+    tier = args[args.index("--enable-hierarchical-cache") :]
+    assert [a for a in tier if a.startswith("--")] == [
+        "--enable-hierarchical-cache",
+        "--hicache-size",
+        "--hicache-write-policy",
+    ]
+    assert list(check_args(args)) == []
 
 
 def test_cli_prints_one_line_per_problem_and_exits_1(tmp_path: Path) -> None:

@@ -281,6 +281,33 @@ class LoraAdapter(Strict):
         return self.tenant is None or self.tenant == tenant
 
 
+# SGLang 0.5.23's `--hicache-write-policy` and `--hicache-storage-backend` choices
+# (radixfleet/schemas/sglang/server-args.json; tests/test_catalog.py holds them equal).
+HicacheWritePolicy = Literal["write_back", "write_through", "write_through_selective"]
+HicacheStorageBackend = Literal[
+    "file", "sim", "mooncake", "npu_memcache", "hf3fs", "nixl", "aibrix", "dynamic", "eic",
+    "simm", "mori", "shm", "tensorcast", "seaweedfs",
+]  # fmt: skip
+
+
+class KvCache(Strict):
+    """A tier of KV cache below the GPUs' (SGLang's HiCache): prefixes evicted from the device
+    pool stay in the node's host memory and come back over PCIe instead of being computed again.
+
+    - `host_gib`: the host tier of one replica, GiB, split evenly over its ranks (each TP/PP
+      rank is a process with a pool of its own); it must be larger than the replica's device
+      pool, and the pods a node holds must fit its memory (crosscheck.py).
+    - `write_policy`: when the device copies a prefix to the host (SGLang's default,
+      `write_through`: as soon as it is computed).
+    - `storage_backend`: a third tier (SGLang's storage backends) below host memory. infra
+      provides none yet, so the catalog refuses each (infra/README.md, "KV cache tiers").
+    """
+
+    host_gib: PositiveInt
+    write_policy: HicacheWritePolicy = "write_through"
+    storage_backend: HicacheStorageBackend | None = None
+
+
 class Model(Strict):
     """One model of the catalog: where its weights are, how it runs, who uses it and where."""
 
@@ -312,6 +339,8 @@ class Model(Strict):
     # the model counts it before it is served (radixfleet/dataplane/tokens.py): a Hugging Face
     # repository (`hf://ORG/NAME`, which smg fetches) or a folder in the router's image.
     tokenizer: TokenizerSource | None = None
+    # A host-memory tier of KV cache below the GPUs' (KvCache); None: the GPUs' pool alone.
+    kv_cache: KvCache | None = None
 
     @property
     def tokenizer_source(self) -> str | None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from radixfleet.config.catalog import KNOWN_RUNTIMES, Catalog, Model, Region
-from radixfleet.config.gpus import GPU_TYPES, INSTANCE_TYPES
+from radixfleet.config.catalog import KNOWN_RUNTIMES, Catalog, GpuPool, KvCache, Model, Region
+from radixfleet.config.gpus import GIB, GPU_TYPES, INSTANCE_TYPES
 from radixfleet.config.modelcache import (
     NODE_RESERVED_GIB,
     CachedWeights,
@@ -18,7 +18,14 @@ from radixfleet.config.modelcache import (
     cached_weights,
     caching_pools,
 )
-from radixfleet.config.sizing import kv_capacity_tokens
+from radixfleet.config.sizing import (
+    HICACHE_GB,
+    device_kv_bytes,
+    hicache_gb_per_rank,
+    kv_capacity_tokens,
+    node_reserve_gib,
+    pod_memory_gib,
+)
 from radixfleet.profile import BUILTIN_PROFILES
 
 # Storage a multi-node replica can load from (KServe refuses the others for a workerSpec).
@@ -166,6 +173,68 @@ def _model(catalog: Catalog, index: int, model: Model) -> Iterator[Finding]:
                 f"{model.context_length} tokens do not fit the KV budget of one replica "
                 f"({capacity} tokens on {model.gpus_per_replica}x {model.gpu_type})",
             )
+    if model.kv_cache is not None:
+        yield from _kv_cache(catalog, f"{loc}.kv_cache", model, model.kv_cache)
+
+
+def _kv_cache(catalog: Catalog, loc: str, model: Model, tier: KvCache) -> Iterator[Finding]:
+    """A host KV tier SGLang starts with (whole GB per rank, larger than the device pool),
+    that the nodes of the model's pools hold, on no storage backend infra does not provide."""
+    if tier.storage_backend is not None:
+        yield f"{loc}.storage_backend", (
+            f"{tier.storage_backend!r}: infra provides no KV storage backend yet, host memory "
+            "is the only tier below the GPUs (infra/README.md, KV cache tiers)"
+        )  # fmt: skip
+    per_rank = hicache_gb_per_rank(model)
+    if per_rank < 1:
+        # --hicache-size is an int of GB; 0 is SGLang's "unset": it would size the pool by
+        # --hicache-ratio instead, past the pod's memory limit.
+        yield f"{loc}.host_gib", (
+            f"{tier.host_gib} GiB over the replica's {model.gpus_per_replica} ranks is under "
+            "1 GB each: SGLang takes --hicache-size per rank in whole GB"
+        )  # fmt: skip
+    elif model.gpu_type in GPU_TYPES:
+        yield from _host_above_device(loc, model, tier, per_rank)
+    for region in (r for r in catalog.regions if r.name in model.regions):
+        for pool in (p for p in region.gpu_pools if p.gpu_type == model.gpu_type):
+            yield from _pool_holds_pods(loc, model, region, pool)
+
+
+def _host_above_device(loc: str, model: Model, tier: KvCache, per_rank: int) -> Iterator[Finding]:
+    # SGLang's host pool (python/sglang/srt/mem_cache/memory_pool_host.py, HostKVCache):
+    #     assert (
+    #         self.size > device_pool.size
+    #     ), "The host memory should be larger than the device memory with the current protocol"
+    # Later versions (pool_host/base.py) only warn that "L2 cache effectiveness is reduced":
+    # either way a tier no larger than the GPUs' pool is a tier for nothing. What SGLang
+    # compares is what it was given: the whole GB of each rank, not the catalog's GiB.
+    host_bytes = per_rank * HICACHE_GB * model.gpus_per_replica
+    device = device_kv_bytes(model)
+    if host_bytes <= device:
+        yield f"{loc}.host_gib", (
+            f"{tier.host_gib} GiB ({per_rank} GB a rank, {model.gpus_per_replica} ranks) is not "
+            f"larger than the replica's KV pool on its GPUs ({device / GIB:.1f} GiB: "
+            f"{kv_capacity_tokens(model)} tokens of {model.architecture.kv_bytes_per_token} "
+            "bytes): SGLang refuses a host tier no larger than the device's"
+        )  # fmt: skip
+
+
+def _pool_holds_pods(loc: str, model: Model, region: Region, pool: GpuPool) -> Iterator[Finding]:
+    """The pods of `model` that fill a node of `pool` fit the node's memory less its reserve:
+    each requests its host tier, so a node the kubelet cannot give it leaves GPUs idle."""
+    instance = INSTANCE_TYPES.get(pool.instance_type)
+    pod_gpus = model.gpus_per_replica // model.nodes
+    if instance is None or pod_gpus == 0 or pool.gpus_per_node < pod_gpus:
+        return  # an unknown instance type, more nodes than GPUs, a pod too large: reported
+    pods, pod_gib = pool.gpus_per_node // pod_gpus, pod_memory_gib(model)
+    reserve = node_reserve_gib(instance.memory_gib)
+    room = instance.memory_gib - reserve
+    if pods * pod_gib > room:
+        yield f"{loc}.host_gib", (
+            f"{pods} pods of {pod_gib} GiB need {pods * pod_gib} GiB of a node of pool "
+            f"{region.name}/{pool.name} ({pool.instance_type}), which has {room} GiB for pods "
+            f"({instance.memory_gib} GiB less {reserve} GiB for the kubelet and the system)"
+        )  # fmt: skip
 
 
 def _lora_references(loc: str, model: Model, tenants: set[str]) -> Iterator[Finding]:

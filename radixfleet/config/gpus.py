@@ -35,31 +35,34 @@ GPU_TYPES: dict[str, GpuType] = {
 
 @dataclass(frozen=True)
 class InstanceType:
-    """A GPU instance type of a cloud: which GPU and how many per node."""
+    """A GPU instance type of a cloud: which GPU, how many per node, and the node's host memory
+    (GiB, as the cloud sells it: the kubelet and the system take their share of it first)."""
 
     name: str
     gpu_type: str
     gpus: int
+    memory_gib: int
 
 
-# AWS GPU instance types the node pools may use (family.size -> GPU type and count).
+# AWS GPU instance types the node pools may use (family.size -> GPU type, count and memory GiB,
+# from AWS's published instance sizes).
 INSTANCE_TYPES: dict[str, InstanceType] = {
     it.name: it
     for it in (
-        InstanceType("p5.48xlarge", "H100", 8),
-        InstanceType("p5e.48xlarge", "H200", 8),
-        InstanceType("p5en.48xlarge", "H200", 8),
-        InstanceType("p4de.24xlarge", "A100-80GB", 8),
-        InstanceType("p4d.24xlarge", "A100-40GB", 8),
-        InstanceType("g6e.xlarge", "L40S", 1),
-        InstanceType("g6e.12xlarge", "L40S", 4),
-        InstanceType("g6e.48xlarge", "L40S", 8),
-        InstanceType("g5.xlarge", "A10G", 1),
-        InstanceType("g5.12xlarge", "A10G", 4),
-        InstanceType("g5.48xlarge", "A10G", 8),
-        InstanceType("g6.xlarge", "L4", 1),
-        InstanceType("g6.12xlarge", "L4", 4),
-        InstanceType("g6.48xlarge", "L4", 8),
+        InstanceType("p5.48xlarge", "H100", 8, 2048),
+        InstanceType("p5e.48xlarge", "H200", 8, 2048),
+        InstanceType("p5en.48xlarge", "H200", 8, 2048),
+        InstanceType("p4de.24xlarge", "A100-80GB", 8, 1152),
+        InstanceType("p4d.24xlarge", "A100-40GB", 8, 1152),
+        InstanceType("g6e.xlarge", "L40S", 1, 32),
+        InstanceType("g6e.12xlarge", "L40S", 4, 384),
+        InstanceType("g6e.48xlarge", "L40S", 8, 1536),
+        InstanceType("g5.xlarge", "A10G", 1, 16),
+        InstanceType("g5.12xlarge", "A10G", 4, 192),
+        InstanceType("g5.48xlarge", "A10G", 8, 768),
+        InstanceType("g6.xlarge", "L4", 1, 16),
+        InstanceType("g6.12xlarge", "L4", 4, 192),
+        InstanceType("g6.48xlarge", "L4", 8, 768),
     )
 }
 

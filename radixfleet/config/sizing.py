@@ -1,13 +1,25 @@
-"""GPU memory arithmetic shared by catalog validation, scaling targets and the infra program."""
+"""Memory arithmetic shared by catalog validation, rendering, scaling targets and the infra
+program: a replica's KV cache on its GPUs and in host memory, and a pod's host memory."""
 
 from __future__ import annotations
 
+import math
+
 from radixfleet.config.catalog import Model
-from radixfleet.config.gpus import GPU_TYPES
+from radixfleet.config.gpus import GIB, GPU_TYPES
 
 # SGLang reserves this share of GPU memory for weights and KV cache on an 80 GB GPU
 # (sglang `arg_groups/memory_hook.py`, see CALIBRATION.md); the rest is activations and graphs.
 MEM_FRACTION_STATIC = 0.835
+# SGLang's `--hicache-size` unit: a rank's pool holds `host_size * 1e9 // size_per_token`
+# tokens (sglang python/sglang/srt/mem_cache/memory_pool_host.py, HostKVCache).
+HICACHE_GB = 10**9
+# A pod's host memory before any KV tier: at least this, else its weights' staging room.
+MIN_POD_MEMORY_GIB = 32
+# Staging room over the weights of a pod's share (read, converted, copied to the GPUs), and
+# what SGLang's own processes (tokenizer, scheduler, detokenizer) hold besides, GiB.
+WEIGHT_STAGING = 1.2
+SGLANG_PROCESSES_GIB = 16
 
 
 def kv_capacity_tokens(model: Model) -> int:
@@ -22,6 +34,48 @@ def kv_capacity_tokens(model: Model) -> int:
     return max(0, int(free_for_kv // model.architecture.kv_bytes_per_token))
 
 
+def device_kv_bytes(model: Model) -> int:
+    """Bytes of one replica's KV pool on its GPUs, over all of its ranks."""
+    return kv_capacity_tokens(model) * model.architecture.kv_bytes_per_token
+
+
 def weight_gib(model: Model) -> float:
     """Size of the model's weights in GiB: what a replica downloads on a cold start."""
     return model.architecture.weight_bytes / 1024**3
+
+
+def hicache_gb_per_rank(model: Model) -> int:
+    """`--hicache-size` of each of `model`'s ranks: the replica's host tier in SGLang's GB,
+    over its ranks (each TP/PP rank is a process with a host pool of its own, holding its
+    shard), floored; 0 without a tier."""
+    if model.kv_cache is None:
+        return 0
+    return model.kv_cache.host_gib * GIB // (HICACHE_GB * model.gpus_per_replica)
+
+
+def pod_host_kv_gib(model: Model) -> int:
+    """GiB of the replica's host KV tier one pod holds: its share of the replica's ranks."""
+    return 0 if model.kv_cache is None else math.ceil(model.kv_cache.host_gib / model.nodes)
+
+
+def pod_memory_gib(model: Model) -> int:
+    """Host memory one pod of `model` requests and is limited to, GiB: room to stage the weights
+    of its share plus SGLang's own processes, and its share of the host KV tier (without it the
+    kernel kills the pod when the tier fills). The renderer and the catalog's checks read it."""
+    staging = math.ceil(weight_gib(model) / model.nodes * WEIGHT_STAGING) + SGLANG_PROCESSES_GIB
+    return max(MIN_POD_MEMORY_GIB, staging) + pod_host_kv_gib(model)
+
+
+# What a GPU node keeps of its memory from pods, GiB: 5 % of it, at least 10. The kubelet's
+# kube-reserved and eviction threshold (on EKS's AMIs 255 MiB + 11 MiB a pod, some 8 GiB on a
+# p5.48xlarge), the system and the daemon sets of every GPU node (device plugin, DCGM exporter,
+# CNI, KServe's model cache agent) take under 1 % of a large node; the rest is left because
+# SGLang refuses to start a host pool that would leave less than 10 GiB of the node's available
+# memory (HICACHE_HOST_MEMORY_RESERVE_BYTES, read by psutil over the whole node, not the pod).
+NODE_RESERVE_SHARE = 0.05
+NODE_RESERVE_MIN_GIB = 10
+
+
+def node_reserve_gib(memory_gib: int) -> int:
+    """GiB of a node of `memory_gib` that no pod may count on (NODE_RESERVE_SHARE)."""
+    return max(NODE_RESERVE_MIN_GIB, math.ceil(memory_gib * NODE_RESERVE_SHARE))

@@ -15,7 +15,7 @@ from radixfleet.config.catalog import Catalog, Model, Tenant
 from radixfleet.config.gpus import gpu_label_value
 from radixfleet.config.modelcache import cacheable, node_group_name
 from radixfleet.config.serving import model_metadata
-from radixfleet.config.sizing import weight_gib
+from radixfleet.config.sizing import hicache_gb_per_rank, pod_memory_gib, weight_gib
 from radixfleet.platform import KNATIVE_NAMESPACE, MONITORING_NAMESPACE, PLATFORM_NAMESPACE
 from radixfleet.profile import resolve_profile
 from radixfleet.render.isolation import (
@@ -65,13 +65,25 @@ def _model_args(model: Model) -> list[str]:
     if model.lora_adapters:
         paths = [f"{a.name}={ADAPTER_DIR}/{a.name}" for a in model.lora_adapters]
         args += ["--lora-paths", *paths, "--max-loras-per-batch", str(model.max_loras_per_batch)]
+    return args + _hicache_args(model)
+
+
+def _hicache_args(model: Model) -> list[str]:
+    """SGLang's HiCache flags of the model's host KV tier, sized per rank: `--hicache-size` is
+    each rank's own pool (crosscheck.py holds it at least 1 GB)."""
+    tier = model.kv_cache
+    if tier is None:
+        return []
+    args = ["--enable-hierarchical-cache", "--hicache-size", str(hicache_gb_per_rank(model))]
+    args += ["--hicache-write-policy", tier.write_policy]
+    if tier.storage_backend is not None:
+        args += ["--hicache-storage-backend", tier.storage_backend]
     return args
 
 
 def _resources(model: Model) -> dict[str, Any]:
     gpus = model.gpus_per_replica // model.nodes
-    # Host memory: room to stage the weights of this pod's share, plus SGLang's own processes.
-    memory_gi = max(32, math.ceil(weight_gib(model) / model.nodes * 1.2) + 16)
+    memory_gi = pod_memory_gib(model)
     cpu = max(4, 8 * gpus)
     return {
         "requests": {labels.GPU_RESOURCE: str(gpus), "cpu": str(cpu), "memory": f"{memory_gi}Gi"},
