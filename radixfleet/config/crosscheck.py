@@ -201,13 +201,11 @@ def _kv_cache(catalog: Catalog, loc: str, model: Model, tier: KvCache) -> Iterat
 
 
 def _host_above_device(loc: str, model: Model, tier: KvCache, per_rank: int) -> Iterator[Finding]:
-    # SGLang's host pool (python/sglang/srt/mem_cache/memory_pool_host.py, HostKVCache):
-    #     assert (
-    #         self.size > device_pool.size
-    #     ), "The host memory should be larger than the device memory with the current protocol"
-    # Later versions (pool_host/base.py) only warn that "L2 cache effectiveness is reduced":
-    # either way a tier no larger than the GPUs' pool is a tier for nothing. What SGLang
-    # compares is what it was given: the whole GB of each rank, not the catalog's GiB.
+    # sglang 0.5.23 starts with a host pool no larger than the device pool, but warns
+    # (mem_cache/pool_host/base.py, `_allocate_host_buffer`) that "L2 cache effectiveness is
+    # reduced": under write-through the host keeps a copy of every block on the GPU, so such a
+    # tier holds nothing the GPU does not. The catalog refuses what SGLang only warns of. What
+    # SGLang compares is what it was given: the whole GB of each rank, not the catalog's GiB.
     host_bytes = per_rank * HICACHE_GB * model.gpus_per_replica
     device = device_kv_bytes(model)
     if host_bytes <= device:
@@ -215,7 +213,7 @@ def _host_above_device(loc: str, model: Model, tier: KvCache, per_rank: int) -> 
             f"{tier.host_gib} GiB ({per_rank} GB a rank, {model.gpus_per_replica} ranks) is not "
             f"larger than the replica's KV pool on its GPUs ({device / GIB:.1f} GiB: "
             f"{kv_capacity_tokens(model)} tokens of {model.architecture.kv_bytes_per_token} "
-            "bytes): SGLang refuses a host tier no larger than the device's"
+            "bytes): it would hold only copies of what is on the GPUs (SGLang warns of it)"
         )  # fmt: skip
 
 

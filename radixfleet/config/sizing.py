@@ -12,7 +12,7 @@ from radixfleet.config.gpus import GIB, GPU_TYPES
 # (sglang `arg_groups/memory_hook.py`, see CALIBRATION.md); the rest is activations and graphs.
 MEM_FRACTION_STATIC = 0.835
 # SGLang's `--hicache-size` unit: a rank's pool holds `host_size * 1e9 // size_per_token`
-# tokens (sglang python/sglang/srt/mem_cache/memory_pool_host.py, HostKVCache).
+# tokens (sglang 0.5.23 python/sglang/srt/mem_cache/pool_host/base.py).
 HICACHE_GB = 10**9
 # A pod's host memory before any KV tier: at least this, else its weights' staging room.
 MIN_POD_MEMORY_GIB = 32
