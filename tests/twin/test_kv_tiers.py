@@ -19,6 +19,7 @@ from radixfleet.replica.tiers import WritePolicy
 from radixfleet.twin.epochs import run_policy
 from radixfleet.twin.load import parse_scenario
 from radixfleet.twin.registry import PolicyContext, build
+from radixfleet.twin.report import tiers_table
 from radixfleet.twin.results import policy_metrics
 from radixfleet.twin.routing import TieredCacheAware, spill_margin
 from radixfleet.twin.scenario import Model, RouterSettings
@@ -257,3 +258,11 @@ def test_long_doc_popularity_is_zipf() -> None:
 def test_long_doc_sizes_are_checked() -> None:
     with pytest.raises(ConfigError, match="document_tokens_min is above"):
         _long_doc(document_tokens_min=70_000)
+
+
+def test_the_report_shows_the_tiers_only_for_a_scenario_with_them() -> None:
+    assert tiers_table({"metrics": {"p": {"prefix_hit_rate": 0.5}}}) == ""
+    by_tier = {"device": 0.2, "host": 0.3, "storage": 0.0}
+    values = {"prefix_hit_rate_by_tier": by_tier, "host_gib_used_peak": 10.0}
+    table = tiers_table({"metrics": {"p": values}})
+    assert "<td>30.0%</td>" in table and "<td>10.0</td>" in table
