@@ -46,6 +46,11 @@ class WorkerView(Protocol):
         """How many leading `blocks` of a prompt the replica's cache holds now."""
         ...
 
+    def tiered_prefix(self, blocks: Sequence[Hashable]) -> tuple[int, int]:
+        """Leading `blocks` on the replica's GPU, and how many past those its host tier holds
+        (HiCache's; 0 without one): what a gateway reading tiered KV events would know."""
+        ...
+
 
 class RoutingPolicy(Protocol):
     """Picks a replica for each request, as the gateway's policies do."""

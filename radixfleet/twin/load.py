@@ -23,6 +23,7 @@ from radixfleet.profile import BUILTIN_PROFILES, ProfileError, resolve_profile
 from radixfleet.twin.registry import KINDS, UnknownPolicyError, resolve
 from radixfleet.twin.scenario import (
     CanaryRollout,
+    Model,
     RegionOutage,
     ReplicaCrash,
     Scenario,
@@ -30,6 +31,8 @@ from radixfleet.twin.scenario import (
     TraceSource,
 )
 from radixfleet.workload.traces import MOONCAKE_BLOCK_TOKENS
+
+GIB = 1 << 30
 
 Finding = tuple[str, str]
 
@@ -122,10 +125,27 @@ def _models(scenario: Scenario) -> Iterator[Finding]:
         if model.initial_replicas > model.max_replicas:
             yield f"{loc}.initial_replicas", "is above max_replicas"
         try:
-            resolve_profile(model.profile)
+            profile = resolve_profile(model.profile)
         except ProfileError as err:
             known = ", ".join(sorted(BUILTIN_PROFILES))
             yield f"{loc}.profile", f"not a built-in profile ({known}) nor a profile file: {err}"
+            continue
+        yield from _kv_tiers(loc, model, profile.kv_bytes_per_token)
+
+
+def _kv_tiers(loc: str, model: Model, bytes_per_token: int) -> Iterator[Finding]:
+    """Each tier holds at least one cache block of the model's profile."""
+    tiers = model.kv_tiers
+    if tiers is None:
+        return
+    block_bytes = model.block_tokens * bytes_per_token
+    sizes = {"host_gib": tiers.host_gib, "storage_gib": tiers.storage_gib}
+    for field, gib in sizes.items():
+        if gib is not None and gib * GIB < block_bytes:
+            yield (
+                f"{loc}.kv_tiers.{field}",
+                f"holds no cache block ({model.block_tokens} tokens are {block_bytes} bytes)",
+            )
 
 
 def _tenants(scenario: Scenario) -> Iterator[Finding]:

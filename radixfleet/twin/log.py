@@ -41,6 +41,9 @@ class RequestLog:
     prompt: array[int] = field(default_factory=lambda: array("l"))
     output: array[int] = field(default_factory=lambda: array("l"))
     cached: array[int] = field(default_factory=lambda: array("l"))
+    # Of `cached`, the tokens loaded from HiCache's host tier and from its storage backend.
+    host_cached: array[int] = field(default_factory=lambda: array("l"))
+    storage_cached: array[int] = field(default_factory=lambda: array("l"))
     ended: array[float] = field(default_factory=lambda: array("d"))
     # Seconds the serving replica had taken traffic when the request reached it (inf for the
     # scenario's first replicas; NaN when no replica served it).
@@ -61,6 +64,8 @@ class RequestLog:
         cached: int,
         ended: float,
         replica_age: float = math.nan,
+        host_cached: int = 0,
+        storage_cached: int = 0,
     ) -> None:
         """One finished or failed request; NaN for latencies it does not have."""
         self.index.append(index)
@@ -73,6 +78,8 @@ class RequestLog:
         self.prompt.append(prompt)
         self.output.append(output)
         self.cached.append(cached)
+        self.host_cached.append(host_cached)
+        self.storage_cached.append(storage_cached)
         self.ended.append(ended)
         self.replica_age.append(replica_age)
 
@@ -130,3 +137,8 @@ class Sample:
     ready: int
     active: int
     buffered: int
+    # HiCache's tiers, in bytes: the host pools of its replicas (used, and their size) and the
+    # storage backend the model shares in the region; 0 without tiers.
+    host_used_bytes: int = 0
+    host_total_bytes: int = 0
+    storage_used_bytes: int = 0

@@ -154,6 +154,7 @@ class RegionBase:
                     ready=sum(len(r.routable) for r in revisions),
                     active=sum(len(r.active()) for r in revisions),
                     buffered=sum(len(r.buffer) for r in revisions),
+                    **tier_bytes(service),
                 )
             )
         self._push(t + self.scenario.sample_interval_s, SAMPLE, None)
@@ -173,6 +174,25 @@ def cached_profile(spec: str, scenario: Scenario) -> ReplicaProfile:
     if key not in _PROFILES:
         _PROFILES[key] = resolve_profile(spec)
     return _PROFILES[key]
+
+
+def tier_bytes(service: Service) -> dict[str, int]:
+    """What HiCache's tiers of `service` hold now, in bytes (nothing without tiers)."""
+    if service.host_tier is None:
+        return {}
+    used = total = 0
+    for revision in service.revisions:
+        for replica in revision.replicas:
+            host = None if replica.model is None else replica.model.host
+            if host is not None:
+                used, total = used + host.used_tokens, total + host.capacity_tokens
+    stored = 0 if service.storage is None else service.storage.used_tokens
+    per_token = service.profile.kv_bytes_per_token
+    return {
+        "host_used_bytes": used * per_token,
+        "host_total_bytes": total * per_token,
+        "storage_used_bytes": stored * per_token,
+    }
 
 
 def waiting_of(revision: Revision, t: float) -> Waiting:

@@ -140,6 +140,8 @@ class RegionServing(RegionBase):
             cached=request.cached_tokens,
             ended=t,
             replica_age=replica.age(request.arrival),
+            host_cached=request.host_cached_tokens,
+            storage_cached=request.storage_cached_tokens,
         )
         if service.window is not None:
             service.window.add(job.revision, t, ttft, itl_value, request.cached_tokens, spec)
@@ -172,14 +174,17 @@ class RegionServing(RegionBase):
     def _boot(self, replica: Replica, t: float, *, warm: bool) -> None:
         if replica.state != PROVISIONING:
             return  # removed while its node was coming up
-        model = replica.service.model
+        service = replica.service
+        model = service.model
         replica.model = ReplicaModel(
-            profile=replica.service.profile,
+            profile=service.profile,
             now=t,
             block_tokens=model.block_tokens,
             schedule_policy=SchedulePolicy(model.schedule_policy),
             warm=warm,
             seed=replica.id,
+            host_tier=service.host_tier,
+            storage=service.storage,
         )
         if replica.revision.faults != HEALTHY:
             replica.model.set_faults(replica.revision.faults, now=t)

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixfleet.kit.registry import twin_policies, twin_policy
+from radixfleet.profile import resolve_profile
 from radixfleet.twin.autoscale import Fixed, Kpa
 from radixfleet.twin.interfaces import AdmitAll
-from radixfleet.twin.routing import LeastLoad, RoundRobin, SmgCacheAware
+from radixfleet.twin.routing import LeastLoad, RoundRobin, SmgCacheAware, TieredCacheAware
 from radixfleet.twin.scenario import Model, Scenario
 from radixfleet.twin.traffic import Route53, Static
 
@@ -51,6 +52,13 @@ ROUTING: Mapping[str, Factory] = {
     # smg 1.13 over HTTP workers: its approximate tree of what it sent where.
     "smg_cache_aware_http": lambda ctx: SmgCacheAware(
         ctx.scenario.router, block_tokens=_model(ctx).block_tokens, seed=ctx.seed, index="tree"
+    ),
+    # Not smg's: the rule a gateway reading tiered KV events would follow (HiCache's host tier).
+    "smg_cache_aware_tiered": lambda ctx: TieredCacheAware(
+        ctx.scenario.router,
+        block_tokens=_model(ctx).block_tokens,
+        seed=ctx.seed,
+        profile=resolve_profile(_model(ctx).profile),
     ),
 }
 AUTOSCALE: Mapping[str, Factory] = {

@@ -62,6 +62,30 @@ def ratios_table(results: dict[str, Any]) -> str:
     )
 
 
+def tiers_table(results: dict[str, Any]) -> str:
+    """With HiCache tiers: each policy's hit rate by the tier that held it, and the tiers'
+    memory at its peak (empty for a scenario without tiers)."""
+    rows = []
+    for name, values in results["metrics"].items():
+        tiers = values.get("prefix_hit_rate_by_tier")
+        if tiers is None:
+            continue
+        cells = [_cell(tiers.get(t), "{:.1%}") for t in ("device", "host", "storage")]
+        cells += [_cell(values.get(k), "{:.1f}") for k in TIER_MEMORY]
+        rows.append(f"<tr><td>{html.escape(name)}</td>"
+                    + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")  # fmt: skip
+    if not rows:
+        return ""
+    head = "".join(
+        f"<th>{t}</th>" for t in ("hit on GPU", "hit from host", "hit from storage",
+                                  "host GiB used", "host GiB allocated", "storage GiB used")
+    )  # fmt: skip
+    return f"<table><tr><th>policy</th>{head}</tr>{''.join(rows)}</table>"
+
+
+TIER_MEMORY = ("host_gib_used_peak", "host_gib_allocated_peak", "storage_gib_used_peak")
+
+
 def section(results: dict[str, Any], images: Sequence[Path]) -> str:
     """One scenario's part of a page."""
     title = html.escape(results["scenario"])
@@ -69,7 +93,7 @@ def section(results: dict[str, Any], images: Sequence[Path]) -> str:
     pictures = "".join(_image(path) for path in images if path.exists())
     events = _events(results)
     return (
-        f"<h2>{title}</h2><p>{description}</p>{metrics_table(results)}"
+        f"<h2>{title}</h2><p>{description}</p>{metrics_table(results)}{tiers_table(results)}"
         f"{ratios_table(results)}{events}{pictures}"
     )
 

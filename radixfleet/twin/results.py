@@ -48,6 +48,16 @@ DEFINITIONS = {
     "canary.exposure": "requests the canary revision served",
     "canary.detection_s": "canary creation to rollback (null: never rolled back)",
 }
+# Written only when a model has HiCache tiers (`kv_tiers`): a scenario without them keeps the
+# results it had before tiers existed, byte for byte.
+TIER_DEFINITIONS = {
+    "prefix_hit_rate_by_tier": "of prompt tokens of served requests, the share found on the "
+    "GPU (device), loaded from the host tier (host) and from the storage backend (storage)",
+    "host_gib_used_peak": "GiB the host tiers held at the busiest sample (all replicas, all "
+    "regions); host_gib_allocated_peak: the host pools' size at theirs",
+    "storage_gib_used_peak": "GiB the storage backends held at the busiest sample",
+}
+GIB = 1 << 30
 HEADLINE = ("goodput_rps", "slo_attainment", "gpu_hours", "prefix_hit_rate", "ttft_p95_s")
 
 
@@ -72,6 +82,8 @@ class Columns:
         self.prompt = np.array(log.prompt, dtype=np.int64)[order]
         self.output = np.array(log.output, dtype=np.int64)[order]
         self.cached = np.array(log.cached, dtype=np.int64)[order]
+        self.host_cached = np.array(log.host_cached, dtype=np.int64)[order]
+        self.storage_cached = np.array(log.storage_cached, dtype=np.int64)[order]
         self.replica_age = np.array(log.replica_age, dtype=np.float64)[order]
         a = workload.arrivals
         self.arrival = a.t[self.index]
@@ -101,7 +113,8 @@ def policy_metrics(record: RunRecord, workload: Workload) -> dict[str, Any]:
         ttft_ok = c.ok & (c.ttft <= ttft_limit)
         itl_ok = c.ok & (np.isnan(c.itl) | (c.itl <= itl_limit))
     served_prompt = int(c.prompt[c.ok].sum())
-    return {
+    tiers = _kv_tiers(record, c, served_prompt) if _has_tiers(scenario) else {}
+    return tiers | {
         "requests": n,
         "unfinished_at_end": c.unfinished,
         "failed": int((~c.ok).sum()),
@@ -124,6 +137,38 @@ def policy_metrics(record: RunRecord, workload: Workload) -> dict[str, Any]:
         "failover": _failover(record, c, scenario),
         "canary": _canary(record, c, scenario),
         "wall_s": record.wall_s,
+    }
+
+
+def definitions(scenario: Scenario) -> dict[str, str]:
+    """The definitions results.json carries for `scenario`."""
+    return DEFINITIONS | TIER_DEFINITIONS if _has_tiers(scenario) else DEFINITIONS
+
+
+def _has_tiers(scenario: Scenario) -> bool:
+    return any(m.kv_tiers is not None for m in scenario.models)
+
+
+def _kv_tiers(record: RunRecord, c: Columns, served_prompt: int) -> dict[str, Any]:
+    """The hit rate by the tier that held each cached token, and the tiers' memory in use at
+    its peak (summed over regions and models at each sample)."""
+    device = c.cached - c.host_cached - c.storage_cached
+    by_tier = {
+        name: float(tokens[c.ok].sum()) / served_prompt if served_prompt else 0.0
+        for name, tokens in (("device", device), ("host", c.host_cached),
+                             ("storage", c.storage_cached))
+    }  # fmt: skip
+    peaks = {"host_used_bytes": 0, "host_total_bytes": 0, "storage_used_bytes": 0}
+    for key in peaks:
+        per_time: dict[float, int] = {}
+        for sample in record.samples:
+            per_time[sample.at] = per_time.get(sample.at, 0) + getattr(sample, key)
+        peaks[key] = max(per_time.values(), default=0)
+    return {
+        "prefix_hit_rate_by_tier": by_tier,
+        "host_gib_used_peak": peaks["host_used_bytes"] / GIB,
+        "host_gib_allocated_peak": peaks["host_total_bytes"] / GIB,
+        "storage_gib_used_peak": peaks["storage_used_bytes"] / GIB,
     }
 
 

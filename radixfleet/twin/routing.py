@@ -1,5 +1,6 @@
 """Routing policies: smg 1.13's cache_aware on its event index or its approximate tree
-(`SmgCacheAware`), round robin, and least load.
+(`SmgCacheAware`), a tier-aware variant of it no smg release has (`TieredCacheAware`), round
+robin, and least load.
 
 smg replaced sglang-router 0.3.2 everywhere radixfleet routes
 (radixfleet/controllers/routers/README.md), and the twin routes as smg does. Its approximate tree
@@ -17,6 +18,7 @@ import math
 import random
 from collections.abc import Hashable, Sequence
 
+from radixfleet.profile import ReplicaProfile
 from radixfleet.replica import RequestSpec
 from radixfleet.replica.radix import matching_blocks
 from radixfleet.twin.interfaces import WorkerView
@@ -336,3 +338,54 @@ def spill_margin(abs_threshold: int, mean_load: float) -> float:
     never under four unless the threshold itself is lower (its `--help`)."""
     swing = max(4.0, 2.0 * math.sqrt(mean_load))
     return min(float(abs_threshold), swing)
+
+
+class TieredCacheAware(SmgCacheAware):
+    """Cache-aware routing that credits the KV tiers: the rule a tier-aware gateway would
+    follow. smg 1.13 does not do this: its event index and its tree rank workers by matched
+    depth alone, whatever tier holds the match (`smg_cache_aware`, unchanged, is its rule).
+
+    It reads each worker's prefix by tier (`WorkerView.tiered_prefix`: the GPU's, then the
+    host tier's past it) and scores the worker by the prefill time the prefix saves, from the
+    replica's profile: a GPU block saves its recompute; a host block saves its recompute less
+    its transfer to the GPU. At equal depth the GPU beats the host, which beats a miss; a
+    deeper host prefix beats a shallower GPU one only when it saves more time. A storage
+    backend is shared by every replica of the model, so it ranks none above another: it is
+    left out. Per request:
+
+    1. If the deepest prefix any worker holds (in either tier) covers more than
+       `cache_threshold` of the prompt, the worker saving the most among those the spill gate
+       lets through (smg's, see `SmgCacheAware`) wins; ties go to the fewest in flight, then at
+       random; with every worker spilled, the most saving of all.
+    2. Otherwise (a miss) the fewest in flight, as smg's.
+    """
+
+    def __init__(
+        self, settings: RouterSettings, *, block_tokens: int, seed: int, profile: ReplicaProfile
+    ) -> None:
+        super().__init__(settings, block_tokens=block_tokens, seed=seed, index="event")
+        self.profile = profile
+
+    def select(self, spec: RequestSpec, workers: Sequence[WorkerView], now: float) -> int:
+        """The worker for `spec` by the rules in the class docstring."""
+        tiers = [worker.tiered_prefix(spec.prompt_blocks) for worker in workers]
+        deepest = max(gpu + host for gpu, host in tiers)
+        rate = deepest * self.block_tokens / spec.prompt_tokens if spec.prompt_tokens else 0.0
+        if rate <= self.settings.cache_threshold:
+            return self._least_loaded(range(len(workers)), workers)
+        savings = [self.saving(spec.prompt_tokens, gpu, host) for gpu, host in tiers]
+        candidates = self._unspilled(list(range(len(workers))), workers)
+        candidates = candidates or list(range(len(workers)))
+        best = max(savings[i] for i in candidates)
+        return self._least_loaded([i for i in candidates if savings[i] == best], workers)
+
+    def saving(self, prompt_tokens: int, gpu_blocks: int, host_blocks: int) -> float:
+        """Seconds of prefill a prefix of `gpu_blocks` on the GPU then `host_blocks` on the
+        host saves a prompt: the recompute of them all, less the host blocks' transfer."""
+        profile = self.profile
+        cached = min((gpu_blocks + host_blocks) * self.block_tokens, max(prompt_tokens - 1, 0))
+        recompute = profile.prefill_seconds(prompt_tokens, 0) - profile.prefill_seconds(
+            prompt_tokens - cached, cached
+        )
+        host_tokens = max(0, cached - gpu_blocks * self.block_tokens)
+        return recompute - profile.load_seconds(host_tokens=host_tokens, storage_tokens=0)

@@ -27,7 +27,7 @@ from rich.progress import (
 
 from radixfleet.twin.epochs import RunRecord, run_policy
 from radixfleet.twin.oracles import GpuOracle, gpu_oracle, prefix_oracle
-from radixfleet.twin.results import DEFINITIONS, policy_metrics, ratios
+from radixfleet.twin.results import definitions, policy_metrics, ratios
 from radixfleet.twin.scenario import Scenario
 from radixfleet.twin.workload import Workload
 
@@ -106,7 +106,7 @@ def build_results(
             "replica_capacity_rps": None if gpu is None else gpu.capacity_rps,
         },
         "ratios": ratios(metrics, baselines, oracle_hit=overall_hit, oracle_gpu=gpu),
-        "definitions": DEFINITIONS,
+        "definitions": definitions(scenario),
     }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from radixfleet.config.catalog import Name, TokenBudget
 from radixfleet.twin.breaker import BreakerSettings
@@ -98,6 +98,20 @@ class RouterSettings(Strict):
         )
 
 
+class KvTiers(Strict):
+    """SGLang HiCache's tiers below the GPU for every replica of a model
+    (radixfleet/replica/tiers.py): `--enable-hierarchical-cache` with a host pool of `host_gib`
+    GiB per replica (`--hicache-size`) and its `--hicache-write-policy`, and, if `storage_gib`
+    is set, a storage backend of that size shared by all the model's replicas in a region (as
+    Mooncake's store is; `--hicache-storage-backend`)."""
+
+    host_gib: PositiveFloat
+    write_policy: Literal["write_through", "write_back", "write_through_selective"] = (
+        "write_through"
+    )
+    storage_gib: PositiveFloat | None = None
+
+
 class Model(Strict):
     """One model served as an InferenceService in some regions, with its replica profile."""
 
@@ -113,6 +127,7 @@ class Model(Strict):
     slo: Slo = Field(default_factory=Slo)
     # Knative's default request timeout: a request buffered longer than this fails.
     request_timeout_s: PositiveFloat = 300.0
+    kv_tiers: KvTiers | None = None  # None: the GPU's cache alone, as SGLang's default
 
 
 class Tenant(Strict):
@@ -166,7 +181,33 @@ class TraceSource(Strict):
     system_prompt_tokens: NonNegativeInt = 0
 
 
-Source = Annotated[SharedPrefixSource | PoissonSource | TraceSource, Field(discriminator="kind")]
+class LongDocQaSource(Strict):
+    """Short questions about long documents (a document-QA or RAG-over-a-corpus shape): each
+    prompt is one document (`document_tokens_min` to `_max`, uniform per document) followed by
+    a question of its own; documents are asked about by Zipf popularity (rank k with weight
+    k^-zipf_s); arrivals are Poisson."""
+
+    kind: Literal["long_doc_qa"]
+    tenant: Name
+    rate_rps: PositiveFloat
+    documents: PositiveInt = 200
+    document_tokens_min: PositiveInt = 20_000
+    document_tokens_max: PositiveInt = 60_000
+    question_tokens: PositiveInt = 64
+    output_tokens: PositiveInt = 128
+    zipf_s: NonNegativeFloat = 1.0
+
+    @model_validator(mode="after")
+    def _sizes(self) -> LongDocQaSource:
+        if self.document_tokens_min > self.document_tokens_max:
+            raise ValueError("document_tokens_min is above document_tokens_max")
+        return self
+
+
+Source = Annotated[
+    SharedPrefixSource | PoissonSource | TraceSource | LongDocQaSource,
+    Field(discriminator="kind"),
+]
 
 
 class Workload(Strict):

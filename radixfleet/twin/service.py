@@ -24,6 +24,7 @@ from radixfleet.replica import (
     Request,
     RequestSpec,
 )
+from radixfleet.replica.tiers import HostTierSpec, TierStore, WritePolicy
 from radixfleet.revisions import pick_revision
 from radixfleet.twin.breaker import BreakerSettings, CircuitBreaker
 from radixfleet.twin.interfaces import (
@@ -37,6 +38,8 @@ from radixfleet.twin.interfaces import (
 from radixfleet.twin.log import Status
 from radixfleet.twin.metrics import CanaryWindow
 from radixfleet.twin.scenario import Model
+
+GIB = 1 << 30
 
 PROVISIONING, STARTING, READY, CRASHED, DRAINING = (
     "provisioning",
@@ -93,6 +96,18 @@ class Replica:
     def cached_prefix(self, blocks: Sequence[Hashable]) -> int:
         """Leading `blocks` its cache holds (what its KV events have told the gateway)."""
         return 0 if self.model is None else self.model.cache.cached_prefix(blocks)
+
+    def tiered_prefix(self, blocks: Sequence[Hashable]) -> tuple[int, int]:
+        """Leading `blocks` on its GPU, and the ones past them its host tier holds (what
+        tiered KV events would tell the gateway)."""
+        model = self.model
+        if model is None:
+            return 0, 0
+        gpu = model.cache.cached_prefix(blocks)
+        host = model.host
+        if host is None:
+            return gpu, 0
+        return gpu, max(0, host.held_prefix(blocks, limit=len(blocks)) - gpu)
 
 
 class Revision:
@@ -176,6 +191,7 @@ class Service:
         self.floor = model.min_replicas  # raised by the traffic policy's pre-scaling
         self.window: CanaryWindow | None = None  # per-revision numbers while a canary runs
         self.canary_started: float | None = None
+        self.host_tier, self.storage = kv_tiers(model, profile)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -318,3 +334,20 @@ class Service:
             return revision.scaler.choose_victims(observed, count)
         ranked = sorted(revision.active(), key=lambda r: (r.state == READY, -r.created_at, -r.id))
         return [r.id for r in ranked[:count]]
+
+
+def kv_tiers(model: Model, profile: ReplicaProfile) -> tuple[HostTierSpec | None, TierStore | None]:
+    """A replica's host tier and the storage its model shares in one region, from the
+    scenario's `kv_tiers` (None, None without one)."""
+    tiers = model.kv_tiers
+    if tiers is None:
+        return None, None
+    per_token = profile.kv_bytes_per_token
+    host = HostTierSpec(
+        tokens=int(tiers.host_gib * GIB) // per_token,
+        write_policy=WritePolicy(tiers.write_policy),
+    )
+    if tiers.storage_gib is None:
+        return host, None
+    tokens = int(tiers.storage_gib * GIB) // per_token
+    return host, TierStore(capacity_tokens=tokens, block_tokens=model.block_tokens)

@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 
 from radixfleet.replica import RequestSpec
 from radixfleet.twin.scenario import (
+    LongDocQaSource,
     PoissonSource,
     Scenario,
     SharedPrefixSource,
@@ -54,6 +55,7 @@ _SOURCE_SPACE = 1 << 56
 _COPY_SPACE = 1 << 36
 _UNIQUE_SPACE = 1 << 30  # per-request keys, past any group or trace key of the same copy
 _BURST_COPY_BASE = 1 << 16
+_GROUP_STRIDE = 1 << 20  # keys per group (a system prompt, a document) within a copy
 
 Floats = NDArray[np.float64]
 Ints = NDArray[np.int64]
@@ -200,7 +202,12 @@ class Workload:
             prompt = np.full(size, source.system_prompt_tokens + source.question_tokens)
             output = np.full(size, source.output_tokens)
             return Shape(prompt, output, rng.integers(0, source.groups, size))
+        if isinstance(source, LongDocQaSource):
+            return _long_doc_shape(source, rng, block=self._block_of(source))
         return _poisson_shape(source, rng)
+
+    def _block_of(self, source: Source) -> int:
+        return self.scenario.model(self.scenario.tenant(source.tenant).model).block_tokens
 
     def _trace_path(self, source: TraceSource) -> Path:
         if self.trace_override is not None:
@@ -212,11 +219,14 @@ class Workload:
     def _builder(
         self, index: int, source: Source, shape: Shape
     ) -> Callable[[int, int, int], RequestSpec]:
-        model = self.scenario.model(self.scenario.tenant(source.tenant).model)
-        block = model.block_tokens
+        block = self._block_of(source)
         base = (index + 1) * _SOURCE_SPACE
         if isinstance(source, TraceSource) and source.kind == "mooncake":
             return _mooncake_builder(shape, block=block, base=base)
+        if isinstance(source, LongDocQaSource):
+            return _document_builder(
+                shape, block=block, base=base, question_tokens=source.question_tokens
+            )
         return _prefixed_builder(
             shape, block=block, base=base, shared_tokens=source.system_prompt_tokens
         )
@@ -311,6 +321,47 @@ def _poisson_shape(source: PoissonSource, rng: np.random.Generator) -> Shape:
     prompt_i = np.clip(np.rint(prompt), 1, 32_000).astype(np.int64)
     output_i = np.clip(np.rint(output), 1, 4_000).astype(np.int64)
     return Shape(prompt_i, output_i, np.zeros(size, dtype=np.int64))
+
+
+def _long_doc_shape(source: LongDocQaSource, rng: np.random.Generator, *, block: int) -> Shape:
+    """Records of a document (by Zipf popularity) and a question: the document's length (whole
+    blocks, so a document is a prefix of every prompt about it) plus the question's."""
+    size = 1 << 16
+    low = max(source.document_tokens_min // block, 1)
+    high = max(source.document_tokens_max // block, low)
+    doc_tokens = rng.integers(low, high + 1, source.documents) * block
+    weights = np.arange(1, source.documents + 1, dtype=np.float64) ** -source.zipf_s
+    group = rng.choice(source.documents, size=size, p=weights / weights.sum())
+    prompt = doc_tokens[group] + source.question_tokens
+    return Shape(prompt, np.full(size, source.output_tokens), group.astype(np.int64))
+
+
+def _document_builder(
+    shape: Shape, *, block: int, base: int, question_tokens: int
+) -> Callable[[int, int, int], RequestSpec]:
+    """Prompts of their group's document (whole blocks) and then the question's own blocks."""
+    prompts, outputs, groups = shape.prompt.tolist(), shape.output.tolist(), shape.group.tolist()
+    documents: dict[tuple[int, int], tuple[int, ...]] = {}  # one per document and copy
+
+    def build(record: int, copy: int, index: int) -> RequestSpec:
+        prompt, output = prompts[record], outputs[record]
+        shared = (prompt - question_tokens) // block
+        space = base + copy * _COPY_SPACE
+        start = space + groups[record] * _GROUP_STRIDE
+        document = documents.get((start, shared))
+        if document is None:
+            document = documents[start, shared] = tuple(range(start, start + shared))
+        unique = space + _UNIQUE_SPACE + index * 4096
+        blocks = document + tuple(range(unique, unique + prompt // block - shared))
+        return RequestSpec(
+            rid=str(index),
+            prompt_tokens=prompt,
+            output_tokens=output,
+            max_new_tokens=output,
+            prompt_blocks=blocks,
+        )
+
+    return build
 
 
 def _prefixed_builder(

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
 from radixfleet.controllers.autoscale.twin import TwinAutoscaler, spec_for
-from radixfleet.replica import CounterValues, ReplicaStats
+from radixfleet.profile import ReplicaProfile
+from radixfleet.replica import CounterValues, ReplicaModel, ReplicaStats, RequestSpec
 from radixfleet.twin.epochs import run_policy
 from radixfleet.twin.interfaces import ReplicaView, ServiceObservation
 from radixfleet.twin.registry import PolicyContext
 from radixfleet.twin.results import policy_metrics
-from radixfleet.twin.scenario import Scenario
+from radixfleet.twin.scenario import Model, Scenario
+from radixfleet.twin.service import kv_tiers
 from radixfleet.twin.workload import Workload
 
 
@@ -85,3 +87,46 @@ def test_victims_are_starting_replicas_then_the_coldest_caches() -> None:
     later = [_view(1, 90_000), _view(2, 1_000), _view(3, 50_000), _view(4, 0, "starting")]
     policy.desired_replicas(_observation(later), 10.0)
     assert policy.choose_victims(_observation(later), 2) == [4, 2]
+
+
+def _serve(replica: ReplicaModel, groups: list[int], *, now: float) -> float:
+    """Send one 1,536-token prompt per group, each after the one before has finished."""
+    for index, group in enumerate(groups):
+        blocks = tuple((group, i) for i in range(24))
+        spec = RequestSpec(rid=f"{now}-{index}", prompt_tokens=1536, output_tokens=2,
+                           max_new_tokens=2, prompt_blocks=blocks)  # fmt: skip
+        request = replica.submit(spec, now=now)
+        while not request.done:
+            now = replica.next_event_time() or now
+            replica.advance(now)
+    return now
+
+
+def test_a_replica_whose_host_tier_serves_hits_is_kept_over_one_with_equal_gpu_hits() -> None:
+    # Two replicas as the twin builds them for a model with a host tier, on a GPU holding one
+    # prompt: both hit prompt 0 on the GPU once; then one is asked for it again after prompt 1
+    # pushed it to the host tier, the other for a new prompt.
+    model = Model(name="m", pool="h100", kv_tiers={"host_gib": 1})  # type: ignore[arg-type]
+    profile = ReplicaProfile(kv_capacity_tokens=2048)
+    host, storage = kv_tiers(model, profile)
+    replicas = {
+        n: ReplicaModel(profile=profile, now=0.0, warm=True, block_tokens=64, host_tier=host,
+                        storage=storage)
+        for n in (1, 2)
+    }  # fmt: skip
+    policy = TwinAutoscaler(AutoscalePolicySpec(inference_service="m"))
+    views = [_live_view(n, r, 0.0) for n, r in replicas.items()]
+    policy.desired_replicas(_observation(views), 0.0)
+    ends = [_serve(replicas[1], [0, 0, 1, 0], now=0.0), _serve(replicas[2], [0, 0, 1, 2], now=0.0)]
+    now = max(ends) + 1.0
+    counters = {n: r.stats(now).counters for n, r in replicas.items()}
+    assert counters[1].device_cached_tokens_total == counters[2].device_cached_tokens_total > 0
+    assert counters[1].host_cached_tokens_total > 0 == counters[2].host_cached_tokens_total
+    later = [_live_view(n, r, now) for n, r in replicas.items()]
+    policy.desired_replicas(_observation(later), now)
+    assert policy.choose_victims(_observation(later), 1) == [2]
+
+
+def _live_view(replica_id: int, replica: ReplicaModel, now: float) -> ReplicaView:
+    return ReplicaView(id=replica_id, state="ready", created_at=0.0, in_flight=0,
+                       stats=replica.stats(now))  # fmt: skip

@@ -46,6 +46,9 @@ class Worker:
             count += 1
         return count
 
+    def tiered_prefix(self, blocks: Sequence[Hashable]) -> tuple[int, int]:
+        return self.cached_prefix(blocks), 0
+
 
 def spec(blocks: tuple[int, ...], tokens_per_block: int = 16) -> RequestSpec:
     tokens = len(blocks) * tokens_per_block + 1
