@@ -21,6 +21,7 @@ from radixfleet.emulator.kv_events import KvEventLog, as_int64, page_hash
 from radixfleet.profile import ReplicaProfile
 from radixfleet.replica import ReplicaModel
 from radixfleet.replica.radix import RadixCache
+from radixfleet.replica.tiers import HostTierSpec, WritePolicy
 
 BLOCK = 4
 
@@ -95,9 +96,11 @@ def pages(tokens: list[int]) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(tokens[i : i + BLOCK]) for i in range(0, end, BLOCK))
 
 
-def new_log(capacity_tokens: int = 64) -> tuple[ReplicaModel, KvEventLog]:
+def new_log(
+    capacity_tokens: int = 64, host: HostTierSpec | None = None
+) -> tuple[ReplicaModel, KvEventLog]:
     profile = ReplicaProfile().model_copy(update={"kv_capacity_tokens": capacity_tokens})
-    model = ReplicaModel(profile=profile, now=0.0, block_tokens=BLOCK, warm=True)
+    model = ReplicaModel(profile=profile, now=0.0, block_tokens=BLOCK, warm=True, host_tier=host)
     return model, KvEventLog(model)
 
 
@@ -226,3 +229,69 @@ def test_a_subscription_resumes_from_its_cursor_or_starts_from_a_snapshot(cursor
         for batch in got:
             rebuilt.apply(batch)
         assert len(rebuilt.sequences()) == 6 * 2  # six runs of two pages
+
+
+class TierSubscriber(Subscriber):
+    """A subscriber that keeps the events of one tier only (`cleared` resets every tier)."""
+
+    def __init__(self, tier: int) -> None:
+        super().__init__()
+        self.tier = tier
+        self.media: set[str] = set()
+
+    def apply(self, batch: pb.KvEventBatch) -> None:
+        kept = [e for e in batch.events if self._ours(e)]
+        for event in kept:
+            kind = event.WhichOneof("data")
+            if kind in ("stored", "removed"):
+                self.media.add(getattr(event, kind).medium)
+        super().apply(pb.KvEventBatch(sequence_number=batch.sequence_number, events=kept,
+                                      snapshot=batch.snapshot))  # fmt: skip
+
+    def _ours(self, event: pb.KvCacheEvent) -> bool:
+        kind = event.WhichOneof("data")
+        return kind == "cleared" or getattr(event, kind).tier == self.tier
+
+
+def host_sequences(model: ReplicaModel) -> set[tuple[int, ...]]:
+    assert model.host is not None
+    out: set[tuple[int, ...]] = set()
+    prefixes: dict[object, tuple[int, ...]] = {model.host.root: ()}
+    for node in model.host.runs():
+        path = prefixes[node.parent]
+        for page in node.key:
+            path += page
+            out.add(path)
+        prefixes[node] = path
+    return out
+
+
+@pytest.mark.parametrize(
+    "policy", [WritePolicy.WRITE_BACK, WritePolicy.WRITE_THROUGH], ids=lambda p: p.value
+)
+def test_the_host_tier_publishes_its_pages_with_tier_host_as_hiradix_cache_does(
+    policy: WritePolicy,
+) -> None:
+    model, log = new_log(capacity_tokens=16, host=HostTierSpec(tokens=24, write_policy=policy))
+    device, host = TierSubscriber(pb.KV_CACHE_TIER_DEVICE), TierSubscriber(pb.KV_CACHE_TIER_HOST)
+    for step, start in enumerate((0, 100, 200, 300, 400, 500)):  # GPU: two runs, host: three
+        model.cache.insert(pages(list(range(start, start + 8))), now=float(step))
+        drain(log, device)
+        drain(log, host)
+        assert device.sequences() == cache_sequences(model.cache)
+        assert host.sequences() == host_sequences(model)
+    assert tuple(range(300, 308)) in host.sequences()  # evicted by the GPU, kept on the host
+    assert (0, 1, 2, 3) not in host.sequences()  # evicted by the host pool too: removed
+    assert (device.media, host.media) == ({"GPU"}, {"CPU_PINNED"})
+    assert set(reference_hashes(tuple(range(300, 308)))) <= host.pages.keys()
+
+
+def test_a_late_subscriber_gets_the_host_tier_in_its_snapshot() -> None:
+    model, log = new_log(capacity_tokens=8, host=HostTierSpec(tokens=64))
+    for step, start in enumerate((0, 100, 200)):
+        model.cache.insert(pages(list(range(start, start + 8))), now=float(step))
+    log.flush()
+    late = TierSubscriber(pb.KV_CACHE_TIER_HOST)
+    for batch in log.snapshot():
+        late.apply(batch)
+    assert late.sequences() == host_sequences(model) != set()

@@ -69,6 +69,17 @@ def print_table(console: Console, summary: dict[str, Any]) -> None:
         cells = [c for c, k in zip(row, keep, strict=True) if k]
         table.add_row(*cells, end_section=name == list(rows)[-2])
     console.print(table)
+    for line in host_tier_lines(summary):
+        console.print(line)
+
+
+def host_tier_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per region/model with a HiCache host tier: its prompt tokens' hits by tier."""
+    return [
+        f"{name}: host tier (HiCache) hit {tiers['host_hit_rate'] * 100:.1f}% of prompt tokens, "
+        f"GPU {tiers['device_hit_rate'] * 100:.1f}%"
+        for name, tiers in summary.get("host_tier", {}).items()
+    ]
 
 
 def _cells(group: dict[str, Any], *, ideal: float | None) -> list[str]:
@@ -252,7 +263,8 @@ def _table_html(summary: dict[str, Any]) -> str:
         for name, g in rows.items()
     )
     header = "".join(f"<th>{html.escape(h).replace(chr(10), '<br>')}</th>" for h in HEADERS)
-    return f"<table><tr>{header}</tr>{cells}</table>"
+    tiers = "".join(f"<p>{html.escape(line)}</p>" for line in host_tier_lines(summary))
+    return f"<table><tr>{header}</tr>{cells}</table>{tiers}"
 
 
 def _notes(summary: dict[str, Any]) -> str:

@@ -64,6 +64,7 @@ class _Run:
     fleet_id: str = ""  # the marker in every child's environment (RADIXFLEET_FLEET_ID)
     steps_s: dict[str, float] = field(default_factory=dict)  # wall time of each step
     routing: dict[str, dict[str, float]] = field(default_factory=dict)  # smg's decisions
+    cache_sources: dict[str, dict[str, float]] = field(default_factory=dict)  # by tier
     notes: list[str] = field(default_factory=list)
 
     def timed(self, step: str, since: float) -> float:
@@ -115,6 +116,7 @@ def _run_fleet(
         run.timed("prometheus_start", begun)
         _replay(fleet, workload, run, console=console)
         run.routing = fleet.routing_decisions()
+        run.cache_sources = fleet.cache_sources()
         if prometheus is not None:
             begun = time.monotonic()
             _dashboards(options.out, prometheus, run, console=console)
@@ -231,9 +233,30 @@ def _summary(
         **breakdown(run.results),
         "wake_from_zero": _wake_records(run.events),
         "routing_decisions": run.routing,
+        "host_tier": host_tier_summary(spec, run.cache_sources),
         "failed_requests": failed_requests(run.results),
         "notes": [*run.notes, *_manifest_notes(check, options), *_method_notes()],
     }
+
+
+def host_tier_summary(
+    spec: LocalFleetSpec, sources: dict[str, dict[str, float]]
+) -> dict[str, dict[str, float]]:
+    """Per region/model running SGLang HiCache, its replicas' prompt tokens and the share
+    cached on the GPU, on the host tier and in storage (their /metrics at the end)."""
+    out = {}
+    for region in spec.regions:
+        for model in region.models:
+            name = f"{region.name}/{model.name}"
+            counts = sources.get(name, {})
+            prompt = counts.get("prompt_tokens", 0.0)
+            if not model.hicache or not prompt:
+                continue
+            out[name] = {"prompt_tokens": prompt} | {
+                f"{tier}_hit_rate": round(counts.get(tier, 0.0) / prompt, 4)
+                for tier in ("device", "host", "storage")
+            }
+    return out
 
 
 def failed_requests(results: Sequence[RequestResult], *, limit: int = 20) -> list[dict[str, Any]]:
@@ -288,4 +311,8 @@ def _method_notes() -> list[str]:
         "gRPC protocol to it and stream their KV-cache events, so it routes on what each "
         "replica really holds.",
         "Throughput: successful requests and output tokens over each group's own window.",
+        "Host tier: eu-west-1's llama-3-1-8b replicas run SGLang HiCache "
+        "(--enable-hierarchical-cache, a host pool four times a GPU cache cut to 24k tokens); "
+        "its hit rates by tier are the replicas' own sglang:cached_tokens_total{cache_source} "
+        "over their prompt tokens.",
     ]

@@ -18,13 +18,38 @@ from radixfleet.emulator.tokenizer import EmulatorTokenizer
 
 
 @dataclass(frozen=True, slots=True)
+class TierReport:
+    """The HiCache tiers a replica has: whether its answers split hits by tier, and its
+    storage backend's name (None: no storage tier)."""
+
+    hicache: bool = False
+    storage_backend: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """What the model reported about a finished (or streaming) job."""
 
     completion_tokens: int
-    cached_tokens: int
+    cached_tokens: int  # every tier's
     finished: bool
     e2e_latency: float = 0.0
+    host_cached_tokens: int = 0
+    storage_cached_tokens: int = 0
+    tiers: TierReport = TierReport()
+
+
+def cached_tokens_details(outcome: Outcome) -> dict[str, Any] | None:
+    """SGLang's `meta_info.cached_tokens_details`: None when nothing was cached, else the hits
+    by tier, `device` and `host` (0 without HiCache), and `storage` with the backend's name
+    when the replica has a storage backend (the scheduler's `get_cached_tokens_details`)."""
+    if outcome.cached_tokens <= 0:
+        return None
+    host, storage = outcome.host_cached_tokens, outcome.storage_cached_tokens
+    details: dict[str, Any] = {"device": outcome.cached_tokens - host - storage, "host": host}
+    if outcome.tiers.storage_backend is not None:
+        details |= {"storage": storage, "storage_backend": outcome.tiers.storage_backend}
+    return details
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +69,9 @@ def finish_reason(job: Job, outcome: Outcome) -> str | None:
 
 def usage(samples: Sequence[Sample]) -> dict[str, Any]:
     """OpenAI usage, with SGLang's cached-token report: the prompt once (its samples share it),
-    every sample's completion, and every sample's cache hits."""
+    every sample's completion, and every sample's cache hits. SGLang's usage splits no hit by
+    tier (`prompt_tokens_details` holds `cached_tokens` alone), so a host or storage hit counts
+    in `cached_tokens` with the GPU's."""
     prompt = len(samples[0].job.prompt_ids)
     completion = sum(s.outcome.completion_tokens for s in samples)
     return {
@@ -73,6 +100,7 @@ def format_generate(
         "prompt_tokens": len(job.prompt_ids),
         "completion_tokens": len(ids) + (len(job.stop_ids) if outcome.finished else 0),
         "cached_tokens": outcome.cached_tokens,
+        "cached_tokens_details": cached_tokens_details(outcome),
         "e2e_latency": outcome.e2e_latency,
     }
     if job.top_logprobs is not None:

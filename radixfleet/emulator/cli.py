@@ -6,6 +6,7 @@ A plain function with typer annotations; `radixfleet.cli` registers it as a comm
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -13,9 +14,11 @@ import typer
 from aiohttp import web
 
 from radixfleet.emulator.config import EmulatorConfig
+from radixfleet.emulator.hicache import HiCacheConfig, storage_tokens
 from radixfleet.emulator.server import Emulator
 from radixfleet.profile import BUILTIN_PROFILES, ProfileError, resolve_profile
 from radixfleet.replica import SchedulePolicy
+from radixfleet.replica.tiers import WritePolicy
 
 #: SGLang listens with a large backlog; a thousand clients connecting at once must all get in.
 LISTEN_BACKLOG = 4096
@@ -59,6 +62,27 @@ def emulate(
         list[str] | None,
         typer.Option(help="A LoRA adapter requests may name (repeat for several)."),
     ] = None,
+    enable_hierarchical_cache: Annotated[
+        bool,
+        typer.Option(
+            "--enable-hierarchical-cache",
+            "--enable-hicache",
+            help="SGLang HiCache: keep KV blocks the GPU evicts in a host tier.",
+        ),
+    ] = False,
+    hicache_size: Annotated[
+        int, typer.Option(help="Host tier in GB per GPU (0: use --hicache-ratio).")
+    ] = 0,
+    hicache_ratio: Annotated[
+        float | None, typer.Option(help="Host tier over the GPU's KV pool (default 2.0).")
+    ] = None,
+    hicache_write_policy: Annotated[
+        WritePolicy, typer.Option(help="When the GPU's blocks are copied to the host.")
+    ] = WritePolicy.WRITE_THROUGH,
+    hicache_storage_backend: Annotated[
+        str | None,
+        typer.Option(help="Add a storage tier (in this process only: see emulator/hicache.py)."),
+    ] = None,
 ) -> None:
     """Run one emulated SGLang replica (sglang 0.5.23's HTTP interface) until interrupted."""
     try:
@@ -83,6 +107,16 @@ def emulate(
         seed=seed,
         grpc_port=grpc_port,
         lora_adapters=tuple(lora_adapter or ()),
+        hicache=None
+        if not enable_hierarchical_cache
+        else HiCacheConfig(
+            size_gb=hicache_size,
+            ratio=hicache_ratio,
+            write_policy=hicache_write_policy,
+            storage_backend=hicache_storage_backend,
+            storage_tokens=storage_tokens(os.environ),
+            ranks=replica.gpu_count,
+        ),
     )
     serve(config)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from radixfleet.emulator.hicache import HiCacheConfig
 from radixfleet.profile import ReplicaProfile
 from radixfleet.replica import SchedulePolicy
 
@@ -29,6 +30,7 @@ class EmulatorConfig:
     seed: int = 0
     grpc_port: int | None = None  # serve SGLang's gRPC protocol there too (0: any free port)
     lora_adapters: tuple[str, ...] = ()  # the names `--lora-paths` loaded
+    hicache: HiCacheConfig | None = None  # `--enable-hierarchical-cache` and its flags
 
     @property
     def model_name(self) -> str:

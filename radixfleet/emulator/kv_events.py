@@ -14,7 +14,17 @@ be consistent, not secret. A page cached under a namespace (a LoRA adapter, a ca
 so in its event (`lora_name`, `cache_salt`), and its chain starts from the namespace's own seed
 (for a salt, SHA-256 of "sglang-cache-salt-v1", a zero byte and the salt, as sglang's events
 seed it; for an adapter, the same under "radixfleet-lora-v1"), so equal tokens in two
-namespaces never share a hash. A subscriber that asks to resume from a sequence number still in the
+namespaces never share a hash.
+
+With HiCache (`--enable-hierarchical-cache`) the host tier publishes too, as sglang's
+HiRadixCache does: a page written to host memory is a `stored` event of its own, with tier
+`HOST` and medium `CPU_PINNED` (SGLang's `StorageMedium.CPU`), once the copy is there (when the
+GPU caches it under write-through, when the GPU evicts it under write-back), and a page the host
+pool evicts is a `removed` event of that tier. The GPU's own events are unchanged (its eviction
+of a page kept on the host is a `removed` of tier `DEVICE`), so a subscriber that keys its
+index by hash alone loses a page the GPU evicted after the host stored it; smg's handling is in
+tests/test_emulator_hicache_router.py. A storage backend publishes nothing (SGLang's do not).
+A subscriber that asks to resume from a sequence number still in the
 history gets the batches after it; one that starts at 0, or whose cursor is too old, gets the
 cache as it is now (a snapshot: a `cleared`, then every cached page, parents first) and then the
 live batches, with no gap and no duplicate. A subscriber that falls `QUEUE_BATCHES` behind is cut
@@ -84,7 +94,8 @@ class KvEventLog:
         self._subscribers: set[_Subscriber] = set()
         self._flush_scheduled = False
         self._event_ids = 0
-        model.listen(self)  # the first event is the start-up `cleared`
+        self.host = HostTierEvents(self)
+        model.listen(self, host=self.host)  # the first event is the start-up `cleared`
 
     # -- CacheListener -----------------------------------------------------------------------
 
@@ -125,6 +136,10 @@ class KvEventLog:
             return namespace_seed(node.key[0]), None
         last = self._digests[node.parent][-1]
         return last, last
+
+    def queue(self, event: pb.KvCacheEvent) -> None:
+        """Send `event` with this step's batch (the host tier's events go through here)."""
+        self._queue(event)
 
     def _queue(self, event: pb.KvCacheEvent) -> None:
         self._event_ids += 1
@@ -193,6 +208,7 @@ class KvEventLog:
             for page, digest in zip(node.key, self._digests[node], strict=True):
                 events.append(pb.KvCacheEvent(stored=_stored(page, digest, parent)))
                 parent = digest
+        events += self.host.snapshot()
         if self.sequence == 0:
             return []  # nothing was ever published: the subscriber starts with the first batch
         # The chunks reuse the sequence numbers up to now, so there can be no more of them.
@@ -209,6 +225,75 @@ class KvEventLog:
         ]  # fmt: skip
 
 
+class HostTierEvents:
+    """The host tier's events (a `CacheListener` of its `TierStore`): its pages' chained
+    hashes, which equal the GPU's for the same tokens, published with tier `HOST`."""
+
+    def __init__(self, log: KvEventLog) -> None:
+        self._log = log
+        self._digests: dict[Node, list[bytes]] = {}
+
+    def stored(self, node: Node) -> None:
+        """One `stored` event per page the host now holds."""
+        for page, digest, parent in self._pages(node, fresh=True):
+            self._log.queue(pb.KvCacheEvent(stored=_stored(page, digest, parent, host=True)))
+
+    def split(self, head: Node, tail: Node) -> None:
+        """As the GPU's: the head takes the first pages' digests; no event."""
+        digests = self._digests.pop(tail)
+        cut = len(head.key)
+        self._digests[head], self._digests[tail] = digests[:cut], digests[cut:]
+
+    def removed(self, node: Node) -> None:
+        """The host pool evicted a run: one `removed` event of tier `HOST`."""
+        removed = pb.KvBlocksRemoved(
+            block_hashes=[as_int64(d) for d in self._digests.pop(node)],
+            tier=pb.KV_CACHE_TIER_HOST,
+            medium=HOST_MEDIUM,
+        )
+        self._log.queue(pb.KvCacheEvent(removed=removed))
+
+    def cleared(self) -> None:
+        """The host pool was reset with the GPU's cache, whose `cleared` says it for both."""
+        self._digests.clear()
+
+    def snapshot(self) -> list[pb.KvCacheEvent]:
+        """Every page the host holds, parents first, as `stored` events."""
+        host = self._log.model.host
+        if host is None:
+            return []
+        return [
+            pb.KvCacheEvent(stored=_stored(page, digest, parent, host=True))
+            for node in host.runs()
+            for page, digest, parent in self._pages(node, fresh=False)
+        ]
+
+    def _pages(self, node: Node, *, fresh: bool) -> list[tuple[Hashable, bytes, bytes | None]]:
+        """Each page of `node` with its digest and its parent page's digest."""
+        host = self._log.model.host
+        assert host is not None
+        if node.parent is None or node.parent is host.root:
+            prior, parent = namespace_seed(node.key[0]), None
+        else:
+            prior = parent = self._digests[node.parent][-1]
+        if fresh:
+            digests = []
+            for page in node.key:
+                prior = page_hash(_tokens(page), prior=prior)
+                digests.append(prior)
+            self._digests[node] = digests
+        out: list[tuple[Hashable, bytes, bytes | None]] = []
+        for page, digest in zip(node.key, self._digests[node], strict=True):
+            out.append((page, digest, parent))
+            parent = digest
+        return out
+
+
+#: The medium sglang's host pool publishes (`StorageMedium.CPU`; smg-grpc-proto's `KvCacheTier`
+#: lists SGLang's media as GPU, CPU_PINNED, DISK and EXTERNAL).
+HOST_MEDIUM = "CPU_PINNED"
+
+
 def namespace_seed(page: Hashable) -> bytes | None:
     """Where a run under the root starts its chain: nothing for the base model, else its
     namespace's seed."""
@@ -223,12 +308,14 @@ def namespace_seed(page: Hashable) -> bytes | None:
     return hasher.digest()
 
 
-def _stored(page: Hashable, digest: bytes, parent: bytes | None) -> pb.KvBlocksStored:
+def _stored(
+    page: Hashable, digest: bytes, parent: bytes | None, *, host: bool = False
+) -> pb.KvBlocksStored:
     tokens = _tokens(page)
     stored = pb.KvBlocksStored(
         blocks=[pb.KvBlock(block_hash=as_int64(digest), token_ids=tokens, block_size=len(tokens))],
-        tier=pb.KV_CACHE_TIER_DEVICE,
-        medium="GPU",
+        tier=pb.KV_CACHE_TIER_HOST if host else pb.KV_CACHE_TIER_DEVICE,
+        medium=HOST_MEDIUM if host else "GPU",
         locality=pb.KV_CACHE_LOCALITY_LOCAL,
     )
     if parent is not None:

@@ -14,6 +14,11 @@ What SGLang learns from the GPU and the weights comes from the environment inste
 ``RADIXFLEET_EMULATOR_TIME_SCALE`` (default 1.0) and ``RADIXFLEET_EMULATOR_WARM`` (``1``: no
 cold start).
 
+``--enable-hierarchical-cache`` gives the replica SGLang HiCache's host tier, sized and written
+as ``--hicache-size``, ``--hicache-ratio`` and ``--hicache-write-policy`` say, and
+``--hicache-storage-backend`` a storage tier of its own process
+(:mod:`radixfleet.emulator.hicache`, which ``RADIXFLEET_EMULATOR_STORAGE_TOKENS`` sizes).
+
 ``--smg-grpc-mode`` (or the deprecated ``--grpc-mode``) serves SGLang's gRPC protocol for the
 gateway on ``--grpc-port`` (default ``--port`` + 10000, as SGLang's). SGLang then serves no HTTP
 but a metrics sidecar; the emulator keeps its whole HTTP interface on ``--port``, so its
@@ -29,6 +34,7 @@ from collections.abc import Mapping, Sequence
 
 from radixfleet.emulator.cli import serve
 from radixfleet.emulator.config import EmulatorConfig
+from radixfleet.emulator.hicache import hicache_from_flags
 from radixfleet.profile import ProfileError, resolve_profile
 from radixfleet.replica import SchedulePolicy
 from radixfleet.sglang_flags import check_args, parse_args
@@ -49,6 +55,7 @@ def config_from(args: Sequence[str], environ: Mapping[str, str]) -> EmulatorConf
     try:
         profile = resolve_profile(environ.get("RADIXFLEET_EMULATOR_PROFILE", DEFAULT_PROFILE))
         scale = float(environ.get("RADIXFLEET_EMULATOR_TIME_SCALE", "1.0"))
+        hicache = hicache_from_flags(flags, environ)
     except (ProfileError, ValueError) as error:
         raise LaunchError(str(error)) from error
     if scale != 1.0:
@@ -66,6 +73,7 @@ def config_from(args: Sequence[str], environ: Mapping[str, str]) -> EmulatorConf
         cache_dir=None,
         grpc_port=_grpc_port(flags, port=port),
         lora_adapters=tuple(lora_name(spec) for spec in flags.get("lora_paths", [])),
+        hicache=hicache,
     )
 
 

@@ -2,9 +2,11 @@
 
 Gauges and counters are read from the replica model at scrape time (a custom collector, so the
 request path pays nothing for them); histograms are counted as requests finish.
-Every family carries the scheduler labels `model_name, engine_type, tp_rank, pp_rank,
-moe_ep_rank`; the conformance test checks every exported name and type against
-`radixfleet/schemas/sglang/metrics.json`.
+With `--enable-hierarchical-cache` the HiCache families come too (the host pool's gauges, its
+backups, `cached_tokens_total` split by tier, and with a storage backend its prefetch hits), as
+SGLang creates them only then. Every family carries the scheduler labels `model_name,
+engine_type, tp_rank, pp_rank, moe_ep_rank`; the conformance test checks every exported name
+and type against `radixfleet/schemas/sglang/metrics.json`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from radixfleet import metrics_names as m
+from radixfleet.emulator.hicache import HiCacheConfig
 from radixfleet.profile import ReplicaProfile
 from radixfleet.replica import ReplicaStats, Request
 
@@ -46,10 +49,12 @@ class SchedulerCollector(Collector):
         stats: Callable[[], ReplicaStats],
         profile: ReplicaProfile,
         labels: dict[str, str],
+        hicache: HiCacheConfig | None = None,
     ) -> None:
         self._stats = stats
         self._profile = profile
         self._labels = labels
+        self._hicache = hicache
 
     def collect(self) -> Iterator[Metric]:
         """One family per SGLang metric, each with the scheduler labels."""
@@ -59,11 +64,59 @@ class SchedulerCollector(Collector):
             family.add_metric(list(self._labels.values()), value)
             yield family
         for name, doc, value in self._counters(stats):
-            extra = ("cache_source",) if name == "sglang:cached_tokens_total" else ()
-            counter = CounterMetricFamily(name, doc, labels=LABELS + extra)
-            suffix = ["device"] if extra else []
-            counter.add_metric([*self._labels.values(), *suffix], value)
+            counter = CounterMetricFamily(name, doc, labels=LABELS)
+            counter.add_metric(list(self._labels.values()), value)
             yield counter
+        yield self._cached_tokens(stats)
+        if self._hicache is not None:
+            yield from self._hicache_families(stats, self._hicache)
+
+    def _cached_tokens(self, stats: ReplicaStats) -> Metric:
+        """`cached_tokens_total` by `cache_source`. SGLang adds to a source's series only when
+        a request hit that tier, so `host` and `storage` appear with their first hit; `device`
+        is there from the start, as it always was here."""
+        totals = stats.counters
+        family = CounterMetricFamily(
+            "sglang:cached_tokens_total",
+            "Number of cached prompt tokens by source (device/host/storage).",
+            labels=(*LABELS, "cache_source"),
+        )
+        sources = (("device", totals.device_cached_tokens_total),
+                   ("host", totals.host_cached_tokens_total),
+                   ("storage", totals.storage_cached_tokens_total))  # fmt: skip
+        for source, value in sources:
+            if source == "device" or value > 0:
+                family.add_metric([*self._labels.values(), source], value)
+        return family
+
+    def _hicache_families(self, stats: ReplicaStats, hicache: HiCacheConfig) -> Iterator[Metric]:
+        """What SGLang exports only with `--enable-hierarchical-cache`: the host pool's gauges
+        and backups, and with a storage backend the tokens its prefetches hit."""
+        values = list(self._labels.values())
+        for name, doc, value in (
+            ("sglang:hicache_host_used_tokens",
+             "Number of tokens currently used in the host KV cache.", stats.host_used_tokens),
+            ("sglang:hicache_host_total_tokens", "Total capacity of the host KV cache in tokens.",
+             stats.host_total_tokens),
+        ):  # fmt: skip
+            gauge = GaugeMetricFamily(name, doc, labels=LABELS)
+            gauge.add_metric(values, value)
+            yield gauge
+        backup = CounterMetricFamily(
+            "sglang:hicache_backup_tokens_total",
+            "The number of tokens backed up from GPU to local host memory.",
+            labels=(*LABELS, "pool"),
+        )
+        backup.add_metric([*values, "kv"], stats.counters.backup_tokens_total)
+        yield backup
+        if hicache.storage_backend is not None:
+            hits = CounterMetricFamily(
+                "sglang:storage_prefetch_hit_tokens_total",
+                "Storage-hit tokens returned by an L3 query before prefetch.",
+                labels=LABELS,
+            )
+            hits.add_metric(values, stats.counters.storage_cached_tokens_total)
+            yield hits
 
     def _gauges(self, stats: ReplicaStats) -> list[tuple[str, str, float]]:
         profile = self._profile
@@ -109,9 +162,6 @@ class SchedulerCollector(Collector):
              totals.prompt_tokens_total),
             ("sglang:generation_tokens_total", "Number of generation tokens processed.",
              totals.generation_tokens_total),
-            ("sglang:cached_tokens_total",
-             "Number of cached prompt tokens by source (device/host/storage).",
-             totals.cached_tokens_total),
             ("sglang:evicted_tokens_total", "Number of evicted tokens.",
              totals.evicted_tokens_total),
         ]  # fmt: skip
@@ -228,7 +278,11 @@ class EmulatorMetrics:
 
 
 def build_registry(
-    *, stats: Callable[[], ReplicaStats], profile: ReplicaProfile, model_name: str
+    *,
+    stats: Callable[[], ReplicaStats],
+    profile: ReplicaProfile,
+    model_name: str,
+    hicache: HiCacheConfig | None = None,
 ) -> EmulatorMetrics:
     """A registry holding the emulator's families only (several emulators may share a process)."""
     labels = {
@@ -239,7 +293,9 @@ def build_registry(
         "moe_ep_rank": "0",
     }
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SchedulerCollector(stats=stats, profile=profile, labels=labels))
+    registry.register(
+        SchedulerCollector(stats=stats, profile=profile, labels=labels, hicache=hicache)
+    )
     histograms = RequestHistograms(labels=labels)
     registry.register(histograms)
     responses = HttpResponses()

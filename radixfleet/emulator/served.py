@@ -6,15 +6,18 @@ waited on, and their outcomes."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+from typing import Any
 
 from radixfleet.emulator import protocol
-from radixfleet.emulator.answers import Outcome, Sample
+from radixfleet.emulator.answers import Outcome, Sample, TierReport
 from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.driver import Driver, Ticket
 from radixfleet.emulator.metrics import build_registry
 from radixfleet.emulator.protocol import ApiError, Job
 from radixfleet.emulator.tokenizer import EmulatorTokenizer, load_tokenizer
 from radixfleet.replica import MonotonicClock, Phase, RejectedError, ReplicaModel, RequestSpec
+from radixfleet.replica.tiers import TierStore
 
 
 class EmulatedReplica:
@@ -31,12 +34,14 @@ class EmulatedReplica:
             schedule_policy=config.schedule_policy,
             warm=config.warm,
             seed=config.seed,
+            **_tiers(config),
         )
         self.driver = Driver(self.model, clock=clock, stream_interval=config.stream_interval)
         metrics = build_registry(
             stats=lambda: self.model.stats(self.driver.now()),
             profile=config.profile,
             model_name=config.model_name,
+            hicache=config.hicache,
         )
         self.registry, self.histograms, self.responses = (
             metrics.registry, metrics.histograms, metrics.responses,
@@ -109,6 +114,9 @@ class EmulatedReplica:
             cached_tokens=request.cached_tokens,
             finished=finished,
             e2e_latency=request.e2e_latency or 0.0,
+            host_cached_tokens=request.host_cached_tokens,
+            storage_cached_tokens=request.storage_cached_tokens,
+            tiers=self.tiers,
         )
 
     def finished(self, job: Job, ticket: Ticket) -> Sample:
@@ -120,9 +128,24 @@ class EmulatedReplica:
         """A finished sample's outcome, as the answer reports it."""
         outcome = self.outcome(ticket)
         # The model runs at least one step even for max_new_tokens=0; report what was asked.
-        return Outcome(
-            completion_tokens=job.completion_tokens,
-            cached_tokens=outcome.cached_tokens,
-            finished=True,
-            e2e_latency=outcome.e2e_latency,
-        )
+        return replace(outcome, completion_tokens=job.completion_tokens, finished=True)
+
+    @property
+    def tiers(self) -> TierReport:
+        """Which HiCache tiers the replica reports hits from."""
+        hicache = self.config.hicache
+        if hicache is None:
+            return TierReport()
+        return TierReport(hicache=True, storage_backend=hicache.storage_backend_class)
+
+
+def _tiers(config: EmulatorConfig) -> dict[str, Any]:
+    """The replica model's host tier and storage backend (in this process: see hicache.py)."""
+    hicache = config.hicache
+    if hicache is None:
+        return {}
+    storage = None
+    if hicache.storage_backend is not None:
+        tokens, block = hicache.storage_tokens, config.block_tokens
+        storage = TierStore(capacity_tokens=tokens, block_tokens=block)
+    return {"host_tier": hicache.host_tier(config.profile), "storage": storage}

@@ -5,6 +5,7 @@ monitoring parts of `LocalFleet` extend it (fleet.py)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import secrets
 import shutil
@@ -17,6 +18,7 @@ from typing import Any, Self
 
 import aiohttp
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
 from radixfleet.dataplane.gate import Gate
 from radixfleet.dataplane.relay import entry_runner
@@ -339,6 +341,25 @@ class LocalFleetCore:
 
         return self.run(read(), timeout_s=30)
 
+    def cache_sources(self) -> dict[str, dict[str, float]]:
+        """Per `region/model`, what its live replicas' /metrics say: prompt tokens and cached
+        tokens by source (`device`, and with HiCache `host` and `storage`), summed."""
+        assert self._session is not None
+        session = self._session
+
+        async def read() -> dict[str, dict[str, float]]:
+            out: dict[str, dict[str, float]] = {}
+            for region in self.regions.values():
+                for name, replica_set in region.sets.items():
+                    totals: collections.Counter[str] = collections.Counter()
+                    for replica in replica_set.replicas():
+                        if replica.state is ReplicaState.READY:
+                            totals.update(await _cache_sources(session, replica.url))
+                    out[f"{region.spec.name}/{name}"] = dict(totals)
+            return out
+
+        return self.run(read(), timeout_s=30)
+
     def router_decisions(self, region: str, model: str) -> list[dict[str, float]]:
         """The stable revision's cache-aware decisions so far, one dict per router replica."""
         assert self._session is not None
@@ -412,6 +433,29 @@ class LocalFleetCore:
         for region in self.regions.values():
             yield from region.sets.values()
             yield from (revision.replicas for revision in region.side_revisions())
+
+
+async def _cache_sources(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """One replica's prompt tokens and cached tokens by source; nothing if it cannot say."""
+    try:
+        async with session.get(f"{url}/metrics", timeout=aiohttp.ClientTimeout(total=5)) as got:
+            return cache_sources(await got.text())
+    except (aiohttp.ClientError, TimeoutError):
+        return {}
+
+
+def cache_sources(metrics_text: str) -> dict[str, float]:
+    """`prompt_tokens` and each `cache_source` of `sglang:cached_tokens_total` in an SGLang
+    replica's Prometheus exposition."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == "sglang:prompt_tokens_total":
+                out["prompt_tokens"] = out.get("prompt_tokens", 0.0) + sample.value
+            elif sample.name == "sglang:cached_tokens_total":
+                source = sample.labels.get("cache_source", "device")
+                out[source] = out.get(source, 0.0) + sample.value
+    return out
 
 
 def _address(url: str) -> str:

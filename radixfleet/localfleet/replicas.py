@@ -111,6 +111,7 @@ class EmulatorLauncher:
             argv += ["--cache-dir", str(self.cache_dir)]
         if grpc_port is not None:
             argv += ["--grpc-port", str(grpc_port)]
+        argv += model.sglang_args  # `radixfleet emulate` takes them under SGLang's spelling
         return self.supervisor.spawn(name, argv, log_path=self.workdir / "logs" / f"{name}.log")
 
     def profile_file(self, model: ModelSpec) -> Path:

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from radixfleet.profile import DEFAULT_PROFILE_NAME
+from radixfleet.sglang_flags import check_args, parse_args
 
 RouterPolicy = Literal["cache_aware", "round_robin", "random", "power_of_two", "least_load"]
 # How a router reaches its replicas: gRPC (SGLang's scheduler protocol; smg tokenizes and routes
@@ -23,6 +24,12 @@ WorkerTransport = Literal["grpc", "http"]
 # the prompt's opening (requests that share a system prompt meet the same replica's tree), or at
 # random (as a Kubernetes Service would).
 RouterSpread = Literal["prefix", "random"]
+
+
+#: The SGLang flags (by destination) a local fleet's model may give its emulated replicas: the
+#: ones `radixfleet emulate` takes under SGLang's own spelling.
+EMULATED_FLAGS = frozenset({"enable_hierarchical_cache", "hicache_size", "hicache_ratio",
+                            "hicache_write_policy", "hicache_storage_backend"})  # fmt: skip
 
 
 def revision_name(model: str, generation: int) -> str:
@@ -48,12 +55,33 @@ class ModelSpec(BaseModel):
         description="the tenants whose keys may call it, as the region's gate names them"
         " (none: every tenant's); another tenant's key finds no such model",
     )
+    sglang_args: list[str] = Field(
+        default_factory=list,
+        description="SGLang flags its replicas start with, as a runtime's args: the HiCache ones"
+        " (--enable-hierarchical-cache, --hicache-size, --hicache-ratio, --hicache-write-policy,"
+        " --hicache-storage-backend), which the emulated replicas model",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> ModelSpec:
         if self.replicas > self.max_replicas:
             raise ValueError(f"replicas {self.replicas} exceeds max_replicas {self.max_replicas}")
         return self
+
+    @model_validator(mode="after")
+    def _modelled_flags(self) -> ModelSpec:
+        problems = list(check_args(self.sglang_args))
+        if problems:
+            raise ValueError("; ".join(problems))
+        other = sorted(set(parse_args(self.sglang_args)) - EMULATED_FLAGS)
+        if other:
+            raise ValueError(f"the emulated replicas do not model the SGLang flags of {other}")
+        return self
+
+    @property
+    def hicache(self) -> bool:
+        """Whether its replicas run SGLang HiCache (a host tier below the GPU)."""
+        return "enable_hierarchical_cache" in parse_args(self.sglang_args)
 
 
 class RegionSpec(BaseModel):
@@ -123,15 +151,31 @@ class LocalFleetSpec(BaseModel):
         raise KeyError(name)
 
 
+#: eu-west-1's 8B replicas run SGLang HiCache with a GPU cache cut to 24k tokens (an H100 holds
+#: 420k; the demo's longest prompt is 22k): the demo's minute of traffic then overflows the GPU,
+#: as a day would, and prompts the GPU evicted come back from the host tier (four times the
+#: GPU's) instead of being recomputed. us-east-1's 8B keeps the plain H100 for comparison.
+DEMO_HICACHE_ARGS = ["--enable-hierarchical-cache", "--hicache-ratio", "4"]
+DEMO_GPU_TOKENS = 24_576
+
+
 def demo_spec() -> LocalFleetSpec:
-    """Two regions, as in the example catalog: 8B scales to zero, 70B is kept warm."""
+    """Two regions, as in the example catalog: 8B scales to zero (and runs HiCache in
+    eu-west-1), 70B is kept warm."""
     llama_8b = ModelSpec(name="llama-3-1-8b", namespace="team-search", replicas=2)
+    tiered_8b = llama_8b.model_copy(
+        update={
+            "replicas": 0,
+            "profile_overrides": {"kv_capacity_tokens": DEMO_GPU_TOKENS},
+            "sglang_args": DEMO_HICACHE_ARGS,
+        }
+    )
     llama_70b = ModelSpec(
         name="llama-3-1-70b", namespace="team-search", replicas=1, profile="4xh100-llama-3.1-70b"
     )
     return LocalFleetSpec(
         regions=[
             RegionSpec(name="us-east-1", models=[llama_8b, llama_70b]),
-            RegionSpec(name="eu-west-1", models=[llama_8b.model_copy(update={"replicas": 0})]),
+            RegionSpec(name="eu-west-1", models=[tiered_8b]),
         ]
     )

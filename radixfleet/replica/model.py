@@ -72,6 +72,7 @@ class ReplicaModel(Scheduler):
         self._crashed = False
         self._restart_at: float | None = None
         self._listener: CacheListener | None = None
+        self._host_listener: CacheListener | None = None
         self._boot(now=now, warm=warm)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -81,14 +82,19 @@ class ReplicaModel(Scheduler):
         self.ready_at = now if warm else now + self.profile.cold_start_seconds
         self._reset(now=now, counters_from=self.ready_at)
         if self._listener is not None:
-            self.listen(self._listener)  # a restarted process starts with an empty cache
+            # A restarted process starts with an empty cache (and an empty host tier).
+            self.listen(self._listener, host=self._host_listener)
 
-    def listen(self, listener: CacheListener) -> None:
-        """Tell `listener` of every cache change from now on, across restarts; a (re)start
-        begins with a `cleared`, as SGLang's cache reset at start-up publishes."""
-        self._listener = listener
+    def listen(self, listener: CacheListener, *, host: CacheListener | None = None) -> None:
+        """Tell `listener` of every cache change from now on, across restarts, and `host` of
+        the host tier's (if the replica has one); a (re)start begins with a `cleared` to each,
+        as SGLang's cache reset at start-up publishes."""
+        self._listener, self._host_listener = listener, host
         self.cache.listener = listener
         listener.cleared()
+        if host is not None and self.host is not None:
+            self.host.listen(host)
+            host.cleared()
 
     def health(self, now: float) -> Health:
         """STARTING until the cold start is over, then READY unless hung or crashed."""

@@ -30,10 +30,10 @@ the page layout and I/O backend flags (they change bandwidth, which is a profile
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 
-from radixfleet.replica.radix import RadixCache
+from radixfleet.replica.radix import CacheListener, Node, RadixCache
 
 #: SGLang's default host pool when neither `--hicache-size` nor `--hicache-ratio` is given, in
 #: the `cache` host-memory mode: twice the device pool (`--hicache-ratio`'s help).
@@ -111,3 +111,18 @@ class TierStore:
     def clear(self) -> None:
         """Drop every block (the host pool of a flushed or restarted replica)."""
         self._tree.flush()
+
+    # -- what a KV-event publisher reads (the emulator's; SGLang publishes the host tier's) --
+
+    def listen(self, listener: CacheListener) -> None:
+        """Tell `listener` of every block the tier stores, splits and evicts from now on."""
+        self._tree.listener = listener
+
+    @property
+    def root(self) -> Node:
+        """The tree's root, which holds no block."""
+        return self._tree.root
+
+    def runs(self) -> Iterator[Node]:
+        """Every run of blocks the tier holds, parents first."""
+        return self._tree.runs()

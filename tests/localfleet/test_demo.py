@@ -1,6 +1,6 @@
 """`radixfleet demo` end to end, with a short workload: the fleet starts, eu-west-1's model wakes
-from zero, every request succeeds, summary.json has its fields, report.html its plots, and no
-process of the fleet is left."""
+from zero (and runs SGLang HiCache), every request succeeds, summary.json has its fields (the
+host tier's hits among them), report.html its plots, and no process of the fleet is left."""
 
 from __future__ import annotations
 
@@ -47,6 +47,11 @@ def test_demo_writes_summary_and_report(
     assert [(w["region"], w["model"]) for w in summary["wake_from_zero"]] == [
         ("eu-west-1", "llama-3-1-8b")
     ]
+    # eu-west-1's 8B runs SGLang HiCache: its hits by tier, read from its replicas' /metrics.
+    (tiered,) = summary["host_tier"].items()
+    assert tiered[0] == "eu-west-1/llama-3-1-8b" and tiered[1]["prompt_tokens"] > 0
+    assert set(tiered[1]) >= {"device_hit_rate", "host_hit_rate", "storage_hit_rate"}
+    assert "eu-west-1/llama-3-1-8b: host tier (HiCache) hit" in result.output
 
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 3
