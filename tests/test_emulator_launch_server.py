@@ -100,3 +100,15 @@ def test_what_sglang_refuses_stops_the_replica(
 def test_main_exits_2_with_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--no-such-flag"]) == 2
     assert capsys.readouterr().err == "launch_server: error: unknown sglang flag --no-such-flag\n"
+
+
+@pytest.mark.parametrize(
+    ("cap", "expected"),
+    [
+        pytest.param("4096", 4096, id="below-the-profiles-pool"),
+        pytest.param("1000000", 420_000, id="above-it-changes-nothing"),
+    ],
+)
+def test_max_total_tokens_caps_the_kv_pool_as_sglangs_does(cap: str, expected: int) -> None:
+    config = config_from(["--model-path", "m", "--max-total-tokens", cap], {})
+    assert config.profile.kv_capacity_tokens == expected

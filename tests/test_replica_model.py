@@ -318,3 +318,18 @@ def test_outcome_does_not_depend_on_how_often_the_driver_polls(
 
     by_event, by_tick = play(None), play(tick)
     assert by_event == pytest.approx(by_tick, rel=1e-6)
+
+
+def test_a_prompt_the_kv_pool_cannot_hold_is_refused_with_sglangs_message() -> None:
+    model = warm_model(PROFILE.model_copy(update={"kv_capacity_tokens": 4096}))
+    # sglang: max_req_len = min(context, pool) - 1; prompts up to max_req_len - 5 are taken.
+    with pytest.raises(RejectedError) as refused:
+        model.submit(spec("long", prompt=4090, output=1), now=0.0)
+    assert refused.value.reason is RejectReason.TOO_LONG
+    assert "Input length (4090 tokens) exceeds the maximum allowed length (4090 tokens)" in str(
+        refused.value
+    )
+    taken = model.submit(spec("fits", prompt=4089, output=100), now=0.0)
+    drain(model)
+    # Its answer is cut to what the pool holds beside the prompt, as SGLang clips max_new_tokens.
+    assert taken.phase is Phase.FINISHED and taken.spec.output_tokens == 5

@@ -6,8 +6,8 @@ A ClusterServingRuntime starts SGLang with ``python3 -m sglang.launch_server --m
 image answers that same command with the emulator, so the runtimes are deployed exactly as
 rendered: every flag must be one sglang 0.5.23 accepts, with a valid value, or the replica exits
 2 at start-up as SGLang would. The flags the emulator models (host, port, served model name,
-API key, schedule policy, metrics) take effect; the rest (parallelism, memory fractions) are
-accepted and have no effect on an emulated replica.
+API key, schedule policy, metrics, ``--max-total-tokens``: a cap on the KV pool) take effect;
+the rest (parallelism, memory fractions) are accepted and have no effect on an emulated replica.
 
 What SGLang learns from the GPU and the weights comes from the environment instead:
 ``RADIXFLEET_EMULATOR_PROFILE`` (a built-in profile, default ``h100-llama-3.1-8b``),
@@ -60,6 +60,11 @@ def config_from(args: Sequence[str], environ: Mapping[str, str]) -> EmulatorConf
         raise LaunchError(str(error)) from error
     if scale != 1.0:
         profile = profile.scaled(time_factor=scale)
+    max_total = _one(flags, "max_total_tokens")
+    if max_total is not None:
+        # SGLang's cap on its KV pool: the pool is the smaller of it and what memory holds.
+        tokens = min(profile.kv_capacity_tokens, int(max_total))
+        profile = profile.model_copy(update={"kv_capacity_tokens": tokens})
     port = int(_one(flags, "port") or 30000)
     return EmulatorConfig(
         profile=profile,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import random
+from dataclasses import replace
 
 from radixfleet.profile import ReplicaProfile
 from radixfleet.replica.faults import HEALTHY, Faults
@@ -34,6 +35,10 @@ from radixfleet.replica.request import (
 from radixfleet.replica.scheduler import DecodeRun, PrefillPass, SchedulePolicy, Scheduler
 from radixfleet.replica.stats import ReplicaStats
 from radixfleet.replica.tiers import HostTierSpec, TierStore
+
+#: sglang 0.5.23 takes prompts up to this many tokens short of `max_req_len` (`tp_worker.py`:
+#: `max_req_input_len = max_req_len - 5`).
+INPUT_MARGIN_TOKENS = 5
 
 
 class Health(enum.Enum):
@@ -148,10 +153,18 @@ class ReplicaModel(Scheduler):
 
     # -- requests ----------------------------------------------------------------------------
 
+    @property
+    def max_request_tokens(self) -> int:
+        """SGLang's `max_req_len`: a request's prompt and answer fit the context and the KV
+        pool (sglang 0.5.23 `tp_worker.py`), one token short of each."""
+        return min(self.profile.context_length, self.profile.kv_capacity_tokens) - 1
+
     def submit(self, spec: RequestSpec, *, now: float) -> Request:
-        """Queue a request, or raise RejectedError with SGLang's reason."""
+        """Queue a request, or raise RejectedError with SGLang's reason. Its answer is cut to
+        what the KV pool holds beside its prompt, as SGLang clips `max_new_tokens`."""
         self._sync(now)
         self._check_admissible(spec, now=now)
+        spec = self._clip_output(spec)
         request = Request(spec=spec, arrival=now)
         self._waiting.append(request)
         self._requests[spec.rid] = request
@@ -175,11 +188,27 @@ class ReplicaModel(Scheduler):
                 f"tokens: {spec.prompt_tokens} tokens from the input messages and "
                 f"{spec.max_new_tokens} tokens for the completion.",
             )
+        longest = self.max_request_tokens - INPUT_MARGIN_TOKENS
+        if spec.prompt_tokens >= longest:
+            raise RejectedError(
+                RejectReason.TOO_LONG,
+                f"Input length ({spec.prompt_tokens} tokens) exceeds the maximum allowed length "
+                f"({longest} tokens). Use a shorter input or enable --allow-auto-truncate.",
+            )
         limit = self.profile.max_queued_requests
         if limit is not None and len(self._waiting) >= limit:
             raise RejectedError(RejectReason.QUEUE_FULL, "The request queue is full.")
         if self._faults.error_rate and self._rng.random() < self._faults.error_rate:
             raise RejectedError(RejectReason.INJECTED_ERROR, "Internal server error (injected).")
+
+    def _clip_output(self, spec: RequestSpec) -> RequestSpec:
+        room = self.max_request_tokens - spec.prompt_tokens - 1
+        if spec.output_tokens <= room:
+            return spec  # every request of a full-size pool
+        finish = spec.finish_blocks
+        if finish is not None:
+            finish = finish[: (spec.prompt_tokens + room) // self.block_tokens]
+        return replace(spec, output_tokens=room, max_new_tokens=room, finish_blocks=finish)
 
     def abort(self, rid: str, *, now: float) -> bool:
         """Abort the request `rid` if it is still in the replica; True if it was."""
