@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import secrets
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from radixfleet import dataplane, labels
@@ -120,11 +120,12 @@ def emulated_isvc(
     env: Mapping[str, str] | None = None,
     labels: Mapping[str, str] | None = None,
     storage_uri: str | None = None,
+    args: Sequence[str] = (),
 ) -> dict[str, Any]:
     """An InferenceService of the emulated SGLang replica on one advertised GPU per replica;
-    `env` adds to the container's environment (a change of it makes a new revision). Its
-    weights are claim `models`' folder of its name (`model_volume`) unless `storage_uri` says
-    otherwise."""
+    `env` adds to the container's environment (a change of it makes a new revision) and `args`
+    to the runtime's sglang arguments, as a catalog model's do. Its weights are claim `models`'
+    folder of its name (`model_volume`) unless `storage_uri` says otherwise."""
     environment = {"RADIXFLEET_EMULATOR_WARM": "1", **(env or {})}
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
@@ -145,6 +146,7 @@ def emulated_isvc(
                     "storageUri": storage_uri or f"pvc://models/{name}",
                     "image": image,
                     "imagePullPolicy": "Never",
+                    **({"args": list(args)} if args else {}),
                     "env": [{"name": k, "value": v} for k, v in environment.items()],
                     "resources": {
                         "limits": {"nvidia.com/gpu": "1"},

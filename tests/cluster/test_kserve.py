@@ -1,21 +1,32 @@
 """radixfleet's manifests on a real KServe (v0.20.0, built here, with its webhooks): what a
 platform team's `kubectl apply -k` meets in its first hour (every object admitted, and stored with
 every rendered field intact: nothing pruned, nothing rewritten), and an InferenceService of the
-emulated SGLang image that reaches Ready and streams an answer.
+emulated SGLang image, with a HiCache host tier, that reaches Ready, streams an answer and
+loads a prefix its GPU evicted back from the host.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from testbed import images, session
 from testbed.cluster import Cluster
-from testbed.emulated import MODE, emulated_isvc, get, model_volume, ready, stream_chat
+from testbed.emulated import (
+    MODE,
+    data_plane_headers,
+    emulated_isvc,
+    get,
+    model_volume,
+    ready,
+    stream_chat,
+)
 from tests.cluster import controllers
 from tests.cluster.conftest import REPO
 
@@ -161,13 +172,25 @@ def _knative_service_or_refusal(cluster: Cluster, name: str, namespace: str) -> 
     return found.returncode == 0 or _refusal(cluster, name, namespace) is not None
 
 
-def test_a_standard_mode_inferenceservice_of_the_emulated_image_streams_tokens(
+# SGLang HiCache as the catalog renders it, on a GPU pool of 4,096 tokens: three of the test's
+# 1,010-token prompts fill it, and the first is evicted to the host tier (1 GB: 7,629 tokens of
+# the emulated 8B's 128 KiB, which holds all five).
+HICACHE_ARGS = (
+    "--enable-hierarchical-cache", "--hicache-size", "1", "--hicache-write-policy",
+    "write_through", "--max-total-tokens", "4096",
+)  # fmt: skip
+HOST_TIER_TOKENS = 10**9 // 131_072
+
+
+def test_a_standard_mode_inferenceservice_of_the_emulated_image_streams_tokens_with_hicache(
     kserve: Cluster,
 ) -> None:
     image = images.radixfleet()
     session.load_images(kserve, [image])
     kserve.kubectl("create", "namespace", NAMESPACE)
-    isvc = emulated_isvc(image.pinned, name=ISVC, namespace=NAMESPACE, mode="Standard")
+    isvc = emulated_isvc(
+        image.pinned, name=ISVC, namespace=NAMESPACE, mode="Standard", args=HICACHE_ARGS
+    )
     session.apply(kserve, [*model_volume(kserve, namespace=NAMESPACE, model=ISVC), isvc])
     session.wait_for(
         lambda: ready(kserve, "isvc", ISVC, NAMESPACE),
@@ -179,5 +202,37 @@ def test_a_standard_mode_inferenceservice_of_the_emulated_image_streams_tokens(
     assert [p["status"]["phase"] for p in pods] == ["Running"]
     service = get(kserve, "service", f"{ISVC}-predictor", "-n", NAMESPACE)
     port = service["spec"]["ports"][0]["port"]
-    tokens = stream_chat(f"http://{service['spec']['clusterIP']}:{port}", ISVC)
+    url = f"http://{service['spec']['clusterIP']}:{port}"
+    tokens = stream_chat(url, ISVC)
     assert sum(1 for t in tokens if t) >= 1
+    assert _metric(url, "sglang:hicache_host_total_tokens") == HOST_TIER_TOKENS
+    for document in (0, 1, 2, 3, 4, 0):  # the last asks again for the first, evicted
+        cached = _generate(url, " ".join(f"doc{document}-word{i}" for i in range(150)))
+    assert cached["host"] > 0, cached
+    assert _metric(url, "sglang:cached_tokens_total", cache_source="host") >= cached["host"]
+
+
+def _generate(url: str, text: str) -> dict[str, int]:
+    """POST SGLang's native /generate; its answer's `cached_tokens_details`."""
+    body = {"text": text, "sampling_params": {"max_new_tokens": 1}}
+    request = urllib.request.Request(
+        f"{url}/generate",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **data_plane_headers()},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        details: dict[str, int] = json.load(response)["meta_info"]["cached_tokens_details"]
+    return details
+
+
+def _metric(url: str, name: str, **labels: str) -> float:
+    """The sum of the replica's samples of `name` with `labels`."""
+    request = urllib.request.Request(f"{url}/metrics", headers=data_plane_headers())
+    with urllib.request.urlopen(request, timeout=30) as response:
+        text = response.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    )
