@@ -43,7 +43,8 @@ class WorkerView(Protocol):
         ...
 
     def cached_prefix(self, blocks: Sequence[Hashable]) -> int:
-        """How many leading `blocks` of a prompt the replica's cache holds now."""
+        """How many leading `blocks` of a prompt the replica's cache holds now, on its GPU or
+        its host tier (smg's event index matches both alike)."""
         ...
 
     def tiered_prefix(self, blocks: Sequence[Hashable]) -> tuple[int, int]:

@@ -94,8 +94,15 @@ class Replica:
         return math.inf if self.initial else now - self.routable_at
 
     def cached_prefix(self, blocks: Sequence[Hashable]) -> int:
-        """Leading `blocks` its cache holds (what its KV events have told the gateway)."""
-        return 0 if self.model is None else self.model.cache.cached_prefix(blocks)
+        """Leading `blocks` its cache holds on its GPU or its host tier: what its KV events
+        have told the gateway (SGLang publishes host-tier blocks as events of tier HOST, and
+        smg 1.13 matches them as it matches the GPU's: tests/test_emulator_hicache_router.py)."""
+        model = self.model
+        if model is None:
+            return 0
+        if model.host is None:
+            return model.cache.cached_prefix(blocks)
+        return sum(self.tiered_prefix(blocks))
 
     def tiered_prefix(self, blocks: Sequence[Hashable]) -> tuple[int, int]:
         """Leading `blocks` on its GPU, and the ones past them its host tier holds (what

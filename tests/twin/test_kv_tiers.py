@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from radixfleet.config.errors import ConfigError
 from radixfleet.profile import ReplicaProfile
-from radixfleet.replica import RequestSpec
-from radixfleet.replica.tiers import WritePolicy
+from radixfleet.replica import ReplicaModel, RequestSpec
+from radixfleet.replica.tiers import HostTierSpec, WritePolicy
 from radixfleet.twin.epochs import run_policy
 from radixfleet.twin.load import parse_scenario
 from radixfleet.twin.registry import PolicyContext, build
@@ -23,7 +23,7 @@ from radixfleet.twin.report import tiers_table
 from radixfleet.twin.results import policy_metrics
 from radixfleet.twin.routing import TieredCacheAware, spill_margin
 from radixfleet.twin.scenario import Model, RouterSettings
-from radixfleet.twin.service import kv_tiers
+from radixfleet.twin.service import Replica, kv_tiers
 from radixfleet.twin.workload import Workload
 from tests.twin.conftest import SMALL
 
@@ -132,7 +132,7 @@ class Worker:
     host: int = 0  # and past them, on its host tier
 
     def cached_prefix(self, blocks: Sequence[Hashable]) -> int:
-        return self.gpu
+        return self.gpu + self.host
 
     def tiered_prefix(self, blocks: Sequence[Hashable]) -> tuple[int, int]:
         return self.gpu, self.host
@@ -266,3 +266,32 @@ def test_the_report_shows_the_tiers_only_for_a_scenario_with_them() -> None:
     values = {"prefix_hit_rate_by_tier": by_tier, "host_gib_used_peak": 10.0}
     table = tiers_table({"metrics": {"p": values}})
     assert "<td>30.0%</td>" in table and "<td>10.0</td>" in table
+
+
+def test_smgs_event_index_sees_a_twin_replicas_host_tier_as_the_real_smg_does() -> None:
+    # The real smg 1.13 routes a prompt back to the replica holding it on its host tier
+    # (tests/test_emulator_hicache_router.py): the twin's replicas tell its index the same.
+    small = PROFILE.model_copy(update={"kv_capacity_tokens": 4096})
+    tiered_model = ReplicaModel(
+        profile=small,
+        now=0.0,
+        warm=True,
+        block_tokens=BLOCK,
+        host_tier=HostTierSpec(tokens=1 << 16),
+    )
+    blocks = {group: tuple((group, i) for i in range(1024 // BLOCK)) for group in range(6)}
+    now = 0.0
+    for group in range(6):  # the first is evicted from the GPU to the host
+        request = tiered_model.submit(
+            RequestSpec(rid=str(group), prompt_tokens=1024, output_tokens=2, max_new_tokens=2,
+                        prompt_blocks=blocks[group]),
+            now=now,
+        )  # fmt: skip
+        while not request.done:
+            now = tiered_model.next_event_time() or now
+            tiered_model.advance(now)
+    replica = Replica.__new__(Replica)
+    replica.model = tiered_model
+    assert tiered_model.cache.cached_prefix(blocks[0]) == 0
+    assert replica.tiered_prefix(blocks[0]) == (0, len(blocks[0]))
+    assert replica.cached_prefix(blocks[0]) == len(blocks[0])
