@@ -5,8 +5,10 @@ on two workloads, each arm on the same arrivals:
 
 - `gpu_only`: the GPU's prefix cache alone, smg's `cache_aware` on the replicas' KV events
   (`smg_cache_aware`);
-- `host_blind`: a host tier per replica (`--host-gib`, 200 GiB by default: a p5.48xlarge has
-  2 TiB for its 8 GPUs, 256 GiB a GPU, less the pod's own memory), the same tier-blind routing;
+- `host_smg`: a host tier per replica (`--host-gib`, 200 GiB by default: a p5.48xlarge has
+  2 TiB for its 8 GPUs, 256 GiB a GPU, less the pod's own memory), under smg 1.13's own
+  `cache_aware`, whose event index matches the host tier's blocks as it matches the GPU's: by
+  depth alone, whatever the tier (tests/test_emulator_hicache_router.py);
 - `host`: the same host tier, routed by the prefill time each worker's prefix saves on the GPU
   and the host (`smg_cache_aware_tiered`: the rule a tier-aware gateway would follow; smg
   1.13 does not);
@@ -51,10 +53,10 @@ from radixfleet.twin.scenario import Scenario
 from radixfleet.twin.workload import DEFAULT_TRACES, Workload
 
 REPLICAS = 4
-ARMS = ("gpu_only", "host_blind", "host", "host_storage")
+ARMS = ("gpu_only", "host_smg", "host", "host_storage")
 ROUTING = {
     "gpu_only": "smg_cache_aware",
-    "host_blind": "smg_cache_aware",
+    "host_smg": "smg_cache_aware",
     "host": "smg_cache_aware_tiered",
     "host_storage": "smg_cache_aware_tiered",
 }
