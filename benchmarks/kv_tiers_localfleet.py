@@ -9,7 +9,10 @@ builds from the replicas' KV events, which match host-tier blocks as GPU ones). 
 
 - `gpu_only`: SGLang's default, the GPU's prefix cache alone;
 - `host`: `--enable-hierarchical-cache --hicache-ratio R` (`--host-ratio`, 4 by default: a host
-  pool R times the GPU's, write-through);
+  pool R times the GPU's, write-through), which holds the working set on each replica;
+- `host_small`: the same with `--small-host-ratio` (1 by default: a host pool the GPU's size),
+  where the GPU and the host together hold less than the working set, so what each replica
+  keeps, and where smg sends a question, matter;
 - the unbounded prefix oracle: one unlimited radix cache on the same token ids (16-token pages,
   as `benchmarks/routing_hit_rate.py` computes it), which no fleet can beat.
 
@@ -26,7 +29,7 @@ with and without the host tier; the median of three seeds). Writes
 benchmarks/results/kv_tiers_localfleet.json (workload, seed, machine) and kv_tiers_localfleet.png.
 
     uv run python benchmarks/kv_tiers_localfleet.py [--replicas 2] [--kv-tokens 32768]
-        [--host-ratio 4] [--requests 240] [--rate 4] [--repeats 3] [--seed 0]
+        [--host-ratio 4] [--small-host-ratio 1] [--requests 180] [--rate 4] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -61,8 +64,8 @@ QUESTION_TOKENS = 32
 ANSWER_TOKENS = 16
 DOC_BLOCKS = (8, 24)  # 4,096 to 12,288 tokens
 TWIN_SEEDS = 3  # which idle replica takes a miss is a coin toss: the median of a few
-ARMS = ("gpu_only", "host")
-COLORS = {"gpu_only": "#e45756", "host": "#4c78a8"}
+ARMS = ("gpu_only", "host", "host_small")
+COLORS = {"gpu_only": "#e45756", "host": "#4c78a8", "host_small": "#72b7b2"}
 
 
 def long_doc_qa(args: argparse.Namespace) -> list[TraceRequest]:
@@ -86,11 +89,23 @@ def long_doc_qa(args: argparse.Namespace) -> list[TraceRequest]:
     return out
 
 
+def host_ratio(arm: str, args: argparse.Namespace) -> float | None:
+    """The arm's `--hicache-ratio` (host tokens over GPU tokens); None: no HiCache."""
+    return {"gpu_only": None, "host": args.host_ratio, "host_small": args.small_host_ratio}[arm]
+
+
+def host_tokens(arm: str, args: argparse.Namespace) -> int | None:
+    """A replica's host tier in tokens, as the emulator sizes it from the ratio."""
+    ratio = host_ratio(arm, args)
+    return None if ratio is None else int(ratio * args.kv_tokens)
+
+
 def sglang_args(arm: str, args: argparse.Namespace) -> list[str]:
     """The arm's SGLang flags, as its replicas start with them."""
-    if arm == "gpu_only":
+    ratio = host_ratio(arm, args)
+    if ratio is None:
         return []
-    return ["--enable-hierarchical-cache", "--hicache-ratio", f"{args.host_ratio:g}"]
+    return ["--enable-hierarchical-cache", "--hicache-ratio", f"{ratio:g}"]
 
 
 def fleet_spec(args: argparse.Namespace) -> LocalFleetSpec:
@@ -166,7 +181,6 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def twin_hit_rates(args: argparse.Namespace, requests: list[TraceRequest]) -> dict[str, float]:
     """The twin's hit rate per arm on the same requests and fleet shape (median of seeds)."""
-    host = {"gpu_only": None, "host": int(args.host_ratio * args.kv_tokens)}
     out = {}
     for arm in ARMS:
         runs = []
@@ -175,7 +189,7 @@ def twin_hit_rates(args: argparse.Namespace, requests: list[TraceRequest]) -> di
                 rates = fixed_fleet_hit_rates(
                     requests, routing={arm: "smg_cache_aware"}, replicas=args.replicas,
                     kv_tokens=args.kv_tokens, workdir=Path(work), seed=seed,
-                    host_tokens=host[arm],
+                    host_tokens=host_tokens(arm, args),
                 )  # fmt: skip
             runs.append(rates[arm])
         out[arm] = round(statistics.median(runs), 4)
@@ -207,7 +221,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def settings(args: argparse.Namespace, requests: list[TraceRequest]) -> dict[str, Any]:
     """The workload, the fleet's shape and the seed, as the JSON states them."""
-    host_tokens = int(args.host_ratio * args.kv_tokens)
     return {
         "workload": {
             "shape": "long-doc QA", "documents": args.documents, "zipf_s": args.zipf,
@@ -221,9 +234,8 @@ def settings(args: argparse.Namespace, requests: list[TraceRequest]) -> dict[str
         "profile": "h100-llama-3.1-8b (step times); GPU KV cut to kv_tokens",
         "kv_tokens_per_replica": args.kv_tokens,
         "fleet_gpu_kv_tokens": args.replicas * args.kv_tokens,
-        "host_ratio": args.host_ratio,
-        "host_tokens_per_replica": host_tokens,
-        "fleet_host_tokens": args.replicas * host_tokens,
+        "host_ratio": {arm: host_ratio(arm, args) for arm in ARMS},
+        "host_tokens_per_replica": {arm: host_tokens(arm, args) for arm in ARMS},
         "sglang_args": {arm: sglang_args(arm, args) for arm in ARMS},
         "router": "smg 1.13.0, cache_aware over gRPC (event index), defaults otherwise",
         "twin": f"fixed_fleet_hit_rates, smg_cache_aware, median of {TWIN_SEEDS} seeds",
@@ -265,7 +277,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     s = result["settings"]
     fig.suptitle(
         f"local fleet, long-doc QA: {s['replicas_per_arm']} replicas x "
-        f"{s['kv_tokens_per_replica']:,} GPU KV tokens (host x{s['host_ratio']:g}); working set "
+        f"{s['kv_tokens_per_replica']:,} GPU KV tokens (host x{args_ratios(s)}); working set "
         f"{s['workload']['working_set_tokens']:,} tokens; median of {s['repeats']}",
         fontsize=9,
     )
@@ -273,14 +285,20 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig.savefig(path)
 
 
+def args_ratios(settings: dict[str, Any]) -> str:
+    """The arms' host ratios for the title: "4 or x1"."""
+    return " or x".join(f"{r:g}" for r in settings["host_ratio"].values() if r is not None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--kv-tokens", type=int, default=32_768, help="GPU KV a replica")
-    parser.add_argument("--host-ratio", type=float, default=4.0, help="--hicache-ratio")
+    parser.add_argument("--host-ratio", type=float, default=4.0, help="host's --hicache-ratio")
+    parser.add_argument("--small-host-ratio", type=float, default=1.0, help="host_small's")
     parser.add_argument("--documents", type=int, default=16)
     parser.add_argument("--zipf", type=float, default=0.8)
-    parser.add_argument("--requests", type=int, default=240)
+    parser.add_argument("--requests", type=int, default=180)
     parser.add_argument("--rate", type=float, default=4.0, help="requests per second")
     parser.add_argument("--repeats", type=int, default=3, help="fresh fleets; medians")
     parser.add_argument("--seed", type=int, default=0)
