@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from radixfleet.twin.load import parse_scenario
+from radixfleet.profile import builtin_profile
+from radixfleet.twin.load import GIB, parse_scenario
 from radixfleet.twin.run import run_scenario
 from radixfleet.workload.traces import TraceRequest
 
@@ -46,9 +47,13 @@ def fixed_fleet_hit_rates(
     seed: int = 0,
     block_tokens: int = 16,
     profile: str = "h100-llama-3.1-8b",
+    host_tokens: int | None = None,
 ) -> dict[str, float]:
     """Per policy name, the prefix hit rate of `requests` on `replicas` always-on replicas of
-    `profile` with `kv_tokens` of KV cache each, routed by `routing[name]`."""
+    `profile` with `kv_tokens` of KV cache each, routed by `routing[name]`; with `host_tokens`,
+    each replica runs SGLang HiCache with a host tier of that many tokens (write-through), as a
+    local fleet's replica does with `--enable-hierarchical-cache --hicache-ratio` (host over GPU
+    tokens)."""
     trace = write_trace(requests, workdir / "trace.jsonl")
     replica = workdir / "replica.yaml"
     replica.write_text(yaml.safe_dump({"base": profile, "kv_capacity_tokens": kv_tokens}))
@@ -56,6 +61,11 @@ def fixed_fleet_hit_rates(
         requests, trace=trace, replica=replica, routing=routing, replicas=replicas, seed=seed,
         block_tokens=block_tokens,
     )  # fmt: skip
+    if host_tokens is not None:
+        # The scenario sizes a host tier in GiB; the twin turns it back into tokens with the
+        # profile's bytes per token, so a whole number of tokens in bytes round-trips exactly.
+        host_gib = host_tokens * builtin_profile(profile).kv_bytes_per_token / GIB
+        scenario["models"][0]["kv_tiers"] = {"host_gib": host_gib}
     parsed = parse_scenario(yaml.safe_dump(scenario), source=str(trace))
     outcome = run_scenario(parsed, oracles=False)
     if outcome.results["workload"]["requests"] != len(requests):
