@@ -74,12 +74,17 @@ def print_table(console: Console, summary: dict[str, Any]) -> None:
 
 
 def host_tier_lines(summary: dict[str, Any]) -> list[str]:
-    """One line per region/model with a HiCache host tier: its prompt tokens' hits by tier."""
-    return [
-        f"{name}: host tier (HiCache) hit {tiers['host_hit_rate'] * 100:.1f}% of prompt tokens, "
-        f"GPU {tiers['device_hit_rate'] * 100:.1f}%"
-        for name, tiers in summary.get("host_tier", {}).items()
-    ]
+    """One line per region/model with a HiCache host tier: its prompt tokens' hits by tier,
+    beside what an unlimited cache would hit (the host tier can only add what the GPU missed)."""
+    lines = []
+    for name, tiers in summary.get("host_tier", {}).items():
+        ideal = _row_ideal(summary, name)
+        line = (
+            f"{name}: host tier (HiCache) hit {tiers['host_hit_rate'] * 100:.1f}% of prompt "
+            f"tokens, GPU {tiers['device_hit_rate'] * 100:.1f}%"
+        )
+        lines.append(line if ideal is None else f"{line}, of an ideal {ideal * 100:.1f}%")
+    return lines
 
 
 def _cells(group: dict[str, Any], *, ideal: float | None) -> list[str]:
