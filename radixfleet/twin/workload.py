@@ -224,12 +224,12 @@ class Workload:
         if isinstance(source, TraceSource) and source.kind == "mooncake":
             return _mooncake_builder(shape, block=block, base=base)
         if isinstance(source, LongDocQaSource):
-            return _document_builder(
-                shape, block=block, base=base, question_tokens=source.question_tokens
+            question = source.question_tokens  # the document is the prompt before it
+            return _prefixed_builder(
+                shape, block=block, base=base, shared_blocks=lambda p: (p - question) // block
             )
-        return _prefixed_builder(
-            shape, block=block, base=base, shared_tokens=source.system_prompt_tokens
-        )
+        system = source.system_prompt_tokens // block
+        return _prefixed_builder(shape, block=block, base=base, shared_blocks=lambda _: system)
 
 
 def _index(items: Sequence[object], name: str) -> int:
@@ -336,48 +336,20 @@ def _long_doc_shape(source: LongDocQaSource, rng: np.random.Generator, *, block:
     return Shape(prompt, np.full(size, source.output_tokens), group.astype(np.int64))
 
 
-def _document_builder(
-    shape: Shape, *, block: int, base: int, question_tokens: int
-) -> Callable[[int, int, int], RequestSpec]:
-    """Prompts of their group's document (whole blocks) and then the question's own blocks."""
-    prompts, outputs, groups = shape.prompt.tolist(), shape.output.tolist(), shape.group.tolist()
-    documents: dict[tuple[int, int], tuple[int, ...]] = {}  # one per document and copy
-
-    def build(record: int, copy: int, index: int) -> RequestSpec:
-        prompt, output = prompts[record], outputs[record]
-        shared = (prompt - question_tokens) // block
-        space = base + copy * _COPY_SPACE
-        start = space + groups[record] * _GROUP_STRIDE
-        document = documents.get((start, shared))
-        if document is None:
-            document = documents[start, shared] = tuple(range(start, start + shared))
-        unique = space + _UNIQUE_SPACE + index * 4096
-        blocks = document + tuple(range(unique, unique + prompt // block - shared))
-        return RequestSpec(
-            rid=str(index),
-            prompt_tokens=prompt,
-            output_tokens=output,
-            max_new_tokens=output,
-            prompt_blocks=blocks,
-        )
-
-    return build
-
-
 def _prefixed_builder(
-    shape: Shape, *, block: int, base: int, shared_tokens: int
+    shape: Shape, *, block: int, base: int, shared_blocks: Callable[[int], int]
 ) -> Callable[[int, int, int], RequestSpec]:
-    """Prompts of a shared prefix (per group) and then blocks of their own."""
+    """Prompts of their group's shared prefix (a system prompt, a document: the first
+    `shared_blocks(prompt_tokens)` blocks) and then blocks of their own."""
     prompts, outputs, groups = shape.prompt.tolist(), shape.output.tolist(), shape.group.tolist()
-    group_stride = 1 << 20
-    prefixes: dict[tuple[int, int], tuple[int, ...]] = {}  # a few per source: built once
+    prefixes: dict[tuple[int, int], tuple[int, ...]] = {}  # one per group, length and copy
 
     def build(record: int, copy: int, index: int) -> RequestSpec:
         prompt, output = prompts[record], outputs[record]
         full = prompt // block
-        shared = min(shared_tokens // block, full)
+        shared = min(shared_blocks(prompt), full)
         space = base + copy * _COPY_SPACE
-        start = space + groups[record] * group_stride
+        start = space + groups[record] * _GROUP_STRIDE
         prefix = prefixes.get((start, shared))
         if prefix is None:
             prefix = prefixes[start, shared] = tuple(range(start, start + shared))
