@@ -53,9 +53,19 @@ def hicache_gb_per_rank(model: Model) -> int:
     return model.kv_cache.host_gib * GIB // (HICACHE_GB * model.gpus_per_replica)
 
 
+# sglang 0.5.23 sizes a host pool against the pod's own memory limit (the cgroup's headroom,
+# `mem_cache/host_memory.py`) less 10 GiB it keeps free, and refuses to start ("Not enough host
+# memory available") when the pool does not fit (`pool_host/base.py`,
+# HICACHE_HOST_MEMORY_RESERVE_BYTES): a pod with a host tier asks for that room too.
+HICACHE_RESERVE_GIB = 10
+
+
 def pod_host_kv_gib(model: Model) -> int:
-    """GiB of the replica's host KV tier one pod holds: its share of the replica's ranks."""
-    return 0 if model.kv_cache is None else math.ceil(model.kv_cache.host_gib / model.nodes)
+    """GiB one pod asks for its host KV tier: its share of the replica's ranks' pools, and the
+    room SGLang keeps free beside them."""
+    if model.kv_cache is None:
+        return 0
+    return math.ceil(model.kv_cache.host_gib / model.nodes) + HICACHE_RESERVE_GIB
 
 
 def pod_memory_gib(model: Model) -> int:
@@ -69,9 +79,8 @@ def pod_memory_gib(model: Model) -> int:
 # What a GPU node keeps of its memory from pods, GiB: 5 % of it, at least 10. The kubelet's
 # kube-reserved and eviction threshold (on EKS's AMIs 255 MiB + 11 MiB a pod, some 8 GiB on a
 # p5.48xlarge), the system and the daemon sets of every GPU node (device plugin, DCGM exporter,
-# CNI, KServe's model cache agent) take under 1 % of a large node; the rest is left because
-# SGLang refuses to start a host pool that would leave less than 10 GiB of the node's available
-# memory (HICACHE_HOST_MEMORY_RESERVE_BYTES, read by psutil over the whole node, not the pod).
+# CNI, KServe's model cache agent) take under 1 % of a large node; the rest is headroom for the
+# node's page cache and bursts, which a node packed with pods at their limits would not have.
 NODE_RESERVE_SHARE = 0.05
 NODE_RESERVE_MIN_GIB = 10
 
