@@ -16,7 +16,6 @@ import enum
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from radixfleet.profile import ReplicaProfile
@@ -24,7 +23,7 @@ from radixfleet.replica.faults import HEALTHY
 from radixfleet.replica.radix import Node, RadixCache
 from radixfleet.replica.request import Event, EventKind, Phase, Request, RequestSpec
 from radixfleet.replica.stats import Counters, RecentWindow
-from radixfleet.replica.tiers import HostTierSpec, TierStore, WritePolicy
+from radixfleet.replica.tiers import HostTierSpec, Tiers, TierStore
 from radixfleet.replica.timing import DecodeCost, prefill_pass_seconds
 
 #: SGLang falls back from longest-prefix-match to FCFS above this queue length (cost control).
@@ -88,19 +87,23 @@ class Scheduler:
         self._serial = itertools.count()
         self._faults = HEALTHY
 
+    @property
+    def host(self) -> TierStore | None:
+        """The host tier (SGLang HiCache's), if the replica has one."""
+        return None if self.tiers is None else self.tiers.host
+
     def _reset(self, *, now: float, counters_from: float) -> None:
         """An empty cache and no request: a process just (re)started at `now`. Its host tier
         is process memory and starts empty too; a storage backend outlives the process."""
         self.cache = RadixCache(
             capacity_tokens=self.profile.kv_capacity_tokens, block_tokens=self.block_tokens
         )
-        self.host: TierStore | None = None
-        if self.host_tier is not None:
-            self.host = TierStore(
-                capacity_tokens=self.host_tier.tokens, block_tokens=self.block_tokens
-            )
-            self.cache.on_evict = self._evicted
         self.counters = Counters(started_at=counters_from)
+        self.tiers: Tiers | None = None
+        if self.host_tier is not None:
+            self.tiers = Tiers(
+                spec=self.host_tier, storage=self.storage, gpu=self.cache, counters=self.counters
+            )
         self._hits = RecentWindow()
         self._waiting: deque[Request] = deque()
         self._chunked: Request | None = None
@@ -189,8 +192,10 @@ class Scheduler:
         if need > self.cache.available_tokens + self.cache.evictable_tokens - reserved:
             self.cache.unlock(node)
             return False
-        host, storage = self._load_from_tiers(
-            spec.prompt_blocks, gpu=node.depth, limit=limit, now=now
+        host, storage = (
+            (0, 0)
+            if self.tiers is None
+            else self.tiers.load(spec.prompt_blocks, gpu=node.depth, limit=limit, now=now)
         )
         loaded = (host + storage) * self.block_tokens
         request.node, request.cached_tokens = node, hit + loaded
@@ -209,49 +214,6 @@ class Scheduler:
             storage_tokens=request.storage_cached_tokens,
         )
         return True
-
-    # -- the tiers below the GPU (radixfleet/replica/tiers.py) ---------------------------------
-
-    def _load_from_tiers(
-        self, blocks: tuple[Hashable, ...], *, gpu: int, limit: int, now: float
-    ) -> tuple[int, int]:
-        """Blocks past the GPU's `gpu` to load from the host and from storage, marked read."""
-        host_depth = 0 if self.host is None else self.host.held_prefix(blocks, limit=limit)
-        store_depth = 0 if self.storage is None else self.storage.held_prefix(blocks, limit=limit)
-        from_host = max(0, host_depth - gpu)
-        from_storage = max(0, store_depth - max(gpu, host_depth))
-        if from_host and self.host is not None:
-            self.host.touch(blocks, count=host_depth, now=now)
-        if from_storage and self.storage is not None:
-            self.storage.touch(blocks, count=store_depth, now=now)
-            if self.host is not None:  # a storage hit is prefetched through the host pool
-                self.host.store(blocks[:store_depth], now=now)
-        return from_host, from_storage
-
-    def _evicted(self, node: Node) -> None:
-        """The GPU evicts `node`: its blocks stay on the host (see tiers.py for each policy)."""
-        assert self.host is not None and self.host_tier is not None
-        policy = self.host_tier.write_policy
-        if policy is WritePolicy.WRITE_THROUGH_SELECTIVE and node.hits == 0:
-            return  # never hit again after it was cached: SGLang never copied it
-        self._back_up(
-            self.cache.path(node),
-            now=node.last_access,
-            counted=policy is not WritePolicy.WRITE_THROUGH,
-        )
-
-    def _cached_on_gpu(self, blocks: tuple[Hashable, ...], *, now: float) -> None:
-        """`blocks` were just cached on the GPU: write-through copies them to the host now."""
-        if self.host_tier is not None and self.host_tier.write_policy is WritePolicy.WRITE_THROUGH:
-            self._back_up(list(blocks), now=now, counted=True)
-
-    def _back_up(self, blocks: list[Hashable], *, now: float, counted: bool) -> None:
-        assert self.host is not None
-        written = self.host.store(blocks, now=now)
-        if self.storage is not None:
-            self.storage.store(blocks, now=now)
-        if counted:
-            self.counters.backed_up(tokens=written)
 
     def _begin_prefill(self, items: list[tuple[Request, int]], *, now: float) -> None:
         chunks = []
@@ -307,7 +269,8 @@ class Scheduler:
         node = self.cache.insert(blocks, now=now, lock=True)
         self.cache.unlock(old)
         request.node = node
-        self._cached_on_gpu(blocks, now=now)
+        if self.tiers is not None:
+            self.tiers.cached_on_gpu(blocks, now=now)
 
     def _join_decode(self, request: Request) -> None:
         request.phase = Phase.DECODE
@@ -378,7 +341,8 @@ class Scheduler:
         spec = request.spec
         if spec.finish_blocks:
             self.cache.insert(spec.finish_blocks, now=now)
-            self._cached_on_gpu(spec.finish_blocks, now=now)
+            if self.tiers is not None:
+                self.tiers.cached_on_gpu(spec.finish_blocks, now=now)
         self.cache.unlock(request.node)  # type: ignore[arg-type]
         request.phase, request.finished_at = Phase.FINISHED, now
         request.finish_reason = "length" if spec.output_tokens >= spec.max_new_tokens else "stop"

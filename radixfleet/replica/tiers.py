@@ -34,6 +34,7 @@ from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 
 from radixfleet.replica.radix import CacheListener, Node, RadixCache
+from radixfleet.replica.stats import Counters
 
 #: SGLang's default host pool when neither `--hicache-size` nor `--hicache-ratio` is given, in
 #: the `cache` host-memory mode: twice the device pool (`--hicache-ratio`'s help).
@@ -126,3 +127,56 @@ class TierStore:
     def runs(self) -> Iterator[Node]:
         """Every run of blocks the tier holds, parents first."""
         return self._tree.runs()
+
+
+class Tiers:
+    """A replica's tiers below its GPU cache, and how blocks move between them (the rules in
+    the module docstring): the scheduler asks what a prompt loads back when it admits it and
+    says what the GPU caches; the GPU cache tells of what it evicts (`on_evict`)."""
+
+    def __init__(
+        self, *, spec: HostTierSpec, storage: TierStore | None, gpu: RadixCache, counters: Counters
+    ) -> None:
+        self.spec = spec
+        self.host = TierStore(capacity_tokens=spec.tokens, block_tokens=gpu.block_tokens)
+        self.storage = storage
+        self._gpu = gpu
+        self._counters = counters
+        gpu.on_evict = self._evicted
+
+    def load(
+        self, blocks: tuple[Hashable, ...], *, gpu: int, limit: int, now: float
+    ) -> tuple[int, int]:
+        """Blocks past the GPU's `gpu` (of the first `limit`) to load from the host and from
+        storage, marked read."""
+        host, storage = self.host, self.storage
+        host_depth = host.held_prefix(blocks, limit=limit)
+        store_depth = 0 if storage is None else storage.held_prefix(blocks, limit=limit)
+        from_host = max(0, host_depth - gpu)
+        from_storage = max(0, store_depth - max(gpu, host_depth))
+        if from_host:
+            host.touch(blocks, count=host_depth, now=now)
+        if from_storage and storage is not None:
+            storage.touch(blocks, count=store_depth, now=now)
+            host.store(blocks[:store_depth], now=now)  # prefetched through the host pool
+        return from_host, from_storage
+
+    def cached_on_gpu(self, blocks: tuple[Hashable, ...], *, now: float) -> None:
+        """`blocks` were just cached on the GPU: write-through copies them to the host now."""
+        if self.spec.write_policy is WritePolicy.WRITE_THROUGH:
+            self._back_up(list(blocks), now=now, counted=True)
+
+    def _evicted(self, node: Node) -> None:
+        """The GPU evicts `node`: its blocks stay on the host, at their last use's age."""
+        policy = self.spec.write_policy
+        if policy is WritePolicy.WRITE_THROUGH_SELECTIVE and node.hits == 0:
+            return  # never hit again after it was cached: SGLang never copied it
+        counted = policy is not WritePolicy.WRITE_THROUGH  # write-through counted it at caching
+        self._back_up(self._gpu.path(node), now=node.last_access, counted=counted)
+
+    def _back_up(self, blocks: list[Hashable], *, now: float, counted: bool) -> None:
+        written = self.host.store(blocks, now=now)
+        if self.storage is not None:
+            self.storage.store(blocks, now=now)
+        if counted:
+            self._counters.backed_up(tokens=written)
