@@ -137,6 +137,22 @@ CASES: list[Any] = [
         "spec.predictor.model.args: --hicache-size '512Gi': not a valid int",
         id="hicache-size-as-a-quantity",
     ),
+    # 137 GB on each of 4 ranks: 548 GB of host pools, which 600Gi less sglang's 10 GiB hold,
+    # but 500Gi does not; 600 GB a rank is more than any H100 node has.
+    pytest.param(
+        TIERED,
+        lambda d: predictor(d)["model"]["resources"]["limits"].update(memory="500Gi"),
+        "spec.predictor.model.resources.limits.memory: 500Gi cannot hold the container's "
+        "HiCache host tier (548 GB) and the 10 GiB sglang keeps free beside it",
+        id="hicache-host-tier-past-the-containers-memory",
+    ),
+    pytest.param(
+        TIERED,
+        set_flag("--hicache-size", "600"),
+        "spec.predictor.model.args: a HiCache host tier of 2400 GB is larger than the memory of "
+        "any h100 node (2048 GiB at most)",
+        id="hicache-host-tier-past-any-nodes-memory",
+    ),
     # A hand-written manifest could widen the tenant's S3 grant the catalog refuses to widen.
     pytest.param(
         ISVC,

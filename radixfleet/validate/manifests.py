@@ -14,12 +14,15 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
+from radixfleet import labels
 from radixfleet.bounded_yaml import YamlBoundsError, check_bounds
 from radixfleet.config.catalog import storage_grant_problem
 from radixfleet.config.errors import ConfigError
+from radixfleet.config.gpus import GIB, INSTANCE_TYPES, gpu_label_value
 from radixfleet.config.load import MAX_CATALOG_BYTES, read_bounded
+from radixfleet.config.sizing import HICACHE_GB, HICACHE_RESERVE_GIB
 from radixfleet.platform import KNATIVE_FEATURES, KUBERNETES_VERSION
-from radixfleet.sglang_flags import check_args
+from radixfleet.sglang_flags import check_args, parse_args
 from radixfleet.validate.admission import check_set
 from radixfleet.validate.crd_schema import CrdKey, crd_schemas
 from radixfleet.validate.knative_rules import features_with
@@ -219,6 +222,7 @@ def _check(doc: Any) -> Iterator[tuple[str, str]]:
     yield from _check_schema(doc)
     yield from _check_sglang(doc)
     yield from _check_storage(doc)
+    yield from _check_host_tier(doc)
 
 
 def _check_metadata(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
@@ -297,6 +301,83 @@ def _check_sglang(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
     for location, args in _sglang_arg_lists(doc):
         for message in check_args([str(a) for a in args]):
             yield location, message
+
+
+def _check_host_tier(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """A HiCache host tier the predictor's container or its node cannot hold: sglang 0.5.23
+    sizes its pools (`--hicache-size` GB for each of the container's GPU ranks) against the
+    container's memory limit less 10 GiB it keeps free, and refuses to start when they do not
+    fit (`mem_cache/pool_host/base.py`); nor can a node of the GPU type give more than it has."""
+    if doc["kind"] != "InferenceService":
+        return
+    predictor = (doc.get("spec") or {}).get("predictor") or {}
+    gpu_type = str((predictor.get("nodeSelector") or {}).get(labels.GPU_TYPE, ""))
+    containers = [("spec.predictor.model", predictor.get("model") or {})]
+    worker = predictor.get("workerSpec") or {}
+    containers += [
+        (f"spec.predictor.workerSpec.containers[{i}]", c or {})
+        for i, c in enumerate(worker.get("containers") or [])
+    ]
+    for location, container in containers:
+        tier = host_tier_bytes(container)
+        if tier is not None:
+            yield from _host_tier_fits(location, container, tier, gpu_type)
+
+
+def host_tier_bytes(container: dict[str, Any]) -> int | None:
+    """Bytes of the HiCache host pools an sglang container's args ask for (None: none sized)."""
+    args = [str(a) for a in container.get("args") or []]
+    if any(True for _ in check_args(args)):
+        return None  # reported as a flag problem already
+    flags = parse_args(args)
+    size = (flags.get("hicache_size") or ["0"])[0]
+    if "enable_hierarchical_cache" not in flags or int(size) <= 0:
+        return None
+    limits = (container.get("resources") or {}).get("limits") or {}
+    gpus = str(limits.get(labels.GPU_RESOURCE, 1))
+    ranks = int(gpus) if gpus.isdigit() else 1  # one pool per GPU rank of the container
+    return int(size) * HICACHE_GB * max(ranks, 1)
+
+
+def _host_tier_fits(
+    location: str, container: dict[str, Any], tier: int, gpu_type: str
+) -> Iterator[tuple[str, str]]:
+    limit = (((container.get("resources") or {}).get("limits")) or {}).get("memory")
+    limit_bytes = None if limit is None else quantity_bytes(str(limit))
+    needed = tier + HICACHE_RESERVE_GIB * GIB
+    if limit_bytes is not None and needed > limit_bytes:
+        yield (
+            f"{location}.resources.limits.memory",
+            (
+                f"{limit} cannot hold the container's HiCache host tier ({tier / 1e9:.0f} GB) "
+                f"and the {HICACHE_RESERVE_GIB} GiB sglang keeps free beside it: it would not start"
+            ),
+        )
+    nodes = [
+        t.memory_gib for t in INSTANCE_TYPES.values() if gpu_label_value(t.gpu_type) == gpu_type
+    ]
+    if nodes and tier > max(nodes) * GIB:
+        yield (
+            f"{location}.args",
+            (
+                f"a HiCache host tier of {tier / 1e9:.0f} GB is larger than the memory of any "
+                f"{gpu_type} node ({max(nodes)} GiB at most)"
+            ),
+        )
+
+
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}  # fmt: skip
+
+
+def quantity_bytes(quantity: str) -> int | None:
+    """A Kubernetes memory quantity in bytes (`696Gi`, `1.5T`, `1000000`); None if it is not
+    one of these forms (the schema check reports a malformed one)."""
+    match = _QUANTITY.match(quantity)
+    if match is None:
+        return None
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
 def _sglang_arg_lists(doc: dict[str, Any]) -> Iterator[tuple[str, list[Any]]]:
