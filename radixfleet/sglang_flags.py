@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -88,6 +88,12 @@ def parse_args(args: Sequence[str]) -> dict[str, list[str]]:
         values, i = _values(flag, args, i + 1, inline if eq else None)
         parsed[flag.dest] = values
     return parsed
+
+
+def first_value(flags: Mapping[str, list[str]], dest: str) -> str | None:
+    """The value of the flag `dest` in `parse_args`'s answer; None when absent or valueless."""
+    values = flags.get(dest)
+    return values[0] if values else None
 
 
 def _values(flag: Flag, args: Sequence[str], i: int, inline: str | None) -> tuple[list[str], int]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from radixfleet.profile import ReplicaProfile
 from radixfleet.replica.tiers import HostTierSpec, WritePolicy, host_tier_tokens
+from radixfleet.sglang_flags import first_value
 
 #: The storage tier's size when the environment does not give one: ten million tokens (1.3 TB
 #: of Llama-3.1-8B's KV), more than a short run writes, as a large file system or Mooncake
@@ -75,14 +76,14 @@ def hicache_from_flags(
     `--enable-hierarchical-cache` is absent), its storage sized from the environment."""
     if "enable_hierarchical_cache" not in flags:
         return None
-    ratio = _one(flags, "hicache_ratio")
+    ratio = first_value(flags, "hicache_ratio")
     return HiCacheConfig(
-        size_gb=int(_one(flags, "hicache_size") or 0),
+        size_gb=int(first_value(flags, "hicache_size") or 0),
         ratio=None if ratio is None else float(ratio),
-        write_policy=WritePolicy(_one(flags, "hicache_write_policy") or "write_through"),
-        storage_backend=_one(flags, "hicache_storage_backend"),
+        write_policy=WritePolicy(first_value(flags, "hicache_write_policy") or "write_through"),
+        storage_backend=first_value(flags, "hicache_storage_backend"),
         storage_tokens=storage_tokens(environ),
-        ranks=int(_one(flags, "tp_size") or 1) * int(_one(flags, "pp_size") or 1),
+        ranks=int(first_value(flags, "tp_size") or 1) * int(first_value(flags, "pp_size") or 1),
     )
 
 
@@ -95,8 +96,3 @@ def storage_tokens(environ: Mapping[str, str]) -> int:
     if tokens <= 0:
         raise ValueError(f"{STORAGE_TOKENS_ENV} must be a positive number of tokens, not {value}")
     return tokens
-
-
-def _one(flags: Mapping[str, list[str]], dest: str) -> str | None:
-    values = flags.get(dest)
-    return values[0] if values else None

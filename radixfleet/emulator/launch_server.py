@@ -37,7 +37,7 @@ from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.hicache import hicache_from_flags
 from radixfleet.profile import ProfileError, resolve_profile
 from radixfleet.replica import SchedulePolicy
-from radixfleet.sglang_flags import check_args, parse_args
+from radixfleet.sglang_flags import check_args, first_value, parse_args
 
 DEFAULT_PROFILE = "h100-llama-3.1-8b"
 
@@ -60,21 +60,21 @@ def config_from(args: Sequence[str], environ: Mapping[str, str]) -> EmulatorConf
         raise LaunchError(str(error)) from error
     if scale != 1.0:
         profile = profile.scaled(time_factor=scale)
-    max_total = _one(flags, "max_total_tokens")
+    max_total = first_value(flags, "max_total_tokens")
     if max_total is not None:
         # SGLang's cap on its KV pool: the pool is the smaller of it and what memory holds.
         tokens = min(profile.kv_capacity_tokens, int(max_total))
         profile = profile.model_copy(update={"kv_capacity_tokens": tokens})
-    port = int(_one(flags, "port") or 30000)
+    port = int(first_value(flags, "port") or 30000)
     return EmulatorConfig(
         profile=profile,
-        served_model_name=_one(flags, "served_model_name"),
-        api_key=_one(flags, "api_key"),
-        host=_one(flags, "host") or "127.0.0.1",
+        served_model_name=first_value(flags, "served_model_name"),
+        api_key=first_value(flags, "api_key"),
+        host=first_value(flags, "host") or "127.0.0.1",
         port=port,
         enable_metrics="enable_metrics" in flags,
         warm=environ.get("RADIXFLEET_EMULATOR_WARM", "") == "1",
-        schedule_policy=SchedulePolicy(_one(flags, "schedule_policy") or "fcfs"),
+        schedule_policy=SchedulePolicy(first_value(flags, "schedule_policy") or "fcfs"),
         cache_dir=None,
         grpc_port=_grpc_port(flags, port=port),
         lora_adapters=tuple(lora_name(spec) for spec in flags.get("lora_paths", [])),
@@ -100,12 +100,7 @@ def lora_name(spec: str) -> str:
 def _grpc_port(flags: Mapping[str, list[str]], *, port: int) -> int | None:
     if "smg_grpc_mode" not in flags and "grpc_mode" not in flags:
         return None
-    return int(_one(flags, "grpc_port") or port + 10000)
-
-
-def _one(flags: Mapping[str, list[str]], dest: str) -> str | None:
-    values = flags.get(dest)
-    return values[0] if values else None
+    return int(first_value(flags, "grpc_port") or port + 10000)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from radixfleet.config.catalog import Name, TokenBudget
+from radixfleet.config.catalog import HicacheWritePolicy, Name, TokenBudget
 from radixfleet.twin.breaker import BreakerSettings
 
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -106,9 +106,7 @@ class KvTiers(Strict):
     Mooncake's store is; `--hicache-storage-backend`)."""
 
     host_gib: PositiveFloat
-    write_policy: Literal["write_through", "write_back", "write_through_selective"] = (
-        "write_through"
-    )
+    write_policy: HicacheWritePolicy = "write_through"
     storage_gib: PositiveFloat | None = None
 
 

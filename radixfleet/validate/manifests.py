@@ -22,7 +22,7 @@ from radixfleet.config.gpus import GIB, INSTANCE_TYPES, gpu_label_value
 from radixfleet.config.load import MAX_CATALOG_BYTES, read_bounded
 from radixfleet.config.sizing import HICACHE_GB, HICACHE_RESERVE_GIB
 from radixfleet.platform import KNATIVE_FEATURES, KUBERNETES_VERSION
-from radixfleet.sglang_flags import check_args, parse_args
+from radixfleet.sglang_flags import check_args, first_value, parse_args
 from radixfleet.validate.admission import check_set
 from radixfleet.validate.crd_schema import CrdKey, crd_schemas
 from radixfleet.validate.knative_rules import features_with
@@ -330,7 +330,7 @@ def host_tier_bytes(container: dict[str, Any]) -> int | None:
     if any(True for _ in check_args(args)):
         return None  # reported as a flag problem already
     flags = parse_args(args)
-    size = (flags.get("hicache_size") or ["0"])[0]
+    size = first_value(flags, "hicache_size") or "0"
     if "enable_hierarchical_cache" not in flags or int(size) <= 0:
         return None
     limits = (container.get("resources") or {}).get("limits") or {}
