@@ -20,6 +20,9 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
 from radixfleet.localfleet.procs import free_ports
 from radixfleet.localfleet.replicas import ReplicaRole, ReplicaSet, ScaleEvent
 from radixfleet.localfleet.router import WorkerRole
@@ -175,3 +178,33 @@ class PairSet:
 def _role_spec(spec: ModelSpec, replicas: int) -> ModelSpec:
     """One role's replica set's spec: the model's, with that role's count."""
     return spec.model_copy(update={"replicas": replicas})
+
+
+# ---- what the pair moved ---------------------------------------------------------------------
+
+# The prefill's KV transfer histograms (SGLang observes them on the sender), summed.
+TRANSFER_SAMPLES = {
+    "sglang:kv_transfer_total_mb_sum": "mb",
+    "sglang:kv_transfer_total_mb_count": "transfers",
+    "sglang:kv_transfer_latency_ms_sum": "latency_ms",
+}
+
+
+def kv_transfers(metrics_text: str) -> dict[str, float]:
+    """`mb`, `transfers` and `latency_ms` (summed) of a prefill replica's Prometheus exposition."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            key = TRANSFER_SAMPLES.get(sample.name)
+            if key is not None:
+                out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+async def scrape_kv_transfers(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """One prefill replica's KV transfers so far; nothing if it cannot say."""
+    try:
+        async with session.get(f"{url}/metrics", timeout=aiohttp.ClientTimeout(total=5)) as got:
+            return kv_transfers(await got.text())
+    except (aiohttp.ClientError, TimeoutError):
+        return {}

@@ -3,7 +3,7 @@
 Defaults and limits live here, on the types, for the CLI, the tests and the controllers alike.
 `demo_spec()` is the two-region fleet `radixfleet demo` runs, shaped like the example catalog:
 llama-3-1-8b scales to zero (it starts at zero in eu-west-1 and is woken by the first request)
-and llama-3-1-70b is kept warm.
+and llama-3-1-70b is kept warm; eu-west-1 also serves llama-3-1-70b-pd, a prefill/decode pair.
 """
 
 from __future__ import annotations
@@ -199,11 +199,12 @@ class LocalFleetSpec(BaseModel):
 #: GPU's) instead of being recomputed. us-east-1's 8B keeps the plain H100 for comparison.
 DEMO_HICACHE_ARGS = ["--enable-hierarchical-cache", "--hicache-ratio", "4"]
 DEMO_GPU_TOKENS = 24_576
+DEMO_PD_MODEL = "llama-3-1-70b-pd"
 
 
 def demo_spec() -> LocalFleetSpec:
     """Two regions, as in the example catalog: 8B scales to zero (and runs HiCache in
-    eu-west-1), 70B is kept warm."""
+    eu-west-1), 70B is kept warm; eu-west-1's 70B P/D pair is one prefill and one decode."""
     llama_8b = ModelSpec(name="llama-3-1-8b", namespace="team-search", replicas=2)
     tiered_8b = llama_8b.model_copy(
         update={
@@ -215,9 +216,12 @@ def demo_spec() -> LocalFleetSpec:
     llama_70b = ModelSpec(
         name="llama-3-1-70b", namespace="team-search", replicas=1, profile="4xh100-llama-3.1-70b"
     )
+    llama_70b_pd = llama_70b.model_copy(
+        update={"name": DEMO_PD_MODEL, "disaggregation": DisaggregationSpec(prefill=1, decode=1)}
+    )
     return LocalFleetSpec(
         regions=[
             RegionSpec(name="us-east-1", models=[llama_8b, llama_70b]),
-            RegionSpec(name="eu-west-1", models=[tiered_8b]),
+            RegionSpec(name="eu-west-1", models=[tiered_8b, llama_70b_pd]),
         ]
     )
