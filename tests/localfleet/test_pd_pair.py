@@ -222,3 +222,8 @@ def test_the_autoscaler_sleeps_the_pair_whole_after_idle_and_wakes_it(fleet: Loc
     finally:
         fleet.run(stop(task))
     assert all((c.prefill == 0) == (c.decode == 0) for c in autoscaler.counts)
+
+
+def test_a_pair_has_no_canary_revision_yet(fleet: LocalFleet) -> None:
+    with pytest.raises(LocalFleetError, match="prefill/decode pair: it has no canary"):
+        fleet.create_revision(REGION, MODEL)
