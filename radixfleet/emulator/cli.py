@@ -18,7 +18,7 @@ from radixfleet.emulator.hicache import HiCacheConfig, storage_tokens
 from radixfleet.emulator.lora_flags import lora_adapter as parse_lora_adapter
 from radixfleet.emulator.server import Emulator
 from radixfleet.profile import BUILTIN_PROFILES, ProfileError, resolve_profile
-from radixfleet.replica import EvictionPolicy, LoraSpec, SchedulePolicy
+from radixfleet.replica import AdapterSpec, EvictionPolicy, LoraSpec, SchedulePolicy
 from radixfleet.replica.lora import DEFAULT_RANK
 from radixfleet.replica.tiers import WritePolicy
 
@@ -117,13 +117,12 @@ def emulate(
     lora = None
     if enable_lora or lora_adapter:
         try:
-            rank = max_lora_rank or DEFAULT_RANK
             lora = LoraSpec(
                 max_loras_per_batch=max_loras_per_batch,
                 max_loaded_loras=max_loaded_loras,
                 eviction_policy=lora_eviction_policy,
                 max_lora_rank=max_lora_rank,
-                preloaded=tuple(parse_lora_adapter(s, rank=rank) for s in lora_adapter or ()),
+                preloaded=_adapters(lora_adapter or [], rank=max_lora_rank or DEFAULT_RANK),
             )
         except ValueError as err:
             typer.echo(f"error: {err}", err=True)
@@ -153,6 +152,11 @@ def emulate(
         ),
     )
     serve(config)
+
+
+def _adapters(entries: list[str], *, rank: int) -> tuple[AdapterSpec, ...]:
+    """The `--lora-adapter` entries, read as SGLang reads `--lora-paths`."""
+    return tuple(parse_lora_adapter(entry, rank=rank) for entry in entries)
 
 
 def serve(config: EmulatorConfig) -> None:
