@@ -184,6 +184,15 @@ def test_an_evicted_adapter_is_loaded_again_when_a_request_names_it() -> None:
     assert request.admitted_at == pytest.approx(20.0 + replica.lora.pool.load_seconds(adapter("a")))
 
 
+def test_an_implicit_reload_sglang_refuses_refuses_the_request_with_its_reason() -> None:
+    replica = model(LoraSpec(max_loras_per_batch=2, max_loaded_loras=2))
+    replica.load_adapter(adapter("p", pinned=True), now=0.0)
+    replica.unload_adapter("p", now=1.0)
+    replica.load_adapter(adapter("q", pinned=True), now=1.0)  # the one pin allowed
+    with pytest.raises(RejectedError, match=r"Failed to implicitly load LoRA adapter p: .*pin"):
+        replica.submit(spec("r", adapter="p"), now=2.0)
+
+
 def test_a_request_whose_adapter_has_no_gpu_slot_waits_for_one() -> None:
     names = ("a", "b", "c")
     replica = model(LoraSpec(max_loras_per_batch=2, preloaded=tuple(map(adapter, names))))

@@ -230,7 +230,10 @@ class LoraPool:
                     f"Got LoRA adapter that has never been loaded: {name}\n"
                     f"All loaded adapters: {self._known.keys()}."
                 )
-            self.load(adapter, now=now)  # SGLang's implicit reload of an evicted adapter
+            try:  # SGLang's implicit reload of an adapter unloaded or evicted since
+                self.load(adapter, now=now)
+            except LoraError as err:
+                raise LoraError(f"Failed to implicitly load LoRA adapter {name}: {err}") from None
         self._registry.move_to_end(name)
         return self._ready_at[name]
 
