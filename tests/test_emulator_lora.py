@@ -204,6 +204,17 @@ def test_a_replica_without_lora_refuses_a_load(tokenizer: EmulatorTokenizer) -> 
     assert body["loaded_adapters"] is None
 
 
+def test_server_info_reports_the_lora_flags(replica: RunningEmulator) -> None:
+    with urllib.request.urlopen(f"{replica.url}/server_info", timeout=30) as response:
+        info = json.loads(response.read())
+    assert (info["enable_lora"], info["max_loras_per_batch"], info["max_loaded_loras"]) == (
+        True,
+        2,
+        2,
+    )
+    assert info["lora_eviction_policy"] == "lru"
+
+
 # -- metrics ------------------------------------------------------------------------------------
 
 

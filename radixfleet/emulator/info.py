@@ -99,6 +99,7 @@ def server_info(
         schedule_policy=config.schedule_policy.value,
         enable_metrics=config.enable_metrics,
         api_key=None,  # never echo the key
+        **_lora_args(config),
     )
     internal = {
         "max_total_num_tokens": stats.max_total_num_tokens,
@@ -119,6 +120,20 @@ def server_info(
         "radixfleet_version": version,
         "emulated": True,
         "profile": profile.name,
+    }
+
+
+def _lora_args(config: EmulatorConfig) -> dict[str, Any]:
+    """The LoRA server arguments the replica runs with (its adapters are on /v1/models)."""
+    lora = config.lora_spec
+    if lora is None:
+        return {}
+    return {
+        "enable_lora": True,
+        "max_loras_per_batch": lora.max_loras_per_batch,
+        "max_loaded_loras": lora.max_loaded_loras,
+        "lora_eviction_policy": lora.eviction_policy.value,
+        "max_lora_rank": lora.max_lora_rank,
     }
 
 
