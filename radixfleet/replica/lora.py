@@ -19,6 +19,10 @@ Two bounds, read in the sglang 0.5.23 wheel:
 profile (:mod:`radixfleet.profile`: an adapter's bytes from its rank, the read and copy
 bandwidths, the batch cost of mixing adapters). Like the rest of the replica model it does no
 I/O and reads no clock.
+
+Simplifications, each small against a load's time: an adapter past the bound is unloaded when
+the new one's load starts (SGLang unloads it once the load is done), and an unloaded adapter's
+GPU slot is freed at once (SGLang frees it after the adapter's last request).
 """
 
 from __future__ import annotations

@@ -4,7 +4,10 @@
 `running_loras`: the running batch's and the new prefill's), says whether a waiting request may
 join them (its adapter loaded and a GPU slot for it, :meth:`LoraPool.fits`), and adds to a
 prefill pass the host->GPU copies of adapters new to the pool and to both passes the cost of
-mixing adapters (:func:`~radixfleet.replica.lora.decode_extra_seconds`). A replica without LoRA
+mixing adapters (:func:`~radixfleet.replica.lora.decode_extra_seconds`). Once no slot is free
+for a new adapter, :meth:`LoraBatch.skip_refused` passes over the queue's requests of other
+adapters on a set lookup each, so a long queue waiting for slots stays cheap to plan over (the
+twin's thousand-adapter fleets). A replica without LoRA
 has no :class:`LoraBatch`, and its timings are exactly those of the model without one.
 """
 
