@@ -35,6 +35,7 @@ class EmulatedReplica:
             schedule_policy=config.schedule_policy,
             warm=config.warm,
             seed=config.seed,
+            lora=config.lora_spec,
             **_tiers(config),
         )
         self.driver = Driver(self.model, clock=clock, stream_interval=config.stream_interval)
@@ -44,6 +45,7 @@ class EmulatedReplica:
             model_name=config.model_name,
             hicache=config.hicache,
             engine_type=config.engine_type,
+            lora_slots=None if self.model.lora is None else self._lora_slots,
         )
         self.registry, self.histograms, self.responses = (
             metrics.registry, metrics.histograms, metrics.responses,
@@ -61,6 +63,11 @@ class EmulatedReplica:
         self.health_checks = 0  # answered /health and /health_generate probes, for tests
         self.grpc_port: int | None = None  # where gRPC listens, once started
 
+    def _lora_slots(self) -> tuple[int, int]:
+        lora = self.model.lora
+        assert lora is not None
+        return lora.active_adapters(), lora.pool.spec.max_loras_per_batch
+
     # -- generation --------------------------------------------------------------------------
 
     def submit(self, job: Job, *, transferred_tokens: int = 0) -> Ticket:
@@ -68,7 +75,6 @@ class EmulatedReplica:
         `transferred_tokens` are prompt tokens whose KV a prefill peer sent (a decode role)."""
         answer = job.generated_ids()
         block = self.config.block_tokens
-        self._check_adapter(job.namespace)
         spec = RequestSpec(
             rid=job.rid,
             prompt_tokens=len(job.prompt_ids),
@@ -77,6 +83,7 @@ class EmulatedReplica:
             prompt_blocks=protocol.block_keys(job.prompt_ids, block, job.namespace),
             finish_blocks=protocol.block_keys(job.prompt_ids + answer, block, job.namespace),
             transferred_tokens=transferred_tokens,
+            adapter=None if job.namespace is None else job.namespace.lora,
         )
         if self.model.get(job.rid) is not None:
             raise ApiError(400, f"Duplicate request id {job.rid}.")
@@ -84,14 +91,6 @@ class EmulatedReplica:
             return self.driver.submit(spec, streaming=job.stream)
         except RejectedError as err:
             raise ApiError(err.reason.status, err.message) from None
-
-    def _check_adapter(self, namespace: protocol.CacheNamespace | None) -> None:
-        lora = None if namespace is None else namespace.lora
-        if lora is None or lora in self.config.lora_adapters:
-            return
-        if not self.config.lora_adapters:
-            raise ApiError(400, "LoRA is not enabled: start the server with --lora-paths.")
-        raise ApiError(400, f"The LoRA adapter '{lora}' is not loaded.")
 
     async def samples(self, job: Job) -> list[Job]:
         """The request's `n` samples (`protocol.samples`): beyond the first, each is answered

@@ -30,6 +30,7 @@ class RejectReason(enum.Enum):
     QUEUE_FULL = "queue_full"
     TOO_LONG = "too_long"
     INJECTED_ERROR = "injected_error"
+    LORA = "lora"  # an adapter never loaded, or LoRA not enabled
 
     @property
     def status(self) -> int:
@@ -42,6 +43,7 @@ _STATUS = {
     RejectReason.QUEUE_FULL: 503,
     RejectReason.TOO_LONG: 400,
     RejectReason.INJECTED_ERROR: 500,
+    RejectReason.LORA: 400,
 }
 
 
@@ -64,6 +66,7 @@ class RequestSpec:
     the caller decides, from its max_new_tokens and a natural stop. `transferred_tokens` are
     prompt tokens whose KV a prefill peer sent (a P/D decode replica): they take GPU room but
     no prefill pass, as SGLang's decode role builds its batch from the KV it received.
+    `adapter` is the LoRA adapter the request names (None: the base model).
     """
 
     rid: str
@@ -73,6 +76,7 @@ class RequestSpec:
     prompt_blocks: tuple[Hashable, ...] = ()
     finish_blocks: tuple[Hashable, ...] | None = None
     transferred_tokens: int = 0
+    adapter: str | None = None
 
 
 @dataclass(slots=True, eq=False)

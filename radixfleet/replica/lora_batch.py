@@ -1,0 +1,107 @@
+"""The scheduler's side of LoRA: which adapters its running requests name, and what they cost.
+
+:class:`LoraBatch` counts the adapters of the requests prefilling and decoding (SGLang's
+`running_loras`: the running batch's and the new prefill's), says whether a waiting request may
+join them (its adapter loaded and a GPU slot for it, :meth:`LoraPool.fits`), and adds to a
+prefill pass the host->GPU copies of adapters new to the pool and to both passes the cost of
+mixing adapters (:func:`~radixfleet.replica.lora.decode_extra_seconds`). Once no slot is free
+for a new adapter, :meth:`LoraBatch.skip_refused` passes over the queue's requests of other
+adapters on a set lookup each, so a long queue waiting for slots stays cheap to plan over (the
+twin's thousand-adapter fleets). A replica without LoRA
+has no :class:`LoraBatch`, and its timings are exactly those of the model without one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterable
+
+from radixfleet.replica.lora import (
+    LoraPool,
+    decode_extra_seconds,
+    distinct_adapters,
+    prefill_extra_seconds,
+)
+from radixfleet.replica.request import Request
+
+
+class LoraBatch:
+    """The adapters of a replica's running requests, over its :class:`LoraPool`."""
+
+    def __init__(self, pool: LoraPool) -> None:
+        self.pool = pool
+        self.running: Counter[str | None] = Counter()  # prefilling and decoding
+        self.decoding: Counter[str | None] = Counter()
+        self.wake_at: float | None = None  # a load a skipped request waits for ends then
+        # No slot free for an unpinned adapter new to the batch: then a request is refused on
+        # a set lookup, which keeps a pass over a long queue of such requests cheap.
+        self._full = False
+
+    def begin_plan(self) -> None:
+        """A planning pass starts: forget the last one's wake-up, look at the slots again."""
+        self.wake_at = None
+        self._full = not self.pool.fits(_NEW, self.running.keys())
+
+    def active_adapters(self) -> int:
+        """Distinct adapters (not the base model) of the running requests."""
+        return sum(1 for adapter in self.running if adapter is not None)
+
+    def may_admit(self, request: Request, *, now: float) -> bool:
+        """Whether `request` may join the batch now; if its adapter is still loading, note
+        when the load ends so the scheduler wakes then."""
+        adapter = request.spec.adapter
+        if self._full and adapter not in self.running and not self.pool.is_pinned(adapter):
+            return False
+        if not self.pool.ready(adapter, now=now):
+            ready = self.pool.next_ready_after(now)
+            if ready is not None and (self.wake_at is None or ready < self.wake_at):
+                self.wake_at = ready
+            return False
+        return self.pool.fits(adapter, self.running.keys())
+
+    def skip_refused(self, waiting: deque[Request], skipped: list[Request]) -> None:
+        """Move to `skipped` the requests at the head of `waiting` that :meth:`may_admit` would
+        refuse on sight (no slot is free and their adapter is not in the batch), in order: the
+        same outcome as asking for each, at a set lookup apiece."""
+        if not self._full:
+            return
+        allowed = self.running.keys() | self.pool.pinned_names()
+        while waiting and waiting[0].spec.adapter not in allowed:
+            skipped.append(waiting.popleft())
+
+    def admitted(self, request: Request) -> None:
+        """`request` entered a prefill batch."""
+        self.running[request.spec.adapter] += 1
+        self._full = not self.pool.fits(_NEW, self.running.keys())
+
+    def joined_decode(self, request: Request) -> None:
+        """`request` moved from prefill to decode."""
+        self.decoding[request.spec.adapter] += 1
+
+    def left(self, request: Request, *, decoding: bool) -> None:
+        """`request` (admitted earlier) finished or was aborted."""
+        adapter = request.spec.adapter
+        _drop(self.running, adapter)
+        if decoding:
+            _drop(self.decoding, adapter)
+
+    def prefill_extra_seconds(self, requests: Iterable[Request]) -> float:
+        """What a prefill pass over `requests` adds: copying adapters new to the GPU pool
+        (before the pass, as SGLang's prepare_lora_batch does) and mixing its adapters."""
+        in_pass = Counter(request.spec.adapter for request in requests)
+        copy = self.pool.fetch(self.running.keys())
+        return copy + prefill_extra_seconds(self.pool.profile, distinct_adapters(in_pass))
+
+    def decode_extra_seconds(self) -> float:
+        """What the decoding requests' adapters add to each decode step."""
+        return decode_extra_seconds(self.pool.profile, distinct_adapters(self.decoding))
+
+
+#: A name no adapter has: asks whether an unpinned adapter new to the batch would fit.
+_NEW = "\0radixfleet-new-adapter"
+
+
+def _drop(counts: Counter[str | None], adapter: str | None) -> None:
+    counts[adapter] -= 1
+    if counts[adapter] <= 0:
+        del counts[adapter]
