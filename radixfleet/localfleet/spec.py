@@ -205,6 +205,17 @@ DEMO_HICACHE_ARGS = ["--enable-hierarchical-cache", "--hicache-ratio", "4"]
 DEMO_GPU_TOKENS = 24_576
 
 
+#: support's LoRA base in us-east-1 (each tenant runs its own, as the catalog's
+#: llama-3-1-8b-lora): two replicas holding at most two adapters each, none loaded at start.
+DEMO_LORA = ModelSpec(
+    name="llama-3-1-8b-lora", namespace="team-support", replicas=2, tenants=["support"],
+    max_loaded_loras=2,
+    lora_adapters=[LoraAdapterSpec(name="support-tone", tenant="support"),
+                   LoraAdapterSpec(name="support-faq", tenant="support"),
+                   LoraAdapterSpec(name="glossary")],
+)  # fmt: skip
+
+
 def demo_spec() -> LocalFleetSpec:
     """Two regions, as in the example catalog: 8B scales to zero (and runs HiCache in
     eu-west-1), 70B is kept warm."""
@@ -221,7 +232,7 @@ def demo_spec() -> LocalFleetSpec:
     )
     return LocalFleetSpec(
         regions=[
-            RegionSpec(name="us-east-1", models=[llama_8b, llama_70b]),
+            RegionSpec(name="us-east-1", models=[llama_8b, llama_70b, DEMO_LORA]),
             RegionSpec(name="eu-west-1", models=[tiered_8b]),
         ]
     )
