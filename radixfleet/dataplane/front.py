@@ -93,9 +93,11 @@ class Front:
         body = parse_body(raw)
         tenant = request.get(TENANT)
         model = self.model_of(tenant, body)
-        if isinstance(lora := body.get("lora_path"), str) and ":" not in model:
-            # SGLang's other spelling of `BASE:ADAPTER`: one spelling goes on, and an adapter the
-            # tenant does not see is no model of its (another tenant's answers as none at all).
+        lora = body.get("lora_path")
+        if isinstance(lora, str) and ":" not in model and self._lists_adapters(tenant, model):
+            # SGLang's other spelling of `BASE:ADAPTER`, where the backend lists the model's
+            # adapters as models: one spelling goes on, and an adapter the tenant does not see
+            # is no model of its (another tenant's answers as none at all).
             model = self._adapter_model(tenant, model, lora)
             body = {k: v for k, v in body.items() if k != "lora_path"} | {"model": model}
             raw = json.dumps(body).encode()
@@ -116,6 +118,9 @@ class Front:
         if not isinstance(name, str) or name not in models:
             raise model_not_found(name)
         return name
+
+    def _lists_adapters(self, tenant: str | None, model: str) -> bool:
+        return any(name.startswith(f"{model}:") for name in self._models(tenant))
 
     def _adapter_model(self, tenant: str | None, model: str, adapter: str) -> str:
         named = f"{model}:{adapter}"
