@@ -18,7 +18,7 @@ from kubernetes import client
 
 from radixfleet.controllers.adapters.observed import Action, Replica
 from radixfleet.kit.kube import INFERENCE_SERVICES, kube_call
-from radixfleet.kit.rbac import READ, TENANT_NAMESPACES, PolicyRule, rule
+from radixfleet.kit.rbac import READ, PolicyRule, rule
 
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
 SGLANG_PORT = 8080
@@ -26,7 +26,7 @@ TIMEOUT_S = 10.0
 
 RULES: tuple[PolicyRule, ...] = (
     INFERENCE_SERVICES.rule(*READ),  # the loop watches them; a pass lists them
-    rule("", "pods", "list", scope=TENANT_NAMESPACES, by_name=False),  # a model's pods
+    rule("", "pods", "list"),  # a model's pods (as the canary and the autoscaler list them)
 )
 
 
