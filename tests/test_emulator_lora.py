@@ -116,6 +116,25 @@ def test_an_unloaded_adapter_leaves_the_list_and_a_request_loads_it_again(
     assert [card["id"] for card in listed(replica)] == [MODEL, "billing"]
 
 
+def test_an_unload_answers_once_the_adapters_requests_in_flight_have_finished(
+    tokenizer: EmulatorTokenizer,
+) -> None:
+    step_s, tokens = 0.01, 100  # the request decodes for about a second
+    profile = PROFILE.model_copy(update={"lora_decode_overhead_s": step_s})
+    with serve(tokenizer, profile=profile, lora=LoraSpec()) as running:
+        load(running, "billing")
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(complete, running, "billing", max_tokens=tokens, ignore_eos=True)
+            while lora_gauges(running)["sglang:lora_pool_slots_used"] < 1:
+                time.sleep(0.01)  # until the request runs
+            started = time.monotonic()
+            status, body = unload(running, "billing")
+            waited = time.monotonic() - started
+            assert answer.result()[0] == 200
+    assert (status, body["success"]) == (200, True)
+    assert waited >= 0.5 * step_s * tokens  # half its decode at least was still to come
+
+
 def test_unloading_an_adapter_not_loaded_is_refused(replica: RunningEmulator) -> None:
     status, body = unload(replica, "ghost")
     assert status == 400 and body["success"] is False

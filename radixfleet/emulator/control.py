@@ -35,8 +35,7 @@ class ControlRoutes:
 
     async def models(self, _request: web.Request) -> web.StreamResponse:
         """OpenAI /v1/models: the served model and, as SGLang lists them, its loaded adapters."""
-        lora = self.replica.model.lora
-        adapters = [] if lora is None else lora.pool.loaded(now=self.replica.driver.now())
+        adapters = self.replica.model.adapters(now=self.replica.driver.now())
         return web.json_response(models_list(self.replica.config, adapters=adapters))
 
     async def model_info(self, _request: web.Request) -> web.StreamResponse:

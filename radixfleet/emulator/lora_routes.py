@@ -8,9 +8,10 @@ and 400 on failure. A load answers once the adapter is loaded: the replica model
 (:mod:`radixfleet.replica.lora`), behind any load in progress. Which adapters a replica holds is
 read as from SGLang, on ``/v1/models`` (:func:`radixfleet.emulator.info.models_list`).
 
-Two simplifications: an adapter's rank is ``--max-lora-rank`` (SGLang sizes its pool for it;
-default 16), since the emulator reads no adapter files; and an unload answers at once, where
-SGLang waits for the adapter's requests in flight (here they finish all the same).
+An unload refuses new requests for the adapter at once and answers once its requests in
+flight have finished, as SGLang's does. One simplification: an adapter's rank is
+``--max-lora-rank`` (SGLang sizes its pool for it; default 16), since the emulator reads no
+adapter files.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from radixfleet.emulator.protocol import ApiError
 from radixfleet.emulator.served import EmulatedReplica
 from radixfleet.replica import AdapterSpec, LoraError
 from radixfleet.replica.lora import DEFAULT_RANK
+
+#: How often an unload looks whether the adapter's last request has finished.
+DRAIN_POLL_S = 0.01
 
 
 class LoraRoutes:
@@ -52,14 +56,17 @@ class LoraRoutes:
         return self._answer(success=True)
 
     async def unload(self, request: web.Request) -> web.StreamResponse:
-        """Unload an adapter; new requests naming it are refused from now on."""
+        """Unload an adapter: new requests naming it are refused from now on; answer once
+        those in flight have finished."""
         body = await read_json(request)
         name = _text(body, "lora_name")
+        model = self.replica.model
         try:
-            self.replica.model.unload_adapter(name, now=self.replica.driver.now())
+            model.unload_adapter(name, now=self.replica.driver.now())
         except LoraError as err:
             return self._answer(success=False, error=str(err))
-        self.replica.driver.poke()
+        while model.adapter_in_use(name):
+            await asyncio.sleep(DRAIN_POLL_S)
         return self._answer(success=True)
 
     def _rank(self) -> int:
