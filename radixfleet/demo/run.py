@@ -2,9 +2,10 @@
 
 Steps: render and validate the example catalog's manifests (in the background, while the fleet
 starts); start the fleet of `demo_spec()` (eu-west-1's llama-3-1-8b at zero replicas, woken by
-its first request); start Debian's Prometheus on it when installed; replay the demo workload
-open-loop with a progress bar; render the Grafana dashboards from Prometheus; stop everything;
-write summary.json and report.html and print the summary table.
+its first request; support's LoRA model in us-east-1, its adapters loaded on demand); start
+Debian's Prometheus on it when installed; replay the demo workload open-loop with a progress bar;
+render the Grafana dashboards from Prometheus; stop everything; write summary.json and
+report.html and print the summary table.
 """
 
 from __future__ import annotations

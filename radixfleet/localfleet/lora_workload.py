@@ -16,7 +16,7 @@ from radixfleet.emulator.tokenizer import EmulatorTokenizer
 from radixfleet.localfleet.spec import LocalFleetSpec, ModelSpec
 from radixfleet.workload.prompts import PromptSynth
 from radixfleet.workload.records import WorkItem
-from radixfleet.workload.traces import TraceRequest
+from radixfleet.workload.traces import TraceRequest, ideal_hit_rate
 
 SHARE = 0.1  # of the demo's rate, on top of it
 ZIPF_ALPHA = 1.0
@@ -33,37 +33,34 @@ def lora_items(
     described: dict[str, Any] = {}
     for region in spec.regions:
         for model in (m for m in region.models if m.lora_adapters):
-            found = _model_items(region.name, model, tokenizer, duration_s=duration_s,
-                                 rate=rate, seed=seed)  # fmt: skip
-            items += found
+            traced = _requests(model, duration_s=duration_s, rate=rate, seed=seed)
+            synth = PromptSynth(tokenizer, salt=7)
+            items += [WorkItem(at=request.at, region=region.name, model=model.name,
+                               prompt=synth.prompt(request, index=index),
+                               max_tokens=ANSWER_TOKENS, lora_path=adapter)
+                      for index, (adapter, request) in enumerate(traced)]  # fmt: skip
             described[model.name] = {
                 "source": f"synthetic: Zipf({ZIPF_ALPHA:g}) over {len(model.lora_adapters)} "
                 "adapters, one system prompt each",
-                "requests": len(found),
+                "requests": len(traced),
                 "regions": [region.name],
-            }
+                # Each adapter's system prompt is a block of its own: no two adapters share KV.
+                "ideal_prefix_hit_rate": {
+                    region.name: round(ideal_hit_rate([r for _, r in traced]), 4)},
+            }  # fmt: skip
     return items, described
 
 
-def _model_items(
-    region: str, model: ModelSpec, tokenizer: EmulatorTokenizer, *, duration_s: float,
-    rate: float, seed: int,
-) -> list[WorkItem]:  # fmt: skip
+def _requests(
+    model: ModelSpec, *, duration_s: float, rate: float, seed: int
+) -> list[tuple[str, TraceRequest]]:
+    """(adapter, request) of each of the model's requests, evenly spread over the replay."""
     count = max(1, round(rate * duration_s * SHARE))
     names = [a.name for a in model.lora_adapters]
     weights = [1 / (rank + 1) ** ZIPF_ALPHA for rank in range(len(names))]
     draws = random.Random(seed).choices(range(len(names)), weights=weights, k=count)
-    synth = PromptSynth(tokenizer, salt=7)
-    items = []
-    for index, which in enumerate(draws):
-        request = TraceRequest(
-            at=duration_s * index / count, input_tokens=2 * BLOCK_TOKENS,
-            output_tokens=ANSWER_TOKENS, hash_ids=(1_000_000 + which, 2_000_000 + index),
-            block_tokens=BLOCK_TOKENS,
-        )  # fmt: skip
-        items.append(WorkItem(
-            at=request.at, region=region, model=model.name,
-            prompt=synth.prompt(request, index=index), max_tokens=ANSWER_TOKENS,
-            lora_path=names[which],
-        ))  # fmt: skip
-    return items
+    return [(names[which], TraceRequest(
+        at=duration_s * index / count, input_tokens=2 * BLOCK_TOKENS,
+        output_tokens=ANSWER_TOKENS, hash_ids=(1_000_000 + which, 2_000_000 + index),
+        block_tokens=BLOCK_TOKENS,
+    )) for index, which in enumerate(draws)]  # fmt: skip
