@@ -81,7 +81,8 @@ def lora_lines(summary: dict[str, Any]) -> list[str]:
         by_adapter = ", ".join(f"{a} {n}" for a, n in lora["requests_by_adapter"].items())
         lines.append(
             f"{name}: LoRA requests {by_adapter or 'none'}; {lora['loads']} loads "
-            f"({lora['on_demand_loads']} on demand), {lora['unloads']} unloads; "
+            f"({lora['on_demand_loads']} on demand), {lora['unloads']} unloads in "
+            f"{lora.get('controller_passes', 0)} controller passes; "
             f"{lora['answered_by_holder'] * 100:.0f}% answered by a replica holding the adapter"
         )
     return lines

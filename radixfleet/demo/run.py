@@ -11,9 +11,10 @@ report.html and print the summary table.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ from rich.console import Console
 
 from radixfleet import __version__
 from radixfleet.config import ConfigError, load_catalog
-from radixfleet.controllers.adapters.localfleet import LocalFleetAdapterPlacer
+from radixfleet.controllers.adapters.localfleet import LocalFleetAdapterPlacer, LocalFleetAdapters
+from radixfleet.controllers.adapters.spec import AdapterPolicy
 from radixfleet.dashboards import rules
 from radixfleet.dashboards.html import write_dashboard_report
 from radixfleet.demo.manifests import ManifestCheck, render_and_check
@@ -39,6 +41,9 @@ from radixfleet.workload.replay import Replayer
 from radixfleet.workload.stats import breakdown
 
 QUICK_DURATION_S = 15.0
+# The adapter controller's periodic pass in the demo's minute: a copy is kept 10 s, an adapter
+# unasked for 15 s unloaded (a cluster's defaults are 60 s and 300 s).
+DEMO_ADAPTER_POLICY = AdapterPolicy(min_hold_s=10.0, idle_unload_s=15.0)
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,7 @@ class _Run:
     routing: dict[str, dict[str, float]] = field(default_factory=dict)  # smg's decisions
     cache_sources: dict[str, dict[str, float]] = field(default_factory=dict)  # by tier
     lora: dict[str, dict[str, Any]] = field(default_factory=dict)  # by region/LoRA model
+    adapter_passes: int = 0  # the adapter controller's periodic passes (over every LoRA model)
     notes: list[str] = field(default_factory=list)
 
     def timed(self, step: str, since: float) -> float:
@@ -125,7 +131,7 @@ def _run_fleet(
         _replay(fleet, workload, run, console=console)
         run.routing = fleet.routing_decisions()
         run.cache_sources = fleet.cache_sources()
-        run.lora = adapter_summary(fleet)
+        run.lora = adapter_summary(fleet, passes=run.adapter_passes)
         if prometheus is not None:
             begun = time.monotonic()
             _dashboards(options.out, prometheus, run, console=console)
@@ -143,8 +149,29 @@ def _replay(fleet: LocalFleet, workload: DemoWorkload, run: _Run, *, console: Co
     begun = time.monotonic()
     run.replay_started = time.time()
     replayer = Replayer(entries=fleet.entry_urls(), console=console)
-    run.results = asyncio.run(replayer.run(workload.items))
+    with _adapter_controller(fleet) as controller:
+        run.results = asyncio.run(replayer.run(workload.items))
+    run.adapter_passes = len(controller.decisions)
     run.timed("replay", begun)
+
+
+@contextlib.contextmanager
+def _adapter_controller(fleet: LocalFleet) -> Iterator[LocalFleetAdapters]:
+    """The adapter controller's periodic pass over the fleet's LoRA models, on the fleet's loop,
+    while the block runs."""
+    routers = {f"{r.name}/{model}": router for r in fleet.spec.regions
+               for model, router in fleet.entry(r.name).adapters.items()}  # fmt: skip
+    stop = threading.Event()
+    controller = LocalFleetAdapters(routers, policy=DEMO_ADAPTER_POLICY)
+    thread = threading.Thread(target=fleet.run, args=(controller.run(stop),), daemon=True)
+    if routers:
+        thread.start()
+    try:
+        yield controller
+    finally:
+        stop.set()
+        if routers:
+            thread.join(timeout=30)
 
 
 def _start_prometheus(fleet: LocalFleet, options: DemoOptions, notes: list[str]) -> str | None:
@@ -259,7 +286,7 @@ def _with_lora(
     return DemoWorkload(items=merged, description={**workload.description, **described})
 
 
-def adapter_summary(fleet: LocalFleet) -> dict[str, dict[str, Any]]:
+def adapter_summary(fleet: LocalFleet, *, passes: int) -> dict[str, dict[str, Any]]:
     """Per region/LoRA model: requests by adapter, loads (on demand among them), unloads, and
     the share of adapter requests a replica holding the adapter answered."""
     out = {}
@@ -271,6 +298,7 @@ def adapter_summary(fleet: LocalFleet) -> dict[str, dict[str, Any]]:
                 "loads": stats.loads, "on_demand_loads": stats.on_demand_loads,
                 "unloads": stats.unloads,
                 "answered_by_holder": round(stats.holder_fraction, 4),
+                "controller_passes": passes,
             }  # fmt: skip
     return out
 

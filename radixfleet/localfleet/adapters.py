@@ -230,15 +230,20 @@ class AdapterRouter:
         held = self._loaded.setdefault(action.replica, {})
         if (action.adapter in held) == (action.verb == "load"):
             return
-        if action.verb == "unload" and self._running[(action.replica, action.adapter)] > 0:
-            return  # a request started on it since the decision: it stays
-        await self._call(action)
         if action.verb == "load":
+            await self._call(action)
             held[action.adapter] = time.time()
             self.stats.loads += 1
-        else:
-            del held[action.adapter]
-            self.stats.unloads += 1
+            return
+        if self._running[(action.replica, action.adapter)] > 0:
+            return  # a request started on it since the decision: it stays
+        loaded_at = held.pop(action.adapter)  # no new request picks it while it goes
+        try:
+            await self._call(action)
+        except AdapterError:
+            held[action.adapter] = loaded_at
+            raise
+        self.stats.unloads += 1
 
     async def _call(self, action: AdapterAction) -> None:
         name = action.adapter

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,9 +86,8 @@ class LocalFleetAdapters:
         self.decisions.extend(made)
         return made
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Tick every `interval_s` until `stop` is set."""
+    async def run(self, stop: threading.Event) -> None:
+        """Tick every `interval_s` until `stop` is set (from any thread)."""
         while not stop.is_set():
             await self.tick()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.interval_s)
+            await asyncio.sleep(self.interval_s)
