@@ -128,13 +128,14 @@ Scenario = Callable[[aiohttp.ClientSession, str, list[StandInReplica], AdapterRo
 
 
 def run(scenario: Scenario, *, replicas: int = 2, load_delay_s: float = 0.0,
-        load_timeout_s: float = 10.0) -> None:  # fmt: skip
+        load_timeout_s: float = 10.0, max_loaded: int = 2) -> None:  # fmt: skip
     """The scenario against an entry serving LORA (support's) and a plain model (search's)."""
     gate = TokenGate(ledger=TokenLedger({"support": None, "search": None}),
                      keys={"key-support": "support", "key-search": "search"})  # fmt: skip
 
     async def main() -> None:
-        stand_ins = [StandInReplica(load_delay_s=load_delay_s) for _ in range(replicas)]
+        stand_ins = [StandInReplica(load_delay_s=load_delay_s, max_loaded=max_loaded)
+                     for _ in range(replicas)]  # fmt: skip
         async with AsyncExitStack() as stack:
             urls = [await stack.enter_async_context(served(s.app)) for s in stand_ins]
             session = await stack.enter_async_context(aiohttp.ClientSession())
@@ -253,3 +254,14 @@ def test_the_periodic_pass_unloads_a_cold_adapter_but_not_one_in_use() -> None:
         assert {a for s in stand_ins for a in s.loaded} == {"support-tone"}
 
     run(scenario)
+
+
+def test_a_load_the_replica_refuses_is_a_503_that_says_why() -> None:
+    async def scenario(session: aiohttp.ClientSession, url: str,
+                       stand_ins: Stands, adapters: AdapterRouter) -> None:  # fmt: skip
+        status, body = await chat(session, url, SUPPORT, model=f"{MODEL}:support-tone")
+        assert status == 503 and body["error"]["code"] == "adapter_unavailable", body
+        assert "max loaded adapters reached" in body["error"]["message"]
+        assert adapters.stats.loads == 0
+
+    run(scenario, replicas=1, max_loaded=0)  # SGLang would refuse: its bound is below ours
