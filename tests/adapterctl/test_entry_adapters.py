@@ -23,7 +23,7 @@ from radixfleet.controllers.adapters.localfleet import LocalFleetAdapterPlacer, 
 from radixfleet.controllers.adapters.spec import AdapterPolicy
 from radixfleet.controllers.quota.gate import TokenGate
 from radixfleet.controllers.quota.ledger import TokenLedger
-from radixfleet.localfleet.adapters import AdapterRouter
+from radixfleet.localfleet.adapters import AdapterAction, AdapterRouter
 from radixfleet.localfleet.entry import RegionEntry
 from radixfleet.localfleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.localfleet.spec import LoraAdapterSpec, ModelSpec
@@ -265,3 +265,21 @@ def test_a_load_the_replica_refuses_is_a_503_that_says_why() -> None:
         assert adapters.stats.loads == 0
 
     run(scenario, replicas=1, max_loaded=0)  # SGLang would refuse: its bound is below ours
+
+
+def test_among_holders_a_prompt_opening_keeps_its_replica() -> None:
+    """Two replicas hold the adapter: the same opening (whose KV one of them holds under the
+    adapter) goes to the same one every time, and different openings use both."""
+
+    async def scenario(session: aiohttp.ClientSession, url: str,
+                       stand_ins: Stands, adapters: AdapterRouter) -> None:  # fmt: skip
+        urls = [r.url for r in adapters.scaler.replicas()]
+        await adapters.apply([AdapterAction("load", u, "support-tone") for u in urls])
+        for _ in range(5):
+            await chat(session, url, SUPPORT, model=f"{MODEL}:support-tone", text="same start")
+        assert sorted(s.served["support-tone"] for s in stand_ins) == [0, 5]
+        for i in range(20):
+            await chat(session, url, SUPPORT, model=f"{MODEL}:support-tone", text=f"other {i}")
+        assert all(s.served["support-tone"] > 0 for s in stand_ins)  # both replicas used
+
+    run(scenario)
