@@ -197,6 +197,21 @@ def test_a_request_whose_adapter_has_no_gpu_slot_waits_for_one() -> None:
     assert requests[2].admitted_at is not None and requests[2].admitted_at >= first_done
 
 
+def test_a_request_of_an_adapter_in_the_batch_passes_a_queue_of_adapters_without_a_slot() -> None:
+    names = ("a", "b", "c")
+    replica = model(LoraSpec(max_loras_per_batch=2, preloaded=tuple(map(adapter, names))))
+    replica.submit(spec("a-long", adapter="a", output=400), now=0.0)
+    replica.submit(spec("b-long", adapter="b", output=400), now=0.0)
+    stuck = [replica.submit(spec(f"c{i}", adapter="c"), now=0.001) for i in range(50)]
+    late = replica.submit(spec("a-late", adapter="a"), now=0.002)
+    drain(replica)
+    assert late.admitted_at is not None and late.finished_at is not None
+    assert all(r.admitted_at is not None and r.admitted_at >= late.finished_at for r in stuck)
+    assert [r.rid for r in sorted(stuck, key=lambda r: r.admitted_at or 0)] == [
+        r.rid for r in stuck
+    ]  # the skipped kept their order
+
+
 def test_the_base_model_takes_a_slot_as_in_sglang() -> None:
     replica = model(LoraSpec(max_loras_per_batch=1, preloaded=(adapter("a"),)))
     base = replica.submit(spec("base", output=50), now=0.0)
@@ -278,6 +293,7 @@ def test_adapter_bounds_hold_whatever_happens(
         replica.advance(now)
         assert len(running_adapters(replica)) <= per_batch
         assert len(pool.registered()) <= per_batch + 1
+        assert len(pool.on_gpu()) <= per_batch
         assert pinned <= set(pool.registered())
     drain(replica)
     assert not replica._requests  # every request ran: none starved for a slot

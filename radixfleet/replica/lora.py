@@ -124,6 +124,10 @@ class LoraPool:
         self.profile = profile
         self._registry: OrderedDict[str, AdapterSpec] = OrderedDict()  # least recent first
         self._ready_at: dict[str, float] = {}
+        # Kept beside the registry so that a scheduler's question costs O(1) with a thousand
+        # adapters loaded: the pinned names, and the loads that may not have ended yet.
+        self._pinned: set[str] = set()
+        self._loading: dict[str, float] = {}
         self._known: dict[str, AdapterSpec] = {}
         self._free_at = now  # when the load lock is next free
         self._slots = _Slots()
@@ -185,6 +189,9 @@ class LoraPool:
         self._registry[adapter.name] = adapter
         self._ready_at[adapter.name] = ready_at
         self._known[adapter.name] = adapter
+        self._loading[adapter.name] = ready_at
+        if adapter.pinned:
+            self._pinned.add(adapter.name)
 
     def _evict_past_bound(self) -> tuple[str, ...]:
         limit = self.spec.max_loaded_loras
@@ -207,6 +214,8 @@ class LoraPool:
             raise LoraError(f"LoRA with name {name} does not exist. Loaded LoRAs: {loaded}")
         del self._registry[name]
         del self._ready_at[name]
+        self._loading.pop(name, None)
+        self._pinned.discard(name)
         self._slots.order.pop(name, None)
 
     # -- requests ----------------------------------------------------------------------------
@@ -234,8 +243,9 @@ class LoraPool:
 
     def next_ready_after(self, now: float) -> float | None:
         """The next load to end after `now`, if any (a waiting request may then run)."""
-        pending = [t for t in self._ready_at.values() if t > now]
-        return min(pending) if pending else None
+        for name in [n for n, ready_at in self._loading.items() if ready_at <= now]:
+            del self._loading[name]  # over: never asked about again
+        return min(self._loading.values(), default=None)
 
     def fits(self, name: str | None, running: Collection[str | None]) -> bool:
         """Whether a request of `name` may join a batch whose adapters are `running`."""
@@ -244,7 +254,7 @@ class LoraPool:
         wanted = {name, *running}
         if len(wanted) > self.spec.max_loras_per_batch:
             return False
-        pinned = sum(1 for a in wanted if a is not None and self._is_pinned(a))
+        pinned = sum(1 for a in wanted if a is not None and self.is_pinned(a))
         return len(wanted) - pinned <= self.spec.max_loras_per_batch - self.pinned_count
 
     def fetch(self, batch: Iterable[str | None]) -> float:
@@ -266,7 +276,7 @@ class LoraPool:
         candidates = [
             a
             for a in self._slots.order
-            if a not in keep and not (a is not None and self._is_pinned(a))
+            if a not in keep and not (a is not None and self.is_pinned(a))
         ]
         adapters = [a for a in candidates if a is not None] or candidates
         if adapters:  # the scheduler's `fits` leaves room; a drained adapter may be gone
@@ -274,14 +284,18 @@ class LoraPool:
 
     # -- observation -------------------------------------------------------------------------
 
-    def _is_pinned(self, name: str) -> bool:
-        adapter = self._registry.get(name)
-        return adapter is not None and adapter.pinned
+    def is_pinned(self, name: str | None) -> bool:
+        """Whether `name` is an adapter loaded pinned."""
+        return name in self._pinned
+
+    def pinned_names(self) -> frozenset[str]:
+        """The adapters loaded pinned."""
+        return frozenset(self._pinned)
 
     @property
     def pinned_count(self) -> int:
         """Adapters loaded pinned: each holds a GPU slot for good."""
-        return sum(1 for a in self._registry.values() if a.pinned)
+        return len(self._pinned)
 
     def loaded(self, *, now: float) -> list[AdapterSpec]:
         """The adapters requests may name now, least recently requested first."""

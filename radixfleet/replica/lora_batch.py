@@ -10,7 +10,7 @@ has no :class:`LoraBatch`, and its timings are exactly those of the model withou
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
 
 from radixfleet.replica.lora import (
@@ -30,6 +30,14 @@ class LoraBatch:
         self.running: Counter[str | None] = Counter()  # prefilling and decoding
         self.decoding: Counter[str | None] = Counter()
         self.wake_at: float | None = None  # a load a skipped request waits for ends then
+        # No slot free for an unpinned adapter new to the batch: then a request is refused on
+        # a set lookup, which keeps a pass over a long queue of such requests cheap.
+        self._full = False
+
+    def begin_plan(self) -> None:
+        """A planning pass starts: forget the last one's wake-up, look at the slots again."""
+        self.wake_at = None
+        self._full = not self.pool.fits(_NEW, self.running.keys())
 
     def active_adapters(self) -> int:
         """Distinct adapters (not the base model) of the running requests."""
@@ -39,6 +47,8 @@ class LoraBatch:
         """Whether `request` may join the batch now; if its adapter is still loading, note
         when the load ends so the scheduler wakes then."""
         adapter = request.spec.adapter
+        if self._full and adapter not in self.running and not self.pool.is_pinned(adapter):
+            return False
         if not self.pool.ready(adapter, now=now):
             ready = self.pool.next_ready_after(now)
             if ready is not None and (self.wake_at is None or ready < self.wake_at):
@@ -46,9 +56,20 @@ class LoraBatch:
             return False
         return self.pool.fits(adapter, self.running.keys())
 
+    def skip_refused(self, waiting: deque[Request], skipped: list[Request]) -> None:
+        """Move to `skipped` the requests at the head of `waiting` that :meth:`may_admit` would
+        refuse on sight (no slot is free and their adapter is not in the batch), in order: the
+        same outcome as asking for each, at a set lookup apiece."""
+        if not self._full:
+            return
+        allowed = self.running.keys() | self.pool.pinned_names()
+        while waiting and waiting[0].spec.adapter not in allowed:
+            skipped.append(waiting.popleft())
+
     def admitted(self, request: Request) -> None:
         """`request` entered a prefill batch."""
         self.running[request.spec.adapter] += 1
+        self._full = not self.pool.fits(_NEW, self.running.keys())
 
     def joined_decode(self, request: Request) -> None:
         """`request` moved from prefill to decode."""
@@ -71,6 +92,10 @@ class LoraBatch:
     def decode_extra_seconds(self) -> float:
         """What the decoding requests' adapters add to each decode step."""
         return decode_extra_seconds(self.pool.profile, distinct_adapters(self.decoding))
+
+
+#: A name no adapter has: asks whether an unpinned adapter new to the batch would fit.
+_NEW = "\0radixfleet-new-adapter"
 
 
 def _drop(counts: Counter[str | None], adapter: str | None) -> None:

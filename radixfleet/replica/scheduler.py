@@ -154,12 +154,13 @@ class Scheduler:
             self._chunked = None
         self._order_waiting(now)
         if self.lora is not None:
-            self.lora.wake_at = None  # set again below if a request still waits for a load
+            self.lora.begin_plan()
         skipped: list[Request] = []  # for their adapter: they keep their place in the queue
         while self._waiting and budget > 0 and self._running_count() < self._max_running():
             request = self._waiting[0]
             if self.lora is not None and not self.lora.may_admit(request, now=now):
                 skipped.append(self._waiting.popleft())
+                self.lora.skip_refused(self._waiting, skipped)
                 continue
             if not self._admit(request, now=now):
                 break  # FCFS: the head waits for memory, as SGLang's adder stops there
