@@ -2,17 +2,19 @@
 
 Steps: render and validate the example catalog's manifests (in the background, while the fleet
 starts); start the fleet of `demo_spec()` (eu-west-1's llama-3-1-8b at zero replicas, woken by
-its first request); start Debian's Prometheus on it when installed; replay the demo workload
-open-loop with a progress bar; render the Grafana dashboards from Prometheus; stop everything;
-write summary.json and report.html and print the summary table.
+its first request; support's LoRA model in us-east-1, its adapters loaded on demand); start
+Debian's Prometheus on it when installed; replay the demo workload open-loop with a progress bar;
+render the Grafana dashboards from Prometheus; stop everything; write summary.json and
+report.html and print the summary table.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,13 +24,16 @@ from rich.console import Console
 
 from radixfleet import __version__
 from radixfleet.config import ConfigError, load_catalog
+from radixfleet.controllers.adapters.localfleet import LocalFleetAdapterPlacer, LocalFleetAdapters
+from radixfleet.controllers.adapters.spec import AdapterPolicy
 from radixfleet.controllers.autoscale.pairs import pair_counts
 from radixfleet.dashboards import rules
 from radixfleet.dashboards.html import write_dashboard_report
 from radixfleet.demo.manifests import ManifestCheck, render_and_check
-from radixfleet.demo.report import Wake, print_table, write_report, write_summary
+from radixfleet.demo.report import Wake, lora_lines, print_table, write_report, write_summary
 from radixfleet.emulator.tokenizer import load_tokenizer
 from radixfleet.localfleet.fleet import LocalFleet
+from radixfleet.localfleet.lora_workload import lora_items
 from radixfleet.localfleet.replicas import ScaleEvent
 from radixfleet.localfleet.spec import LocalFleetSpec, demo_spec
 from radixfleet.localfleet.workloads import DemoWorkload, default_traces_dir, demo_workload
@@ -37,6 +42,9 @@ from radixfleet.workload.replay import Replayer
 from radixfleet.workload.stats import breakdown
 
 QUICK_DURATION_S = 15.0
+# The adapter controller's periodic pass in the demo's minute: a copy is kept 10 s, an adapter
+# unasked for 15 s unloaded (a cluster's defaults are 60 s and 300 s).
+DEMO_ADAPTER_POLICY = AdapterPolicy(min_hold_s=10.0, idle_unload_s=15.0)
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,8 @@ class _Run:
     routing: dict[str, dict[str, float]] = field(default_factory=dict)  # smg's decisions
     cache_sources: dict[str, dict[str, float]] = field(default_factory=dict)  # by tier
     kv_transfers: dict[str, dict[str, float]] = field(default_factory=dict)  # P/D pairs'
+    lora: dict[str, dict[str, Any]] = field(default_factory=dict)  # by region/LoRA model
+    adapter_passes: int = 0  # the adapter controller's periodic passes (over every LoRA model)
     notes: list[str] = field(default_factory=list)
 
     def timed(self, step: str, since: float) -> float:
@@ -89,6 +99,7 @@ def run_demo(options: DemoOptions, *, console: Console) -> dict[str, Any]:
         seed=options.seed,
         traces_dir=options.traces_dir,
     )
+    workload = _with_lora(workload, spec, tokenizer, options)
     console.print(f"workload: {len(workload.items)} requests over {options.duration_s:g} s")
     manifests = _ManifestStep(options) if options.manifests else None
     run = _run_fleet(spec, workload, options, console=console)
@@ -97,6 +108,8 @@ def run_demo(options: DemoOptions, *, console: Console) -> dict[str, Any]:
     write_summary(options.out, summary)
     write_report(options.out, summary=summary, results=run.results, wakes=_wakes(run))
     print_table(console, summary)
+    for line in lora_lines(summary):
+        console.print(line)
     console.print(f"wrote {options.out / 'summary.json'} and {options.out / 'report.html'}")
     return summary
 
@@ -107,7 +120,8 @@ def _run_fleet(
     run = _Run()
     begun = time.monotonic()
     with console.status("starting the fleet (routers, replicas, entries)"):
-        fleet = LocalFleet(spec, cache_dir=options.cache_dir, pair_rule=pair_counts)
+        fleet = LocalFleet(spec, cache_dir=options.cache_dir, pair_rule=pair_counts,
+                           adapter_placer=LocalFleetAdapterPlacer())  # fmt: skip
         run.fleet_id = fleet.fleet_id
         fleet.start()
     try:
@@ -120,6 +134,7 @@ def _run_fleet(
         run.routing = fleet.routing_decisions()
         run.cache_sources = fleet.cache_sources()
         run.kv_transfers = fleet.kv_transfers()
+        run.lora = adapter_summary(fleet, passes=run.adapter_passes)
         if prometheus is not None:
             begun = time.monotonic()
             _dashboards(options.out, prometheus, run, console=console)
@@ -137,8 +152,29 @@ def _replay(fleet: LocalFleet, workload: DemoWorkload, run: _Run, *, console: Co
     begun = time.monotonic()
     run.replay_started = time.time()
     replayer = Replayer(entries=fleet.entry_urls(), console=console)
-    run.results = asyncio.run(replayer.run(workload.items))
+    with _adapter_controller(fleet) as controller:
+        run.results = asyncio.run(replayer.run(workload.items))
+    run.adapter_passes = len(controller.decisions)
     run.timed("replay", begun)
+
+
+@contextlib.contextmanager
+def _adapter_controller(fleet: LocalFleet) -> Iterator[LocalFleetAdapters]:
+    """The adapter controller's periodic pass over the fleet's LoRA models, on the fleet's loop,
+    while the block runs."""
+    routers = {f"{r.name}/{model}": router for r in fleet.spec.regions
+               for model, router in fleet.entry(r.name).adapters.items()}  # fmt: skip
+    stop = threading.Event()
+    controller = LocalFleetAdapters(routers, policy=DEMO_ADAPTER_POLICY)
+    thread = threading.Thread(target=fleet.run, args=(controller.run(stop),), daemon=True)
+    if routers:
+        thread.start()
+    try:
+        yield controller
+    finally:
+        stop.set()
+        if routers:
+            thread.join(timeout=30)
 
 
 def _start_prometheus(fleet: LocalFleet, options: DemoOptions, notes: list[str]) -> str | None:
@@ -238,9 +274,37 @@ def _summary(
         "routing_decisions": run.routing,
         "host_tier": host_tier_summary(spec, run.cache_sources),
         "prefill_decode": pd_summary(spec, run.kv_transfers),
+        "lora": run.lora,
         "failed_requests": failed_requests(run.results),
         "notes": [*run.notes, *_manifest_notes(check, options), *_method_notes()],
     }
+
+
+def _with_lora(
+    workload: DemoWorkload, spec: LocalFleetSpec, tokenizer: Any, options: DemoOptions
+) -> DemoWorkload:
+    """The demo's workload and its LoRA models' requests, in time order."""
+    items, described = lora_items(spec, tokenizer, duration_s=options.duration_s,
+                                  rate=options.rate, seed=options.seed)  # fmt: skip
+    merged = sorted([*workload.items, *items], key=lambda item: item.at)
+    return DemoWorkload(items=merged, description={**workload.description, **described})
+
+
+def adapter_summary(fleet: LocalFleet, *, passes: int) -> dict[str, dict[str, Any]]:
+    """Per region/LoRA model: requests by adapter, loads (on demand among them), unloads, and
+    the share of adapter requests a replica holding the adapter answered."""
+    out = {}
+    for region in fleet.spec.regions:
+        for model, router in fleet.entry(region.name).adapters.items():
+            stats = router.stats
+            out[f"{region.name}/{model}"] = {
+                "requests_by_adapter": dict(sorted(stats.requests.items())),
+                "loads": stats.loads, "on_demand_loads": stats.on_demand_loads,
+                "unloads": stats.unloads,
+                "answered_by_holder": round(stats.holder_fraction, 4),
+                "controller_passes": passes,
+            }  # fmt: skip
+    return out
 
 
 def host_tier_summary(

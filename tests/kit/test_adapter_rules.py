@@ -139,12 +139,23 @@ def routers(api: Any, rec: Recorder) -> None:
     found.ensure_key("ns")  # already there: kept
 
 
+def adapters(api: Any, rec: Recorder) -> None:
+    from radixfleet.controllers.adapters.kube import KubeLoraPods
+    from radixfleet.kit.kube import KubeInferenceServices
+
+    KubeInferenceServices(api).everywhere()
+    rec.answers[("", "pods", "list")] = Answer({"items": [_pod("p1", "r1")]})  # no IP: not asked
+    isvc = {"metadata": {"namespace": "ns", "name": "m", "labels": {"radixfleet.io/tenant": "t"}}}
+    assert KubeLoraPods(api).replicas(isvc) == ()
+
+
 SCENARIOS: dict[str, Scenario] = {
     "canary": canary,
     "autoscale": autoscale,
     "quota": quota,
     "failover": failover,
     "routers": routers,
+    "adapters": adapters,
 }
 
 

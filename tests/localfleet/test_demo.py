@@ -31,8 +31,8 @@ def test_demo_writes_summary_and_report(
 
     summary = json.loads((out / "summary.json").read_text())
     assert processes_with_marker(summary["demo"]["fleet_id"]) == []
-    # 24 to the 8B and the 70B, and one more to the prefill/decode pair.
-    assert summary["overall"]["failed"] == 0 and summary["overall"]["requests"] == 25
+    # 24 to the 8B and the 70B, one more to the prefill/decode pair and 2 to the LoRA model.
+    assert summary["overall"]["failed"] == 0 and summary["overall"]["requests"] == 24 + 1 + 2
     for group in (
         summary["overall"],
         *summary["per_region"].values(),
@@ -41,7 +41,12 @@ def test_demo_writes_summary_and_report(
         assert set(group) >= GROUP_FIELDS
         assert set(group["ttft_s"]) == set(group["itl_s"]) == {"p50", "p95", "p99"}
     assert set(summary["per_region"]) == {"us-east-1", "eu-west-1"}
-    assert set(summary["per_model"]) == {"llama-3-1-8b", "llama-3-1-70b", "llama-3-1-70b-pd"}
+    assert set(summary["per_model"]) == {
+        "llama-3-1-8b",
+        "llama-3-1-70b",
+        "llama-3-1-70b-pd",
+        "llama-3-1-8b-lora",
+    }
     assert summary["per_model"]["llama-3-1-8b"]["prefix_cache_hit_rate"] > 0
     # smg routed the 8B's requests on the index it builds from the replicas' KV events.
     decisions = summary["routing_decisions"]["us-east-1/llama-3-1-8b"]
@@ -59,6 +64,12 @@ def test_demo_writes_summary_and_report(
     assert pair[0] == "eu-west-1/llama-3-1-70b-pd"
     assert pair[1]["transfers"] >= 1 and pair[1]["kv_transferred_mb"] > 0
     assert "eu-west-1/llama-3-1-70b-pd: prefill/decode pair (1+1, mooncake)" in result.output
+
+    # The LoRA model's 2 requests: each adapter loaded on demand, answered by its holder.
+    lora = summary["lora"]["us-east-1/llama-3-1-8b-lora"]
+    assert sum(lora["requests_by_adapter"].values()) == 2 and lora["on_demand_loads"] >= 1
+    assert lora["answered_by_holder"] == 1.0 and lora["controller_passes"] >= 1
+    assert "us-east-1/llama-3-1-8b-lora: LoRA requests" in result.output
 
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 3
