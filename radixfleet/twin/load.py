@@ -124,6 +124,9 @@ def _models(scenario: Scenario) -> Iterator[Finding]:
             yield f"{loc}.min_replicas", "is above max_replicas"
         if model.initial_replicas > model.max_replicas:
             yield f"{loc}.initial_replicas", "is above max_replicas"
+        pair = model.disaggregation
+        if pair is not None and pair.replicas > model.max_replicas:
+            yield f"{loc}.disaggregation", "its prefill and decode replicas are above max_replicas"
         try:
             profile = resolve_profile(model.profile)
         except ProfileError as err:

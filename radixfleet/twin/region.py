@@ -37,6 +37,8 @@ from radixfleet.twin.region_base import (
     cached_profile,
 )
 from radixfleet.twin.region_faults import RegionFaults
+from radixfleet.twin.pd import transfer_time
+from radixfleet.twin.region_pd import TRANSFER
 from radixfleet.twin.scenario import (
     PolicySet,
     Scenario,
@@ -83,7 +85,8 @@ class Region(RegionFaults):
                 breaker=self.scenario.router.breaker(),
             )
             services[m] = service
-            self._start(service, service.revisions[0], model.initial_replicas, warm=True)
+            self._attach_pair(service, transfer_time(model, profile))
+            self._start(service, service.revisions[0], model.first_replicas, warm=True)
         return services
 
     def _start(self, service: Service, revision: Revision, count: int, *, warm: bool) -> None:
@@ -145,6 +148,8 @@ class Region(RegionFaults):
             self._recover(when)
         elif kind == WARMED:
             self._route(what, when)  # the warm-up's deadline: it takes traffic now
+        elif kind == TRANSFER:
+            self._transferred(what, when)
 
     def scale_now(self, service: Service, revision: Revision, t: float) -> None:
         """The activator asks for a replica of a revision at zero: tick its autoscaler now."""
@@ -159,6 +164,9 @@ class Region(RegionFaults):
         service.expire(revision, t)
         self._end_warm_ups(revision, t)
         observed = service.observe(revision, t)
+        if service.pair is not None:
+            self._scale_pair(service, revision, observed, t)
+            return
         desired = service.target(revision, revision.scaler.desired_replicas(observed, t))
         active = revision.active()
         if desired > len(active):
@@ -180,3 +188,4 @@ class Region(RegionFaults):
                     self.fail(job, Status.UNFINISHED, t)
         for job, _ in list(self._jobs.values()):
             self.fail(job, Status.UNFINISHED, t)
+        self._close_transfers(t)
