@@ -19,11 +19,13 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 
 from radixfleet.profile import ReplicaProfile
 from radixfleet.replica import RejectedError, RejectReason, RequestSpec
+from radixfleet.replica.disagg import transfer_seconds
 from radixfleet.twin.log import Status
-from radixfleet.twin.scenario import Disaggregation, Model
+from radixfleet.twin.scenario import Disaggregation
 from radixfleet.twin.service import DRAINING, Job, Replica, Revision, Service
 
 PREFILL, DECODE = "prefill", "decode"
@@ -41,15 +43,10 @@ def decode_spec(spec: RequestSpec) -> RequestSpec:
     return replace(spec, prompt_blocks=(), finish_blocks=None)
 
 
-def transfer_time(model: Model, profile: ReplicaProfile) -> Callable[[int], float]:
-    """Seconds a prompt's KV takes from a prefill to a decode replica of `model`."""
-    # PLACEHOLDER until radixfleet/replica/disagg.py is merged from pd-emu.
-    per_token = profile.kv_bytes_per_token
-
-    def seconds(prompt_tokens: int) -> float:
-        return 0.001 + prompt_tokens * per_token / 50e9
-
-    return seconds
+def transfer_time(profile: ReplicaProfile) -> Callable[[int], float]:
+    """Seconds a prompt's KV takes from a prefill to a decode replica of `profile`
+    (radixfleet/replica/disagg.py, as the emulated replica prices it)."""
+    return partial(transfer_seconds, profile)
 
 
 class PairRouter:

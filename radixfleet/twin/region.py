@@ -23,6 +23,7 @@ from radixfleet.replica import (
 )
 from radixfleet.twin.interfaces import RegionObservation
 from radixfleet.twin.log import Status
+from radixfleet.twin.pd import transfer_time
 from radixfleet.twin.region_base import (
     BOOT,
     CANARY,
@@ -37,7 +38,6 @@ from radixfleet.twin.region_base import (
     cached_profile,
 )
 from radixfleet.twin.region_faults import RegionFaults
-from radixfleet.twin.pd import transfer_time
 from radixfleet.twin.region_pd import TRANSFER
 from radixfleet.twin.scenario import (
     PolicySet,
@@ -85,7 +85,7 @@ class Region(RegionFaults):
                 breaker=self.scenario.router.breaker(),
             )
             services[m] = service
-            self._attach_pair(service, transfer_time(model, profile))
+            self._attach_pair(service, transfer_time(profile))
             self._start(service, service.revisions[0], model.first_replicas, warm=True)
         return services
 

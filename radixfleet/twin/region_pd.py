@@ -12,9 +12,10 @@ request whose prefill or decode replica fails on the way fails as a colocated on
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from radixfleet.replica import RejectedError, Request, RequestSpec
-from radixfleet.twin.interfaces import ServiceObservation
+from radixfleet.twin.interfaces import PairScaler, ServiceObservation
 from radixfleet.twin.log import Status
 from radixfleet.twin.pd import DECODE, PREFILL, PairRouter, decode_spec
 from radixfleet.twin.region_serving import RegionServing
@@ -123,14 +124,22 @@ class RegionPd(RegionServing):
     def _scale_pair(
         self, service: Service, revision: Revision, observed: ServiceObservation, t: float
     ) -> None:
-        """Bring each pool of a pair to its target: the scenario's counts, none once retired."""
+        """Bring each pool of a pair to its target: a pair scaler's answer from each role's
+        own observation, else the scenario's counts; none once retired."""
         router = self._pairs[service.model_index]
-        pair = router.pair
-        targets = {PREFILL: pair.prefill_replicas, DECODE: pair.decode_replicas}
+        scaler = revision.scaler
         if revision.retired:
-            targets = {PREFILL: 0, DECODE: 0}
-        router.targets = targets
-        for role, target in targets.items():
+            prefill, decode = 0, 0
+        elif isinstance(scaler, PairScaler):
+            prefill, decode = scaler.desired_pair(
+                role_view(observed, PREFILL), role_view(observed, DECODE), t
+            )
+            prefill, decode = within(prefill, decode, service.model.max_replicas)
+            self._record(t, "scale", service.model.name, f"pair {prefill}/{decode}")
+        else:
+            prefill, decode = router.pair.prefill_replicas, router.pair.decode_replicas
+        router.targets = {PREFILL: prefill, DECODE: decode}
+        for role, target in router.targets.items():
             self._resize_pool(service, revision, role, target, t)
 
     def _resize_pool(
@@ -145,3 +154,19 @@ class RegionPd(RegionServing):
             ranked = sorted(active, key=lambda r: (r.state == READY, -r.created_at, -r.id))
             for replica in ranked[:surplus]:
                 self._drain(replica, t)
+
+
+def role_view(observed: ServiceObservation, role: str) -> ServiceObservation:
+    """`observed` narrowed to one role's replicas: their in-flight requests (a decode replica
+    holds a request from its arrival to its end, a prefill replica during its prefill), and
+    the requests buffered for the whole pair."""
+    views = [view for view in observed.replicas if view.role == role]
+    in_flight = sum(view.in_flight for view in views)
+    mean = observed.mean_concurrency if role == DECODE else float(in_flight)
+    return replace(observed, replicas=views, concurrency=in_flight, mean_concurrency=mean)
+
+
+def within(prefill: int, decode: int, most: int) -> tuple[int, int]:
+    """A pair's counts cut to `most` replicas together, keeping one of each role."""
+    prefill = max(0, min(prefill, most - min(decode, 1)))
+    return prefill, max(0, min(decode, most - prefill))

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from radixfleet.config.catalog import HicacheWritePolicy, Name, TokenBudget
+from radixfleet.replica.disagg import DEFAULT_TRANSFER_BACKEND, TransferBackend
 from radixfleet.twin.breaker import BreakerSettings
 
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -120,7 +121,7 @@ class Disaggregation(Strict):
 
     prefill_replicas: NonNegativeInt = 1
     decode_replicas: NonNegativeInt = 1
-    transfer_backend: Literal["mooncake", "nixl"] = "mooncake"
+    transfer_backend: TransferBackend = DEFAULT_TRANSFER_BACKEND
     decode_policy: Literal["power_of_two", "least_load"] = "power_of_two"
 
     @model_validator(mode="after")

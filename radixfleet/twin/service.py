@@ -266,9 +266,7 @@ class Service:
             return
         self.region.fail(job, Status.SERVER_ERROR, now)
 
-    def refused(
-        self, err: RejectedError, replica: Replica, revision: Revision, now: float
-    ) -> bool:
+    def refused(self, err: RejectedError, replica: Replica, revision: Revision, now: float) -> bool:
         """Count a refusal against `replica`; True when smg would pass it on (a worker's 500)
         rather than try another pick."""
         self.outcome(replica, ok=False, now=now)
@@ -330,6 +328,7 @@ class Service:
                 created_at=r.created_at,
                 in_flight=r.load,
                 stats=r.model.stats(now) if wants_stats and r.model is not None else None,
+                role=r.role,
             )
             for r in revision.replicas
         ]
