@@ -135,10 +135,12 @@ class RegionPd(RegionServing):
                 role_view(observed, PREFILL), role_view(observed, DECODE), t
             )
             prefill, decode = within(prefill, decode, service.model.max_replicas)
-            self._record(t, "scale", service.model.name, f"pair {prefill}/{decode}")
         else:
             prefill, decode = router.pair.prefill_replicas, router.pair.decode_replicas
-        router.targets = {PREFILL: prefill, DECODE: decode}
+        targets = {PREFILL: prefill, DECODE: decode}
+        if targets != router.targets:
+            self._record(t, "scale", service.model.name, f"pair {prefill}/{decode}")
+        router.targets = targets
         for role, target in router.targets.items():
             self._resize_pool(service, revision, role, target, t)
 

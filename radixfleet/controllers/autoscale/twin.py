@@ -22,7 +22,14 @@ from radixfleet.controllers.autoscale.prewarm import Prewarming
 from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
 from radixfleet.controllers.autoscale.state import AutoscaleStatus, Observed, ReplicaMetrics
 from radixfleet.controllers.autoscale.victims import choose_victims
-from radixfleet.twin.interfaces import ReplicaView, ServiceObservation, Waiting, WarmUp
+from radixfleet.twin.autoscale import Kpa
+from radixfleet.twin.interfaces import (
+    ReplicaView,
+    ScalingPolicy,
+    ServiceObservation,
+    Waiting,
+    WarmUp,
+)
 from radixfleet.twin.region_base import cached_profile
 from radixfleet.twin.registry import PolicyContext
 
@@ -189,11 +196,10 @@ class TwinPairScaler:
     that role's replicas and signals, put together by the pair rule (`pairs.pair_counts`: both
     roles at zero together, a waiting request wakes both)."""
 
-    needs_replica_stats = True
-
-    def __init__(self, prefill: TwinAutoscaler, decode: TwinAutoscaler) -> None:
+    def __init__(self, prefill: ScalingPolicy, decode: ScalingPolicy) -> None:
         self.prefill, self.decode = prefill, decode
         self.tick_s = prefill.tick_s
+        self.needs_replica_stats = prefill.needs_replica_stats or decode.needs_replica_stats
 
     def desired_replicas(self, observed: ServiceObservation, now: float) -> int:
         """Unused for a pair (the twin asks `desired_pair`); the pair's replicas as they are."""
@@ -214,3 +220,9 @@ class TwinPairScaler:
 def pd_pairs(ctx: PolicyContext) -> TwinPairScaler:
     """radixfleet's autoscaler for a P/D pair: one `decide()` per role, scaled as one."""
     return TwinPairScaler(TwinAutoscaler(spec_for(ctx)), TwinAutoscaler(spec_for(ctx)))
+
+
+def kpa_pairs(ctx: PolicyContext) -> TwinPairScaler:
+    """The baseline for a P/D pair: Knative's KPA per role (each at zero after its grace),
+    scaled as one by the same pair rule."""
+    return TwinPairScaler(Kpa(), Kpa())
