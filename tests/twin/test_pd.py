@@ -122,21 +122,33 @@ def test_a_pair_sleeps_and_wakes_as_one() -> None:
 
 
 @pytest.mark.parametrize(
-    ("pair", "where"),
+    ("pair", "where", "message"),
     [
-        pytest.param("{prefill_replicas: 0, decode_replicas: 2}", "", id="decode-without-prefill"),
-        pytest.param("{prefill_replicas: 3, decode_replicas: 3}", "", id="above-max-replicas"),
-        pytest.param("{transfer_backend: tcp}", ".transfer_backend", id="unknown-backend"),
+        pytest.param(
+            "{prefill_replicas: 0, decode_replicas: 2}",
+            "",
+            "prefill and decode replicas, or",
+            id="decode-without-prefill",
+        ),
+        pytest.param(
+            "{prefill_replicas: 3, decode_replicas: 3}",
+            "",
+            "above max_replicas",
+            id="above-max-replicas",
+        ),
+        pytest.param("{transfer_backend: tcp}", ".transfer_backend", "mooncake", id="backend"),
     ],
 )
-def test_a_wrong_pair_is_refused_where_it_is(pair: str, where: str) -> None:
+def test_a_wrong_pair_is_refused_where_it_is(pair: str, where: str, message: str) -> None:
     values = {
         "seed": 1, "duration": 60, "min_replicas": 0, "replicas": 1, "rate": 1.0,
         "prompt": 100, "output": 10, "autoscale": "fixed", "serving": f"disaggregation: {pair}",
     }  # fmt: skip
     with pytest.raises(ConfigError) as caught:
         parse_scenario(PAIR.format(**values), source="pd.yaml")
-    assert f"pd.yaml: models[0].disaggregation{where}:" in str(caught.value)
+    text = str(caught.value)
+    assert f"pd.yaml: models[0].disaggregation{where}:" in text
+    assert message in text
 
 
 def test_a_colocated_model_is_untouched_by_the_pair_machinery() -> None:
