@@ -8,8 +8,9 @@ one of their passes ends or a request reaches them, so a decode run of many step
 event. Regions share nothing, which lets worker processes run them side by side.
 
 `Region` is put together from its parts: `region_base` (state, clock, samples), `region_serving`
-(requests and replicas) and `region_faults` (faults and canaries); here are the loop that plays
-the events, its scaling and its set-up.
+(requests and replicas), `region_pd` (prefill/decode pairs: the hand-over and the pools' sizes)
+and `region_faults` (faults and canaries); here are the loop that plays the events, its scaling
+and its set-up.
 """
 
 from __future__ import annotations
