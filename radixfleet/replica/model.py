@@ -22,7 +22,6 @@ import random
 from dataclasses import replace
 
 from radixfleet.profile import ReplicaProfile
-from radixfleet.replica.decode_intake import DecodeIntake
 from radixfleet.replica.faults import HEALTHY, Faults
 from radixfleet.replica.radix import CacheListener
 from radixfleet.replica.request import (
@@ -33,7 +32,7 @@ from radixfleet.replica.request import (
     Request,
     RequestSpec,
 )
-from radixfleet.replica.scheduler import DecodeRun, PrefillPass, SchedulePolicy
+from radixfleet.replica.scheduler import DecodeRun, PrefillPass, SchedulePolicy, Scheduler
 from radixfleet.replica.stats import ReplicaStats
 from radixfleet.replica.tiers import HostTierSpec, TierStore
 
@@ -51,7 +50,7 @@ class Health(enum.Enum):
     CRASHED = "crashed"
 
 
-class ReplicaModel(DecodeIntake):
+class ReplicaModel(Scheduler):
     """One replica; see the module docstring. All times are in the caller's clock."""
 
     def __init__(
@@ -173,21 +172,6 @@ class ReplicaModel(DecodeIntake):
             self._start_pass(now)
         elif isinstance(self._pass, DecodeRun):
             self._cut_decode(self._pass)  # let the step in flight end, then schedule the prefill
-        return request
-
-    def submit_transferred(self, spec: RequestSpec, *, now: float) -> Request:
-        """Take a request whose prompt a prefill server computed and whose KV has just arrived
-        (a decode server's part in P/D disaggregation: radixfleet/replica/decode_intake.py):
-        it joins the decode batch at the next step once its KV fits, with no prefill pass."""
-        self._sync(now)
-        self._check_admissible(spec, now=now)
-        request = Request(spec=self._clip_output(spec), arrival=now)
-        self._transferred.append(request)
-        self._requests[spec.rid] = request
-        if self._pass is None and self._hung_since is None:
-            self._start_pass(now)
-        elif isinstance(self._pass, DecodeRun):
-            self._cut_decode(self._pass)  # it joins the batch after the step in flight
         return request
 
     def _check_admissible(self, spec: RequestSpec, *, now: float) -> None:

@@ -6,8 +6,8 @@ replicas) and a decode worker with its decode policy (`power_of_two`: the less l
 drawn at random; or `least_load`), and sends the request to both with one bootstrap room. The
 prefill replica runs the prompt alone (it answers one token: SGLang's prefill server stops
 there) and the KV moves to the decode replica over the link
-(:mod:`radixfleet.replica.disagg`), where it waits for KV room and then decodes
-(:mod:`radixfleet.replica.decode_intake`). The region plays the hand-over
+(:mod:`radixfleet.replica.disagg`), where it waits for KV room in the replica's queue (SGLang's
+prealloc queue) and then decodes with no prefill pass (`RequestSpec.transferred_tokens`). The region plays the hand-over
 (:mod:`radixfleet.twin.region_pd`); here are the choices and the request's two shapes.
 
 The prefill replica frees the prompt's KV when it answers; SGLang's holds it until the transfer
@@ -38,9 +38,12 @@ def prefill_spec(spec: RequestSpec) -> RequestSpec:
 
 
 def decode_spec(spec: RequestSpec) -> RequestSpec:
-    """What the decode replica runs: the whole answer over the prompt's transferred KV, which
-    its radix tree does not share (no prefix is matched on a decode server)."""
-    return replace(spec, prompt_blocks=(), finish_blocks=None)
+    """What the decode replica runs: the whole answer over the prompt's KV, all of it sent by
+    the prefill replica (`transferred_tokens`: room on the GPU, no prefill pass); its radix
+    tree shares none of it (no prefix is matched on a decode server)."""
+    return replace(
+        spec, prompt_blocks=(), finish_blocks=None, transferred_tokens=spec.prompt_tokens
+    )
 
 
 def transfer_time(profile: ReplicaProfile) -> Callable[[int], float]:

@@ -91,7 +91,7 @@ class RegionPd(RegionServing):
         model = decode.model
         if decode.state in (READY, DRAINING) and model is not None:
             try:
-                request = model.submit_transferred(decode_spec(job.spec), now=t)
+                request = model.submit(decode_spec(job.spec), now=t)
             except RejectedError:
                 pass  # crashed or hung meanwhile: the request fails below
             else:

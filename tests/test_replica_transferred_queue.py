@@ -1,5 +1,6 @@
-"""A decode replica's intake of requests prefilled elsewhere (radixfleet/replica/decode_intake.py):
-no prefill pass, no stall from other prompts, and the prealloc queue's wait for KV room."""
+"""A P/D decode replica's requests in the replica model (`RequestSpec.transferred_tokens`): no
+stall from other prompts as on a colocated replica, and the wait for KV room (SGLang's decode
+prealloc queue) in its queue, which never lets the KV overflow."""
 
 from __future__ import annotations
 
@@ -13,8 +14,14 @@ from radixfleet.replica import EventKind, Phase, ReplicaModel, Request, RequestS
 PROFILE = ReplicaProfile()
 
 
-def spec(rid: str, prompt: int, output: int) -> RequestSpec:
-    return RequestSpec(rid=rid, prompt_tokens=prompt, output_tokens=output, max_new_tokens=output)
+def spec(rid: str, prompt: int, output: int, *, transferred: bool = True) -> RequestSpec:
+    return RequestSpec(
+        rid=rid,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        max_new_tokens=output,
+        transferred_tokens=prompt if transferred else 0,
+    )
 
 
 def play(model: ReplicaModel, *, until: float = float("inf")) -> float:
@@ -28,7 +35,7 @@ def play(model: ReplicaModel, *, until: float = float("inf")) -> float:
 
 def test_a_transferred_request_decodes_at_once_without_a_prefill_pass() -> None:
     model = ReplicaModel(profile=PROFILE, now=0.0, warm=True)
-    request = model.submit_transferred(spec("a", 4000, 101), now=1.0)
+    request = model.submit(spec("a", 4000, 101), now=1.0)
     events = model.advance(1.0)
     assert [e.kind for e in events] == [EventKind.FIRST_TOKEN]
     assert request.first_token_at == 1.0  # its prompt was computed by the prefill replica
@@ -42,12 +49,11 @@ def test_a_transferred_request_decodes_at_once_without_a_prefill_pass() -> None:
 def _mean_itl_beside_new_prompts(*, transferred: bool) -> float:
     """The mean ITL of one long answer while twenty 8k-token prompts arrive beside it."""
     model = ReplicaModel(profile=PROFILE, now=0.0, warm=True)
-    submit = model.submit_transferred if transferred else model.submit
-    watched = submit(spec("watched", 1000, 1001), now=0.0)
+    watched = model.submit(spec("watched", 1000, 1001, transferred=transferred), now=0.0)
     for n in range(20):
         at = 0.2 * (n + 1)
         play(model, until=at)
-        submit(spec(f"other-{n}", 8000, 2), now=at)
+        model.submit(spec(f"other-{n}", 8000, 2, transferred=transferred), now=at)
     play(model)
     assert watched.mean_itl is not None
     return watched.mean_itl
@@ -66,12 +72,12 @@ def test_prompts_arriving_do_not_stall_a_decode_replica_as_they_stall_a_colocate
 def test_a_request_waits_for_kv_room_in_the_prealloc_queue() -> None:
     small = ReplicaProfile(kv_capacity_tokens=10_000)
     model = ReplicaModel(profile=small, now=0.0, warm=True)
-    first = model.submit_transferred(spec("first", 6000, 50), now=0.0)
-    second = model.submit_transferred(spec("second", 6000, 50), now=0.0)
+    first = model.submit(spec("first", 6000, 50), now=0.0)
+    second = model.submit(spec("second", 6000, 50), now=0.0)
     model.advance(0.0)
     assert first.first_token_at == 0.0
     assert second.first_token_at is None
-    assert model.transferred_waiting() == 1
+    assert model.stats(0.0).num_queue_reqs == 1
     play(model)
     assert first.finished_at is not None and second.first_token_at is not None
     assert second.first_token_at >= first.finished_at  # its 6,049 tokens fit only then
@@ -81,11 +87,11 @@ def test_a_request_waits_for_kv_room_in_the_prealloc_queue() -> None:
 def test_a_request_aborted_in_the_prealloc_queue_leaves_it() -> None:
     small = ReplicaProfile(kv_capacity_tokens=10_000)
     model = ReplicaModel(profile=small, now=0.0, warm=True)
-    model.submit_transferred(spec("first", 6000, 50), now=0.0)
-    waiting = model.submit_transferred(spec("second", 6000, 50), now=0.0)
+    model.submit(spec("first", 6000, 50), now=0.0)
+    waiting = model.submit(spec("second", 6000, 50), now=0.0)
     assert model.abort("second", now=0.1)
     assert waiting.phase is Phase.ABORTED
-    assert model.transferred_waiting() == 0
+    assert model.stats(0.1).num_queue_reqs == 0
     play(model)
     assert model.stats(10.0).kv_used_tokens == 0
 
@@ -112,7 +118,7 @@ def test_every_transferred_request_ends_and_kv_never_overflows(
     taken: list[Request] = []
     for n, (at, prompt, output) in enumerate(sorted(requests)):
         play(model, until=at)
-        taken.append(model.submit_transferred(spec(f"r{n}", prompt, output), now=at))
+        taken.append(model.submit(spec(f"r{n}", prompt, output), now=at))
         assert model.stats(at).kv_used_tokens <= small.kv_capacity_tokens
     while (when := model.next_event_time()) is not None:
         model.advance(when)
