@@ -6,8 +6,9 @@ replicas) and a decode worker with its decode policy (`power_of_two`: the less l
 drawn at random; or `least_load`), and sends the request to both with one bootstrap room. The
 prefill replica runs the prompt alone (it answers one token: SGLang's prefill server stops
 there) and the KV moves to the decode replica over the link
-(:mod:`radixfleet.replica.disagg`), where it waits for KV room in the replica's queue (SGLang's
-prealloc queue) and then decodes with no prefill pass (`RequestSpec.transferred_tokens`). The region plays the hand-over
+(:mod:`radixfleet.replica.disagg`), where it waits for KV room in the replica's queue
+(SGLang's prealloc queue) and then decodes with no prefill pass
+(`RequestSpec.transferred_tokens`). The region plays the hand-over
 (:mod:`radixfleet.twin.region_pd`); here are the choices and the request's two shapes.
 
 The prefill replica frees the prompt's KV when it answers; SGLang's holds it until the transfer
