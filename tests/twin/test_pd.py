@@ -151,6 +151,17 @@ def test_a_wrong_pair_is_refused_where_it_is(pair: str, where: str, message: str
     assert message in text
 
 
+def test_a_canary_of_a_pair_is_refused_where_it_is() -> None:
+    """A pair's canary revision is not modelled: said, not run half-right."""
+    values = {
+        "seed": 1, "duration": 60, "min_replicas": 0, "replicas": 1, "rate": 1.0,
+        "prompt": 100, "output": 10, "autoscale": "fixed", "serving": PD_2_2,
+    }  # fmt: skip
+    text = PAIR.format(**values) + "faults: [{kind: canary, at_s: 10, model: m}]\n"
+    with pytest.raises(ConfigError, match=r"pd.yaml: faults\[0\].model: 'm' is a P/D pair"):
+        parse_scenario(text, source="pd.yaml")
+
+
 def test_a_colocated_model_is_untouched_by_the_pair_machinery() -> None:
     """Same scenario, no pair: no request takes a transfer, every replica does both."""
     outcome = run("", rate=2.0)
