@@ -77,6 +77,7 @@ class ReplicaView:
     created_at: float
     in_flight: int
     stats: ReplicaStats | None = None
+    role: str | None = None  # "prefill" or "decode" in a P/D pair; None: colocated
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +120,19 @@ class ScalingPolicy(Protocol):
 
     def desired_replicas(self, observed: ServiceObservation, now: float) -> int:
         """How many replicas (ready or starting) the service should have from now."""
+        ...
+
+
+@runtime_checkable
+class PairScaler(Protocol):
+    """Optional for a ScalingPolicy: the counts of a prefill/decode pair's two pools, each
+    from its own role's observation (radixfleet/twin/region_pd.py). A scaler without it
+    leaves a pair at the scenario's counts."""
+
+    def desired_pair(
+        self, prefill: ServiceObservation, decode: ServiceObservation, now: float
+    ) -> tuple[int, int]:
+        """How many prefill and decode replicas the pair should have from now."""
         ...
 
 

@@ -124,6 +124,9 @@ def _models(scenario: Scenario) -> Iterator[Finding]:
             yield f"{loc}.min_replicas", "is above max_replicas"
         if model.initial_replicas > model.max_replicas:
             yield f"{loc}.initial_replicas", "is above max_replicas"
+        pair = model.disaggregation
+        if pair is not None and pair.replicas > model.max_replicas:
+            yield f"{loc}.disaggregation", "its prefill and decode replicas are above max_replicas"
         try:
             profile = resolve_profile(model.profile)
         except ProfileError as err:
@@ -195,12 +198,18 @@ def _faults(scenario: Scenario) -> Iterator[Finding]:
             yield f"{loc}.region", f"unknown region {fault.region!r}"
         if isinstance(fault, ReplicaCrash | CanaryRollout) and fault.model not in models:
             yield f"{loc}.model", f"unknown model {fault.model!r}"
+        if isinstance(fault, CanaryRollout) and _is_pair(scenario, fault.model):
+            yield f"{loc}.model", f"{fault.model!r} is a P/D pair: its canary is not modelled"
         if isinstance(fault, CanaryRollout):
             for j, name in enumerate(fault.regions):
                 if name not in regions:
                     yield f"{loc}.regions[{j}]", f"unknown region {name!r}"
         if isinstance(fault, TenantBurst) and fault.tenant not in tenants:
             yield f"{loc}.tenant", f"unknown tenant {fault.tenant!r}"
+
+
+def _is_pair(scenario: Scenario, model: str) -> bool:
+    return any(m.name == model and m.disaggregation is not None for m in scenario.models)
 
 
 def _policies(scenario: Scenario) -> Iterator[Finding]:

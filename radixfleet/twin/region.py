@@ -8,8 +8,9 @@ one of their passes ends or a request reaches them, so a decode run of many step
 event. Regions share nothing, which lets worker processes run them side by side.
 
 `Region` is put together from its parts: `region_base` (state, clock, samples), `region_serving`
-(requests and replicas) and `region_faults` (faults and canaries); here are the loop that plays
-the events, its scaling and its set-up.
+(requests and replicas), `region_pd` (prefill/decode pairs: the hand-over and the pools' sizes)
+and `region_faults` (faults and canaries); here are the loop that plays the events, its scaling
+and its set-up.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from radixfleet.replica import (
 )
 from radixfleet.twin.interfaces import RegionObservation
 from radixfleet.twin.log import Status
+from radixfleet.twin.pd import transfer_time
 from radixfleet.twin.region_base import (
     BOOT,
     CANARY,
@@ -37,6 +39,7 @@ from radixfleet.twin.region_base import (
     cached_profile,
 )
 from radixfleet.twin.region_faults import RegionFaults
+from radixfleet.twin.region_pd import TRANSFER
 from radixfleet.twin.scenario import (
     PolicySet,
     Scenario,
@@ -83,7 +86,8 @@ class Region(RegionFaults):
                 breaker=self.scenario.router.breaker(),
             )
             services[m] = service
-            self._start(service, service.revisions[0], model.initial_replicas, warm=True)
+            self._attach_pair(service, transfer_time(profile))
+            self._start(service, service.revisions[0], model.first_replicas, warm=True)
         return services
 
     def _start(self, service: Service, revision: Revision, count: int, *, warm: bool) -> None:
@@ -145,6 +149,8 @@ class Region(RegionFaults):
             self._recover(when)
         elif kind == WARMED:
             self._route(what, when)  # the warm-up's deadline: it takes traffic now
+        elif kind == TRANSFER:
+            self._transferred(what, when)
 
     def scale_now(self, service: Service, revision: Revision, t: float) -> None:
         """The activator asks for a replica of a revision at zero: tick its autoscaler now."""
@@ -159,6 +165,9 @@ class Region(RegionFaults):
         service.expire(revision, t)
         self._end_warm_ups(revision, t)
         observed = service.observe(revision, t)
+        if service.pair is not None:
+            self._scale_pair(service, revision, observed, t)
+            return
         desired = service.target(revision, revision.scaler.desired_replicas(observed, t))
         active = revision.active()
         if desired > len(active):
@@ -180,3 +189,4 @@ class Region(RegionFaults):
                     self.fail(job, Status.UNFINISHED, t)
         for job, _ in list(self._jobs.values()):
             self.fail(job, Status.UNFINISHED, t)
+        self._close_transfers(t)

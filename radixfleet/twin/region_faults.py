@@ -17,7 +17,7 @@ from radixfleet.twin.region_base import (
     SCALE,
     model_index_of,
 )
-from radixfleet.twin.region_serving import RegionServing
+from radixfleet.twin.region_pd import RegionPd
 from radixfleet.twin.registry import build
 from radixfleet.twin.scenario import (
     CanaryRollout,
@@ -34,7 +34,7 @@ from radixfleet.twin.service import (
 )
 
 
-class RegionFaults(RegionServing):
+class RegionFaults(RegionPd):
     """A region's faults and canary rollouts."""
 
     def _fault(self, fault: Fault, t: float) -> None:

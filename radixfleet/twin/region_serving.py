@@ -213,7 +213,8 @@ class RegionServing(RegionBase):
         revision, model = replica.revision, replica.model
         prewarmer = revision.prewarmer
         warm = None
-        if prewarmer is not None and model is not None and not replica.initial:
+        # A pair's replicas are not pre-warmed: a decode replica runs no prompt.
+        if prewarmer is not None and model is not None and not replica.initial and not replica.role:
             kv_blocks = model.profile.kv_capacity_tokens // model.block_tokens
             serving, waiting = len(revision.routable), waiting_of(revision, t)
             warm = prewarmer.warmup(kv_blocks=kv_blocks, serving=serving, waiting=waiting, now=t)

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from radixfleet.config.catalog import HicacheWritePolicy, Name, TokenBudget
+from radixfleet.replica.disagg import DEFAULT_TRANSFER_BACKEND, TransferBackend
 from radixfleet.twin.breaker import BreakerSettings
 
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -110,6 +111,31 @@ class KvTiers(Strict):
     storage_gib: PositiveFloat | None = None
 
 
+class Disaggregation(Strict):
+    """A model served as a prefill/decode pair (SGLang's `--disaggregation-mode`, smg's PD
+    mode): `prefill_replicas` replicas run only prefill passes, `decode_replicas` only decode,
+    and each request's KV moves between them over `transfer_backend`'s link
+    (radixfleet/replica/disagg.py). smg picks a prefill worker with the policy set's routing
+    (cache-aware) and a decode worker with `decode_policy`. These counts replace the model's
+    `initial_replicas`; the pair is scaled as one (both to zero together)."""
+
+    prefill_replicas: NonNegativeInt = 1
+    decode_replicas: NonNegativeInt = 1
+    transfer_backend: TransferBackend = DEFAULT_TRANSFER_BACKEND
+    decode_policy: Literal["power_of_two", "least_load"] = "power_of_two"
+
+    @model_validator(mode="after")
+    def _paired(self) -> Disaggregation:
+        if (self.prefill_replicas == 0) != (self.decode_replicas == 0):
+            raise ValueError("a pair has prefill and decode replicas, or neither (at zero)")
+        return self
+
+    @property
+    def replicas(self) -> int:
+        """Both pools' replicas together."""
+        return self.prefill_replicas + self.decode_replicas
+
+
 class Model(Strict):
     """One model served as an InferenceService in some regions, with its replica profile."""
 
@@ -126,6 +152,13 @@ class Model(Strict):
     # Knative's default request timeout: a request buffered longer than this fails.
     request_timeout_s: PositiveFloat = 300.0
     kv_tiers: KvTiers | None = None  # None: the GPU's cache alone, as SGLang's default
+    disaggregation: Disaggregation | None = None  # None: colocated, each replica does both
+
+    @property
+    def first_replicas(self) -> int:
+        """The replicas the run starts with: a pair's two pools, else `initial_replicas`."""
+        pair = self.disaggregation
+        return self.initial_replicas if pair is None else pair.replicas
 
 
 class Tenant(Strict):

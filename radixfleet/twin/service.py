@@ -53,7 +53,7 @@ PROVISIONING, STARTING, READY, CRASHED, DRAINING = (
 class Job:
     """A client request on its way through the fleet."""
 
-    __slots__ = ("arrival", "cold", "index", "revision", "spec")
+    __slots__ = ("arrival", "cold", "decode", "index", "revision", "spec")
 
     def __init__(self, index: int, arrival: float, spec: RequestSpec) -> None:
         self.index = index
@@ -61,6 +61,7 @@ class Job:
         self.spec = spec
         self.revision = 0
         self.cold = False
+        self.decode: Replica | None = None  # a P/D pair's decode replica, picked on arrival
 
 
 class Replica:
@@ -68,7 +69,7 @@ class Replica:
 
     __slots__ = (
         "booted_at", "created_at", "id", "initial", "load", "model", "planned", "ready_at",
-        "revision", "routable_at", "service", "state", "warming",
+        "revision", "role", "routable_at", "service", "state", "warming",
     )  # fmt: skip
 
     def __init__(
@@ -87,6 +88,7 @@ class Replica:
         self.ready_at = math.inf  # when its health check first passed
         self.routable_at = math.inf  # when the gateway first sent it requests
         self.warming = 0  # warm-up prompts still running before it takes traffic
+        self.role: str | None = None  # "prefill" or "decode" in a P/D pair; None: colocated
 
     def age(self, now: float) -> float:
         """Seconds since it took its first request; the scenario's first replicas count as
@@ -171,6 +173,15 @@ class RegionHost(Protocol):
     def track(self, request: Request, job: Job, replica: Replica, service: Service) -> None: ...
 
 
+class PairDispatch(Protocol):
+    """How a prefill/decode pair takes requests (radixfleet/twin/pd.py's `PairRouter`): a port,
+    so this module does not import the module that builds on it."""
+
+    def serving(self, revision: Revision) -> bool: ...
+
+    def dispatch(self, service: Service, job: Job, revision: Revision, now: float) -> None: ...
+
+
 class Service:
     """A model in a region; see the module docstring."""
 
@@ -199,6 +210,7 @@ class Service:
         self.window: CanaryWindow | None = None  # per-revision numbers while a canary runs
         self.canary_started: float | None = None
         self.host_tier, self.storage = kv_tiers(model, profile)
+        self.pair: PairDispatch | None = None  # set by the region for a P/D model
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -214,7 +226,7 @@ class Service:
         revision.arrivals += 1
         if revision.prewarmer is not None:
             revision.prewarmer.record(job.spec.prompt_blocks, now)
-        if revision.routable:
+        if self.serving(revision):
             self.dispatch(job, revision, now)
             return
         job.cold = True
@@ -226,6 +238,9 @@ class Service:
         """Route and submit as smg does: a refusal (503) is tried again on another pick, a
         worker's 500 is the client's; workers whose circuit is open are not picked, and with
         none left the request fails (smg's 503)."""
+        if self.pair is not None:
+            self.pair.dispatch(self, job, revision, now)
+            return
         spec = job.spec
         for _ in range(self.max_attempts):
             workers = revision.routable
@@ -242,10 +257,7 @@ class Service:
                 if err.reason is RejectReason.TOO_LONG:
                     self.region.fail(job, Status.TOO_LONG, now)
                     return
-                self.outcome(replica, ok=False, now=now)
-                if self.window is not None:
-                    self.window.error(revision.index, now)
-                if err.reason is RejectReason.INJECTED_ERROR:
+                if self.refused(err, replica, revision, now):
                     break  # smg passes a worker's 500 on
                 continue
             replica.load += 1
@@ -253,6 +265,20 @@ class Service:
             self.region.track(request, job, replica, self)
             return
         self.region.fail(job, Status.SERVER_ERROR, now)
+
+    def refused(self, err: RejectedError, replica: Replica, revision: Revision, now: float) -> bool:
+        """Count a refusal against `replica`; True when smg would pass it on (a worker's 500)
+        rather than try another pick."""
+        self.outcome(replica, ok=False, now=now)
+        if self.window is not None:
+            self.window.error(revision.index, now)
+        return err.reason is RejectReason.INJECTED_ERROR
+
+    def serving(self, revision: Revision) -> bool:
+        """Whether `revision` can take a request now (a pair needs both roles routable)."""
+        if self.pair is not None:
+            return self.pair.serving(revision)
+        return bool(revision.routable)
 
     def allows(self, replica: Replica, now: float) -> bool:
         """Whether the gateway's circuit breaker lets `replica` be picked at `now`."""
@@ -275,7 +301,7 @@ class Service:
     def flush(self, revision: Revision, now: float) -> None:
         """Send the buffered requests of `revision` now that a replica is ready."""
         timeout = self.model.request_timeout_s
-        while revision.buffer and revision.routable:
+        while revision.buffer and self.serving(revision):
             job = revision.buffer.popleft()
             if now - job.arrival > timeout:
                 self.region.fail(job, Status.TIMEOUT, now)
@@ -302,6 +328,7 @@ class Service:
                 created_at=r.created_at,
                 in_flight=r.load,
                 stats=r.model.stats(now) if wants_stats and r.model is not None else None,
+                role=r.role,
             )
             for r in revision.replicas
         ]

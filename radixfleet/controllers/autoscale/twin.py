@@ -17,11 +17,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from radixfleet.controllers.autoscale.decide import decide
+from radixfleet.controllers.autoscale.pairs import pair_counts
 from radixfleet.controllers.autoscale.prewarm import Prewarming
 from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
 from radixfleet.controllers.autoscale.state import AutoscaleStatus, Observed, ReplicaMetrics
 from radixfleet.controllers.autoscale.victims import choose_victims
-from radixfleet.twin.interfaces import ReplicaView, ServiceObservation, Waiting, WarmUp
+from radixfleet.twin.autoscale import Kpa
+from radixfleet.twin.interfaces import (
+    ReplicaView,
+    ScalingPolicy,
+    ServiceObservation,
+    Waiting,
+    WarmUp,
+)
 from radixfleet.twin.region_base import cached_profile
 from radixfleet.twin.registry import PolicyContext
 
@@ -181,3 +189,40 @@ def cold_tolerant_idle_window(ctx: PolicyContext) -> TwinAutoscaler:
 def cache_blind(ctx: PolicyContext) -> TwinAutoscaler:
     """Ablation: scale-down drains the replica with the fewest running requests."""
     return TwinAutoscaler(spec_for(ctx, cacheAwareDrain=False))
+
+
+class TwinPairScaler:
+    """A prefill/decode pair's scaler (the twin's PairScaler): `decide()` once per role, on
+    that role's replicas and signals, put together by the pair rule (`pairs.pair_counts`: both
+    roles at zero together, a waiting request wakes both)."""
+
+    def __init__(self, prefill: ScalingPolicy, decode: ScalingPolicy) -> None:
+        self.prefill, self.decode = prefill, decode
+        self.tick_s = prefill.tick_s
+        self.needs_replica_stats = prefill.needs_replica_stats or decode.needs_replica_stats
+
+    def desired_replicas(self, observed: ServiceObservation, now: float) -> int:
+        """Unused for a pair (the twin asks `desired_pair`); the pair's replicas as they are."""
+        return observed.active
+
+    def desired_pair(
+        self, prefill: ServiceObservation, decode: ServiceObservation, now: float
+    ) -> tuple[int, int]:
+        """Each role's recommendation, then the pair rule."""
+        counts = pair_counts(
+            prefill=self.prefill.desired_replicas(prefill, now),
+            decode=self.decode.desired_replicas(decode, now),
+            waiting=prefill.buffered > 0,
+        )
+        return counts.prefill, counts.decode
+
+
+def pd_pairs(ctx: PolicyContext) -> TwinPairScaler:
+    """radixfleet's autoscaler for a P/D pair: one `decide()` per role, scaled as one."""
+    return TwinPairScaler(TwinAutoscaler(spec_for(ctx)), TwinAutoscaler(spec_for(ctx)))
+
+
+def kpa_pairs(ctx: PolicyContext) -> TwinPairScaler:
+    """The baseline for a P/D pair: Knative's KPA per role (each at zero after its grace),
+    scaled as one by the same pair rule."""
+    return TwinPairScaler(Kpa(), Kpa())
