@@ -75,6 +75,24 @@ class ReplicaProfile(BaseModel):
     host_to_device_gb_s: float = Field(default=40.0, gt=0, description="host tier to GPU")
     storage_to_device_gb_s: float = Field(default=10.0, gt=0, description="storage tier to GPU")
 
+    # LoRA adapters (radixfleet/replica/lora.py). An adapter's bytes are its rank times
+    # `lora_bytes_per_rank`: the A and B matrices of every linear layer it targets, here all
+    # seven of Llama-3.1-8B's (q, k, v, o, gate, up, down: (4096+4096) + 2*(4096+1024) +
+    # (4096+4096) + 3*(4096+14336) = 81,920 per layer, 32 layers, 2 bytes in bf16). Loading
+    # reads it into host memory at `lora_load_gb_s` (safetensors from the node's disk; an NVMe
+    # drive gives a few GB/s) after a fixed `lora_load_overhead_s` (config, allocation); moving
+    # it to a GPU slot uses `host_to_device_gb_s`. Mixing adapters in a batch: S-LoRA (Sheng et
+    # al., 2023) and Punica (Chen et al., 2023) batch distinct adapters with grouped kernels and
+    # report a decode step a few to about twenty per cent slower than the base model's, growing
+    # slowly with distinct adapters; the defaults below are of that order on this profile's 6.5 ms
+    # step. They are assumptions, not measurements: calibrate them with a profile file.
+    lora_bytes_per_rank: int = Field(default=5_242_880, gt=0, description="adapter bytes/rank")
+    lora_load_gb_s: float = Field(default=2.0, gt=0, description="adapter read into host memory")
+    lora_load_overhead_s: float = Field(default=0.05, ge=0, description="per adapter load")
+    lora_decode_overhead_s: float = Field(default=0.0006, ge=0, description="any adapter in step")
+    lora_decode_per_adapter_s: float = Field(default=0.00015, ge=0, description="each one more")
+    lora_prefill_per_adapter_s: float = Field(default=0.002, ge=0, description="each in a pass")
+
     @property
     def cold_start_seconds(self) -> float:
         """Seconds from process start to a healthy replica, with the weights on the node."""
@@ -122,6 +140,11 @@ class ReplicaProfile(BaseModel):
                 "graph_capture_s": self.graph_capture_s * time_factor,
                 "host_to_device_gb_s": self.host_to_device_gb_s / time_factor,
                 "storage_to_device_gb_s": self.storage_to_device_gb_s / time_factor,
+                "lora_load_gb_s": self.lora_load_gb_s / time_factor,
+                "lora_load_overhead_s": self.lora_load_overhead_s * time_factor,
+                "lora_decode_overhead_s": self.lora_decode_overhead_s * time_factor,
+                "lora_decode_per_adapter_s": self.lora_decode_per_adapter_s * time_factor,
+                "lora_prefill_per_adapter_s": self.lora_prefill_per_adapter_s * time_factor,
             }
         )
 
@@ -158,6 +181,8 @@ BUILTIN_PROFILES: dict[str, ReplicaProfile] = {
             "container_start_s": 20.0,
             "weights_load_s": 40.0,
             "graph_capture_s": 40.0,
+            # 80 layers of (8192+8192) + 2*(8192+1024) + (8192+8192) + 3*(8192+28672), bf16.
+            "lora_bytes_per_rank": 25_886_720,
         }
     ),
 }

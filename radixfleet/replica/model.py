@@ -13,6 +13,11 @@ Two simplifications against SGLang, both chosen for speed and determinism: the m
 request's true output length, so it reserves exactly the memory a request will need and never
 retracts; and runs of decode steps between events are played in closed form
 (:mod:`radixfleet.replica.timing`).
+
+With a :class:`~radixfleet.replica.lora.LoraSpec` the replica serves LoRA adapters
+(:mod:`radixfleet.replica.lora`): :meth:`ReplicaModel.load_adapter` and
+:meth:`ReplicaModel.unload_adapter` change them, and a request naming one waits for its load and
+a GPU slot. Without one it is the base model alone, timed exactly as before.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import replace
 
 from radixfleet.profile import ReplicaProfile
 from radixfleet.replica.faults import HEALTHY, Faults
+from radixfleet.replica.lora import AdapterSpec, LoadResult, LoraError, LoraSpec
 from radixfleet.replica.radix import CacheListener
 from radixfleet.replica.request import (
     Event,
@@ -64,6 +70,7 @@ class ReplicaModel(Scheduler):
         seed: int = 0,
         host_tier: HostTierSpec | None = None,
         storage: TierStore | None = None,
+        lora: LoraSpec | None = None,
     ) -> None:
         super().__init__(
             profile=profile,
@@ -71,6 +78,7 @@ class ReplicaModel(Scheduler):
             schedule_policy=schedule_policy,
             host_tier=host_tier,
             storage=storage,
+            lora=lora,
         )
         self._rng = random.Random(seed)
         self._hung_since: float | None = None
@@ -200,6 +208,37 @@ class ReplicaModel(Scheduler):
             raise RejectedError(RejectReason.QUEUE_FULL, "The request queue is full.")
         if self._faults.error_rate and self._rng.random() < self._faults.error_rate:
             raise RejectedError(RejectReason.INJECTED_ERROR, "Internal server error (injected).")
+        if spec.adapter is not None:
+            self._resolve_adapter(spec.adapter, now=now)
+
+    def _resolve_adapter(self, name: str, *, now: float) -> None:
+        if self.lora is None:
+            raise RejectedError(
+                RejectReason.LORA,
+                f"LoRA adapter '{name}' was requested, but LoRA is not enabled. Please launch "
+                "the server with --enable-lora flag and preload adapters using --lora-paths or "
+                "/load_lora_adapter endpoint.",
+            )
+        try:
+            self.lora.pool.resolve(name, now=now)
+        except LoraError as err:
+            raise RejectedError(RejectReason.LORA, str(err)) from None
+
+    # -- adapters ----------------------------------------------------------------------------
+
+    def load_adapter(self, adapter: AdapterSpec, *, now: float) -> LoadResult:
+        """Load `adapter` (SGLang's /load_lora_adapter); raises LoraError with SGLang's text."""
+        self._sync(now)
+        if self.lora is None:
+            raise LoraError("LoRA is not enabled. Please set `--enable-lora` to enable LoRA.")
+        return self.lora.pool.load(adapter, now=now)
+
+    def unload_adapter(self, name: str, *, now: float) -> None:
+        """Unload `name` (SGLang's /unload_lora_adapter); its requests in flight finish."""
+        self._sync(now)
+        if self.lora is None:
+            raise LoraError("LoRA is not enabled. Please set `--enable-lora` to enable LoRA.")
+        self.lora.pool.unload(name)
 
     def _clip_output(self, spec: RequestSpec) -> RequestSpec:
         room = self.max_request_tokens - spec.prompt_tokens - 1
@@ -251,8 +290,10 @@ class ReplicaModel(Scheduler):
 
     def next_event_time(self) -> float | None:
         """When the pass in flight ends (the next decode finish): call advance() then."""
-        if self._crashed or self._hung_since is not None or self._pass is None:
+        if self._crashed or self._hung_since is not None:
             return None
+        if self._pass is None:
+            return None if self.lora is None else self.lora.wake_at
         return self._pass.end
 
     def _sync(self, now: float) -> None:
@@ -264,6 +305,7 @@ class ReplicaModel(Scheduler):
         self._cursor = now
 
     def _play_until(self, now: float) -> None:
+        self._wake_for_adapters(now)
         while self._pass is not None:
             if isinstance(self._pass, PrefillPass):
                 if self._pass.end > now:
@@ -276,6 +318,16 @@ class ReplicaModel(Scheduler):
                 ended = self._pass.start
             self._pass = None
             self._start_pass(ended)
+            self._wake_for_adapters(now)
+
+    def _wake_for_adapters(self, now: float) -> None:
+        """Idle with requests waiting for an adapter's load: schedule them when it ends."""
+        lora = self.lora
+        if lora is None or self._pass is not None or lora.wake_at is None:
+            return
+        if lora.wake_at <= now:
+            wake, lora.wake_at = lora.wake_at, None
+            self._start_pass(wake)
 
     # -- observation -------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ class RejectReason(enum.Enum):
     QUEUE_FULL = "queue_full"
     TOO_LONG = "too_long"
     INJECTED_ERROR = "injected_error"
+    LORA = "lora"  # an adapter never loaded, or LoRA not enabled
 
     @property
     def status(self) -> int:
@@ -42,6 +43,7 @@ _STATUS = {
     RejectReason.QUEUE_FULL: 503,
     RejectReason.TOO_LONG: 400,
     RejectReason.INJECTED_ERROR: 500,
+    RejectReason.LORA: 400,
 }
 
 
@@ -61,7 +63,8 @@ class RequestSpec:
     `prompt_blocks` are the keys of the prompt's full cache blocks; `finish_blocks`, if given,
     the keys of prompt plus output, cached when the request finishes (so a later turn that
     repeats the answer hits it). `output_tokens` is how many tokens the request will produce:
-    the caller decides, from its max_new_tokens and a natural stop.
+    the caller decides, from its max_new_tokens and a natural stop. `adapter` is the LoRA
+    adapter the request names (None: the base model).
     """
 
     rid: str
@@ -70,6 +73,7 @@ class RequestSpec:
     max_new_tokens: int
     prompt_blocks: tuple[Hashable, ...] = ()
     finish_blocks: tuple[Hashable, ...] | None = None
+    adapter: str | None = None
 
 
 @dataclass(slots=True, eq=False)

@@ -3,7 +3,8 @@ the requests leaving them, over the replica's KV cache.
 
 :class:`Scheduler` admits waiting requests into prefill batches (chunked at
 `chunked_prefill_size`, at most `max_running_requests` at once, memory reserved ahead as SGLang's
-PrefillAdder does), runs decode steps between prefills in closed form
+PrefillAdder does; with LoRA, a request whose adapter is loading or has no GPU slot is skipped
+and waits, :mod:`radixfleet.replica.lora_batch`), runs decode steps between prefills in closed form
 (:mod:`radixfleet.replica.timing`), and caches prompts and answers in a
 :class:`~radixfleet.replica.radix.RadixCache`. It is the state the replica model
 (:mod:`radixfleet.replica.model`) builds its lifecycle, requests and clock on; like it, it does
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 
 from radixfleet.profile import ReplicaProfile
 from radixfleet.replica.faults import HEALTHY
+from radixfleet.replica.lora import LoraPool, LoraSpec
+from radixfleet.replica.lora_batch import LoraBatch
 from radixfleet.replica.radix import Node, RadixCache
 from radixfleet.replica.request import Event, EventKind, Phase, Request, RequestSpec
 from radixfleet.replica.stats import Counters, RecentWindow
@@ -75,6 +78,7 @@ class Scheduler:
         schedule_policy: SchedulePolicy,
         host_tier: HostTierSpec | None = None,
         storage: TierStore | None = None,
+        lora: LoraSpec | None = None,
     ) -> None:
         if storage is not None and host_tier is None:
             raise ValueError("a storage tier needs a host tier: SGLang stages its blocks there")
@@ -84,6 +88,7 @@ class Scheduler:
         self.schedule_policy = schedule_policy
         self.host_tier = host_tier
         self.storage = storage
+        self.lora_spec = lora
         self._serial = itertools.count()
         self._faults = HEALTHY
 
@@ -105,6 +110,11 @@ class Scheduler:
                 spec=self.host_tier, storage=self.storage, gpu=self.cache, counters=self.counters
             )
         self._hits = RecentWindow()
+        # A restarted process holds the adapters `--lora-paths` preloads and no other.
+        self.lora: LoraBatch | None = None
+        if self.lora_spec is not None:
+            pool = LoraPool(spec=self.lora_spec, profile=self.profile, now=now)
+            self.lora = LoraBatch(pool)
         self._waiting: deque[Request] = deque()
         self._chunked: Request | None = None
         self._prefilling: dict[Request, None] = {}
@@ -143,8 +153,14 @@ class Scheduler:
                 return items
             self._chunked = None
         self._order_waiting(now)
+        if self.lora is not None:
+            self.lora.wake_at = None  # set again below if a request still waits for a load
+        skipped: list[Request] = []  # for their adapter: they keep their place in the queue
         while self._waiting and budget > 0 and self._running_count() < self._max_running():
             request = self._waiting[0]
+            if self.lora is not None and not self.lora.may_admit(request, now=now):
+                skipped.append(self._waiting.popleft())
+                continue
             if not self._admit(request, now=now):
                 break  # FCFS: the head waits for memory, as SGLang's adder stops there
             self._waiting.popleft()
@@ -155,6 +171,7 @@ class Scheduler:
             if chunk < remaining:
                 self._chunked = request
                 break
+        self._waiting.extendleft(reversed(skipped))
         return items
 
     def _order_waiting(self, now: float) -> None:
@@ -206,6 +223,8 @@ class Scheduler:
         request.phase, request.admitted_at = Phase.PREFILL, now
         self._need_total += need
         self._prefilling[request] = None
+        if self.lora is not None:
+            self.lora.admitted(request)
         self._hits.add(hit=hit + loaded, total=spec.prompt_tokens)
         self.counters.admitted(
             prompt_tokens=spec.prompt_tokens,
@@ -232,6 +251,9 @@ class Scheduler:
             chunks.append((chunk, request.prefilled_tokens))
         slowdown = self._faults.slowdown
         seconds = prefill_pass_seconds(self.profile, chunks=chunks, slowdown=slowdown)
+        if self.lora is not None:
+            extra = self.lora.prefill_extra_seconds(request for request, _ in items)
+            seconds += extra * slowdown
         if host or storage:
             # SGLang loads layer by layer while the previous layer computes: the pass takes
             # the longer of the two.
@@ -275,6 +297,8 @@ class Scheduler:
     def _join_decode(self, request: Request) -> None:
         request.phase = Phase.DECODE
         request.join_step = self._steps
+        if self.lora is not None:
+            self.lora.joined_decode(request)
         self._decode.requests[request] = None
         self._decode.context_base += request.spec.prompt_tokens + 1 - self._steps
         finish_step = self._steps + request.spec.output_tokens - 1
@@ -287,8 +311,15 @@ class Scheduler:
 
     def _decode_seconds(self, steps: int) -> float:
         return self._decode_cost.run_seconds(
-            steps, len(self._decode.requests), self._decode_context(), self._faults.slowdown
+            steps,
+            len(self._decode.requests),
+            self._decode_context(),
+            self._faults.slowdown,
+            self._decode_extra(),
         )
+
+    def _decode_extra(self) -> float:
+        return 0.0 if self.lora is None else self.lora.decode_extra_seconds()
 
     def _steps_to_next_finish(self) -> int:
         finishes = self._decode.finishes
@@ -311,7 +342,7 @@ class Scheduler:
         else:
             context, slowdown = self._decode_context(), self._faults.slowdown
             steps = self._decode_cost.steps_within(
-                now - run.start, batch, context, slowdown, run.steps_left
+                now - run.start, batch, context, slowdown, run.steps_left, self._decode_extra()
             )
             if steps == 0:
                 return False
@@ -367,6 +398,8 @@ class Scheduler:
     def _release(self, request: Request) -> None:
         """Give back an admitted request's private tokens and reservation."""
         steps = 0
+        if self.lora is not None:
+            self.lora.left(request, decoding=request.phase is Phase.DECODE)
         if request.phase is Phase.DECODE:
             steps = self._steps - request.join_step
             request.generated = 1 + steps

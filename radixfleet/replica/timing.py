@@ -57,14 +57,23 @@ class DecodeCost:
         self.per_request = profile.decode_per_request_s
         self.per_context = profile.decode_per_context_token_s
 
-    def run_seconds(self, steps: int, batch: int, context: int, slowdown: float) -> float:
-        """T(steps) for a batch of `batch` requests holding `context` tokens at the start."""
-        linear = self.overhead + self.per_request * batch + self.per_context * context
+    def run_seconds(
+        self, steps: int, batch: int, context: int, slowdown: float, extra: float = 0.0
+    ) -> float:
+        """T(steps) for a batch of `batch` requests holding `context` tokens at the start;
+        `extra` seconds more per step (the batch's LoRA adapters)."""
+        linear = self.overhead + extra + self.per_request * batch + self.per_context * context
         quadratic = self.per_context * batch / 2
         return slowdown * (steps * linear + quadratic * steps * (steps - 1))
 
     def steps_within(
-        self, budget: float, batch: int, context: int, slowdown: float, max_steps: int
+        self,
+        budget: float,
+        batch: int,
+        context: int,
+        slowdown: float,
+        max_steps: int,
+        extra: float = 0.0,
     ) -> int:
         """The most whole steps (at most `max_steps`) with T(steps) <= `budget`."""
         # Callers pass back times this module computed; the slack absorbs their float rounding
@@ -72,7 +81,7 @@ class DecodeCost:
         budget += 1e-9 * (1.0 + abs(budget))
         if budget <= 0 or max_steps <= 0:
             return 0
-        linear = self.overhead + self.per_request * batch + self.per_context * context
+        linear = self.overhead + extra + self.per_request * batch + self.per_context * context
         quadratic = self.per_context * batch / 2
         linear, quadratic = linear * slowdown, quadratic * slowdown
         if linear <= 0 and quadratic <= 0:
