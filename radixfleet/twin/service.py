@@ -24,8 +24,10 @@ from radixfleet.replica import (
     Request,
     RequestSpec,
 )
+from radixfleet.replica.lora import LoraError
 from radixfleet.replica.tiers import HostTierSpec, TierStore, WritePolicy
 from radixfleet.revisions import pick_revision
+from radixfleet.twin.adapters import AdapterHost, ensure_loaded, replica_lora
 from radixfleet.twin.breaker import BreakerSettings, CircuitBreaker
 from radixfleet.twin.interfaces import (
     DrainChooser,
@@ -63,8 +65,9 @@ class Job:
         self.cold = False
 
 
-class Replica:
-    """One predictor pod: its GPU, its place in the lifecycle and its replica model."""
+class Replica(AdapterHost):
+    """One predictor pod: its GPU, its place in the lifecycle and its replica model (and its
+    LoRA adapters, :class:`~radixfleet.twin.adapters.AdapterHost`)."""
 
     __slots__ = (
         "booted_at", "created_at", "id", "initial", "load", "model", "planned", "ready_at",
@@ -199,6 +202,7 @@ class Service:
         self.window: CanaryWindow | None = None  # per-revision numbers while a canary runs
         self.canary_started: float | None = None
         self.host_tier, self.storage = kv_tiers(model, profile)
+        self.lora = replica_lora(model)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -237,6 +241,8 @@ class Service:
             model = replica.model
             assert model is not None
             try:
+                if spec.adapter is not None:
+                    self._load_adapter(model, spec.adapter, now)
                 request = model.submit(spec, now=now)
             except RejectedError as err:
                 if err.reason is RejectReason.TOO_LONG:
@@ -253,6 +259,15 @@ class Service:
             self.region.track(request, job, replica, self)
             return
         self.region.fail(job, Status.SERVER_ERROR, now)
+
+    def _load_adapter(self, model: ReplicaModel, adapter: str, now: float) -> None:
+        """Load the request's adapter on the chosen replica if it lacks it; a refused load is
+        the replica's refusal of the request (SGLang answers 400). A replica without LoRA
+        refuses the request itself."""
+        try:
+            ensure_loaded(model, adapter, now=now)
+        except LoraError as err:
+            raise RejectedError(RejectReason.LORA, str(err)) from None
 
     def allows(self, replica: Replica, now: float) -> bool:
         """Whether the gateway's circuit breaker lets `replica` be picked at `now`."""

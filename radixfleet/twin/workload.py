@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from radixfleet.replica import RequestSpec
+from radixfleet.twin.adapters import NO_ADAPTER, draw_adapters, with_adapter
 from radixfleet.twin.scenario import (
     LongDocQaSource,
     PoissonSource,
@@ -85,6 +86,7 @@ class Arrivals:
     u_route: Floats
     u_ttl: Floats
     u_revision: Floats
+    adapter: Ints  # the adapter's popularity rank, or NO_ADAPTER (radixfleet.twin.adapters)
 
     def __len__(self) -> int:
         return len(self.t)
@@ -110,7 +112,9 @@ class Workload:
         """The request spec of arrival `index` (token counts and block keys)."""
         a = self.arrivals
         source = int(a.source[index])
-        return self._builders[source](int(a.record[index]), int(a.copy[index]), index)
+        spec = self._builders[source](int(a.record[index]), int(a.copy[index]), index)
+        adapter = int(a.adapter[index])
+        return spec if adapter == NO_ADAPTER else with_adapter(spec, adapter)
 
     # -- building the columns ----------------------------------------------------------------
 
@@ -176,6 +180,7 @@ class Workload:
             u_route=rng.random(n),
             u_ttl=rng.random(n),
             u_revision=rng.random(n),
+            adapter=draw_adapters(scenario, model),
         )
 
     def _homes(self, model: Ints, draws: Floats) -> Ints:
