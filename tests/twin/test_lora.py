@@ -221,3 +221,15 @@ def test_a_lora_scenario_serves_every_request_under_each_policy() -> None:
         assert metrics[name]["failed"] == 0, name
     # Two adapters per batch, four loaded: sending an adapter where it is beats sending it anywhere.
     assert metrics["aware"]["slo_attainment"] > metrics["blind"]["slo_attainment"]
+
+
+def test_the_controller_copies_a_hot_adapter_to_more_replicas_on_its_tick() -> None:
+    scenario = _scenario()
+    replicas = _replicas(scenario.models[0], 4)
+    router = _router("radixfleet.controllers.adapters.twin:adapter_dynamic", scenario)
+    assert router.keeper is not None and router.keeper.tick_s == 10.0
+    for n in range(100):  # 10 req/s for 10 s: five copies' worth at 2 req/s a copy
+        _send(router, replicas, _request(n, "adapter-0000"), now=n * 0.1).load = 0  # done
+    assert sum(r.holds_adapter("adapter-0000") for r in replicas) == 1  # before the tick
+    _send(router, replicas, _request(100, "adapter-0000"), now=10.0)
+    assert all(r.holds_adapter("adapter-0000") for r in replicas)  # capped at one per replica
