@@ -74,7 +74,11 @@ def test_a_prefix_is_reused_only_in_its_own_namespace(
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"lora_path": "marketing"}, "The LoRA adapter 'marketing' is not loaded."),
+        (
+            {"lora_path": "marketing"},
+            "Got LoRA adapter that has never been loaded: marketing\n"
+            "All loaded adapters: dict_keys(['billing', 'support']).",
+        ),
         ({"lora_path": 7}, "Field 'lora_path' must be a string, got int."),
         ({"cache_salt": ["a"]}, "Field 'cache_salt' must be a string, got list."),
         ({"cache_salt": "x" * 257}, "Field 'cache_salt' is longer than 256 characters."),

@@ -15,9 +15,11 @@ from aiohttp import web
 
 from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.hicache import HiCacheConfig, storage_tokens
+from radixfleet.emulator.lora_flags import lora_adapter as parse_lora_adapter
 from radixfleet.emulator.server import Emulator
 from radixfleet.profile import BUILTIN_PROFILES, ProfileError, resolve_profile
-from radixfleet.replica import SchedulePolicy
+from radixfleet.replica import EvictionPolicy, LoraSpec, SchedulePolicy
+from radixfleet.replica.lora import DEFAULT_RANK
 from radixfleet.replica.tiers import WritePolicy
 
 #: SGLang listens with a large backlog; a thousand clients connecting at once must all get in.
@@ -60,7 +62,25 @@ def emulate(
     ] = None,
     lora_adapter: Annotated[
         list[str] | None,
-        typer.Option(help="A LoRA adapter requests may name (repeat for several)."),
+        typer.Option(
+            help="Preload a LoRA adapter, as a --lora-paths entry: NAME, NAME=PATH or JSON "
+            "(repeat for several; enables LoRA)."
+        ),
+    ] = None,
+    enable_lora: Annotated[
+        bool, typer.Option("--enable-lora", help="Serve LoRA adapters, loaded or none yet.")
+    ] = False,
+    max_loras_per_batch: Annotated[
+        int, typer.Option(help="Distinct adapters in a batch, the base model counting as one.")
+    ] = 8,
+    max_loaded_loras: Annotated[
+        int | None, typer.Option(help="Adapters held in host memory (default: unbounded).")
+    ] = None,
+    lora_eviction_policy: Annotated[
+        EvictionPolicy, typer.Option(help="Which GPU slot an adapter new to the pool takes.")
+    ] = EvictionPolicy.LRU,
+    max_lora_rank: Annotated[
+        int | None, typer.Option(help=f"The adapters' rank (default {DEFAULT_RANK}).")
     ] = None,
     enable_hierarchical_cache: Annotated[
         bool,
@@ -94,6 +114,20 @@ def emulate(
         replica = replica.scaled(time_factor=time_scale)
     if max_queued_requests is not None:
         replica = replica.model_copy(update={"max_queued_requests": max_queued_requests})
+    lora = None
+    if enable_lora or lora_adapter:
+        try:
+            rank = max_lora_rank or DEFAULT_RANK
+            lora = LoraSpec(
+                max_loras_per_batch=max_loras_per_batch,
+                max_loaded_loras=max_loaded_loras,
+                eviction_policy=lora_eviction_policy,
+                max_lora_rank=max_lora_rank,
+                preloaded=tuple(parse_lora_adapter(s, rank=rank) for s in lora_adapter or ()),
+            )
+        except ValueError as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(2) from None
     config = EmulatorConfig(
         profile=replica,
         served_model_name=model,
@@ -106,7 +140,7 @@ def emulate(
         cache_dir=cache_dir,
         seed=seed,
         grpc_port=grpc_port,
-        lora_adapters=tuple(lora_adapter or ()),
+        lora=lora,
         hicache=None
         if not enable_hierarchical_cache
         else HiCacheConfig(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from radixfleet.emulator.hicache import HiCacheConfig
 from radixfleet.profile import ReplicaProfile
-from radixfleet.replica import SchedulePolicy
+from radixfleet.replica import AdapterSpec, LoraSpec, SchedulePolicy
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,20 @@ class EmulatorConfig:
     cache_dir: Path | None = None
     seed: int = 0
     grpc_port: int | None = None  # serve SGLang's gRPC protocol there too (0: any free port)
-    lora_adapters: tuple[str, ...] = ()  # the names `--lora-paths` loaded
+    # LoRA: `lora` is the whole of SGLang's flags (`--enable-lora` and its bounds, the
+    # `--lora-paths` adapters); `lora_adapters` a shorthand that preloads adapters by name (each
+    # its own path) under SGLang's default bounds. Neither: LoRA is not enabled.
+    lora: LoraSpec | None = None
+    lora_adapters: tuple[str, ...] = ()
     hicache: HiCacheConfig | None = None  # `--enable-hierarchical-cache` and its flags
+
+    @property
+    def lora_spec(self) -> LoraSpec | None:
+        """The replica's LoRA flags, or None when LoRA is not enabled."""
+        if self.lora is not None or not self.lora_adapters:
+            return self.lora
+        preloaded = tuple(AdapterSpec(name=name, path=name) for name in self.lora_adapters)
+        return LoraSpec(preloaded=preloaded)
 
     @property
     def model_name(self) -> str:

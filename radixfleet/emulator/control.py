@@ -34,8 +34,9 @@ class ControlRoutes:
     # -- information -------------------------------------------------------------------------
 
     async def models(self, _request: web.Request) -> web.StreamResponse:
-        """OpenAI /v1/models."""
-        return web.json_response(models_list(self.replica.config))
+        """OpenAI /v1/models: the served model and, as SGLang lists them, its loaded adapters."""
+        adapters = self.replica.model.adapters(now=self.replica.driver.now())
+        return web.json_response(models_list(self.replica.config, adapters=adapters))
 
     async def model_info(self, _request: web.Request) -> web.StreamResponse:
         """/model_info: model_path is the local tokenizer directory, for the gateway."""

@@ -10,12 +10,13 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from radixfleet.replica import ReplicaStats
+from radixfleet.replica import AdapterSpec, ReplicaStats
 
 if TYPE_CHECKING:
     from radixfleet.emulator.config import EmulatorConfig
@@ -30,21 +31,31 @@ def sglang_defaults() -> dict[str, Any]:
     return {arg["dest"]: arg["default"] for arg in json.loads(text)["arguments"]}
 
 
-def models_list(config: EmulatorConfig) -> dict[str, Any]:
-    """OpenAI's model list: the one served model."""
-    return {
-        "object": "list",
-        "data": [
-            {
-                "id": config.model_name,
-                "object": "model",
-                "created": int(time.time()),
-                "owned_by": "sglang",
-                "root": config.profile.model_path,
-                "max_model_len": config.profile.context_length,
-            }
-        ],
+def models_list(config: EmulatorConfig, *, adapters: Sequence[AdapterSpec] = ()) -> dict[str, Any]:
+    """OpenAI's model list: the one served model, then each loaded LoRA adapter as SGLang
+    lists it (id its name, root its path, parent the served model, no max_model_len)."""
+    created = int(time.time())
+    base = {
+        "id": config.model_name,
+        "object": "model",
+        "created": created,
+        "owned_by": "sglang",
+        "root": config.profile.model_path,
+        "max_model_len": config.profile.context_length,
     }
+    cards = [
+        {
+            "id": adapter.name,
+            "object": "model",
+            "created": created,
+            "owned_by": "sglang",
+            "root": adapter.path,
+            "parent": config.model_name,
+            "max_model_len": None,
+        }
+        for adapter in adapters
+    ]
+    return {"object": "list", "data": [base, *cards]}
 
 
 def model_info(config: EmulatorConfig, *, tokenizer_dir: Path) -> dict[str, Any]:

@@ -19,6 +19,13 @@ as ``--hicache-size``, ``--hicache-ratio`` and ``--hicache-write-policy`` say, a
 ``--hicache-storage-backend`` a storage tier of its own process
 (:mod:`radixfleet.emulator.hicache`, which ``RADIXFLEET_EMULATOR_STORAGE_TOKENS`` sizes).
 
+``--enable-lora`` (or any ``--lora-paths``) serves LoRA adapters as SGLang does
+(:mod:`radixfleet.replica.lora`): the ``--lora-paths`` entries preloaded (``NAME=PATH``, a bare
+path, or JSON with ``lora_name``, ``lora_path`` and ``pinned``), ``--max-loras-per-batch``,
+``--max-loaded-loras``, ``--lora-eviction-policy`` and ``--max-lora-rank`` honoured, with
+SGLang's start-up checks of them; ``/load_lora_adapter`` and ``/unload_lora_adapter`` change
+the adapters while it runs.
+
 ``--smg-grpc-mode`` (or the deprecated ``--grpc-mode``) serves SGLang's gRPC protocol for the
 gateway on ``--grpc-port`` (default ``--port`` + 10000, as SGLang's). SGLang then serves no HTTP
 but a metrics sidecar; the emulator keeps its whole HTTP interface on ``--port``, so its
@@ -27,7 +34,6 @@ probes, metrics and fault hooks stay where they were.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -35,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from radixfleet.emulator.cli import serve
 from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.hicache import hicache_from_flags
+from radixfleet.emulator.lora_flags import lora_adapter, lora_from_flags
 from radixfleet.profile import ProfileError, resolve_profile
 from radixfleet.replica import SchedulePolicy
 from radixfleet.sglang_flags import check_args, first_value, parse_args
@@ -56,6 +63,7 @@ def config_from(args: Sequence[str], environ: Mapping[str, str]) -> EmulatorConf
         profile = resolve_profile(environ.get("RADIXFLEET_EMULATOR_PROFILE", DEFAULT_PROFILE))
         scale = float(environ.get("RADIXFLEET_EMULATOR_TIME_SCALE", "1.0"))
         hicache = hicache_from_flags(flags, environ)
+        lora = lora_from_flags(flags)
     except (ProfileError, ValueError) as error:
         raise LaunchError(str(error)) from error
     if scale != 1.0:
@@ -77,24 +85,17 @@ def config_from(args: Sequence[str], environ: Mapping[str, str]) -> EmulatorConf
         schedule_policy=SchedulePolicy(first_value(flags, "schedule_policy") or "fcfs"),
         cache_dir=None,
         grpc_port=_grpc_port(flags, port=port),
-        lora_adapters=tuple(lora_name(spec) for spec in flags.get("lora_paths", [])),
+        lora=lora,
         hicache=hicache,
     )
 
 
 def lora_name(spec: str) -> str:
-    """The adapter name of one `--lora-paths` entry: `NAME=PATH`, a JSON object with
-    `lora_name`, or a bare path (named by the path, as SGLang names it)."""
-    if spec.lstrip().startswith("{"):
-        try:
-            name = json.loads(spec).get("lora_name")
-        except (json.JSONDecodeError, AttributeError):
-            name = None
-        if not isinstance(name, str) or not name:
-            raise LaunchError(f"--lora-paths: {spec!r} is not a JSON object with a lora_name")
-        return name
-    name, equals, _path = spec.partition("=")
-    return name if equals else spec
+    """The adapter name of one `--lora-paths` entry (see :func:`lora_flags.lora_adapter`)."""
+    try:
+        return lora_adapter(spec).name
+    except ValueError as error:
+        raise LaunchError(str(error)) from error
 
 
 def _grpc_port(flags: Mapping[str, list[str]], *, port: int) -> int | None:

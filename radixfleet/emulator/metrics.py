@@ -4,9 +4,10 @@ Gauges and counters are read from the replica model at scrape time (a custom col
 request path pays nothing for them); histograms are counted as requests finish.
 With `--enable-hierarchical-cache` the HiCache families come too (the host pool's gauges, its
 backups, `cached_tokens_total` split by tier, and with a storage backend its prefetch hits), as
-SGLang creates them only then. Every family carries the scheduler labels `model_name,
-engine_type, tp_rank, pp_rank, moe_ep_rank`; the conformance test checks every exported name
-and type against `radixfleet/schemas/sglang/metrics.json`.
+SGLang creates them only then; with LoRA enabled, its three `lora_pool_*` gauges (the adapters
+of the running batch against `--max-loras-per-batch`), likewise. Every family carries the
+scheduler labels `model_name, engine_type, tp_rank, pp_rank, moe_ep_rank`; the conformance test
+checks every exported name and type against `radixfleet/schemas/sglang/metrics.json`.
 """
 
 from __future__ import annotations
@@ -277,12 +278,38 @@ class EmulatorMetrics:
     responses: HttpResponses
 
 
+class LoraCollector(Collector):
+    """SGLang's LoRA pool gauges: `slots` gives the distinct adapters (not the base model) of
+    the running batch and `--max-loras-per-batch`, read after the scheduler's snapshot."""
+
+    def __init__(self, *, slots: Callable[[], tuple[int, int]], labels: dict[str, str]) -> None:
+        self._slots = slots
+        self._labels = labels
+
+    def collect(self) -> Iterator[Metric]:
+        """The three `sglang:lora_pool_*` gauges."""
+        used, total = self._slots()
+        for name, doc, value in (
+            ("sglang:lora_pool_slots_used",
+             "Number of LoRA adapter slots currently occupied in GPU memory.", used),
+            ("sglang:lora_pool_slots_total",
+             "Total number of LoRA adapter slots available (max_loras_per_batch).", total),
+            ("sglang:lora_pool_utilization",
+             "LoRA pool utilization ratio (used/total). 1.0 means pool is full.",
+             used / total if total > 0 else 0.0),
+        ):  # fmt: skip
+            gauge = GaugeMetricFamily(name, doc, labels=LABELS)
+            gauge.add_metric(list(self._labels.values()), value)
+            yield gauge
+
+
 def build_registry(
     *,
     stats: Callable[[], ReplicaStats],
     profile: ReplicaProfile,
     model_name: str,
     hicache: HiCacheConfig | None = None,
+    lora_slots: Callable[[], tuple[int, int]] | None = None,
 ) -> EmulatorMetrics:
     """A registry holding the emulator's families only (several emulators may share a process)."""
     labels = {
@@ -296,6 +323,8 @@ def build_registry(
     registry.register(
         SchedulerCollector(stats=stats, profile=profile, labels=labels, hicache=hicache)
     )
+    if lora_slots is not None:  # after the scheduler's collector, whose snapshot syncs the model
+        registry.register(LoraCollector(slots=lora_slots, labels=labels))
     histograms = RequestHistograms(labels=labels)
     registry.register(histograms)
     responses = HttpResponses()

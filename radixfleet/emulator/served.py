@@ -34,6 +34,7 @@ class EmulatedReplica:
             schedule_policy=config.schedule_policy,
             warm=config.warm,
             seed=config.seed,
+            lora=config.lora_spec,
             **_tiers(config),
         )
         self.driver = Driver(self.model, clock=clock, stream_interval=config.stream_interval)
@@ -42,6 +43,7 @@ class EmulatedReplica:
             profile=config.profile,
             model_name=config.model_name,
             hicache=config.hicache,
+            lora_slots=None if self.model.lora is None else self._lora_slots,
         )
         self.registry, self.histograms, self.responses = (
             metrics.registry, metrics.histograms, metrics.responses,
@@ -49,13 +51,17 @@ class EmulatedReplica:
         self.health_checks = 0  # answered /health and /health_generate probes, for tests
         self.grpc_port: int | None = None  # where gRPC listens, once started
 
+    def _lora_slots(self) -> tuple[int, int]:
+        lora = self.model.lora
+        assert lora is not None
+        return lora.active_adapters(), lora.pool.spec.max_loras_per_batch
+
     # -- generation --------------------------------------------------------------------------
 
     def submit(self, job: Job) -> Ticket:
         """Queue one sample, or raise ApiError with SGLang's status and message."""
         answer = job.generated_ids()
         block = self.config.block_tokens
-        self._check_adapter(job.namespace)
         spec = RequestSpec(
             rid=job.rid,
             prompt_tokens=len(job.prompt_ids),
@@ -63,6 +69,7 @@ class EmulatedReplica:
             max_new_tokens=max(1, job.max_new_tokens),
             prompt_blocks=protocol.block_keys(job.prompt_ids, block, job.namespace),
             finish_blocks=protocol.block_keys(job.prompt_ids + answer, block, job.namespace),
+            adapter=None if job.namespace is None else job.namespace.lora,
         )
         if self.model.get(job.rid) is not None:
             raise ApiError(400, f"Duplicate request id {job.rid}.")
@@ -70,14 +77,6 @@ class EmulatedReplica:
             return self.driver.submit(spec, streaming=job.stream)
         except RejectedError as err:
             raise ApiError(err.reason.status, err.message) from None
-
-    def _check_adapter(self, namespace: protocol.CacheNamespace | None) -> None:
-        lora = None if namespace is None else namespace.lora
-        if lora is None or lora in self.config.lora_adapters:
-            return
-        if not self.config.lora_adapters:
-            raise ApiError(400, "LoRA is not enabled: start the server with --lora-paths.")
-        raise ApiError(400, f"The LoRA adapter '{lora}' is not loaded.")
 
     async def samples(self, job: Job) -> list[Job]:
         """The request's `n` samples (`protocol.samples`): beyond the first, each is answered

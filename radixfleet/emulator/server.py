@@ -2,13 +2,14 @@
 
 Routes: /generate, /v1/completions, /v1/chat/completions (SSE streaming ending in [DONE]),
 /v1/models, /health, /health_generate, /ready, /model_info, /server_info, /flush_cache,
-/get_load, /v1/loads, /metrics; and, outside SGLang's interface,
-/_radixfleet/{faults,crash,restart} to inject faults.
+/get_load, /v1/loads, /metrics, /load_lora_adapter, /unload_lora_adapter; and, outside SGLang's
+interface, /_radixfleet/{faults,crash,restart} to inject faults.
 Every error answers SGLang's JSON error body; a crashed replica drops connections unanswered.
 
 :class:`Emulator` is the app and the generation routes over the replica both servers share
-(:mod:`radixfleet.emulator.served`); the other routes are :mod:`radixfleet.emulator.control`'s,
-and streamed answers :mod:`radixfleet.emulator.streaming`'s.
+(:mod:`radixfleet.emulator.served`); the other routes are :mod:`radixfleet.emulator.control`'s
+(and the LoRA ones :mod:`radixfleet.emulator.lora_routes`'), and streamed answers
+:mod:`radixfleet.emulator.streaming`'s.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from radixfleet.emulator.control import ControlRoutes
 from radixfleet.emulator.driver import Ticket
 from radixfleet.emulator.grpc_server import start_grpc
 from radixfleet.emulator.http_io import drop, read_json
+from radixfleet.emulator.lora_routes import LoraRoutes
 from radixfleet.emulator.protocol import ApiError, Job
 from radixfleet.emulator.served import EmulatedReplica
 from radixfleet.emulator.streaming import stream
@@ -45,6 +47,7 @@ class Emulator(EmulatedReplica):
     def __init__(self, config: EmulatorConfig, *, tokenizer: EmulatorTokenizer | None = None):
         super().__init__(config, tokenizer=tokenizer)
         self.control = ControlRoutes(self)
+        self.lora_routes = LoraRoutes(self)
         self.app = self._build_app()
 
     # -- app ---------------------------------------------------------------------------------
@@ -66,6 +69,8 @@ class Emulator(EmulatedReplica):
             web.route("*", "/flush_cache", self.control.flush_cache),
             web.get("/get_load", self.control.get_load),
             web.get("/v1/loads", self.control.v1_loads),
+            web.post("/load_lora_adapter", self.lora_routes.load),
+            web.post("/unload_lora_adapter", self.lora_routes.unload),
             web.get("/_radixfleet/faults", self.control.get_faults),
             web.post("/_radixfleet/faults", self.control.set_faults),
             web.post("/_radixfleet/crash", self.control.crash),

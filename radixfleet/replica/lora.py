@@ -203,7 +203,7 @@ class LoraPool:
     def unload(self, name: str) -> None:
         """Unregister `name`: new requests may not name it; those already in keep running."""
         if name not in self._registry:
-            loaded = list(self._registry)
+            loaded = self._registry.keys()  # SGLang prints the keys view: odict_keys([...])
             raise LoraError(f"LoRA with name {name} does not exist. Loaded LoRAs: {loaded}")
         del self._registry[name]
         del self._ready_at[name]
@@ -219,7 +219,7 @@ class LoraPool:
             if adapter is None:
                 raise LoraError(
                     f"Got LoRA adapter that has never been loaded: {name}\n"
-                    f"All loaded adapters: {list(self._known)}."
+                    f"All loaded adapters: {self._known.keys()}."
                 )
             self.load(adapter, now=now)  # SGLang's implicit reload of an evicted adapter
         self._registry.move_to_end(name)
@@ -290,6 +290,10 @@ class LoraPool:
     def registered(self) -> list[str]:
         """Every registered adapter, loads in progress included."""
         return list(self._registry)
+
+    def paths(self) -> dict[str, str]:
+        """Every registered adapter's path by name (SGLang's `loaded_adapters`)."""
+        return {name: adapter.path for name, adapter in self._registry.items()}
 
     def on_gpu(self) -> list[str]:
         """The adapters holding a GPU slot (the base model's slot is not listed)."""

@@ -31,6 +31,10 @@ class LoraBatch:
         self.decoding: Counter[str | None] = Counter()
         self.wake_at: float | None = None  # a load a skipped request waits for ends then
 
+    def active_adapters(self) -> int:
+        """Distinct adapters (not the base model) of the running requests."""
+        return sum(1 for adapter in self.running if adapter is not None)
+
     def may_admit(self, request: Request, *, now: float) -> bool:
         """Whether `request` may join the batch now; if its adapter is still loading, note
         when the load ends so the scheduler wakes then."""

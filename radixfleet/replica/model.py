@@ -240,6 +240,15 @@ class ReplicaModel(Scheduler):
             raise LoraError("LoRA is not enabled. Please set `--enable-lora` to enable LoRA.")
         self.lora.pool.unload(name)
 
+    def adapters(self, *, now: float) -> list[AdapterSpec]:
+        """The adapters requests may name at `now` (what SGLang's /v1/models lists)."""
+        self._sync(now)
+        return [] if self.lora is None else self.lora.pool.loaded(now=now)
+
+    def adapter_in_use(self, name: str) -> bool:
+        """Whether a request in the replica (waiting or running) names the adapter `name`."""
+        return any(request.spec.adapter == name for request in self._requests.values())
+
     def _clip_output(self, spec: RequestSpec) -> RequestSpec:
         room = self.max_request_tokens - spec.prompt_tokens - 1
         if spec.output_tokens <= room:
