@@ -22,6 +22,9 @@ CANARY_POLICY = f"{GROUP}/canary-policy"
 # On an InferenceService: where its revisions' routers load the model's tokenizer (the catalog's
 # `tokenizer`; hf://ORG/NAME or a folder in the router's image), so prompts are counted by it.
 TOKENIZER = f"{GROUP}/tokenizer"
+# `SECRET/KEY` of the hub token a model's pods read as HF_TOKEN (a gated repository's weights or
+# tokenizer): on the InferenceService, so its router reads the same key (never the value).
+HF_TOKEN_SECRET = f"{GROUP}/hf-token-secret"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "radixfleet"
 # A revision's router (radixfleet/controllers/routers): its component and the revision it routes to.

@@ -305,6 +305,17 @@ BAD_CATALOGS = [
         )
     ),
     pytest.param(
+        _set("models[2].hf_token_secret", None),
+        "catalog.yaml: models[2].storage_uri: hf://meta-llama/Llama-3.1-8B-Instruct is a gated "
+        "repository: name the Secret holding a hub token in hf_token_secret",
+        id="a-gated-hub-base-without-a-token-failed-with-401-at-the-pod",
+    ),
+    pytest.param(
+        _set("models[2].hf_token_secret", {"name": "hf-token", "key": "HF TOKEN"}),
+        "catalog.yaml: models[2].hf_token_secret.key",
+        id="a-secret-key-kubernetes-refuses",
+    ),
+    pytest.param(
         _set("tenants[1].token_budget.per_model.llama-3-1-8b", 10**12),
         "catalog.yaml: tenants[1].token_budget: a model's budget cannot exceed tokens_per_minute: "
         "llama-3-1-8b",

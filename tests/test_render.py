@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -129,6 +130,29 @@ def test_no_tenants_lora_adapter_is_mounted_in_another_tenants_namespace(rendere
         assert loaded == adapters  # SGLang loads exactly what is mounted
         mounted += [(doc["metadata"]["namespace"], name) for name in adapters]
     assert mounted and all(owner_namespace.get(name, ns) == ns for ns, name in mounted)
+
+
+def test_a_gated_hub_model_reads_its_token_by_reference_and_no_manifest_holds_one(
+    rendered: Path,
+) -> None:
+    gated = [d for d in inference_services(rendered)
+             if d["spec"]["predictor"]["model"].get("storageUri", "").startswith("hf://meta-llama")
+             or any(u["uri"].startswith("hf://meta-llama")
+                    for u in d["spec"]["predictor"].get("storageUris", []))]  # fmt: skip
+    assert gated, "the example catalog has a gated hub model"
+    for doc in gated:
+        env = doc["spec"]["predictor"]["model"]["env"]
+        assert env == [
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}},
+            }
+        ]
+        assert (
+            doc["metadata"]["annotations"]["radixfleet.io/hf-token-secret"] == "hf-token/HF_TOKEN"
+        )
+    token = re.compile(r"hf_[A-Za-z0-9]{20,}")  # the hub's token format
+    assert not [p for p in rendered.rglob("*.yaml") if token.search(p.read_text())]
 
 
 def test_scale_to_zero_models_say_min_replicas_zero_explicitly(rendered: Path) -> None:

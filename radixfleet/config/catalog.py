@@ -269,6 +269,14 @@ class ModelArchitecture(Strict):
         return int(self.params_billion * 1e9 * self.weight_bytes_per_param)
 
 
+class SecretKeyRef(Strict):
+    """A key of a Secret in the tenant's namespace, which the platform team creates: the catalog
+    names it, and no manifest or log ever holds its value."""
+
+    name: Name
+    key: Annotated[str, Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)] = "HF_TOKEN"
+
+
 class LoraAdapter(Strict):
     """A LoRA adapter served on top of a base model, owned by one tenant or (no tenant) shared
     by all of the model's tenants."""
@@ -341,6 +349,9 @@ class Model(Strict):
     tokenizer: TokenizerSource | None = None
     # A host-memory tier of KV cache below the GPUs' (KvCache); None: the GPUs' pool alone.
     kv_cache: KvCache | None = None
+    # The Secret key holding a hub token, for weights or a tokenizer in a gated repository
+    # (`hf://meta-llama/...`): the predictor and the router read it as HF_TOKEN.
+    hf_token_secret: SecretKeyRef | None = None
 
     @property
     def tokenizer_source(self) -> str | None:

@@ -31,6 +31,10 @@ from radixfleet.profile import BUILTIN_PROFILES
 # Storage a multi-node replica can load from (KServe refuses the others for a workerSpec).
 MULTINODE_STORAGE = ("pvc", "oci")
 
+# Hub organisations whose model repositories are gated (a download without a token answers
+# 401): Meta's Llama licence must be accepted per account.
+GATED_HUB_ORGS = ("meta-llama",)
+
 # (location, message) pairs; the loader adds the file name.
 Finding = tuple[str, str]
 
@@ -253,6 +257,24 @@ def _lora_references(loc: str, model: Model, tenants: set[str]) -> Iterator[Find
             )  # fmt: skip
 
 
+def _hub_token(loc: str, model: Model) -> Iterator[Finding]:
+    """A gated hub repository needs a token: without one the pod's download (or the router's
+    tokenizer) fails with 401 only after a GPU node was bought and joined, so it is an error
+    here, where it costs nothing."""
+    if model.hf_token_secret is not None:
+        return
+    for field, source in (("storage_uri", model.storage_uri), ("tokenizer", model.tokenizer)):
+        if source and source.startswith("hf://") and _gated(source):
+            yield f"{loc}.{field}", (
+                f"{source} is a gated repository: name the Secret holding a hub token in "
+                "hf_token_secret ({name, key}), or its download fails with 401"
+            )  # fmt: skip
+
+
+def _gated(uri: str) -> bool:
+    return uri.removeprefix("hf://").split("/", 1)[0] in GATED_HUB_ORGS
+
+
 def _model_references(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding]:
     tenants = {t.name for t in catalog.tenants}
     regions = {r.name: r for r in catalog.regions}
@@ -260,6 +282,7 @@ def _model_references(catalog: Catalog, loc: str, model: Model) -> Iterator[Find
         if tenant not in tenants:
             yield f"{loc}.tenants[{j}]", f"no tenant named {tenant!r}"
     yield from _lora_references(loc, model, tenants)
+    yield from _hub_token(loc, model)
     for j, wanted in enumerate(model.regions):
         if wanted not in regions:
             yield f"{loc}.regions[{j}]", f"no region named {wanted!r}"

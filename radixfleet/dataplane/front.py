@@ -93,6 +93,14 @@ class Front:
         body = parse_body(raw)
         tenant = request.get(TENANT)
         model = self.model_of(tenant, body)
+        lora = body.get("lora_path")
+        if isinstance(lora, str) and ":" not in model and self._lists_adapters(tenant, model):
+            # SGLang's other spelling of `BASE:ADAPTER`, where the backend lists the model's
+            # adapters as models: one spelling goes on, and an adapter the tenant does not see
+            # is no model of its (another tenant's answers as none at all).
+            model = self._adapter_model(tenant, model, lora)
+            body = {k: v for k, v in body.items() if k != "lora_path"} | {"model": model}
+            raw = json.dumps(body).encode()
         if request.path.startswith("/v1/") and body.get("model") != model:
             # The router's OpenAI routes need the name the entry resolved.
             raw = json.dumps({**body, "model": model}).encode()
@@ -110,6 +118,16 @@ class Front:
         if not isinstance(name, str) or name not in models:
             raise model_not_found(name)
         return name
+
+    def _lists_adapters(self, tenant: str | None, model: str) -> bool:
+        return any(name.startswith(f"{model}:") for name in self._models(tenant))
+
+    def _adapter_model(self, tenant: str | None, model: str, adapter: str) -> str:
+        named = f"{model}:{adapter}"
+        if named not in self._models(tenant):
+            raise EntryError(404, f"The LoRA adapter '{adapter}' does not exist.",
+                             code="model_not_found", param="lora_path")  # fmt: skip
+        return named
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         """OpenAI's model list: the caller's own models (401 without a known key)."""

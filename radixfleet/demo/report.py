@@ -73,6 +73,20 @@ def print_table(console: Console, summary: dict[str, Any]) -> None:
         console.print(line)
 
 
+def lora_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per region/LoRA model: its requests by adapter, the loads they caused, and the
+    share a replica holding the adapter answered."""
+    lines = []
+    for name, lora in summary.get("lora", {}).items():
+        by_adapter = ", ".join(f"{a} {n}" for a, n in lora["requests_by_adapter"].items())
+        lines.append(
+            f"{name}: LoRA requests {by_adapter or 'none'}; {lora['loads']} loads "
+            f"({lora['on_demand_loads']} on demand), {lora['unloads']} unloads; "
+            f"{lora['answered_by_holder'] * 100:.0f}% answered by a replica holding the adapter"
+        )
+    return lines
+
+
 def host_tier_lines(summary: dict[str, Any]) -> list[str]:
     """One line per region/model with a HiCache host tier: its prompt tokens' hits by tier,
     beside what an unlimited cache would hit (the host tier can only add what the GPU missed)."""

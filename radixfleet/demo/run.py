@@ -22,12 +22,14 @@ from rich.console import Console
 
 from radixfleet import __version__
 from radixfleet.config import ConfigError, load_catalog
+from radixfleet.controllers.adapters.localfleet import LocalFleetAdapterPlacer
 from radixfleet.dashboards import rules
 from radixfleet.dashboards.html import write_dashboard_report
 from radixfleet.demo.manifests import ManifestCheck, render_and_check
-from radixfleet.demo.report import Wake, print_table, write_report, write_summary
+from radixfleet.demo.report import Wake, lora_lines, print_table, write_report, write_summary
 from radixfleet.emulator.tokenizer import load_tokenizer
 from radixfleet.localfleet.fleet import LocalFleet
+from radixfleet.localfleet.lora_workload import lora_items
 from radixfleet.localfleet.replicas import ScaleEvent
 from radixfleet.localfleet.spec import LocalFleetSpec, demo_spec
 from radixfleet.localfleet.workloads import DemoWorkload, default_traces_dir, demo_workload
@@ -65,6 +67,7 @@ class _Run:
     steps_s: dict[str, float] = field(default_factory=dict)  # wall time of each step
     routing: dict[str, dict[str, float]] = field(default_factory=dict)  # smg's decisions
     cache_sources: dict[str, dict[str, float]] = field(default_factory=dict)  # by tier
+    lora: dict[str, dict[str, Any]] = field(default_factory=dict)  # by region/LoRA model
     notes: list[str] = field(default_factory=list)
 
     def timed(self, step: str, since: float) -> float:
@@ -87,6 +90,7 @@ def run_demo(options: DemoOptions, *, console: Console) -> dict[str, Any]:
         seed=options.seed,
         traces_dir=options.traces_dir,
     )
+    workload = _with_lora(workload, spec, tokenizer, options)
     console.print(f"workload: {len(workload.items)} requests over {options.duration_s:g} s")
     manifests = _ManifestStep(options) if options.manifests else None
     run = _run_fleet(spec, workload, options, console=console)
@@ -95,6 +99,8 @@ def run_demo(options: DemoOptions, *, console: Console) -> dict[str, Any]:
     write_summary(options.out, summary)
     write_report(options.out, summary=summary, results=run.results, wakes=_wakes(run))
     print_table(console, summary)
+    for line in lora_lines(summary):
+        console.print(line)
     console.print(f"wrote {options.out / 'summary.json'} and {options.out / 'report.html'}")
     return summary
 
@@ -105,7 +111,8 @@ def _run_fleet(
     run = _Run()
     begun = time.monotonic()
     with console.status("starting the fleet (routers, replicas, entries)"):
-        fleet = LocalFleet(spec, cache_dir=options.cache_dir)
+        fleet = LocalFleet(spec, cache_dir=options.cache_dir,
+                           adapter_placer=LocalFleetAdapterPlacer())  # fmt: skip
         run.fleet_id = fleet.fleet_id
         fleet.start()
     try:
@@ -117,6 +124,7 @@ def _run_fleet(
         _replay(fleet, workload, run, console=console)
         run.routing = fleet.routing_decisions()
         run.cache_sources = fleet.cache_sources()
+        run.lora = adapter_summary(fleet)
         if prometheus is not None:
             begun = time.monotonic()
             _dashboards(options.out, prometheus, run, console=console)
@@ -234,9 +242,36 @@ def _summary(
         "wake_from_zero": _wake_records(run.events),
         "routing_decisions": run.routing,
         "host_tier": host_tier_summary(spec, run.cache_sources),
+        "lora": run.lora,
         "failed_requests": failed_requests(run.results),
         "notes": [*run.notes, *_manifest_notes(check, options), *_method_notes()],
     }
+
+
+def _with_lora(
+    workload: DemoWorkload, spec: LocalFleetSpec, tokenizer: Any, options: DemoOptions
+) -> DemoWorkload:
+    """The demo's workload and its LoRA models' requests, in time order."""
+    items, described = lora_items(spec, tokenizer, duration_s=options.duration_s,
+                                  rate=options.rate, seed=options.seed)  # fmt: skip
+    merged = sorted([*workload.items, *items], key=lambda item: item.at)
+    return DemoWorkload(items=merged, description={**workload.description, **described})
+
+
+def adapter_summary(fleet: LocalFleet) -> dict[str, dict[str, Any]]:
+    """Per region/LoRA model: requests by adapter, loads (on demand among them), unloads, and
+    the share of adapter requests a replica holding the adapter answered."""
+    out = {}
+    for region in fleet.spec.regions:
+        for model, router in fleet.entry(region.name).adapters.items():
+            stats = router.stats
+            out[f"{region.name}/{model}"] = {
+                "requests_by_adapter": dict(sorted(stats.requests.items())),
+                "loads": stats.loads, "on_demand_loads": stats.on_demand_loads,
+                "unloads": stats.unloads,
+                "answered_by_holder": round(stats.holder_fraction, 4),
+            }  # fmt: skip
+    return out
 
 
 def host_tier_summary(

@@ -25,6 +25,7 @@ CONTROLLERS: tuple[str, ...] = (
     "radixfleet.controllers.quota.plugin:PLUGIN",
     "radixfleet.controllers.failover.plugin:PLUGIN",
     "radixfleet.controllers.routers.plugin:PLUGIN",
+    "radixfleet.controllers.adapters.plugin:PLUGIN",
 )
 
 

@@ -25,6 +25,7 @@ from radixfleet.dataplane.relay import entry_runner
 from radixfleet.dataplane.signals import SignalsRelay
 from radixfleet.emulator.tokenizer import ensure_tokenizer_dir
 from radixfleet.labels import SERVING_POOL
+from radixfleet.localfleet.adapters import AdapterPlacer, adapter_routers
 from radixfleet.localfleet.entry import RegionEntry, RouterPool
 from radixfleet.localfleet.procs import Supervisor, free_ports, stop_async
 from radixfleet.localfleet.prometheus import (
@@ -60,6 +61,7 @@ class LocalFleetCore:
         host: str = "127.0.0.1",
         gates: Mapping[str, Gate] | None = None,
         prewarmers: PrewarmerFactory | None = None,
+        adapter_placer: AdapterPlacer | None = None,
     ) -> None:
         self.spec = spec
         # By region: e.g. token budgets (radixfleet/controllers/quota/gate.py).
@@ -67,6 +69,8 @@ class LocalFleetCore:
         # Per region and model, what pre-warms its new replicas
         # (radixfleet/controllers/autoscale/prewarm).
         self.prewarmers = prewarmers
+        # Where a LoRA model loads an adapter a request waits for (radixfleet/controllers/adapters).
+        self.adapter_placer = adapter_placer
         self.fleet_id = uuid.uuid4().hex
         self.host = host
         self.cache_dir = cache_dir
@@ -237,7 +241,12 @@ class LocalFleetCore:
             gate=self.gates.get(region.spec.name),
             signals=SignalsRelay(token=self.fleet_token, session=self._session),
             owners={model.name: model.tenants for model in region.spec.models if model.tenants},
-        )
+            adapters=adapter_routers(
+                region.spec.models, region.sets, session=self._session,
+                placer=self.adapter_placer, load_timeout_s=self.spec.adapter_load_timeout_s,
+                retry_after_s=self.spec.retry_after_s,
+            ),
+        )  # fmt: skip
         region.runner = entry_runner(region.entry.app, shutdown_timeout=1.0, access_log=None)
         await region.runner.setup()
         # reuse_port: a restarted entry listens beside the old one until that one has drained.

@@ -52,6 +52,7 @@ from radixfleet.dataplane.relay import (
 )
 from radixfleet.dataplane.signals import SignalsRelay
 from radixfleet.dataplane.tokens import RouterTokenizers
+from radixfleet.localfleet.adapters import AdapterRouter
 from radixfleet.localfleet.scaler import PromptRecorder, Scaler
 from radixfleet.localfleet.spec import RouterSpread
 from radixfleet.revisions import BASELINE, CANARY, pick_revision
@@ -159,6 +160,7 @@ class RegionEntry:
         signals: SignalsRelay | None = None,
         split_seed: int | None = None,
         owners: Mapping[str, Collection[str]] | None = None,
+        adapters: Mapping[str, AdapterRouter] | None = None,
     ) -> None:
         self.region = region
         self.scalers = dict(scalers)  # per model: the stable revision's
@@ -179,6 +181,8 @@ class RegionEntry:
         self.started = int(time.time())  # the models' `created`: they exist since the entry does
         # By model: the tenants whose keys may call it (a model without: every tenant's).
         self.owners = {model: frozenset(tenants) for model, tenants in (owners or {}).items()}
+        # By LoRA model: where its adapters' requests go (radixfleet/localfleet/adapters.py).
+        self.adapters = dict(adapters or {})
         self.app = self._build_app()
 
     def _build_app(self) -> web.Application:
@@ -189,8 +193,11 @@ class RegionEntry:
 
     def models_of(self, tenant: str | None) -> Models:
         """The region's models `tenant` may call (without a gate: every one)."""
-        return {name: self._model_object(name) for name in self.scalers
-                if self._may_call(tenant, name)}  # fmt: skip
+        names = [name for name in self.scalers if self._may_call(tenant, name)]
+        # A LoRA model's adapters are models of their own, `BASE:ADAPTER`, as SGLang names them.
+        names += [f"{name}:{adapter}" for name in names if name in self.adapters
+                  for adapter in self.adapters[name].adapters]  # fmt: skip
+        return {name: self._model_object(name) for name in names}
 
     def _may_call(self, tenant: str | None, model: str) -> bool:
         """No gate, or a model with no owners listed: anyone; else its owners only."""
@@ -203,6 +210,9 @@ class RegionEntry:
     ) -> web.StreamResponse:  # fmt: skip
         """Forward a generation request to its model's router, waking the model if needed."""
         del tenant  # the front resolved the model among the tenant's own
+        base, _, adapter = model.partition(":")
+        if adapter:
+            return await self._forward_adapter(request, base, adapter, body, raw)
         scaler, pool = self._revision_for(model)
         if isinstance(scaler, PromptRecorder):
             scaler.record_prompt(body)
@@ -215,10 +225,26 @@ class RegionEntry:
             self.in_flight[model] -= 1
             self.in_flight_by_router[pool.key] -= 1
 
+    async def _forward_adapter(
+        self, request: web.Request, model: str, adapter: str, body: dict[str, Any], raw: bytes
+    ) -> web.StreamResponse:
+        """Send a request for one of a LoRA model's adapters to a replica that holds it, waking
+        the model and loading the adapter first if need be."""
+        adapters, scaler = self.adapters[model], self.scalers[model]
+        self.in_flight[model] += 1
+        try:
+            await self._ensure_capacity(scaler)
+            async with adapters.serving(adapter, body) as replica:
+                answer = await self._forward(request, RouterPool((replica,)), body, raw)
+            adapters.answered(answer.status)
+            return answer
+        finally:
+            self.in_flight[model] -= 1
+
     async def count_prompt(self, tenant: str, model: str, texts: Sequence[str]) -> int | None:
         """`texts`' tokens by the tokenizer of `model`'s router (its stable revision's)."""
         del tenant  # the front resolved the model among the tenant's own
-        pool = self.routers.get(model)
+        pool = self.routers.get(model.partition(":")[0])
         return await self.tokenizers.count(pool.urls[0], texts) if pool else None
 
     def healthy(self) -> bool:

@@ -112,6 +112,10 @@ class EmulatorLauncher:
         if grpc_port is not None:
             argv += ["--grpc-port", str(grpc_port)]
         argv += model.sglang_args  # `radixfleet emulate` takes them under SGLang's spelling
+        if model.lora_adapters:
+            # None loaded at start: the entry loads each on demand (localfleet/adapters.py).
+            bound = str(model.max_loaded_loras)
+            argv += ["--enable-lora", "--max-loaded-loras", bound, "--max-loras-per-batch", bound]
         return self.supervisor.spawn(name, argv, log_path=self.workdir / "logs" / f"{name}.log")
 
     def profile_file(self, model: ModelSpec) -> Path:

@@ -37,6 +37,16 @@ def revision_name(model: str, generation: int) -> str:
     return f"{model}-predictor-{generation:05d}"
 
 
+class LoraAdapterSpec(BaseModel):
+    """A LoRA adapter a model's replicas may load at run time: one tenant's, or (no tenant)
+    shared by the model's tenants, as the catalog's `lora_adapters`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][-._A-Za-z0-9]*$")
+    tenant: str | None = None
+
+
 class ModelSpec(BaseModel):
     """One model served in a region: replicas behind one smg gateway."""
 
@@ -61,6 +71,36 @@ class ModelSpec(BaseModel):
         " (--enable-hierarchical-cache, --hicache-size, --hicache-ratio, --hicache-write-policy,"
         " --hicache-storage-backend), which the emulated replicas model",
     )
+
+    lora_adapters: list[LoraAdapterSpec] = Field(
+        default_factory=list,
+        description="LoRA adapters its replicas load on demand (none loaded at start); a LoRA"
+        " model serves one tenant, as the catalog gives each tenant its own base",
+    )
+    max_loaded_loras: int = Field(
+        default=4, ge=1, description="adapters one replica holds at once (--max-loaded-loras)"
+    )
+
+    @model_validator(mode="after")
+    def _one_base_per_tenant(self) -> ModelSpec:
+        if not self.lora_adapters:
+            return self
+        if len(self.tenants) != 1:
+            raise ValueError(f"LoRA model {self.name!r} must name exactly one tenant (each tenant"
+                             f" runs its own base), not {self.tenants}")  # fmt: skip
+        foreign = [a.name for a in self.lora_adapters if a.tenant not in (None, *self.tenants)]
+        if foreign:
+            raise ValueError(f"LoRA model {self.name!r} of {self.tenants[0]!r} lists another"
+                             f" tenant's adapters: {foreign}")  # fmt: skip
+        names = [a.name for a in self.lora_adapters]
+        if len(set(names)) != len(names):
+            raise ValueError(f"LoRA model {self.name!r} lists an adapter twice: {names}")
+        return self
+
+    @property
+    def tenant(self) -> str:
+        """The tenant whose base this is ("" for a model of every tenant)."""
+        return self.tenants[0] if len(self.tenants) == 1 else ""
 
     @model_validator(mode="after")
     def _bounds(self) -> ModelSpec:
@@ -133,6 +173,12 @@ class LocalFleetSpec(BaseModel):
         default=60.0, gt=0, description="how long the entry holds a request for a model at zero"
     )
     retry_after_s: int = Field(default=5, ge=1, description="Retry-After of a wake timeout's 503")
+    adapter_load_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="how long the entry holds a request for a LoRA adapter"
+        " no replica holds while one loads it (then 503)",
+    )
     replica_start_timeout_s: float = Field(default=120.0, gt=0)
     router_health_interval_s: int = Field(default=10, ge=1)
 
@@ -159,6 +205,17 @@ DEMO_HICACHE_ARGS = ["--enable-hierarchical-cache", "--hicache-ratio", "4"]
 DEMO_GPU_TOKENS = 24_576
 
 
+#: support's LoRA base in us-east-1 (each tenant runs its own, as the catalog's
+#: llama-3-1-8b-lora): two replicas holding at most two adapters each, none loaded at start.
+DEMO_LORA = ModelSpec(
+    name="llama-3-1-8b-lora", namespace="team-support", replicas=2, tenants=["support"],
+    max_loaded_loras=2,
+    lora_adapters=[LoraAdapterSpec(name="support-tone", tenant="support"),
+                   LoraAdapterSpec(name="support-faq", tenant="support"),
+                   LoraAdapterSpec(name="glossary")],
+)  # fmt: skip
+
+
 def demo_spec() -> LocalFleetSpec:
     """Two regions, as in the example catalog: 8B scales to zero (and runs HiCache in
     eu-west-1), 70B is kept warm."""
@@ -175,7 +232,7 @@ def demo_spec() -> LocalFleetSpec:
     )
     return LocalFleetSpec(
         regions=[
-            RegionSpec(name="us-east-1", models=[llama_8b, llama_70b]),
+            RegionSpec(name="us-east-1", models=[llama_8b, llama_70b, DEMO_LORA]),
             RegionSpec(name="eu-west-1", models=[tiered_8b]),
         ]
     )

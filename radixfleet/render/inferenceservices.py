@@ -122,6 +122,7 @@ def _predictor(model: Model) -> dict[str, Any]:
             "runtime": model.runtime,
             **({"storageUri": storage["storageUri"]} if "storageUri" in storage else {}),
             "args": _model_args(model),
+            **({"env": hub_token_env(model)} if model.hf_token_secret else {}),
             "resources": _resources(model),
         },
     }
@@ -148,6 +149,16 @@ def _predictor(model: Model) -> dict[str, Any]:
             ],
         }
     return predictor
+
+
+def hub_token_env(model: Model) -> list[dict[str, Any]]:
+    """HF_TOKEN from the Secret the catalog names (the hub's client and KServe's storage
+    initializer read it for a gated repository); by reference: the value is in no manifest."""
+    ref = model.hf_token_secret
+    if ref is None:
+        return []
+    return [{"name": "HF_TOKEN",
+             "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}]  # fmt: skip
 
 
 def _annotations(model: Model) -> dict[str, str]:
@@ -181,6 +192,10 @@ def _annotations(model: Model) -> dict[str, str]:
         annotations[labels.CANARY_POLICY] = model.canary_policy
     if model.tokenizer_source:
         annotations[labels.TOKENIZER] = model.tokenizer_source
+    if model.hf_token_secret and (model.tokenizer_source or "").startswith("hf://"):
+        # The router fetches the tokenizer from the same gated repository: it reads this key.
+        ref = model.hf_token_secret
+        annotations[labels.HF_TOKEN_SECRET] = f"{ref.name}/{ref.key}"
     return annotations
 
 

@@ -14,6 +14,7 @@ class WorkItem:
     model: str
     prompt: str
     max_tokens: int
+    lora_path: str | None = None  # a LoRA adapter of the model, as SGLang's field names it
 
 
 @dataclass

@@ -99,6 +99,7 @@ def request_body(item: WorkItem) -> dict[str, Any]:
         "ignore_eos": True,  # SGLang's extension: answer the trace's length, not a natural one
         "stream": True,
         "stream_options": {"include_usage": True},
+        **({"lora_path": item.lora_path} if item.lora_path else {}),
     }
 
 

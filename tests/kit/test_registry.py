@@ -30,7 +30,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_every_registered_controller_is_a_plugin_and_no_two_share_a_crd() -> None:
     found = plugins()
-    assert [p.name for p in found] == ["canary", "autoscale", "quota", "failover", "routers"]
+    assert [p.name for p in found] == [
+        "canary",
+        "autoscale",
+        "quota",
+        "failover",
+        "routers",
+        "adapters",
+    ]
     with_crd = [p.plural for p in found if p.plural is not None]
     assert len(set(with_crd)) == len(with_crd) == 4
     assert all(isinstance(p, ControllerPlugin) for p in found)

@@ -30,7 +30,7 @@ def test_demo_writes_summary_and_report(
 
     summary = json.loads((out / "summary.json").read_text())
     assert processes_with_marker(summary["demo"]["fleet_id"]) == []
-    assert summary["overall"]["failed"] == 0 and summary["overall"]["requests"] == 24
+    assert summary["overall"]["failed"] == 0 and summary["overall"]["requests"] == 24 + 2
     for group in (
         summary["overall"],
         *summary["per_region"].values(),
@@ -39,7 +39,7 @@ def test_demo_writes_summary_and_report(
         assert set(group) >= GROUP_FIELDS
         assert set(group["ttft_s"]) == set(group["itl_s"]) == {"p50", "p95", "p99"}
     assert set(summary["per_region"]) == {"us-east-1", "eu-west-1"}
-    assert set(summary["per_model"]) == {"llama-3-1-8b", "llama-3-1-70b"}
+    assert set(summary["per_model"]) == {"llama-3-1-8b", "llama-3-1-70b", "llama-3-1-8b-lora"}
     assert summary["per_model"]["llama-3-1-8b"]["prefix_cache_hit_rate"] > 0
     # smg routed the 8B's requests on the index it builds from the replicas' KV events.
     decisions = summary["routing_decisions"]["us-east-1/llama-3-1-8b"]
@@ -52,6 +52,12 @@ def test_demo_writes_summary_and_report(
     assert tiered[0] == "eu-west-1/llama-3-1-8b" and tiered[1]["prompt_tokens"] > 0
     assert set(tiered[1]) >= {"device_hit_rate", "host_hit_rate", "storage_hit_rate"}
     assert "eu-west-1/llama-3-1-8b: host tier (HiCache) hit" in result.output
+
+    # The LoRA model's 2 requests: each adapter loaded on demand, answered by its holder.
+    lora = summary["lora"]["us-east-1/llama-3-1-8b-lora"]
+    assert sum(lora["requests_by_adapter"].values()) == 2 and lora["on_demand_loads"] >= 1
+    assert lora["answered_by_holder"] == 1.0
+    assert "us-east-1/llama-3-1-8b-lora: LoRA requests" in result.output
 
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 3

@@ -269,3 +269,16 @@ def test_a_revision_without_the_pool_label_gets_no_baseline_router() -> None:
     assert {(r.revision, r.pool) for r in decide([found], UIDS, {}, image=IMAGE).apply} == {
         ("r1", "serving"), ("r2", "serving"),
     }  # fmt: skip
+
+
+def test_a_gated_tokenizers_router_reads_the_hub_token_by_reference_and_a_new_one_applies() -> None:
+    model = isvc(traffic=[("r1", 100)])
+    secret = "radixfleet.io/hf-token-secret"
+    model["metadata"]["annotations"] = {TOKENIZER: "hf://meta-llama/m", secret: "hf-token/HF_TOKEN"}
+    (router,) = decide([model], UIDS, {}, image=IMAGE).apply
+    (container,) = deployment(router, image=IMAGE)["spec"]["template"]["spec"]["containers"]
+    token = [e for e in container["env"] if e["name"] == "HF_TOKEN"]
+    by_reference = {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}
+    assert token == [{"name": "HF_TOKEN", "valueFrom": by_reference}]
+    without = {key("r1"): Existing("chat", IMAGE, tokenizer="hf://meta-llama/m")}
+    assert [r.revision for r in decide([model], UIDS, without, image=IMAGE).apply] == ["r1"]

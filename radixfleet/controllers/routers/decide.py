@@ -19,8 +19,9 @@ Rules, in order:
    next pass.
 5. A router is applied (one replica) when it is missing, runs another image or tokenizer (the
    InferenceService's `radixfleet.io/tokenizer`, which smg loads to count prompts for the
-   entry) or was parked; it is parked (zero replicas) when its InferenceService reports a
-   status without its revision.
+   entry, with the hub token of `radixfleet.io/hf-token-secret` for a gated one) or was
+   parked; it is parked (zero replicas) when its InferenceService reports a status without its
+   revision.
    Routers are never deleted: each is owned by its Knative Revision, and Kubernetes' garbage
    collector removes it with the revision (so the operator needs no delete permission).
 6. Every namespace with a model of a tenant holds the data plane's key (radixfleet.dataplane)
@@ -59,6 +60,7 @@ class Existing:
     image: str
     replicas: int = 1
     tokenizer: str = ""
+    hub_token: str = ""
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,10 @@ def wanted(isvc: Mapping[str, Any]) -> set[Router] | None:
         return None
     traffic = {t.get("revisionName") for t in predictor.get("traffic") or [] if t.get("percent")}
     serving = {*traffic, predictor.get("latestReadyRevision")}
-    tokenizer = (meta.get("annotations") or {}).get(labels.TOKENIZER, "")
+    annotations = meta.get("annotations") or {}
     place = {"namespace": meta["namespace"], "isvc": meta["name"], "tenant": tenant,
-             "tokenizer": tokenizer}  # fmt: skip
+             "tokenizer": annotations.get(labels.TOKENIZER, ""),
+             "hub_token": annotations.get(labels.HF_TOKEN_SECRET, "")}  # fmt: skip
     routers = {Router(revision=r, **place) for r in serving if isinstance(r, str) and r}
     stable, canary = (
         predictor.get("latestRolledoutRevision"),
@@ -126,7 +129,7 @@ def decide(
         for key, r in want.items()
         if (ref := revisions.get((r.namespace, r.revision)))
         and (ref.pooled or r.pool == labels.SERVING_POOL)
-        and _stale(existing.get(key), image, r.tokenizer)
+        and _stale(existing.get(key), image, r)
     ]
     park = [
         key for key, found in existing.items()
@@ -135,6 +138,7 @@ def decide(
     return Plan(apply=tuple(sorted(apply)), park=tuple(sorted(park)))
 
 
-def _stale(found: Existing | None, image: str, tokenizer: str) -> bool:
+def _stale(found: Existing | None, image: str, router: Router) -> bool:
     return (found is None or found.image != image or found.replicas == 0
-            or found.tokenizer != tokenizer)  # fmt: skip
+            or found.tokenizer != router.tokenizer
+            or found.hub_token != router.hub_token)  # fmt: skip

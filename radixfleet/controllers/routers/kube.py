@@ -84,6 +84,7 @@ class KubeRouters:
                 image=(meta.get("annotations") or {}).get(IMAGE_ANNOTATION, ""),
                 replicas=int(spec.get("replicas", 1)),
                 tokenizer=(meta.get("annotations") or {}).get(labels.TOKENIZER, ""),
+                hub_token=(meta.get("annotations") or {}).get(labels.HF_TOKEN_SECRET, ""),
             )
             for meta, spec in listed
         }

@@ -43,7 +43,9 @@ def _meta(router: Router, image: str) -> Manifest:
         "namespace": router.namespace,
         "labels": router_labels(router),
         "annotations": {IMAGE_ANNOTATION: image,
-                        **({labels.TOKENIZER: router.tokenizer} if router.tokenizer else {})},
+                        **({labels.TOKENIZER: router.tokenizer} if router.tokenizer else {}),
+                        **({labels.HF_TOKEN_SECRET: router.hub_token} if router.hub_token
+                           else {})},
         "ownerReferences": [{
             "apiVersion": "serving.knative.dev/v1", "kind": "Revision",
             "name": router.revision, "uid": router.revision_uid,
@@ -91,7 +93,7 @@ def _smg_pod(router: Router, image: str) -> Manifest:
             "name": "smg",
             "image": image,
             "args": spec.smg_args(router),
-            "env": [dataplane.env_var(router.data_plane_key)],
+            "env": [dataplane.env_var(router.data_plane_key), *hub_token_env(router.hub_token)],
             "ports": [
                 {"name": "http", "containerPort": dataplane.ROUTER_PORT},
                 {"name": "metrics", "containerPort": dataplane.ROUTER_METRICS_PORT},
@@ -106,6 +108,15 @@ def _smg_pod(router: Router, image: str) -> Manifest:
             },
         }],
     }  # fmt: skip
+
+
+def hub_token_env(ref: str) -> list[Manifest]:
+    """HF_TOKEN from `SECRET/KEY`, by reference (the value is in no manifest): smg fetches a
+    gated repository's tokenizer with it."""
+    if not ref:
+        return []
+    name, _, key = ref.partition("/")
+    return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": name, "key": key}}}]
 
 
 def service(router: Router, *, image: str) -> Manifest:

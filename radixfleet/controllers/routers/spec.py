@@ -48,6 +48,9 @@ class Router:
     # Where smg loads the model's tokenizer (the InferenceService's `radixfleet.io/tokenizer`:
     # hf://ORG/NAME or a folder in the image), to count prompts for the entry; "": none.
     tokenizer: str = ""
+    # `SECRET/KEY` of the hub token smg reads as HF_TOKEN when the tokenizer's repository is
+    # gated (the InferenceService's `radixfleet.io/hf-token-secret`); "": none.
+    hub_token: str = ""
 
     @property
     def routes_for(self) -> str:
