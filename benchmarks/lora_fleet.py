@@ -6,7 +6,7 @@ same arrivals (`benchmarks/scenarios/lora-fleet.yaml`, radixfleet/twin/adapter_r
 
 - dynamic (the baseline of the ratios): the adapters controller's `decide()` keeps adapters by
   demand every 10 s and routing prefers a replica holding the adapter and its prefix, loading
-  on demand otherwise (`radixfleet.controllers.adapters.twin:adapter_dynamic`);
+  on demand otherwise (`adapter_dynamic`, the controller's twin plug-in);
 - partitioned: the adapters split into sets of equal expected demand, one group of two replicas
   per set, requests only to their set's group (`adapter_partitioned`);
 - adapter-blind: smg's cache-aware routing as if there were no adapters, loading on a miss

@@ -205,7 +205,7 @@ def test_a_lora_scenario_serves_every_request_under_each_policy() -> None:
     data |= {"faults": [], "duration_s": 60, "regions": data["regions"][:1]}
     data["models"][0] |= {"lora": LORA, "initial_replicas": 4, "min_replicas": 4}
     routings = {
-        "dynamic": "radixfleet.controllers.adapters.twin:adapter_dynamic",
+        "dynamic": "adapter_dynamic",
         "aware": "adapter_aware",
         "partitioned": "adapter_partitioned",
         "blind": "adapter_blind",
@@ -226,7 +226,7 @@ def test_a_lora_scenario_serves_every_request_under_each_policy() -> None:
 def test_the_controller_copies_a_hot_adapter_to_more_replicas_on_its_tick() -> None:
     scenario = _scenario()
     replicas = _replicas(scenario.models[0], 4)
-    router = _router("radixfleet.controllers.adapters.twin:adapter_dynamic", scenario)
+    router = _router("adapter_dynamic", scenario)
     assert router.keeper is not None and router.keeper.tick_s == 10.0
     for n in range(100):  # 10 req/s for 10 s: five copies' worth at 2 req/s a copy
         _send(router, replicas, _request(n, "adapter-0000"), now=n * 0.1).load = 0  # done

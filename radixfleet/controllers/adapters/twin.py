@@ -1,9 +1,9 @@
 """The adapter controller in the fleet twin: `decide()` keeping each replica's adapters by demand,
 under adapter-aware routing.
 
-A scenario names it as its routing policy, `radixfleet.controllers.adapters.twin:adapter_dynamic`
-(the twin imports no controller): smg's cache-aware routing among the replicas holding a
-request's adapter, loading on demand where none does (`adapter_aware`,
+A scenario names it as its routing policy, `adapter_dynamic` (the controller's plug-in gives the
+twin the name; the twin imports no controller): smg's cache-aware routing among the replicas
+holding a request's adapter, loading on demand where none does (`adapter_aware`,
 radixfleet/twin/adapter_routing.py), plus :class:`DecideKeeper`, which every `tick_s` hands
 `radixfleet.controllers.adapters.decide.decide` the replicas' adapters and the demand the router
 counted since the previous tick, exactly as the controller reads them from the replicas and
