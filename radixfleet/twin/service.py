@@ -251,8 +251,8 @@ class Service:
                 self.outcome(replica, ok=False, now=now)
                 if self.window is not None:
                     self.window.error(revision.index, now)
-                if err.reason is RejectReason.INJECTED_ERROR:
-                    break  # smg passes a worker's 500 on
+                if err.reason in (RejectReason.INJECTED_ERROR, RejectReason.LORA):
+                    break  # smg passes a worker's 500 on, and its 400 for an adapter
                 continue
             replica.load += 1
             revision.count(1, now)
