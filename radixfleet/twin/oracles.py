@@ -21,7 +21,7 @@ import numpy as np
 from radixfleet.replica import EventKind, RejectedError, ReplicaModel, SchedulePolicy
 from radixfleet.twin.region_base import cached_profile
 from radixfleet.twin.scenario import Model
-from radixfleet.twin.workload import Workload, infinite_cache_hit_rate
+from radixfleet.twin.workload import Workload
 
 WINDOW_S = 60.0
 CALIBRATION_REQUESTS = 400
@@ -40,6 +40,38 @@ class GpuOracle:
 def prefix_oracle(workload: Workload) -> dict[str, float]:
     """Per model, the infinite-cache prefix hit rate over the whole run."""
     return infinite_cache_hit_rate(workload)
+
+
+def infinite_cache_hit_rate(workload: Workload, *, limit: int | None = None) -> dict[str, float]:
+    """Per model: the share of prompt tokens a single infinite prefix cache would serve.
+
+    The hit stops one token short of the prompt, as the replica's does (SGLang recomputes the
+    last token). `limit` caps the requests looked at, from the start, for very long runs.
+    """
+    scenario = workload.scenario
+    arrivals = workload.arrivals
+    seen: list[set[Hashable]] = [set() for _ in scenario.models]
+    hit = [0] * len(scenario.models)
+    total = [0] * len(scenario.models)
+    count = len(arrivals) if limit is None else min(limit, len(arrivals))
+    models = arrivals.model.tolist()
+    for index in range(count):
+        m = models[index]
+        spec = workload.spec(index)
+        cache, block = seen[m], scenario.models[m].block_tokens
+        usable = (spec.prompt_tokens - 1) // block
+        depth = 0
+        for key in spec.prompt_blocks[:usable]:
+            if key not in cache:
+                break
+            depth += 1
+        hit[m] += depth * block
+        total[m] += spec.prompt_tokens
+        cache.update(spec.prompt_blocks)
+    return {
+        spec.name: (hit[m] / total[m] if total[m] else 0.0)
+        for m, spec in enumerate(scenario.models)
+    }
 
 
 def gpu_oracle(workload: Workload) -> GpuOracle:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -394,35 +394,3 @@ def _mooncake_builder(
         )
 
     return build
-
-
-def infinite_cache_hit_rate(workload: Workload, *, limit: int | None = None) -> dict[str, float]:
-    """Per model: the share of prompt tokens a single infinite prefix cache would serve.
-
-    The hit stops one token short of the prompt, as the replica's does (SGLang recomputes the
-    last token). `limit` caps the requests looked at, from the start, for very long runs.
-    """
-    scenario = workload.scenario
-    arrivals = workload.arrivals
-    seen: list[set[Hashable]] = [set() for _ in scenario.models]
-    hit = [0] * len(scenario.models)
-    total = [0] * len(scenario.models)
-    count = len(arrivals) if limit is None else min(limit, len(arrivals))
-    models = arrivals.model.tolist()
-    for index in range(count):
-        m = models[index]
-        spec = workload.spec(index)
-        cache, block = seen[m], scenario.models[m].block_tokens
-        usable = (spec.prompt_tokens - 1) // block
-        depth = 0
-        for key in spec.prompt_blocks[:usable]:
-            if key not in cache:
-                break
-            depth += 1
-        hit[m] += depth * block
-        total[m] += spec.prompt_tokens
-        cache.update(spec.prompt_blocks)
-    return {
-        spec.name: (hit[m] / total[m] if total[m] else 0.0)
-        for m, spec in enumerate(scenario.models)
-    }
