@@ -7,18 +7,25 @@
   replica serves within the SLO (found by simulating one replica on the model's own requests),
   with no cold start and perfect balance. The replica's cache starts warm with every prefix of
   the model's earlier requests, on top of its own KV room, as perfect cache-aware routing
-  would spread them over a fleet's caches. It is a bound, not a policy.
+  would spread them over a fleet's caches. A LoRA model's requests are served as the base
+  model's (no load, no slot to wait for). It is a bound, not a policy.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from radixfleet.replica import EventKind, RejectedError, ReplicaModel, SchedulePolicy
+from radixfleet.replica import (
+    EventKind,
+    RejectedError,
+    ReplicaModel,
+    RequestSpec,
+    SchedulePolicy,
+)
 from radixfleet.twin.region_base import cached_profile
 from radixfleet.twin.scenario import Model
 from radixfleet.twin.workload import Workload
@@ -146,13 +153,19 @@ def _meets(
         for event in replica.advance(now):
             good += _good(event.kind, event.request, ttft_limit, itl_limit)
         try:
-            replica.submit(workload.spec(index), now=now)
+            replica.submit(_as_base(workload.spec(index)), now=now)
         except RejectedError:
             continue
     while (when := replica.next_event_time()) is not None:
         for event in replica.advance(when):
             good += _good(event.kind, event.request, ttft_limit, itl_limit)
     return good >= model.slo.target * len(indices)
+
+
+def _as_base(spec: RequestSpec) -> RequestSpec:
+    """A LoRA request as the base model's: adapters only add work (loads, slots, mixed batches),
+    so a replica serving none bounds the capacity from above, as an oracle should."""
+    return spec if spec.adapter is None else replace(spec, adapter=None)
 
 
 def _good(kind: EventKind, request: object, ttft_limit: float, itl_limit: float) -> int:

@@ -19,6 +19,7 @@ from radixfleet.replica import ReplicaModel, RequestSpec
 from radixfleet.twin.adapter_routing import AdapterRouting, Partitioned, partition
 from radixfleet.twin.adapters import NO_ADAPTER, adapter_name, replica_lora
 from radixfleet.twin.load import parse_scenario
+from radixfleet.twin.oracles import replica_capacity
 from radixfleet.twin.registry import PolicyContext, build
 from radixfleet.twin.run import run_scenario
 from radixfleet.twin.scenario import Lora, Model, Scenario
@@ -233,3 +234,10 @@ def test_the_controller_copies_a_hot_adapter_to_more_replicas_on_its_tick() -> N
     assert sum(r.holds_adapter("adapter-0000") for r in replicas) == 1  # before the tick
     _send(router, replicas, _request(100, "adapter-0000"), now=10.0)
     assert all(r.holds_adapter("adapter-0000") for r in replicas)  # capped at one per replica
+
+
+def test_the_gpu_oracle_serves_adapter_requests_as_the_base_models() -> None:
+    with_lora, without = Workload(_scenario()), Workload(_scenario(None))
+    capacity = replica_capacity(with_lora, 0)
+    assert capacity > 1.0  # a replica without LoRA refused every adapter request: 0.05
+    assert capacity == pytest.approx(replica_capacity(without, 0), rel=0.5)
