@@ -7,21 +7,28 @@
   replica serves within the SLO (found by simulating one replica on the model's own requests),
   with no cold start and perfect balance. The replica's cache starts warm with every prefix of
   the model's earlier requests, on top of its own KV room, as perfect cache-aware routing
-  would spread them over a fleet's caches. It is a bound, not a policy.
+  would spread them over a fleet's caches. A LoRA model's requests are served as the base
+  model's (no load, no slot to wait for). It is a bound, not a policy.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from radixfleet.replica import EventKind, RejectedError, ReplicaModel, SchedulePolicy
+from radixfleet.replica import (
+    EventKind,
+    RejectedError,
+    ReplicaModel,
+    RequestSpec,
+    SchedulePolicy,
+)
 from radixfleet.twin.region_base import cached_profile
 from radixfleet.twin.scenario import Model
-from radixfleet.twin.workload import Workload, infinite_cache_hit_rate
+from radixfleet.twin.workload import Workload
 
 WINDOW_S = 60.0
 CALIBRATION_REQUESTS = 400
@@ -40,6 +47,38 @@ class GpuOracle:
 def prefix_oracle(workload: Workload) -> dict[str, float]:
     """Per model, the infinite-cache prefix hit rate over the whole run."""
     return infinite_cache_hit_rate(workload)
+
+
+def infinite_cache_hit_rate(workload: Workload, *, limit: int | None = None) -> dict[str, float]:
+    """Per model: the share of prompt tokens a single infinite prefix cache would serve.
+
+    The hit stops one token short of the prompt, as the replica's does (SGLang recomputes the
+    last token). `limit` caps the requests looked at, from the start, for very long runs.
+    """
+    scenario = workload.scenario
+    arrivals = workload.arrivals
+    seen: list[set[Hashable]] = [set() for _ in scenario.models]
+    hit = [0] * len(scenario.models)
+    total = [0] * len(scenario.models)
+    count = len(arrivals) if limit is None else min(limit, len(arrivals))
+    models = arrivals.model.tolist()
+    for index in range(count):
+        m = models[index]
+        spec = workload.spec(index)
+        cache, block = seen[m], scenario.models[m].block_tokens
+        usable = (spec.prompt_tokens - 1) // block
+        depth = 0
+        for key in spec.prompt_blocks[:usable]:
+            if key not in cache:
+                break
+            depth += 1
+        hit[m] += depth * block
+        total[m] += spec.prompt_tokens
+        cache.update(spec.prompt_blocks)
+    return {
+        spec.name: (hit[m] / total[m] if total[m] else 0.0)
+        for m, spec in enumerate(scenario.models)
+    }
 
 
 def gpu_oracle(workload: Workload) -> GpuOracle:
@@ -114,13 +153,19 @@ def _meets(
         for event in replica.advance(now):
             good += _good(event.kind, event.request, ttft_limit, itl_limit)
         try:
-            replica.submit(workload.spec(index), now=now)
+            replica.submit(_as_base(workload.spec(index)), now=now)
         except RejectedError:
             continue
     while (when := replica.next_event_time()) is not None:
         for event in replica.advance(when):
             good += _good(event.kind, event.request, ttft_limit, itl_limit)
     return good >= model.slo.target * len(indices)
+
+
+def _as_base(spec: RequestSpec) -> RequestSpec:
+    """A LoRA request as the base model's: adapters only add work (loads, slots, mixed batches),
+    so a replica serving none bounds the capacity from above, as an oracle should."""
+    return spec if spec.adapter is None else replace(spec, adapter=None)
 
 
 def _good(kind: EventKind, request: object, ttft_limit: float, itl_limit: float) -> int:

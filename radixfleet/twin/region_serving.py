@@ -185,6 +185,7 @@ class RegionServing(RegionBase):
             seed=replica.id,
             host_tier=service.host_tier,
             storage=service.storage,
+            lora=service.lora,
         )
         if replica.revision.faults != HEALTHY:
             replica.model.set_faults(replica.revision.faults, now=t)

@@ -17,6 +17,14 @@ from typing import Any
 
 from radixfleet.kit.registry import twin_policies, twin_policy
 from radixfleet.profile import resolve_profile
+from radixfleet.twin.adapter_routing import (
+    AdapterKeeper,
+    AdapterRouting,
+    Blind,
+    Holders,
+    Partitioned,
+    Placement,
+)
 from radixfleet.twin.autoscale import Fixed, Kpa
 from radixfleet.twin.interfaces import AdmitAll
 from radixfleet.twin.routing import LeastLoad, RoundRobin, SmgCacheAware, TieredCacheAware
@@ -42,6 +50,30 @@ def _model(ctx: PolicyContext) -> Model:
     return ctx.model
 
 
+# Replicas per adapter set under `adapter_partitioned`: two, so that the hottest adapter of a
+# steep Zipf popularity (a fifth of all requests at alpha 1.2 over 1,000 adapters) fits its
+# set's capacity on eight replicas, and a set survives one replica's loss.
+PARTITION_REPLICAS = 2
+
+
+def adapter_routing(
+    ctx: PolicyContext, placement: Placement, keeper: AdapterKeeper | None = None
+) -> AdapterRouting:
+    """smg's cache-aware routing on its HTTP tree, among the replicas `placement` allows (and
+    `keeper` keeping adapters loaded on its tick)."""
+    inner = SmgCacheAware(
+        ctx.scenario.router, block_tokens=_model(ctx).block_tokens, seed=ctx.seed, index="tree"
+    )
+    return AdapterRouting(inner, placement, keeper)
+
+
+def _partitioned(ctx: PolicyContext) -> Placement:
+    model = _model(ctx)
+    if model.lora is None:
+        return Blind()  # its requests name no adapter: the placement is never asked
+    return Partitioned(model.lora, groups=max(1, model.initial_replicas // PARTITION_REPLICAS))
+
+
 ROUTING: Mapping[str, Factory] = {
     "round_robin": lambda ctx: RoundRobin(),
     "least_load": lambda ctx: LeastLoad(),
@@ -60,6 +92,12 @@ ROUTING: Mapping[str, Factory] = {
         seed=ctx.seed,
         profile=resolve_profile(_model(ctx).profile),
     ),
+    # Multi-LoRA (radixfleet/twin/adapters.py): where a request for an adapter may go.
+    # (`adapter_dynamic`, the same with the adapters controller keeping them by demand, is the
+    # controller's twin plug-in.)
+    "adapter_aware": lambda ctx: adapter_routing(ctx, Holders(ctx.scenario.router)),
+    "adapter_partitioned": lambda ctx: adapter_routing(ctx, _partitioned(ctx)),
+    "adapter_blind": lambda ctx: adapter_routing(ctx, Blind()),
 }
 AUTOSCALE: Mapping[str, Factory] = {
     "kpa": lambda ctx: Kpa(),

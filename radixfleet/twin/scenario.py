@@ -136,6 +136,28 @@ class Disaggregation(Strict):
         return self.prefill_replicas + self.decode_replicas
 
 
+class Lora(Strict):
+    """A multi-LoRA model: `adapters` adapters on the one base, each request naming one drawn by
+    Zipf popularity (adapter rank k, from 1, with weight k^-zipf_alpha; seeded by the scenario's
+    seed), as in S-LoRA's evaluation. Each replica holds at most `max_loaded_loras` adapters in
+    host memory (`--max-loaded-loras`) and runs at most `max_loras_per_batch` distinct ones in
+    a batch (`--max-loras-per-batch`); `rank` sizes an adapter's weights (`--max-lora-rank`).
+    Where adapters are kept and how requests find them is the routing policy's
+    (`adapter_dynamic`, `adapter_partitioned`, `adapter_blind`: the twin's README)."""
+
+    adapters: PositiveInt
+    zipf_alpha: NonNegativeFloat = 1.0
+    rank: PositiveInt = 16
+    max_loaded_loras: PositiveInt = 64
+    max_loras_per_batch: PositiveInt = 8
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Lora:
+        if self.max_loras_per_batch > self.max_loaded_loras:
+            raise ValueError("max_loras_per_batch is above max_loaded_loras")
+        return self
+
+
 class Model(Strict):
     """One model served as an InferenceService in some regions, with its replica profile."""
 
@@ -153,6 +175,7 @@ class Model(Strict):
     request_timeout_s: PositiveFloat = 300.0
     kv_tiers: KvTiers | None = None  # None: the GPU's cache alone, as SGLang's default
     disaggregation: Disaggregation | None = None  # None: colocated, each replica does both
+    lora: Lora | None = None  # None: the base model alone, no adapter in any request
 
     @property
     def first_replicas(self) -> int:

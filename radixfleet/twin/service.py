@@ -24,8 +24,10 @@ from radixfleet.replica import (
     Request,
     RequestSpec,
 )
+from radixfleet.replica.lora import LoraError
 from radixfleet.replica.tiers import HostTierSpec, TierStore, WritePolicy
 from radixfleet.revisions import pick_revision
+from radixfleet.twin.adapters import AdapterHost, ensure_loaded, replica_lora
 from radixfleet.twin.breaker import BreakerSettings, CircuitBreaker
 from radixfleet.twin.interfaces import (
     DrainChooser,
@@ -64,8 +66,9 @@ class Job:
         self.decode: Replica | None = None  # a P/D pair's decode replica, picked on arrival
 
 
-class Replica:
-    """One predictor pod: its GPU, its place in the lifecycle and its replica model."""
+class Replica(AdapterHost):
+    """One predictor pod: its GPU, its place in the lifecycle and its replica model (and its
+    LoRA adapters, :class:`~radixfleet.twin.adapters.AdapterHost`)."""
 
     __slots__ = (
         "booted_at", "created_at", "id", "initial", "load", "model", "planned", "ready_at",
@@ -211,6 +214,7 @@ class Service:
         self.canary_started: float | None = None
         self.host_tier, self.storage = kv_tiers(model, profile)
         self.pair: PairDispatch | None = None  # set by the region for a P/D model
+        self.lora = replica_lora(model)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -252,13 +256,15 @@ class Service:
             model = replica.model
             assert model is not None
             try:
+                if spec.adapter is not None:
+                    self._load_adapter(model, spec.adapter, now)
                 request = model.submit(spec, now=now)
             except RejectedError as err:
                 if err.reason is RejectReason.TOO_LONG:
                     self.region.fail(job, Status.TOO_LONG, now)
                     return
                 if self.refused(err, replica, revision, now):
-                    break  # smg passes a worker's 500 on
+                    break  # smg passes a worker's 500 on, and its 400 for an adapter
                 continue
             replica.load += 1
             revision.count(1, now)
@@ -272,13 +278,22 @@ class Service:
         self.outcome(replica, ok=False, now=now)
         if self.window is not None:
             self.window.error(revision.index, now)
-        return err.reason is RejectReason.INJECTED_ERROR
+        return err.reason in (RejectReason.INJECTED_ERROR, RejectReason.LORA)
 
     def serving(self, revision: Revision) -> bool:
         """Whether `revision` can take a request now (a pair needs both roles routable)."""
         if self.pair is not None:
             return self.pair.serving(revision)
         return bool(revision.routable)
+
+    def _load_adapter(self, model: ReplicaModel, adapter: str, now: float) -> None:
+        """Load the request's adapter on the chosen replica if it lacks it; a refused load is
+        the replica's refusal of the request (SGLang answers 400). A replica without LoRA
+        refuses the request itself."""
+        try:
+            ensure_loaded(model, adapter, now=now)
+        except LoraError as err:
+            raise RejectedError(RejectReason.LORA, str(err)) from None
 
     def allows(self, replica: Replica, now: float) -> bool:
         """Whether the gateway's circuit breaker lets `replica` be picked at `now`."""

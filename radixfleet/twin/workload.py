@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from radixfleet.replica import RequestSpec
+from radixfleet.twin.adapters import NO_ADAPTER, draw_adapters, with_adapter
 from radixfleet.twin.scenario import (
     LongDocQaSource,
     PoissonSource,
@@ -85,6 +86,7 @@ class Arrivals:
     u_route: Floats
     u_ttl: Floats
     u_revision: Floats
+    adapter: Ints  # the adapter's popularity rank, or NO_ADAPTER (radixfleet.twin.adapters)
 
     def __len__(self) -> int:
         return len(self.t)
@@ -110,7 +112,9 @@ class Workload:
         """The request spec of arrival `index` (token counts and block keys)."""
         a = self.arrivals
         source = int(a.source[index])
-        return self._builders[source](int(a.record[index]), int(a.copy[index]), index)
+        spec = self._builders[source](int(a.record[index]), int(a.copy[index]), index)
+        adapter = int(a.adapter[index])
+        return spec if adapter == NO_ADAPTER else with_adapter(spec, adapter)
 
     # -- building the columns ----------------------------------------------------------------
 
@@ -176,6 +180,7 @@ class Workload:
             u_route=rng.random(n),
             u_ttl=rng.random(n),
             u_revision=rng.random(n),
+            adapter=draw_adapters(scenario, model),
         )
 
     def _homes(self, model: Ints, draws: Floats) -> Ints:
@@ -389,35 +394,3 @@ def _mooncake_builder(
         )
 
     return build
-
-
-def infinite_cache_hit_rate(workload: Workload, *, limit: int | None = None) -> dict[str, float]:
-    """Per model: the share of prompt tokens a single infinite prefix cache would serve.
-
-    The hit stops one token short of the prompt, as the replica's does (SGLang recomputes the
-    last token). `limit` caps the requests looked at, from the start, for very long runs.
-    """
-    scenario = workload.scenario
-    arrivals = workload.arrivals
-    seen: list[set[Hashable]] = [set() for _ in scenario.models]
-    hit = [0] * len(scenario.models)
-    total = [0] * len(scenario.models)
-    count = len(arrivals) if limit is None else min(limit, len(arrivals))
-    models = arrivals.model.tolist()
-    for index in range(count):
-        m = models[index]
-        spec = workload.spec(index)
-        cache, block = seen[m], scenario.models[m].block_tokens
-        usable = (spec.prompt_tokens - 1) // block
-        depth = 0
-        for key in spec.prompt_blocks[:usable]:
-            if key not in cache:
-                break
-            depth += 1
-        hit[m] += depth * block
-        total[m] += spec.prompt_tokens
-        cache.update(spec.prompt_blocks)
-    return {
-        spec.name: (hit[m] / total[m] if total[m] else 0.0)
-        for m, spec in enumerate(scenario.models)
-    }

@@ -17,4 +17,6 @@ PLUGIN = ControllerPlugin(
     register=Deferred("radixfleet.controllers.adapters.controller:register"),
     rules=Deferred("radixfleet.controllers.adapters.kube:RULES", call=False),
     opt_in=True,
+    # A scenario's `routing: adapter_dynamic` in the fleet twin (this package's twin.py).
+    twin={"routing": {"adapter_dynamic": "radixfleet.controllers.adapters.twin:adapter_dynamic"}},
 )
