@@ -87,6 +87,8 @@ def test_kubectl_kustomize_builds(folder: str) -> None:
             # Who may make the data plane's pods (radixfleet/render/data_plane_guard.py).
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
+            # The claim a pvc:// model's weights are on (radixfleet/render/weights.py).
+            "PersistentVolumeClaim",
         },
     }
     assert set(kinds) == expected[folder]
