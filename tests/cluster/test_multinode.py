@@ -54,10 +54,9 @@ QUICK_PROBES = {
 }  # fmt: skip
 
 
-def _rank(image: str, name: str) -> dict[str, Any]:
+def _rank(image: str) -> dict[str, Any]:
     """A rank's container over the rendered runtime's: radixfleet's image, one GPU, warm."""
     return {
-        "name": name,
         "image": image,
         "imagePullPolicy": "Never",
         "env": [{"name": "RADIXFLEET_EMULATOR_WARM", "value": "1"}],
@@ -70,7 +69,7 @@ def _model(image: str) -> dict[str, Any]:
     one GPU each: KServe computes two nodes from pipelineParallelSize x tensorParallelSize over
     the worker's one GPU."""
     head = {
-        **_rank(image, "kserve-container"),
+        **_rank(image),
         "modelFormat": {"name": "sglang"},
         "runtime": "sglang-multinode",
         "storageUri": f"pvc://models/{MODEL}",
@@ -88,7 +87,7 @@ def _model(image: str) -> dict[str, Any]:
         "spec": {"predictor": {
             "minReplicas": 1, "maxReplicas": 1, "model": head,
             "workerSpec": {"pipelineParallelSize": 2, "tensorParallelSize": 1,
-                           "containers": [_rank(image, "worker-container")]},
+                           "containers": [{"name": "worker-container", **_rank(image)}]},
         }},
     }  # fmt: skip
 
