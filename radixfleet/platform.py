@@ -9,7 +9,9 @@ A test renders the catalog and checks this set equals what the predictors use.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 # The Kubernetes minor the clusters run (EKS standard support until 2027-03-27); validate
 # checks core objects against this version's schemas, and the example stack pins it.
@@ -84,3 +86,32 @@ KNATIVE_FEATURES = MappingProxyType(
         "kubernetes.podspec-init-containers": "enabled",
     }
 )
+
+# KServe's Standard mode (raw Deployments; `RawDeployment` before 0.20): what KServe names and
+# labels for an InferenceService's predictor, read in kserve v0.20.0 (pkg/constants/constants.go,
+# GetRawServiceLabel; reconcilers/deployment/deployment_reconciler.go). The head (rank 0 of a
+# multi-node replica, or the only pod of one) is Deployment `<isvc>-predictor`, its pods labelled
+# `app: isvc.<isvc>-predictor`; a multi-node replica's workers are `<isvc>-predictor-worker`,
+# labelled `app: isvc.<isvc>-predictor-worker`, so the head's selector never takes a worker.
+STANDARD_MODES = ("Standard", "RawDeployment")
+DEPLOYMENT_MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
+KSERVE_INFERENCESERVICE_LABEL = "serving.kserve.io/inferenceservice"
+
+
+def is_standard_mode(isvc: Mapping[str, Any]) -> bool:
+    """Whether KServe runs the InferenceService's predictor as raw Deployments: as its status
+    says once KServe has reconciled it, else as its annotation (or the default mode) asks."""
+    reported = (isvc.get("status") or {}).get("deploymentMode")
+    annotations = (isvc.get("metadata") or {}).get("annotations") or {}
+    mode = reported or annotations.get(DEPLOYMENT_MODE_ANNOTATION, DEFAULT_DEPLOYMENT_MODE)
+    return mode in STANDARD_MODES
+
+
+def head_deployment(isvc: str) -> str:
+    """The Deployment (and Service) of a Standard-mode predictor's head."""
+    return f"{isvc}-predictor"
+
+
+def head_pod_label(isvc: str) -> tuple[str, str]:
+    """The label KServe gives the head's pods alone (its Deployment's selector)."""
+    return "app", f"isvc.{head_deployment(isvc)}"

@@ -148,6 +148,8 @@ CASES = [
      made("deployments.apps", pod(ROUTER, key="env")), None, True),
     ("Knative's Deployment of a predictor", "deployments.apps", "CREATE", guard.KNATIVE,
      made("deployments.apps", pod(PREDICTOR, key="env")), None, True),
+    ("KServe's Deployment of a Standard-mode head", "deployments.apps", "CREATE", guard.KSERVE,
+     made("deployments.apps", pod(PREDICTOR, key="env")), None, True),
     ("a tenant scales a router Deployment", "deployments.apps", "UPDATE", TENANT,
      made("deployments.apps", pod(ROUTER, key="env"), replicas=3),
      made("deployments.apps", pod(ROUTER, key="env"), replicas=1), True),

@@ -67,6 +67,9 @@ ROUTER_SUFFIX = "-router"
 ROUTER_PORT = 8000  # smg's HTTP port; its Service's too
 ROUTER_METRICS_PORT = 29000  # smg's Prometheus exporter
 QUEUE_PROXY_PORT = 8012  # Knative's queue-proxy, in front of every serving pod's container
+# SGLang's own port in every runtime (radixfleet/render/runtimes.py): a Standard-mode pod has no
+# queue-proxy, so its router sends straight to it.
+PREDICTOR_PORT = 8080
 
 
 def routes_for(revision: str, pool: str = labels.SERVING_POOL) -> str:

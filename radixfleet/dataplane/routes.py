@@ -11,6 +11,11 @@ pod (its CanaryPolicy's status, radixfleet/controllers/canary/README.md), the ba
 revision's `baseline` pods, behind their own router) is sent as much as the canary, out of the
 stable revision's share (`radixfleet.revisions.pick_revision`, as the twin and the local fleet
 split).
+
+A Standard-mode model (KServe's raw Deployments: a multi-node one always) has no revisions and
+no traffic split: its one target is its head's Deployment, `<isvc>-predictor`, named where a
+revision's name stands, and marked `knative=False`: it is never at zero, and no activator holds
+its requests while its head is not ready.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from radixfleet.labels import BASELINE_POOL, SERVING_POOL
+from radixfleet.platform import head_deployment, is_standard_mode
 from radixfleet.revisions import BASELINE, CANARY, pick_revision
 
 FINAL_PHASES = ("Promoted", "RolledBack")  # a CanaryPolicy rollout's, as its status writes them
@@ -34,6 +40,9 @@ class Target:
     revision: str
     percent: int
     pool: str = SERVING_POOL  # `baseline`: the revision's baseline pods, behind their router
+    # A Knative revision (woken from zero by the activator); False: a Standard-mode model's
+    # head Deployment, named in `revision`, reached only through its router.
+    knative: bool = True
 
 
 @dataclass(frozen=True)
@@ -151,8 +160,12 @@ def _namespace_owners(namespaces: Mapping[str, Iterable[str]]) -> dict[str, str]
 
 
 def targets_of(isvc: Mapping[str, Any]) -> tuple[Target, ...]:
-    """KServe's traffic status of the predictor, as targets with a share (merged by revision)."""
-    namespace = str((isvc.get("metadata") or {}).get("namespace", ""))
+    """KServe's traffic status of the predictor, as targets with a share (merged by revision);
+    a Standard-mode model's head, whole, from its first sight (ready or not: its router says)."""
+    meta = isvc.get("metadata") or {}
+    namespace = str(meta.get("namespace", ""))
+    if is_standard_mode(isvc):
+        return (Target(namespace, head_deployment(str(meta.get("name", ""))), 100, knative=False),)
     predictor = ((isvc.get("status") or {}).get("components") or {}).get("predictor") or {}
     shares: dict[str, int] = {}
     for entry in predictor.get("traffic") or []:

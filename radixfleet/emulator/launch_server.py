@@ -35,6 +35,10 @@ the adapters while it runs.
 gateway on ``--grpc-port`` (default ``--port`` + 10000, as SGLang's). SGLang then serves no HTTP
 but a metrics sidecar; the emulator keeps its whole HTTP interface on ``--port``, so its
 probes, metrics and fault hooks stay where they were.
+
+``--nnodes N --node-rank R --dist-init-addr HOST:PORT`` makes the process one rank of a replica
+spread over N pods (:mod:`radixfleet.emulator.multinode`): rank 0 serves once every rank has
+joined it, the others serve only their health.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from radixfleet.emulator.cli import serve
 from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.hicache import hicache_from_flags
 from radixfleet.emulator.lora_flags import lora_adapter, lora_from_flags
+from radixfleet.emulator.multinode import Ranks, RendezvousError, ranks_from, run
 from radixfleet.profile import ProfileError, resolve_profile
 from radixfleet.replica import SchedulePolicy
 from radixfleet.sglang_flags import check_args, first_value, parse_args
@@ -121,11 +126,23 @@ def _grpc_port(flags: Mapping[str, list[str]], *, port: int) -> int | None:
     return int(first_value(flags, "grpc_port") or port + 10000)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def ranks_of(args: Sequence[str]) -> Ranks | None:
+    """This process's rank in a multi-node replica; None on one node."""
     try:
-        config = config_from(sys.argv[1:] if argv is None else argv, os.environ)
+        return ranks_from(parse_args(args))
+    except (RendezvousError, ValueError) as error:
+        raise LaunchError(str(error)) from error
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        config = config_from(args, os.environ)
+        ranks = ranks_of(args)
     except LaunchError as error:
         print(f"launch_server: error: {error}", file=sys.stderr)
         return 2
-    serve(config)
-    return 0
+    if ranks is None:
+        serve(config)
+        return 0
+    return run(ranks, lambda: serve(config), host=config.host, port=config.port)

@@ -9,6 +9,10 @@ way, to the revision's Service with the headers an ingress adds, where Knative's
 and wakes the revision from zero, so no request is lost while the router finds the new pod. Answers
 stream through; the tenant's credentials are never sent upstream.
 
+A Standard-mode model (raw Deployments, a multi-node model among them) has one router, for its
+head (`<isvc>-predictor-router`), and no Knative way: it never scales to zero, so a router with no
+worker (the head not ready yet, its ranks still joining) is the caller's 503 with Retry-After.
+
 Every answer says which revision served it and how (`x-radixfleet-revision`,
 `x-radixfleet-path: router|knative`, and `x-radixfleet-pool: baseline` from a canary's
 baseline), for the platform team's debugging and the tests.
@@ -155,6 +159,8 @@ class ClusterEntry:
         answer = await self._through_router(request, target, raw, served, may_resend=may_resend)
         if answer is not None:
             return answer
+        if not target.knative:
+            raise self.unavailable(f"The model's head {target.revision} is not ready yet.")
         return await self._through_knative(request, target, raw, served, may_resend=may_resend)
 
     async def _through_router(

@@ -13,7 +13,7 @@ pod may carry any label. So this ValidatingAdmissionPolicy admits an object that
 key or the labels (a Pod, or anything that makes pods from a template) only from the accounts
 that make the data plane's pods, each for the kind it makes:
 
-    KServe               -> Knative Service
+    KServe               -> Knative Service, Deployment (a Standard-mode predictor's)
     Knative's controller -> Configuration, Revision, Deployment
     radixfleet operator  -> router Deployment (and the pool labels it moves on pods)
     deployment controller -> ReplicaSet;  replicaset controller -> Pod
@@ -79,7 +79,8 @@ MAKERS: Mapping[str, tuple[str, ...]] = {
         KNATIVE,
     ),
     "replicasets.apps": (_account("kube-system", "deployment-controller"), CONTROLLER_MANAGER),
-    "deployments.apps": (OPERATOR, KNATIVE),
+    # KServe makes a Standard-mode predictor's Deployments itself (its head's and its workers').
+    "deployments.apps": (OPERATOR, KNATIVE, KSERVE),
     "services.serving.knative.dev": (KSERVE,),
     "configurations.serving.knative.dev": (KNATIVE,),
     "revisions.serving.knative.dev": (KNATIVE,),

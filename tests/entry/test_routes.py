@@ -139,3 +139,22 @@ def test_without_a_canary_beside_its_revision_a_baseline_gets_nothing(
                          {("team-blue", "chat"): "r1"}).resolve("blue", "chat")  # fmt: skip
     assert route is not None
     assert all(route.pick(d + 0.5) in route.targets for d in range(100))
+
+
+@pytest.mark.parametrize("mode", ["Standard", "RawDeployment"])
+def test_a_standard_mode_models_one_target_is_its_head_reached_only_through_its_router(
+    mode: str,
+) -> None:
+    isvc = {"metadata": {"name": "big", "namespace": "team-blue",
+                         "annotations": {"serving.kserve.io/deploymentMode": mode}}}  # fmt: skip
+    (target,) = targets_of(isvc)
+    assert target == Target("team-blue", "big-predictor", 100, knative=False)
+    router = Router(namespace="team-blue", revision="big-predictor", isvc="big", standard=True)
+    assert Upstreams().router(target).startswith(f"http://{router.name}.team-blue.svc")
+
+
+def test_a_knative_models_targets_are_knatives() -> None:
+    isvc = {"metadata": {"name": "chat", "namespace": "team-blue"},
+            "status": {"components": {"predictor": {"traffic": [
+                {"revisionName": "r1", "percent": 100}]}}}}  # fmt: skip
+    assert targets_of(isvc) == (Target("team-blue", "r1", 100, knative=True),)

@@ -152,7 +152,16 @@ def _gate() -> ClusterGate:
     return ClusterGate(tenants, secrets, replicas=2, region="test")
 
 
-def _isvc(name: str, namespace: str) -> dict[str, Any]:
+def _isvc(name: str, namespace: str, *, standard: bool = False) -> dict[str, Any]:
+    if standard:  # KServe's raw Deployments: no revisions, no traffic split in its status
+        return {
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "creationTimestamp": CREATED,
+                "annotations": {"serving.kserve.io/deploymentMode": "Standard"},
+            }
+        }
     traffic = [{"revisionName": REVISION, "percent": 100}]
     return {"metadata": {"name": name, "namespace": namespace, "creationTimestamp": CREATED},
             "status": {"components": {"predictor": {"traffic": traffic}}}}  # fmt: skip
@@ -163,7 +172,7 @@ CREATED = "2026-11-28T09:30:00Z"  # 1795858200 in Unix seconds
 
 @asynccontextmanager
 async def _entry(
-    gateways: Gateways, *, connect_timeout_s: float | None = None
+    gateways: Gateways, *, connect_timeout_s: float | None = None, standard: bool = False
 ) -> AsyncIterator[tuple[str, KnativeStandIn, ClusterEntry]]:
     knative = KnativeStandIn()
     stand_in = web.Application()
@@ -182,7 +191,8 @@ async def _entry(
         gate = _gate()
         entry = ClusterEntry(gate=gate, session=session, upstreams=upstreams)
         entry.keys = {f"team-{tenant}": {dataplane.KEY: DATA_PLANE_KEY} for tenant in TENANTS}
-        isvcs = [_isvc("chat", f"team-{t}") for t in TENANTS] + [_isvc("blue-only", "team-blue")]
+        isvcs = [_isvc("chat", f"team-{t}", standard=standard) for t in TENANTS]
+        isvcs.append(_isvc("blue-only", "team-blue"))
         entry.routes = build_routes(gate.sync(), isvcs)
         async with TestServer(entry.app()) as server:
             yield str(server.make_url("")).rstrip("/"), knative, entry
@@ -361,6 +371,40 @@ def test_a_revision_its_router_cannot_serve_is_reached_the_knative_way(
     assert sent["Knative-Serving-Revision"] == REVISION
     assert sent["Knative-Serving-Namespace"] == f"team-{tenant}"
     assert sent["Authorization"] == f"Bearer {DATA_PLANE_KEY}", "the data plane's key, only"
+
+
+def test_a_standard_mode_model_is_served_through_its_heads_router(gateways: Gateways) -> None:
+    async def go() -> tuple[int, dict[str, str], str, int]:
+        async with _entry(gateways, standard=True) as (url, knative, _):
+            status, headers, body = await _post(url, "sk-blue", _chat())
+            return status, headers, body, len(knative.seen)
+
+    status, headers, body, knative_calls = run(go())
+    assert status == 200, body
+    assert headers["x-radixfleet-path"] == "router"
+    assert headers["x-radixfleet-revision"] == "team-blue/chat-predictor"
+    assert knative_calls == 0
+
+
+@pytest.mark.parametrize(
+    "tenant", ["green", "red"], ids=["router-without-workers", "router-not-reachable"]
+)
+def test_a_standard_mode_model_whose_head_is_not_ready_waits_with_retry_after(
+    gateways: Gateways, tenant: str
+) -> None:
+    """No activator holds a Standard-mode model's request (it is never at zero): the caller
+    is told to come back, in OpenAI's error shape."""
+
+    async def go() -> tuple[int, dict[str, str], str, int]:
+        async with _entry(gateways, standard=True) as (url, knative, _):
+            status, headers, body = await _post(url, f"sk-{tenant}", _chat())
+            return status, headers, body, len(knative.seen)
+
+    status, headers, body, knative_calls = run(go())
+    assert status == 503, body
+    assert int(headers["Retry-After"]) > 0
+    assert "chat-predictor is not ready" in json.loads(body)["error"]["message"]
+    assert knative_calls == 0, "a Standard-mode model has no Knative way"
 
 
 def test_a_router_whose_connection_never_completes_is_passed_over_the_knative_way(

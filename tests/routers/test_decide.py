@@ -282,3 +282,54 @@ def test_a_gated_tokenizers_router_reads_the_hub_token_by_reference_and_a_new_on
     assert token == [{"name": "HF_TOKEN", "valueFrom": by_reference}]
     without = {key("r1"): Existing("chat", IMAGE, tokenizer="hf://meta-llama/m")}
     assert [r.revision for r in decide([model], UIDS, without, image=IMAGE).apply] == ["r1"]
+
+
+def standard(name: str = "big", *, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A Standard-mode InferenceService (KServe's raw Deployments), as a multi-node model is."""
+    found = isvc(name)
+    found["metadata"]["annotations"] = {"serving.kserve.io/deploymentMode": "Standard"}
+    if status is not None:
+        found["status"] = status
+    return found
+
+
+HEADS = {("team-a", "big-predictor"): RevisionRef("uid-head", data_plane_key="api-key-2")}
+
+
+@pytest.mark.parametrize(
+    "status",
+    [None, {"deploymentMode": "Standard"}, {"deploymentMode": "RawDeployment",
+                                            "components": {"predictor": {}}}],
+    ids=["no-status-yet", "reconciled", "the-modes-old-name"],
+)  # fmt: skip
+def test_a_standard_mode_model_gets_one_router_for_its_head_owned_by_its_deployment(
+    status: dict[str, Any] | None,
+) -> None:
+    plan = decide([standard(status=status)], HEADS, {}, image=IMAGE)
+    (router,) = plan.apply
+    assert (router.name, router.revision_uid, router.standard) == (
+        "big-predictor-router", "uid-head", True)  # fmt: skip
+    assert router.data_plane_key == "api-key-2", "the key the head's pods read"
+    owner = deployment(router, image=IMAGE)["metadata"]["ownerReferences"]
+    assert owner == [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "big-predictor",
+                      "uid": "uid-head"}]  # fmt: skip
+
+
+def test_a_standard_mode_models_router_waits_for_its_heads_deployment() -> None:
+    assert decide([standard()], UIDS, {}, image=IMAGE) == Plan()
+
+
+def test_the_status_mode_wins_over_the_annotation() -> None:
+    """The cluster's default mode, or an annotation KServe did not follow, is what it says."""
+    knative = standard(status={"deploymentMode": "Knative", "components": {"predictor": {
+        "traffic": [{"revisionName": "r1", "percent": 100}]}}})  # fmt: skip
+    (router,) = decide([knative], UIDS, {}, image=IMAGE).apply
+    assert (router.revision, router.standard) == ("r1", False)
+
+
+def test_smg_of_a_standard_mode_model_sends_to_its_heads_pods_on_sglangs_port() -> None:
+    """Rank 0 alone serves HTTP: the workers (`app=isvc.big-predictor-worker`) are left out,
+    and no queue-proxy stands in front of a raw Deployment's pods."""
+    joined = " ".join(smg_args(Router("team-a", "big-predictor", "big", standard=True)))
+    assert "--selector app=isvc.big-predictor --service-discovery-namespace team-a" in joined
+    assert "--service-discovery-port 8080" in joined

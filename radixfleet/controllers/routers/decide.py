@@ -24,7 +24,11 @@ Rules, in order:
    revision.
    Routers are never deleted: each is owned by its Knative Revision, and Kubernetes' garbage
    collector removes it with the revision (so the operator needs no delete permission).
-6. Every namespace with a model of a tenant holds the data plane's key (radixfleet.dataplane)
+6. A Standard-mode model (KServe's raw Deployments; every multi-node model) gets one router,
+   for its head's Deployment (`<isvc>-predictor`, where a revision's name stands, and its owner),
+   from its first sight: it has no revisions, no traffic split and no pools to wait for. Its
+   router waits for the head's Deployment to be listed (its UID), as a revision's does.
+7. Every namespace with a model of a tenant holds the data plane's key (radixfleet.dataplane)
    from the first sight of the model, status or not: its predictor pods cannot start without it.
 """
 
@@ -36,6 +40,7 @@ from typing import Any
 
 from radixfleet import dataplane, labels
 from radixfleet.controllers.routers.spec import Router
+from radixfleet.platform import head_deployment, is_standard_mode
 
 Key = tuple[str, str]  # (namespace, name): a router's, or a revision's
 
@@ -88,15 +93,17 @@ def wanted(isvc: Mapping[str, Any]) -> set[Router] | None:
     tenant = (meta.get("labels") or {}).get(labels.TENANT)
     if not tenant:
         return set()
+    annotations = meta.get("annotations") or {}
+    place = {"namespace": meta["namespace"], "isvc": meta["name"], "tenant": tenant,
+             "tokenizer": annotations.get(labels.TOKENIZER, ""),
+             "hub_token": annotations.get(labels.HF_TOKEN_SECRET, "")}  # fmt: skip
+    if is_standard_mode(isvc):
+        return {Router(revision=head_deployment(meta["name"]), standard=True, **place)}
     predictor = ((isvc.get("status") or {}).get("components") or {}).get("predictor") or {}
     if not predictor:
         return None
     traffic = {t.get("revisionName") for t in predictor.get("traffic") or [] if t.get("percent")}
     serving = {*traffic, predictor.get("latestReadyRevision")}
-    annotations = meta.get("annotations") or {}
-    place = {"namespace": meta["namespace"], "isvc": meta["name"], "tenant": tenant,
-             "tokenizer": annotations.get(labels.TOKENIZER, ""),
-             "hub_token": annotations.get(labels.HF_TOKEN_SECRET, "")}  # fmt: skip
     routers = {Router(revision=r, **place) for r in serving if isinstance(r, str) and r}
     stable, canary = (
         predictor.get("latestRolledoutRevision"),

@@ -19,11 +19,13 @@ from radixfleet.controllers.routers.spec import COMPONENT, ROLE, Router
 from radixfleet.kit.errors import ConflictError
 from radixfleet.kit.kube import INFERENCE_SERVICES, Resource, kube_call
 from radixfleet.kit.rbac import READ, TENANT_NAMESPACES, PolicyRule, rule
+from radixfleet.platform import KSERVE_INFERENCESERVICE_LABEL
 
 FIELD_MANAGER = "radixfleet-routers"
 REVISIONS = Resource("serving.knative.dev", "v1", "revisions")
 # The revisions KServe made (a router's owner must be one of them).
 KSERVE_REVISIONS = "serving.kserve.io/inferenceservice"
+KSERVE_LABEL = KSERVE_INFERENCESERVICE_LABEL  # on the Deployments of a Standard-mode predictor
 SELECTOR = f"{COMPONENT}={ROLE},{labels.MANAGED_BY}={labels.MANAGER}"
 APPLY = "application/apply-patch+yaml"  # JSON is YAML: the body goes as it is
 
@@ -31,6 +33,8 @@ RULES: tuple[PolicyRule, ...] = (
     # kopf's event handler watches InferenceServices; the controller lists and re-reads them.
     INFERENCE_SERVICES.rule(*READ),
     REVISIONS.rule("list"),  # their UIDs, for the owner references
+    # (A Standard-mode model's head is a Deployment: its UID comes from the `deployments` list
+    # below, across namespaces.)
     # A server-side apply is a patch, and needs `create` too when the object is new.
     # Only in tenant namespaces, where the models are; a router is named for its revision, so
     # no Role can name it ahead.
@@ -45,15 +49,27 @@ RULES: tuple[PolicyRule, ...] = (
 class KubeRevisions:
     def __init__(self, api_client: Any) -> None:
         self.api = client.CustomObjectsApi(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.serialize = api_client.sanitize_for_serialization
 
     def listed(self) -> dict[Key, RevisionRef]:
-        """(namespace, revision) -> UID and pool label of every revision KServe made."""
+        """(namespace, revision) -> UID and pool label of every revision KServe made, and of
+        every Standard-mode head Deployment (what a router may be owned by)."""
         group, version, plural = REVISIONS.group, REVISIONS.version, REVISIONS.plural
         found = kube_call("list revisions", lambda: self.api.list_cluster_custom_object(
             group, version, plural, label_selector=KSERVE_REVISIONS,
         ))  # fmt: skip
         items = found.get("items", []) if isinstance(found, dict) else []
-        return {(i["metadata"]["namespace"], i["metadata"]["name"]): _ref(i) for i in items}
+        revisions = {(i["metadata"]["namespace"], i["metadata"]["name"]): _ref(i) for i in items}
+        return {**revisions, **self._heads()}
+
+    def _heads(self) -> dict[Key, RevisionRef]:
+        """KServe's raw predictor Deployments (a worker's too: no router ever names one)."""
+        found = kube_call("list raw predictor deployments",
+                          lambda: self.apps.list_deployment_for_all_namespaces(
+                              label_selector=KSERVE_LABEL))  # fmt: skip
+        items = self.serialize(found).get("items") or []
+        return {(i["metadata"]["namespace"], i["metadata"]["name"]): _head_ref(i) for i in items}
 
 
 def _ref(revision: dict[str, Any]) -> RevisionRef:
@@ -63,6 +79,12 @@ def _ref(revision: dict[str, Any]) -> RevisionRef:
         pooled=labels.POOL in (meta.get("labels") or {}),
         data_plane_key=dataplane.key_name(spec) or dataplane.KEY,
     )
+
+
+def _head_ref(deployment: dict[str, Any]) -> RevisionRef:
+    template = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return RevisionRef(uid=deployment["metadata"]["uid"],
+                       data_plane_key=dataplane.key_name(template) or dataplane.KEY)  # fmt: skip
 
 
 class KubeRouters:

@@ -2,7 +2,8 @@
 
 The Knative Revision owns both (an owner reference without `blockOwnerDeletion`, which would
 need the right to update the revision's finalizers), so Kubernetes' garbage collector removes a
-router with its revision, and with its model. The pod runs smg as the router service account
+router with its revision, and with its model; a Standard-mode model's head Deployment owns its
+router the same way. The pod runs smg as the router service account
 of its namespace, which may only read pods there (rendered with the catalog), non-root on a
 read-only root file system.
 """
@@ -22,6 +23,8 @@ DRAIN_SECONDS = 60
 # Ready as soon as smg serves: with no worker yet it answers 503 `no_available_workers`, and
 # the entry then sends the request the Knative way (which wakes the revision).
 LIVENESS = {"path": "/liveness", "port": "http"}
+REVISION_OWNER = {"apiVersion": "serving.knative.dev/v1", "kind": "Revision"}
+HEAD_OWNER = {"apiVersion": "apps/v1", "kind": "Deployment"}  # a Standard-mode model's head
 
 
 def router_labels(router: Router) -> dict[str, str]:
@@ -47,7 +50,7 @@ def _meta(router: Router, image: str) -> Manifest:
                         **({labels.HF_TOKEN_SECRET: router.hub_token} if router.hub_token
                            else {})},
         "ownerReferences": [{
-            "apiVersion": "serving.knative.dev/v1", "kind": "Revision",
+            **(HEAD_OWNER if router.standard else REVISION_OWNER),
             "name": router.revision, "uid": router.revision_uid,
         }],
     }  # fmt: skip

@@ -13,6 +13,11 @@ While a canary rolls out, the stable revision also has a baseline router
 model at the canary's load, which the canary controller carves out of the stable revision when
 its policy asks for a baseline (radixfleet/controllers/canary/baseline.py), and the region entry
 sends the canary's share. Until then it has no worker.
+
+A Standard-mode model (KServe's raw Deployments; every multi-node model) has no revision: its
+router is named for, and owned by, its head's Deployment (`<isvc>-predictor-router`), and selects
+the head's pods alone (`app=isvc.<isvc>-predictor`: rank 0 serves HTTP, the workers serve only
+their health) on SGLang's own port, as no queue-proxy stands in front of them.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from radixfleet import dataplane, labels
+from radixfleet.platform import head_pod_label
 
 NAME = "routers"
 SERVICE_ACCOUNT = "radixfleet-router"  # in each tenant namespace, rendered with the catalog
@@ -51,6 +57,8 @@ class Router:
     # `SECRET/KEY` of the hub token smg reads as HF_TOKEN when the tokenizer's repository is
     # gated (the InferenceService's `radixfleet.io/hf-token-secret`); "": none.
     hub_token: str = ""
+    # A Standard-mode model's head: `revision` names its Deployment, which owns the router.
+    standard: bool = False
 
     @property
     def routes_for(self) -> str:
@@ -70,17 +78,28 @@ def smg_args(router: Router) -> list[str]:
         "--host", "0.0.0.0", "--port", str(dataplane.ROUTER_PORT),
         "--policy", "cache_aware",
         "--service-discovery",
-        "--selector", f"{REVISION_LABEL}={router.revision}",
-        # A baseline's router selects its pool always: without the label it would take them all.
-        *([f"{labels.POOL}={router.pool}"] if router.pooled or router.pool != labels.SERVING_POOL
-          else []),
+        "--selector", *selector(router),
         "--service-discovery-namespace", router.namespace,
-        "--service-discovery-port", str(dataplane.QUEUE_PROXY_PORT),
+        "--service-discovery-port",
+        str(dataplane.PREDICTOR_PORT if router.standard else dataplane.QUEUE_PROXY_PORT),
         "--prometheus-host", "0.0.0.0", "--prometheus-port", str(dataplane.ROUTER_METRICS_PORT),
         # The data plane's key: required of the entry, presented to the predictors.
         *dataplane.api_key_args(),
         *tokenizer_args(router.tokenizer),
         "--log-level", "warn",
+    ]  # fmt: skip
+
+
+def selector(router: Router) -> list[str]:
+    """The labels of the pods the router sends to, as smg's `--selector` takes them."""
+    if router.standard:
+        key, value = head_pod_label(router.isvc)
+        return [f"{key}={value}"]
+    return [
+        f"{REVISION_LABEL}={router.revision}",
+        # A baseline's router selects its pool always: without the label it would take them all.
+        *([f"{labels.POOL}={router.pool}"] if router.pooled or router.pool != labels.SERVING_POOL
+          else []),
     ]  # fmt: skip
 
 
