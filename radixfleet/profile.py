@@ -75,6 +75,13 @@ class ReplicaProfile(BaseModel):
     host_to_device_gb_s: float = Field(default=40.0, gt=0, description="host tier to GPU")
     storage_to_device_gb_s: float = Field(default=10.0, gt=0, description="storage tier to GPU")
 
+    # Moving a prompt's KV from a prefill replica to a decode replica (P/D disaggregation,
+    # radixfleet/replica/disagg.py). 50 GB/s is a p5's EFA (3,200 Gb/s over 8 GPUs, 400 Gb/s
+    # each) that mooncake or nixl reaches with RDMA; the setup is the bootstrap handshake and
+    # the registration of the destination pages, paid once per transfer.
+    kv_transfer_gb_s: float = Field(default=50.0, gt=0, description="prefill to decode link")
+    kv_transfer_setup_s: float = Field(default=0.002, ge=0, description="per-transfer setup")
+
     @property
     def cold_start_seconds(self) -> float:
         """Seconds from process start to a healthy replica, with the weights on the node."""
@@ -122,6 +129,8 @@ class ReplicaProfile(BaseModel):
                 "graph_capture_s": self.graph_capture_s * time_factor,
                 "host_to_device_gb_s": self.host_to_device_gb_s / time_factor,
                 "storage_to_device_gb_s": self.storage_to_device_gb_s / time_factor,
+                "kv_transfer_gb_s": self.kv_transfer_gb_s / time_factor,
+                "kv_transfer_setup_s": self.kv_transfer_setup_s * time_factor,
             }
         )
 

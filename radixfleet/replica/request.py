@@ -61,7 +61,9 @@ class RequestSpec:
     `prompt_blocks` are the keys of the prompt's full cache blocks; `finish_blocks`, if given,
     the keys of prompt plus output, cached when the request finishes (so a later turn that
     repeats the answer hits it). `output_tokens` is how many tokens the request will produce:
-    the caller decides, from its max_new_tokens and a natural stop.
+    the caller decides, from its max_new_tokens and a natural stop. `transferred_tokens` are
+    prompt tokens whose KV a prefill peer sent (a P/D decode replica): they take GPU room but
+    no prefill pass, as SGLang's decode role builds its batch from the KV it received.
     """
 
     rid: str
@@ -70,6 +72,7 @@ class RequestSpec:
     max_new_tokens: int
     prompt_blocks: tuple[Hashable, ...] = ()
     finish_blocks: tuple[Hashable, ...] | None = None
+    transferred_tokens: int = 0
 
 
 @dataclass(slots=True, eq=False)

@@ -198,8 +198,10 @@ class Scheduler:
             else self.tiers.load(spec.prompt_blocks, gpu=node.depth, limit=limit, now=now)
         )
         loaded = (host + storage) * self.block_tokens
+        # KV a prefill peer sent is allocated like KV loaded back from a tier, and computes nothing.
+        sent = max(0, min(spec.transferred_tokens, spec.prompt_tokens - hit - loaded))
         request.node, request.cached_tokens = node, hit + loaded
-        request.prefilled_tokens, request.load_tokens = hit + loaded, loaded
+        request.prefilled_tokens, request.load_tokens = hit + loaded + sent, loaded + sent
         request.host_cached_tokens = host * self.block_tokens
         request.storage_cached_tokens = storage * self.block_tokens
         request.need_tokens = need

@@ -20,7 +20,11 @@ from radixfleet.profile import ReplicaProfile
 def prefill_pass_seconds(
     profile: ReplicaProfile, *, chunks: Iterable[tuple[int, int]], slowdown: float
 ) -> float:
-    """One prefill forward pass over `(new_tokens, cached_tokens)` chunks: one overhead."""
+    """One prefill forward pass over `(new_tokens, cached_tokens)` chunks: one overhead; none
+    when no chunk has a token to compute (a P/D decode replica's batch of received KV)."""
+    chunks = list(chunks)
+    if all(new_tokens <= 0 for new_tokens, _cached in chunks):
+        return 0.0
     total = profile.prefill_overhead_s
     for new_tokens, cached_tokens in chunks:
         total += profile.prefill_seconds(new_tokens, cached_tokens) - profile.prefill_overhead_s
