@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from radixfleet.cli import app
 from radixfleet.config import KvCache, Model, load_catalog
+from radixfleet.config.serving import inference_services_of
 from radixfleet.config.sizing import hicache_gb_per_rank, pod_memory_gib, weight_gib
 from radixfleet.platform import KUBERNETES_VERSION
 from radixfleet.profile import resolve_profile
@@ -105,7 +106,8 @@ def test_every_model_and_tenant_gets_an_inference_service(rendered: Path) -> Non
     names = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs}
     for model in catalog.models:
         for tenant in model.tenants:
-            assert (catalog.tenant(tenant).namespaces[0], model.name) in names
+            for isvc in inference_services_of(model):
+                assert (catalog.tenant(tenant).namespaces[0], isvc.name) in names
 
 
 def test_no_tenants_lora_adapter_is_mounted_in_another_tenants_namespace(rendered: Path) -> None:
@@ -269,7 +271,7 @@ def test_tighter_itl_slo_never_raises_the_target() -> None:
 
 def test_canary_models_start_new_revisions_at_zero_under_their_policy(rendered: Path) -> None:
     catalog = load_catalog(CATALOG)
-    for model in catalog.models:
+    for model in (isvc for m in catalog.models for isvc in inference_services_of(m)):
         for tenant in model.tenants[:1]:
             ns = catalog.tenant(tenant).namespaces[0]
             doc = yaml.safe_load(
@@ -331,8 +333,9 @@ def test_every_autoscaled_inference_service_has_its_policy(rendered: Path) -> No
         for p in _objects(rendered, "AutoscalePolicy")
     }
     expected = set()
+    isvc_models = [isvc for m in catalog.models for isvc in inference_services_of(m)]
     for isvc in inference_services(rendered):
-        model = next(m for m in catalog.models if m.name == isvc["metadata"]["name"])
+        model = next(m for m in isvc_models if m.name == isvc["metadata"]["name"])
         if model.nodes > 1:
             continue
         key = (isvc["metadata"]["namespace"], model.name)
@@ -513,3 +516,45 @@ def test_a_model_without_a_tier_keeps_its_memory_and_flags(name: str) -> None:
     tenant = load_catalog(CATALOG).tenant(model.tenants[0])
     args = build_inference_service(model, tenant)[0]["spec"]["predictor"]["model"]["args"]
     assert not [a for a in args if "hicache" in a or "hierarchical" in a]
+
+
+def _rendered_isvc(rendered: Path, namespace: str, name: str) -> dict[str, Any]:
+    path = rendered / "inferenceservices" / namespace / f"{name}.yaml"
+    loaded: dict[str, Any] = yaml.safe_load(path.read_text())
+    return loaded
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_a_prefill_decode_model_renders_one_inference_service_per_role(
+    rendered: Path, role: str
+) -> None:
+    """`llama-3-1-70b-pd` is one model and two InferenceServices: each labelled with the pair and
+    its role (on its pods too, for the PD router's selectors), answering to the pair's name, on
+    its role's runtime with the catalog's transfer engine and its own replica bounds; only the
+    prefill's pods declare the bootstrap port smg's discovery reads."""
+    isvc = _rendered_isvc(rendered, "team-research", f"llama-3-1-70b-pd-{role}")
+    pair = {"radixfleet.io/model": "llama-3-1-70b-pd", "radixfleet.io/pd-role": role}
+    assert pair.items() <= isvc["metadata"]["labels"].items()
+    predictor = isvc["spec"]["predictor"]
+    assert pair.items() <= predictor["labels"].items()
+    assert predictor["labels"]["radixfleet.io/pool"] == "serving"
+    assert predictor["model"]["runtime"] == f"sglang-{role}"
+    args = predictor["model"]["args"]
+    assert args[args.index("--served-model-name") + 1] == "llama-3-1-70b-pd"
+    assert args[args.index("--disaggregation-transfer-backend") + 1] == "mooncake"
+    assert (predictor["minReplicas"], predictor["maxReplicas"]) == (1, 2)
+    assert "canaryTrafficPercent" not in predictor
+    bootstrap = predictor.get("annotations", {}).get("sglang.ai/bootstrap-port")
+    assert bootstrap == ("8998" if role == "prefill" else None)
+    runtime = build_runtime(f"sglang-{role}")[0]
+    runtime_args = runtime["spec"]["containers"][0]["args"]
+    if role == "prefill":
+        assert runtime_args[runtime_args.index("--disaggregation-bootstrap-port") + 1] == bootstrap
+
+
+def test_a_prefill_decode_model_is_no_inference_service_of_its_own(rendered: Path) -> None:
+    """Its tenants call it by one name, but no InferenceService has it: the two halves serve it."""
+    assert not (rendered / "inferenceservices/team-research/llama-3-1-70b-pd.yaml").exists()
+    policies = {p["metadata"]["name"] for p in _objects(rendered, "AutoscalePolicy")}
+    assert {"llama-3-1-70b-pd-prefill", "llama-3-1-70b-pd-decode"} <= policies
+    assert "llama-3-1-70b-pd" not in policies

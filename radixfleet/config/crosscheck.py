@@ -9,7 +9,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from radixfleet.config.catalog import KNOWN_RUNTIMES, Catalog, GpuPool, KvCache, Model, Region
+from radixfleet.config.catalog import (
+    CATALOG_RUNTIMES,
+    PD_RUNTIME,
+    Catalog,
+    GpuPool,
+    KvCache,
+    Model,
+    Region,
+)
 from radixfleet.config.gpus import GIB, GPU_TYPES, INSTANCE_TYPES
 from radixfleet.config.modelcache import (
     NODE_RESERVED_GIB,
@@ -312,8 +320,9 @@ def _model_parallelism(loc: str, model: Model) -> Iterator[Finding]:
 
 def _model_runtime(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding]:
     runtime = model.runtime
-    if runtime not in KNOWN_RUNTIMES:
-        yield f"{loc}.runtime", f"unknown runtime {runtime!r} (known: {', '.join(KNOWN_RUNTIMES)})"
+    if runtime not in CATALOG_RUNTIMES:
+        known = ", ".join(CATALOG_RUNTIMES)
+        yield f"{loc}.runtime", f"unknown runtime {runtime!r} (known: {known})"
         return
     rules = {
         "sglang": (model.gpus_per_replica == 1, "runs one GPU per replica; use sglang-tp"),
@@ -341,23 +350,34 @@ def _model_runtime(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding
     yield from _pd_pair(catalog, loc, model)
 
 
+# The runtimes of a prefill/decode model's roles: never a catalog model's own.
+_ROLE_RUNTIMES = ("sglang-prefill", "sglang-decode")
+
+
 def _pd_pair(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding]:
-    roles = {"sglang-prefill": "sglang-decode", "sglang-decode": "sglang-prefill"}
-    wanted = roles.get(model.runtime)
-    if wanted is None:
-        if model.pd_peer is not None:
-            yield f"{loc}.pd_peer", "only sglang-prefill and sglang-decode models have a pd_peer"
+    """A prefill/decode model is one entry: runtime sglang-pd with its `disaggregation`, its
+    replica bounds per role, and no canary (a pair needs one rollout of both roles, which the
+    canary controller cannot roll yet)."""
+    pd = model.disaggregation is not None
+    if model.runtime in _ROLE_RUNTIMES:
+        yield (f"{loc}.runtime", f"{model.runtime} is a role of a prefill/decode model: write one "
+               f"model with runtime {PD_RUNTIME} and disaggregation")  # fmt: skip
+    elif pd != (model.runtime == PD_RUNTIME):
+        field = "disaggregation" if pd else "runtime"
+        yield f"{loc}.{field}", f"runtime {PD_RUNTIME} and disaggregation go together"
+    if not pd:
         return
-    peer = next((m for m in catalog.models if m.name == model.pd_peer), None)
-    if peer is None:
-        yield f"{loc}.pd_peer", f"{model.runtime} needs pd_peer naming its {wanted} model"
-    elif peer.runtime != wanted or peer.pd_peer != model.name:
-        yield (
-            f"{loc}.pd_peer",
-            f"{peer.name!r} is not a {wanted} model paired back with {model.name!r}",
-        )
-    elif peer.storage_uri != model.storage_uri:
-        yield f"{loc}.pd_peer", f"{peer.name!r} serves other weights ({peer.storage_uri})"
+    if model.canary_policy is not None:
+        yield (f"{loc}.canary_policy", "a prefill/decode model cannot roll out as one yet: no "
+               "canary (its roles would roll apart)")  # fmt: skip
+    for bound in sorted({"min_replicas", "max_replicas"} & model.model_fields_set):
+        yield (f"{loc}.{bound}", "a prefill/decode model's replicas are per role: "
+               f"disaggregation.prefill.{bound} and disaggregation.decode.{bound}")  # fmt: skip
+    taken = {m.name for m in catalog.models}
+    for role in ("prefill", "decode"):
+        if f"{model.name}-{role}" in taken:
+            isvc = f"{model.name}-{role}"
+            yield f"{loc}.name", f"its {role} InferenceService {isvc} is a model's name"
 
 
 def _storage_lanes(catalog: Catalog) -> Iterator[Finding]:
