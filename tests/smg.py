@@ -41,13 +41,20 @@ def get_json(url: str) -> Any:
 
 @contextmanager
 def running_smg(
-    worker_urls: Sequence[str], *, log: Path, policy: str = "cache_aware", extra: Sequence[str] = ()
+    worker_urls: Sequence[str],
+    *,
+    log: Path,
+    policy: str = "cache_aware",
+    extra: Sequence[str] = (),
+    workers: int | None = None,
 ) -> Iterator[Gateway]:
-    """smg routing to `worker_urls`, ready (every worker healthy) until the block ends."""
+    """smg routing to `worker_urls`, ready (every worker healthy) until the block ends.
+    `workers` counts them when `extra` names them instead (PD mode's --prefill/--decode)."""
     port, metrics = free_ports(2)
+    urls = ["--worker-urls", *worker_urls] if worker_urls else []
     command = [
         sys.executable, "-m", "smg", "launch",
-        "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *worker_urls,
+        "--host", "127.0.0.1", "--port", str(port), *urls,
         "--policy", policy,
         "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics),
         "--log-level", "warn", *extra,
@@ -56,7 +63,8 @@ def running_smg(
         router = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_ready(url, workers=len(worker_urls), router=router, log=log)
+        expected = len(worker_urls) if workers is None else workers
+        _wait_ready(url, workers=expected, router=router, log=log)
         yield Gateway(url, f"http://127.0.0.1:{metrics}/metrics")
     finally:
         router.terminate()

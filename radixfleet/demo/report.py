@@ -69,7 +69,7 @@ def print_table(console: Console, summary: dict[str, Any]) -> None:
         cells = [c for c, k in zip(row, keep, strict=True) if k]
         table.add_row(*cells, end_section=name == list(rows)[-2])
     console.print(table)
-    for line in host_tier_lines(summary):
+    for line in [*host_tier_lines(summary), *pd_lines(summary)]:
         console.print(line)
 
 
@@ -85,6 +85,24 @@ def host_tier_lines(summary: dict[str, Any]) -> list[str]:
         )
         lines.append(line if ideal is None else f"{line}, of an ideal {ideal * 100:.1f}%")
     return lines
+
+
+def pd_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per prefill/decode pair: its TTFT and ITL (p50) and the KV it moved."""
+    lines = []
+    for name, pair in summary.get("prefill_decode", {}).items():
+        group = summary["per_region_model"].get(name, {})
+        ttft, itl = group.get("ttft_s", {}).get("p50"), group.get("itl_s", {}).get("p50")
+        lines.append(
+            f"{name}: prefill/decode pair ({pair['prefill']}+{pair['decode']}, "
+            f"{pair['transfer_backend']}): TTFT p50 {_ms_of(ttft)}, ITL p50 {_ms_of(itl)}, "
+            f"KV transferred {pair['kv_transferred_mb']:.1f} MB in {pair['transfers']} transfers"
+        )
+    return lines
+
+
+def _ms_of(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
 def _cells(group: dict[str, Any], *, ideal: float | None) -> list[str]:
@@ -268,7 +286,8 @@ def _table_html(summary: dict[str, Any]) -> str:
         for name, g in rows.items()
     )
     header = "".join(f"<th>{html.escape(h).replace(chr(10), '<br>')}</th>" for h in HEADERS)
-    tiers = "".join(f"<p>{html.escape(line)}</p>" for line in host_tier_lines(summary))
+    lines = [*host_tier_lines(summary), *pd_lines(summary)]
+    tiers = "".join(f"<p>{html.escape(line)}</p>" for line in lines)
     return f"<table><tr>{header}</tr>{cells}</table>{tiers}"
 
 

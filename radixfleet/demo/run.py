@@ -22,6 +22,7 @@ from rich.console import Console
 
 from radixfleet import __version__
 from radixfleet.config import ConfigError, load_catalog
+from radixfleet.controllers.autoscale.pairs import pair_counts
 from radixfleet.dashboards import rules
 from radixfleet.dashboards.html import write_dashboard_report
 from radixfleet.demo.manifests import ManifestCheck, render_and_check
@@ -65,6 +66,7 @@ class _Run:
     steps_s: dict[str, float] = field(default_factory=dict)  # wall time of each step
     routing: dict[str, dict[str, float]] = field(default_factory=dict)  # smg's decisions
     cache_sources: dict[str, dict[str, float]] = field(default_factory=dict)  # by tier
+    kv_transfers: dict[str, dict[str, float]] = field(default_factory=dict)  # P/D pairs'
     notes: list[str] = field(default_factory=list)
 
     def timed(self, step: str, since: float) -> float:
@@ -105,7 +107,7 @@ def _run_fleet(
     run = _Run()
     begun = time.monotonic()
     with console.status("starting the fleet (routers, replicas, entries)"):
-        fleet = LocalFleet(spec, cache_dir=options.cache_dir)
+        fleet = LocalFleet(spec, cache_dir=options.cache_dir, pair_rule=pair_counts)
         run.fleet_id = fleet.fleet_id
         fleet.start()
     try:
@@ -117,6 +119,7 @@ def _run_fleet(
         _replay(fleet, workload, run, console=console)
         run.routing = fleet.routing_decisions()
         run.cache_sources = fleet.cache_sources()
+        run.kv_transfers = fleet.kv_transfers()
         if prometheus is not None:
             begun = time.monotonic()
             _dashboards(options.out, prometheus, run, console=console)
@@ -234,6 +237,7 @@ def _summary(
         "wake_from_zero": _wake_records(run.events),
         "routing_decisions": run.routing,
         "host_tier": host_tier_summary(spec, run.cache_sources),
+        "prefill_decode": pd_summary(spec, run.kv_transfers),
         "failed_requests": failed_requests(run.results),
         "notes": [*run.notes, *_manifest_notes(check, options), *_method_notes()],
     }
@@ -256,6 +260,30 @@ def host_tier_summary(
                 f"{tier}_hit_rate": round(counts.get(tier, 0.0) / prompt, 4)
                 for tier in ("device", "host", "storage")
             }
+    return out
+
+
+def pd_summary(
+    spec: LocalFleetSpec, transfers: dict[str, dict[str, float]]
+) -> dict[str, dict[str, Any]]:
+    """Per region/model served as a prefill/decode pair: its roles' replicas, its transfer
+    backend and the KV its prefill replicas sent (their /metrics at the end)."""
+    out = {}
+    for region in spec.regions:
+        for model in region.models:
+            pd = model.disaggregation
+            if pd is None:
+                continue
+            name = f"{region.name}/{model.name}"
+            moved = transfers.get(name, {})
+            count = moved.get("transfers", 0.0)
+            mean_ms = round(moved.get("latency_ms", 0.0) / count, 2) if count else None
+            out[name] = {
+                "prefill": pd.prefill, "decode": pd.decode,
+                "transfer_backend": pd.transfer_backend,
+                "kv_transferred_mb": round(moved.get("mb", 0.0), 1), "transfers": int(count),
+                "mean_transfer_ms": mean_ms,
+            }  # fmt: skip
     return out
 
 
@@ -315,4 +343,7 @@ def _method_notes() -> list[str]:
         "(--enable-hierarchical-cache, a host pool four times a GPU cache cut to 24k tokens); "
         "its hit rates by tier are the replicas' own sglang:cached_tokens_total{cache_source} "
         "over their prompt tokens.",
+        "Prefill/decode: eu-west-1's llama-3-1-70b-pd is one prefill and one decode replica "
+        "behind smg in PD mode; its KV transferred is the prefill's sglang:kv_transfer_total_mb, "
+        "priced over a 50 GB/s per-GPU link (radixfleet/replica/disagg.py).",
     ]

@@ -13,11 +13,13 @@ from typing import Annotated
 import typer
 from aiohttp import web
 
+from radixfleet.emulator.bootstrap import disagg_config
 from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.hicache import HiCacheConfig, storage_tokens
 from radixfleet.emulator.server import Emulator
 from radixfleet.profile import BUILTIN_PROFILES, ProfileError, resolve_profile
 from radixfleet.replica import SchedulePolicy
+from radixfleet.replica.disagg import DEFAULT_BOOTSTRAP_PORT, DEFAULT_TRANSFER_BACKEND
 from radixfleet.replica.tiers import WritePolicy
 
 #: SGLang listens with a large backlog; a thousand clients connecting at once must all get in.
@@ -83,11 +85,25 @@ def emulate(
         str | None,
         typer.Option(help="Add a storage tier (in this process only: see emulator/hicache.py)."),
     ] = None,
+    disaggregation_mode: Annotated[
+        str, typer.Option(help="SGLang's P/D role: null, prefill or decode.")
+    ] = "null",
+    disaggregation_bootstrap_port: Annotated[
+        int, typer.Option(help="A prefill's bootstrap server port.")
+    ] = DEFAULT_BOOTSTRAP_PORT,
+    disaggregation_transfer_backend: Annotated[
+        str, typer.Option(help="The KV transfer engine: mooncake or nixl.")
+    ] = DEFAULT_TRANSFER_BACKEND,
 ) -> None:
     """Run one emulated SGLang replica (sglang 0.5.23's HTTP interface) until interrupted."""
     try:
         replica = resolve_profile(profile)
-    except ProfileError as err:
+        disaggregation = disagg_config(
+            mode=disaggregation_mode,
+            bootstrap_port=disaggregation_bootstrap_port,
+            transfer_backend=disaggregation_transfer_backend,
+        )
+    except (ProfileError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     if time_scale != 1.0:
@@ -117,6 +133,7 @@ def emulate(
             storage_tokens=storage_tokens(os.environ),
             ranks=replica.gpu_count,
         ),
+        disaggregation=disaggregation,
     )
     serve(config)
 
@@ -130,6 +147,12 @@ def serve(config: EmulatorConfig) -> None:
         f"emulated sglang replica {config.model_name!r} ({config.profile.name}) on "
         f"http://{config.host}:{config.port}"
         + (f" and grpc://{config.host}:{config.grpc_port}" if config.grpc_port is not None else "")
+        + (
+            ""
+            if config.disaggregation is None
+            else f" as {config.disaggregation.mode} (bootstrap port "
+            f"{config.disaggregation.bootstrap_port})"
+        )
         + f", healthy in {cold:.1f} s",
         flush=True,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from radixfleet.emulator.bootstrap import DisaggConfig
 from radixfleet.emulator.hicache import HiCacheConfig
 from radixfleet.profile import ReplicaProfile
 from radixfleet.replica import SchedulePolicy
@@ -31,8 +32,14 @@ class EmulatorConfig:
     grpc_port: int | None = None  # serve SGLang's gRPC protocol there too (0: any free port)
     lora_adapters: tuple[str, ...] = ()  # the names `--lora-paths` loaded
     hicache: HiCacheConfig | None = None  # `--enable-hierarchical-cache` and its flags
+    disaggregation: DisaggConfig | None = None  # a P/D role (`--disaggregation-mode`)
 
     @property
     def model_name(self) -> str:
         """The name clients use (SGLang's --served-model-name, defaulting to the model path)."""
         return self.served_model_name or self.profile.model_path
+
+    @property
+    def engine_type(self) -> str:
+        """SGLang's `engine_type` metric label: the P/D role, or "unified"."""
+        return "unified" if self.disaggregation is None else self.disaggregation.mode

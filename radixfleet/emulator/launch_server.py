@@ -19,6 +19,11 @@ as ``--hicache-size``, ``--hicache-ratio`` and ``--hicache-write-policy`` say, a
 ``--hicache-storage-backend`` a storage tier of its own process
 (:mod:`radixfleet.emulator.hicache`, which ``RADIXFLEET_EMULATOR_STORAGE_TOKENS`` sizes).
 
+``--disaggregation-mode prefill|decode`` gives the replica SGLang's P/D role, with its
+``--disaggregation-bootstrap-port`` (a prefill's bootstrap server, default 8998) and
+``--disaggregation-transfer-backend`` (mooncake or nixl; SGLang's others are refused):
+:mod:`radixfleet.emulator.disagg`.
+
 ``--smg-grpc-mode`` (or the deprecated ``--grpc-mode``) serves SGLang's gRPC protocol for the
 gateway on ``--grpc-port`` (default ``--port`` + 10000, as SGLang's). SGLang then serves no HTTP
 but a metrics sidecar; the emulator keeps its whole HTTP interface on ``--port``, so its
@@ -36,6 +41,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from radixfleet.emulator.bootstrap import DisaggConfig, disagg_config
 from radixfleet.emulator.cli import serve
 from radixfleet.emulator.config import EmulatorConfig
 from radixfleet.emulator.hicache import hicache_from_flags
@@ -61,6 +67,7 @@ def config_from(args: Sequence[str], environ: Mapping[str, str]) -> EmulatorConf
         profile = resolve_profile(environ.get("RADIXFLEET_EMULATOR_PROFILE", DEFAULT_PROFILE))
         scale = float(environ.get("RADIXFLEET_EMULATOR_TIME_SCALE", "1.0"))
         hicache = hicache_from_flags(flags, environ)
+        disaggregation = _disaggregation(flags)
     except (ProfileError, ValueError) as error:
         raise LaunchError(str(error)) from error
     if scale != 1.0:
@@ -84,6 +91,16 @@ def config_from(args: Sequence[str], environ: Mapping[str, str]) -> EmulatorConf
         grpc_port=_grpc_port(flags, port=port),
         lora_adapters=tuple(lora_name(spec) for spec in flags.get("lora_paths", [])),
         hicache=hicache,
+        disaggregation=disaggregation,
+    )
+
+
+def _disaggregation(flags: Mapping[str, list[str]]) -> DisaggConfig | None:
+    port = first_value(flags, "disaggregation_bootstrap_port")
+    return disagg_config(
+        mode=first_value(flags, "disaggregation_mode"),
+        bootstrap_port=None if port is None else int(port),
+        transfer_backend=first_value(flags, "disaggregation_transfer_backend"),
     )
 
 

@@ -167,7 +167,7 @@ class SchedulerCollector(Collector):
         ]  # fmt: skip
 
 
-class _Histogram:
+class BucketHistogram:
     """Bucket counts of one unlabelled series; observing many equal values costs O(log n)."""
 
     def __init__(self, name: str, doc: str, buckets: tuple[float, ...]) -> None:
@@ -198,22 +198,22 @@ class RequestHistograms(Collector):
 
     def __init__(self, *, labels: dict[str, str]) -> None:
         self._labels = labels
-        self.ttft = _Histogram(
+        self.ttft = BucketHistogram(
             "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
             TTFT_BUCKETS)  # fmt: skip
-        self.itl = _Histogram(
+        self.itl = BucketHistogram(
             "sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
             ITL_BUCKETS)  # fmt: skip
-        self.e2e = _Histogram(
+        self.e2e = BucketHistogram(
             "sglang:e2e_request_latency_seconds",
             "Histogram of End-to-end request latency in seconds", E2E_BUCKETS)  # fmt: skip
-        self.queue = _Histogram(
+        self.queue = BucketHistogram(
             "sglang:queue_time_seconds", "Histogram of queueing time in seconds.", E2E_BUCKETS
         )
-        self.prompt = _Histogram(
+        self.prompt = BucketHistogram(
             "sglang:prompt_tokens_histogram", "Histogram of prompt token length.", TOKEN_BUCKETS
         )
-        self.generation = _Histogram(
+        self.generation = BucketHistogram(
             "sglang:generation_tokens_histogram", "Histogram of generation token length.",
             TOKEN_BUCKETS)  # fmt: skip
         self._all = (self.ttft, self.itl, self.e2e, self.queue, self.prompt, self.generation)
@@ -275,6 +275,7 @@ class EmulatorMetrics:
     registry: CollectorRegistry
     histograms: RequestHistograms
     responses: HttpResponses
+    labels: dict[str, str]  # the scheduler labels, for the families a role adds
 
 
 def build_registry(
@@ -283,11 +284,12 @@ def build_registry(
     profile: ReplicaProfile,
     model_name: str,
     hicache: HiCacheConfig | None = None,
+    engine_type: str = "unified",
 ) -> EmulatorMetrics:
     """A registry holding the emulator's families only (several emulators may share a process)."""
     labels = {
         "model_name": model_name,
-        "engine_type": "unified",
+        "engine_type": engine_type,
         "tp_rank": "0",
         "pp_rank": "0",
         "moe_ep_rank": "0",
@@ -300,4 +302,4 @@ def build_registry(
     registry.register(histograms)
     responses = HttpResponses()
     registry.register(responses)
-    return EmulatorMetrics(registry, histograms, responses)
+    return EmulatorMetrics(registry, histograms, responses, labels)

@@ -12,6 +12,7 @@ from typing import Any
 from radixfleet.emulator import protocol
 from radixfleet.emulator.answers import Outcome, Sample, TierReport
 from radixfleet.emulator.config import EmulatorConfig
+from radixfleet.emulator.disagg import DisaggRole
 from radixfleet.emulator.driver import Driver, Ticket
 from radixfleet.emulator.metrics import build_registry
 from radixfleet.emulator.protocol import ApiError, Job
@@ -42,17 +43,29 @@ class EmulatedReplica:
             profile=config.profile,
             model_name=config.model_name,
             hicache=config.hicache,
+            engine_type=config.engine_type,
         )
         self.registry, self.histograms, self.responses = (
             metrics.registry, metrics.histograms, metrics.responses,
         )  # fmt: skip
+        self.role = (
+            None
+            if config.disaggregation is None
+            else DisaggRole(
+                config.disaggregation,
+                profile=config.profile,
+                labels=metrics.labels,
+                registry=metrics.registry,
+            )
+        )
         self.health_checks = 0  # answered /health and /health_generate probes, for tests
         self.grpc_port: int | None = None  # where gRPC listens, once started
 
     # -- generation --------------------------------------------------------------------------
 
-    def submit(self, job: Job) -> Ticket:
-        """Queue one sample, or raise ApiError with SGLang's status and message."""
+    def submit(self, job: Job, *, transferred_tokens: int = 0) -> Ticket:
+        """Queue one sample, or raise ApiError with SGLang's status and message.
+        `transferred_tokens` are prompt tokens whose KV a prefill peer sent (a decode role)."""
         answer = job.generated_ids()
         block = self.config.block_tokens
         self._check_adapter(job.namespace)
@@ -63,6 +76,7 @@ class EmulatedReplica:
             max_new_tokens=max(1, job.max_new_tokens),
             prompt_blocks=protocol.block_keys(job.prompt_ids, block, job.namespace),
             finish_blocks=protocol.block_keys(job.prompt_ids + answer, block, job.namespace),
+            transferred_tokens=transferred_tokens,
         )
         if self.model.get(job.rid) is not None:
             raise ApiError(400, f"Duplicate request id {job.rid}.")
@@ -86,12 +100,12 @@ class EmulatedReplica:
             return [job]
         return await asyncio.to_thread(protocol.samples, job, self.tokenizer)
 
-    def submit_all(self, jobs: list[Job]) -> list[Ticket]:
+    def submit_all(self, jobs: list[Job], *, transferred_tokens: int = 0) -> list[Ticket]:
         """Queue every sample, or none: one refused releases those already queued."""
         tickets: list[Ticket] = []
         try:
             for job in jobs:
-                tickets.append(self.submit(job))
+                tickets.append(self.submit(job, transferred_tokens=transferred_tokens))
         except ApiError:
             for ticket in tickets:
                 self.driver.release(ticket)

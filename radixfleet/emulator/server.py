@@ -77,6 +77,8 @@ class Emulator(EmulatedReplica):
         app.on_shutdown.append(self._on_shutdown)
         if self.config.grpc_port is not None:
             app.cleanup_ctx.append(self._grpc)
+        if self.role is not None:
+            app.cleanup_ctx.append(self.role.serving(self.config.host))
         return app
 
     async def _grpc(self, _app: web.Application) -> AsyncIterator[None]:
@@ -133,7 +135,7 @@ class Emulator(EmulatedReplica):
         """SGLang's native /generate."""
         body = await read_json(request)
         job = await asyncio.to_thread(protocol.parse_generate, body, self.tokenizer)
-        return await self._run(request, job)
+        return await self._run(request, job, body)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         """OpenAI /v1/completions."""
@@ -142,7 +144,7 @@ class Emulator(EmulatedReplica):
         job = await asyncio.to_thread(
             protocol.parse_completion, body, self.tokenizer, model=model, adapter=adapter
         )
-        return await self._run(request, job)
+        return await self._run(request, job, body)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         """OpenAI /v1/chat/completions."""
@@ -156,7 +158,7 @@ class Emulator(EmulatedReplica):
             context_length=self.config.profile.context_length,
             adapter=adapter,
         )
-        return await self._run(request, job)
+        return await self._run(request, job, body)
 
     def _model(self, body: dict[str, Any]) -> tuple[str, str | None]:
         """The served model a request names, and the LoRA adapter a `base:adapter` name adds."""
@@ -171,9 +173,18 @@ class Emulator(EmulatedReplica):
             return self.config.model_name, adapter
         raise ApiError(404, f"The model '{name}' does not exist.")
 
-    async def _run(self, request: web.Request, job: Job) -> web.StreamResponse:
+    async def _run(
+        self, request: web.Request, job: Job, body: dict[str, Any]
+    ) -> web.StreamResponse:
+        arrived, transferred = self.driver.now(), 0
+        if self.role is not None:
+            admitted = await self.role.admit(job, body)
+            job, transferred = admitted.job, admitted.transferred_tokens
         jobs = await self.samples(job)
-        tickets = self.submit_all(jobs)
+        tickets = self.submit_all(jobs, transferred_tokens=transferred)
+        if self.role is not None:
+            for ticket in tickets:
+                self.role.started(ticket, admitted, arrived=arrived, done=self.wait_done)
         try:
             if job.stream:
                 return await stream(self, request, jobs, tickets)

@@ -26,13 +26,14 @@ from radixfleet.dataplane.signals import SignalsRelay
 from radixfleet.emulator.tokenizer import ensure_tokenizer_dir
 from radixfleet.labels import SERVING_POOL
 from radixfleet.localfleet.entry import RegionEntry, RouterPool
+from radixfleet.localfleet.pairs import PairSet
 from radixfleet.localfleet.procs import Supervisor, free_ports, stop_async
 from radixfleet.localfleet.prometheus import (
     PrometheusServer,
     Target,
     write_targets,
 )
-from radixfleet.localfleet.replicas import EmulatorLauncher, ReplicaSet, ScaleEvent
+from radixfleet.localfleet.replicas import EmulatorLauncher, ReplicaRole, ReplicaSet, ScaleEvent
 from radixfleet.localfleet.router import Router, RouterGroup, router_command
 from radixfleet.localfleet.runtime import (
     START_TIMEOUT_S,
@@ -43,7 +44,7 @@ from radixfleet.localfleet.runtime import (
     T,
     settle,
 )
-from radixfleet.localfleet.scaler import ReplicaInfo, ReplicaState
+from radixfleet.localfleet.scaler import PairRule, ReplicaInfo, ReplicaState
 from radixfleet.localfleet.spec import LocalFleetSpec, ModelSpec, revision_name
 from radixfleet.profile import resolve_profile
 
@@ -60,6 +61,7 @@ class LocalFleetCore:
         host: str = "127.0.0.1",
         gates: Mapping[str, Gate] | None = None,
         prewarmers: PrewarmerFactory | None = None,
+        pair_rule: PairRule | None = None,
     ) -> None:
         self.spec = spec
         # By region: e.g. token budgets (radixfleet/controllers/quota/gate.py).
@@ -67,6 +69,8 @@ class LocalFleetCore:
         # Per region and model, what pre-warms its new replicas
         # (radixfleet/controllers/autoscale/prewarm).
         self.prewarmers = prewarmers
+        # How a P/D model's two roles scale as one (radixfleet/controllers/autoscale/pairs.py).
+        self.pair_rule = pair_rule
         self.fleet_id = uuid.uuid4().hex
         self.host = host
         self.cache_dir = cache_dir
@@ -87,6 +91,11 @@ class LocalFleetCore:
         for region in spec.regions:  # an unknown profile fails here, before any process starts
             for model in region.models:
                 resolve_profile(model.profile)
+                if model.disaggregation is not None and pair_rule is None:
+                    raise LocalFleetError(
+                        f"{region.name}/{model.name} is a prefill/decode pair: give the fleet "
+                        "pair_rule=radixfleet.controllers.autoscale.pairs.pair_counts"
+                    )
 
     def __enter__(self) -> Self:
         self.start()
@@ -151,23 +160,32 @@ class LocalFleetCore:
             for model in region.spec.models:
                 region.generations[model.name] = 1
                 revision = revision_name(model.name, 1)
-                region.routers[model.name] = self._spawn_router(region, revision)
+                pd = model.disaggregation is not None
+                region.routers[model.name] = self._spawn_router(region, revision, pd=pd)
         live = [r.wait_live(self._session, timeout_s=60) for r in self._all_routers()]
         await asyncio.gather(*live)
 
     def _spawn_router(
-        self, region: RegionRuntime, revision: str, *, pool: str = SERVING_POOL, tag: str = ""
+        self,
+        region: RegionRuntime,
+        revision: str,
+        *,
+        pool: str = SERVING_POOL,
+        tag: str = "",
+        pd: bool = False,
     ) -> RouterGroup:
         members = [
-            self._spawn_one_router(region, revision, index, pool=pool, tag=tag)
+            self._spawn_one_router(region, revision, index, pool=pool, tag=tag, pd=pd)
             for index in range(region.spec.routers)
         ]
         return RouterGroup(members)
 
     def _spawn_one_router(
-        self, region: RegionRuntime, revision: str, index: int, *, pool: str, tag: str
+        self, region: RegionRuntime, revision: str, index: int, *, pool: str, tag: str, pd: bool
     ) -> Router:
         port, metrics_port = free_ports(2, self.host)
+        # A P/D model's replicas are reached over HTTP: the emulator's roles serve no gRPC.
+        transport = "http" if pd else region.spec.router_workers
         argv = router_command(
             host=self.host,
             port=port,
@@ -175,7 +193,8 @@ class LocalFleetCore:
             policy=region.spec.router_policy,
             tokenizer_dir=self._tokenizer_dir,
             health_interval_s=self.spec.router_health_interval_s,
-            transport=region.spec.router_workers,
+            transport=transport,
+            pd=pd,
         )
         name = f"router-{region.spec.name}-{revision}" + (f"-{tag}" if tag else "")
         name += f"-{index}" if index else ""
@@ -185,7 +204,7 @@ class LocalFleetCore:
             prometheus_port=metrics_port,
             child=child,
             revision=revision,
-            transport=region.spec.router_workers,
+            transport=transport,
             argv=tuple(argv),
             pool=pool,
         )
@@ -193,9 +212,22 @@ class LocalFleetCore:
     def _start_sets(self, region: RegionRuntime) -> None:
         for model in region.spec.models:
             router = region.routers[model.name]
+            if model.disaggregation is not None:
+                region.pairs[model.name] = self._pair_set(region, model, router)
+                continue
             region.sets[model.name] = self._replica_set(
                 region, model, router, warm_start=self.spec.initial_warm
             )
+
+    def _pair_set(self, region: RegionRuntime, model: ModelSpec, router: RouterGroup) -> PairSet:
+        """A P/D model's two roles, each a replica set registered with the one PD router."""
+        assert self.pair_rule is not None
+
+        def make_set(spec: ModelSpec, name: str, role: ReplicaRole) -> ReplicaSet:
+            warm = self.spec.initial_warm
+            return self._replica_set(region, spec, router, warm_start=warm, tag=name, role=role)
+
+        return PairSet(model, make_set=make_set, rule=self.pair_rule, host=self.host)
 
     def _replica_set(
         self,
@@ -206,6 +238,7 @@ class LocalFleetCore:
         warm_start: bool,
         pool: str = SERVING_POOL,
         tag: str = "",
+        role: ReplicaRole | None = None,
     ) -> ReplicaSet:
         """A reconciling replica set of one revision (the router's), running from now on."""
         assert self._session is not None and self._launcher is not None
@@ -221,6 +254,7 @@ class LocalFleetCore:
             prewarmer=self.prewarmers(region.spec.name, model) if self.prewarmers else None,
             pool=pool,
             tag=tag,
+            role=role,
         )
         self._tasks.append(asyncio.get_running_loop().create_task(replica_set.run()))
         return replica_set
@@ -229,7 +263,7 @@ class LocalFleetCore:
         assert self._session is not None
         region.entry = RegionEntry(
             region=region.spec.name,
-            scalers=region.sets,
+            scalers={**region.sets, **region.pairs},
             routers={name: self._pool(region, group) for name, group in region.routers.items()},
             session=self._session,
             wake_timeout_s=self.spec.wake_timeout_s,
@@ -248,9 +282,11 @@ class LocalFleetCore:
     async def _wait_initial_replicas(self) -> None:
         timeout = self.spec.replica_start_timeout_s
         waits = {
-            (region.spec.name, name): rs.wait_ready(at_least=rs.spec.replicas, timeout_s=timeout)
+            (region.spec.name, name, rs.tag): rs.wait_ready(
+                at_least=rs.spec.replicas, timeout_s=timeout
+            )
             for region in self.regions.values()
-            for name, rs in region.sets.items()
+            for name, rs in [*region.sets.items(), *region.role_sets()]
         }
         ready = await asyncio.gather(*waits.values())
         late = [key for key, ok in zip(waits, ready, strict=True) if not ok]
@@ -295,11 +331,17 @@ class LocalFleetCore:
         """The `Scaler` of a model in a region; call its methods on the fleet's loop (`run`)."""
         return self.regions[region].sets[model]
 
+    def pair(self, region: str, model: str) -> PairSet:
+        """The `Scaler` of a P/D model in a region: its prefill and decode replica sets."""
+        return self.regions[region].pairs[model]
+
     def scale(
         self, region: str, model: str, replicas: int, *, wait: bool = True, timeout_s: float = 120
     ) -> bool:
-        """Ask for `replicas`; with `wait`, return whether they were ready (or gone) in time."""
-        replica_set = self.scaler(region, model)
+        """Ask for `replicas` (a P/D model's: pairs); with `wait`, return whether they were
+        ready (or gone) in time."""
+        runtime = self.regions[region]
+        replica_set = runtime.pairs.get(model) or runtime.sets[model]
 
         async def act() -> bool:
             target = replica_set.scale_to(replicas)
@@ -310,8 +352,9 @@ class LocalFleetCore:
         return self.run(act(), timeout_s=timeout_s + 5)
 
     def ready_count(self, region: str, model: str) -> int:
-        """Ready replicas of a model in a region."""
-        replica_set = self.scaler(region, model)
+        """Ready replicas of a model in a region (a P/D model's: pairs)."""
+        runtime = self.regions[region]
+        replica_set = runtime.pairs.get(model) or runtime.sets[model]
 
         async def read() -> int:
             return replica_set.ready_count()
@@ -319,8 +362,9 @@ class LocalFleetCore:
         return self.run(read())
 
     def replicas(self, region: str, model: str) -> list[ReplicaInfo]:
-        """The replicas of a model in a region."""
-        replica_set = self.scaler(region, model)
+        """The replicas of a model in a region (a P/D model's: both roles')."""
+        runtime = self.regions[region]
+        replica_set = runtime.pairs.get(model) or runtime.sets[model]
 
         async def read() -> list[ReplicaInfo]:
             return replica_set.replicas()
@@ -375,7 +419,7 @@ class LocalFleetCore:
         out = [
             (region.spec.name, name, event)
             for region in self.regions.values()
-            for name, replica_set in region.sets.items()
+            for name, replica_set in [*region.sets.items(), *region.role_sets()]
             for event in list(replica_set.events)
         ]
         return sorted(out, key=lambda item: item[2].at)
@@ -432,6 +476,7 @@ class LocalFleetCore:
     def _all_sets(self) -> Iterator[ReplicaSet]:
         for region in self.regions.values():
             yield from region.sets.values()
+            yield from (replica_set for _, replica_set in region.role_sets())
             yield from (revision.replicas for revision in region.side_revisions())
 
 

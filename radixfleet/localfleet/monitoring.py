@@ -3,12 +3,14 @@ and one per region (relayed through the region's entry, as a deployed region's i
 
 from __future__ import annotations
 
+import collections
 from pathlib import Path
 
 import yaml
 
 from radixfleet.dataplane.signals import PREFIX as SIGNALS_PREFIX
 from radixfleet.localfleet.core import LocalFleetCore
+from radixfleet.localfleet.pairs import scrape_kv_transfers
 from radixfleet.localfleet.prometheus import (
     scrape_config,
     start_prometheus,
@@ -79,3 +81,22 @@ class LocalFleetMonitoring(LocalFleetCore):
     def signals_url(self, region: str) -> str:
         """Where the failover reads `region`'s Prometheus: its entry, with `fleet_token`."""
         return self.entry_url(region) + SIGNALS_PREFIX
+
+    def kv_transfers(self) -> dict[str, dict[str, float]]:
+        """Per `region/model` served as a prefill/decode pair, the KV its live prefill replicas
+        sent to their decode peers: `mb`, `transfers` and `latency_ms`, summed."""
+        assert self._session is not None
+        session = self._session
+
+        async def read() -> dict[str, dict[str, float]]:
+            out: dict[str, dict[str, float]] = {}
+            for region in self.regions.values():
+                for name, pair in region.pairs.items():
+                    totals: collections.Counter[str] = collections.Counter()
+                    for replica in pair.prefill.replicas():
+                        if replica.state is ReplicaState.READY:
+                            totals.update(await scrape_kv_transfers(session, replica.url))
+                    out[f"{region.spec.name}/{name}"] = dict(totals)
+            return out
+
+        return self.run(read(), timeout_s=30)

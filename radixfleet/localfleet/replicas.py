@@ -18,10 +18,10 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import yaml
@@ -29,7 +29,12 @@ import yaml
 from radixfleet.labels import SERVING_POOL
 from radixfleet.localfleet.prewarm import warm
 from radixfleet.localfleet.procs import Child, Supervisor, free_ports, stop_async
-from radixfleet.localfleet.router import WORKER_ID_SEPARATOR, RouterError, RouterGroup
+from radixfleet.localfleet.router import (
+    WORKER_ID_SEPARATOR,
+    RouterError,
+    RouterGroup,
+    WorkerRole,
+)
 from radixfleet.localfleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.localfleet.spec import LocalFleetSpec, ModelSpec, revision_name
 from radixfleet.prefixes import kv_blocks, prompt_blocks
@@ -72,9 +77,19 @@ class Replica:
     started_at: float = field(default_factory=time.time)
     ready_at: float | None = None
     worker_id: str | None = None
+    role: WorkerRole | None = None  # a P/D role, as its router registers it
 
     def info(self) -> ReplicaInfo:
         return ReplicaInfo(self.id, self.url, self.state, self.started_at, self.ready_at)
+
+
+class ReplicaRole(Protocol):
+    """A P/D role of a replica set's replicas (radixfleet/localfleet/pairs.py): the flags a new
+    replica starts with, how its router registers it, and what it waits for first."""
+
+    def launch(self) -> tuple[list[str], WorkerRole]: ...
+
+    async def before_register(self) -> None: ...
 
 
 @dataclass
@@ -96,6 +111,7 @@ class EmulatorLauncher:
         warm: bool,
         seed: int,
         grpc_port: int | None = None,
+        extra_args: Sequence[str] = (),
     ) -> Child:
         """Start one replica of `model` on `port` (and SGLang's gRPC protocol on `grpc_port`)."""
         argv = [
@@ -112,6 +128,7 @@ class EmulatorLauncher:
         if grpc_port is not None:
             argv += ["--grpc-port", str(grpc_port)]
         argv += model.sglang_args  # `radixfleet emulate` takes them under SGLang's spelling
+        argv += extra_args
         return self.supervisor.spawn(name, argv, log_path=self.workdir / "logs" / f"{name}.log")
 
     def profile_file(self, model: ModelSpec) -> Path:
@@ -158,8 +175,10 @@ class ReplicaSet:
         prewarmer: Prewarmer | None = None,
         pool: str = SERVING_POOL,
         tag: str = "",
+        role: ReplicaRole | None = None,
     ) -> None:
         self._region = region
+        self.role = role
         self.spec = spec
         self.revision = revision or revision_name(spec.name, 1)
         self.pool = pool  # `baseline`: the stable revision's replicas beside a canary
@@ -276,11 +295,15 @@ class ReplicaSet:
         port, *others = free_ports(2 if grpc else 1, host)
         grpc_port = others[0] if grpc else None
         warm = self.warm_start and self._serial <= self.spec.replicas
+        args, role = self.role.launch() if self.role is not None else ([], None)
         child = self.launcher.launch(
-            name=name, port=port, model=self.spec, warm=warm, seed=self._serial, grpc_port=grpc_port
-        )
+            name=name, port=port, model=self.spec, warm=warm, seed=self._serial,
+            grpc_port=grpc_port, extra_args=args,
+        )  # fmt: skip
         worker_url = self.router.worker_url(host=host, http_port=port, grpc_port=grpc_port)
-        replica = Replica(id=name, url=f"http://{host}:{port}", worker_url=worker_url, child=child)
+        replica = Replica(
+            id=name, url=f"http://{host}:{port}", worker_url=worker_url, child=child, role=role
+        )
         self._replicas[name] = replica
         self._spawn(self._bring_up(replica))
 
@@ -291,7 +314,11 @@ class ReplicaSet:
             await self._prewarm(replica)
             # A new revision's router starts alongside its first replicas; usually long live.
             await self.router.wait_live(self.session, timeout_s=timeout)
-            replica.worker_id = await self.router.add_worker(self.session, replica.worker_url)
+            if self.role is not None:  # a decode replica waits for a prefill peer
+                await asyncio.wait_for(self.role.before_register(), timeout)
+            replica.worker_id = await self.router.add_worker(
+                self.session, replica.worker_url, replica.role
+            )
             if replica.state is not ReplicaState.STARTING:  # scaled down while registering
                 await self._deregister(replica)
                 return
@@ -436,7 +463,7 @@ class ReplicaSet:
         member = self.router.members[index]
         ready = [r for r in self._replicas.values() if r.state is ReplicaState.READY]
         for replica in ready:
-            worker_id = await member.add_worker(self.session, replica.worker_url)
+            worker_id = await member.add_worker(self.session, replica.worker_url, replica.role)
             if replica.worker_id is not None:
                 replica.worker_id = _with_member_id(replica.worker_id, index, worker_id)
         timeout = self.launcher.fleet.replica_start_timeout_s

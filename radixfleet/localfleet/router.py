@@ -16,7 +16,7 @@ import asyncio
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
@@ -51,12 +51,16 @@ def router_command(
     tokenizer_dir: str,
     health_interval_s: int,
     transport: WorkerTransport = "http",
+    pd: bool = False,
 ) -> list[str]:
-    """The command line of one smg gateway."""
+    """The command line of one smg gateway; `pd`: in PD mode, for a prefill/decode pair (it
+    starts with no worker too, and takes each with its role: `Router.add_worker`)."""
     # smg picks its router (HTTP or gRPC) from the workers it starts with; ours starts with none
     # and adds them later, so a gRPC router runs in its multi-router mode, which routes to a
     # worker of either kind (in the single-router mode gRPC workers register but are never used).
     modes = ["--enable-igw"] if transport == "grpc" else []
+    if pd:
+        modes = ["--pd-disaggregation"]
     return [
         sys.executable, "-m", "smg", "launch", *modes,
         "--host", host, "--port", str(port),
@@ -68,6 +72,21 @@ def router_command(
         "--shutdown-grace-period-secs", "1",
         "--log-level", "warn",
     ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class WorkerRole:
+    """A P/D worker's role as smg's `POST /workers` takes it (tried on smg 1.13.0):
+    `worker_type` (`regular`, `prefill`, `decode` or `encode`) and a prefill's
+    `bootstrap_port`, which smg applies to encode and prefill workers only."""
+
+    worker_type: Literal["prefill", "decode"]
+    bootstrap_port: int | None = None
+
+    def fields(self) -> dict[str, Any]:
+        if self.bootstrap_port is None:
+            return {"worker_type": self.worker_type}
+        return {"worker_type": self.worker_type, "bootstrap_port": self.bootstrap_port}
 
 
 @dataclass
@@ -110,9 +129,13 @@ class Router:
                 raise RouterError(f"smg not live after {timeout_s:.0f} s")
             await asyncio.sleep(0.1)
 
-    async def add_worker(self, session: aiohttp.ClientSession, worker_url: str) -> str:
-        """Ask the router to register `worker_url`; returns the worker id it assigned."""
-        async with session.post(f"{self.url}/workers", json={"url": worker_url}) as answer:
+    async def add_worker(
+        self, session: aiohttp.ClientSession, worker_url: str, role: WorkerRole | None = None
+    ) -> str:
+        """Ask the router to register `worker_url` (in PD mode with its `role`); returns the
+        worker id it assigned."""
+        body = {"url": worker_url, **(role.fields() if role is not None else {})}
+        async with session.post(f"{self.url}/workers", json=body) as answer:
             body = await _json(answer)
             if answer.status not in (200, 201, 202) or "worker_id" not in body:
                 raise RouterError(f"add {worker_url}: {body}", status=answer.status)
@@ -200,9 +223,11 @@ class RouterGroup:
         """Return once every member is live; raise RouterError as the first late one does."""
         await asyncio.gather(*(m.wait_live(session, timeout_s=timeout_s) for m in self.members))
 
-    async def add_worker(self, session: aiohttp.ClientSession, worker_url: str) -> str:
+    async def add_worker(
+        self, session: aiohttp.ClientSession, worker_url: str, role: WorkerRole | None = None
+    ) -> str:
         """Register `worker_url` with every member; the ids they assigned, as one id."""
-        ids = await asyncio.gather(*(m.add_worker(session, worker_url) for m in self.members))
+        ids = await asyncio.gather(*(m.add_worker(session, worker_url, role) for m in self.members))
         return WORKER_ID_SEPARATOR.join(ids)
 
     async def remove_worker(self, session: aiohttp.ClientSession, worker_id: str) -> None:

@@ -11,6 +11,7 @@ from typing import TypeVar
 from aiohttp import web
 
 from radixfleet.localfleet.entry import RegionEntry
+from radixfleet.localfleet.pairs import PairSet
 from radixfleet.localfleet.replicas import ReplicaSet
 from radixfleet.localfleet.router import RouterGroup
 from radixfleet.localfleet.scaler import ReplicaState
@@ -63,11 +64,16 @@ class RegionRuntime:
     runner: web.AppRunner | None = None
     routers: dict[str, RouterGroup] = field(default_factory=dict)  # per model: the stable's
     sets: dict[str, ReplicaSet] = field(default_factory=dict)  # per model: the stable revision's
+    pairs: dict[str, PairSet] = field(default_factory=dict)  # per P/D model: its two roles' sets
     canaries: dict[str, Revision] = field(default_factory=dict)
     baselines: dict[str, Revision] = field(default_factory=dict)  # the stable's, beside a canary
     retiring: list[Revision] = field(default_factory=list)  # draining, then stopped
     generations: dict[str, int] = field(default_factory=dict)  # per model: the newest revision
     baselines_started: int = 0
+
+    def role_sets(self) -> list[tuple[str, ReplicaSet]]:
+        """(model, replica set) of each P/D model's prefill and decode roles."""
+        return [(name, role) for name, pair in self.pairs.items() for role in pair.roles]
 
     def side_revisions(self) -> list[Revision]:
         """Every replica set beside the stable ones: canaries, baselines, those being retired."""
@@ -89,12 +95,17 @@ async def until(done: Callable[[], bool], *, timeout_s: float) -> bool:
     return True
 
 
-async def settle(replica_set: ReplicaSet, target: int, *, timeout_s: float) -> bool:
-    """Wait until exactly `target` replicas exist and all are ready."""
+async def settle(replica_set: ReplicaSet | PairSet, target: int, *, timeout_s: float) -> bool:
+    """Wait until exactly `target` replicas exist and all are ready (a pair's: of each role)."""
+    sets = replica_set.roles if isinstance(replica_set, PairSet) else (replica_set,)
     deadline = asyncio.get_running_loop().time() + timeout_s
     while asyncio.get_running_loop().time() < deadline:
-        infos = replica_set.replicas()
-        if len(infos) == target and all(i.state is ReplicaState.READY for i in infos):
+        if all(_settled(one, target) for one in sets):
             return True
         await asyncio.sleep(0.05)
     return False
+
+
+def _settled(replica_set: ReplicaSet, target: int) -> bool:
+    infos = replica_set.replicas()
+    return len(infos) == target and all(i.state is ReplicaState.READY for i in infos)

@@ -75,3 +75,24 @@ class PromptRecorder(Protocol):
     """Optional for a Scaler: told each prompt the entry routes to it (for pre-warming)."""
 
     def record_prompt(self, body: Mapping[str, Any]) -> None: ...
+
+
+class PairShape(Protocol):
+    """A prefill/decode pair's counts, as the pair rule returns them."""
+
+    @property
+    def prefill(self) -> int: ...
+
+    @property
+    def decode(self) -> int: ...
+
+    @property
+    def asleep(self) -> bool: ...
+
+
+class PairRule(Protocol):
+    """The rule that scales a prefill/decode pair as one (the autoscaler's
+    `radixfleet/controllers/autoscale/pairs.pair_counts`, given to the local fleet, a host
+    below the controllers, as its pre-warmers are)."""
+
+    def __call__(self, *, prefill: int, decode: int, waiting: bool) -> PairShape: ...

@@ -3,7 +3,7 @@
 Defaults and limits live here, on the types, for the CLI, the tests and the controllers alike.
 `demo_spec()` is the two-region fleet `radixfleet demo` runs, shaped like the example catalog:
 llama-3-1-8b scales to zero (it starts at zero in eu-west-1 and is woken by the first request)
-and llama-3-1-70b is kept warm.
+and llama-3-1-70b is kept warm; eu-west-1 also serves llama-3-1-70b-pd, a prefill/decode pair.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from radixfleet.profile import DEFAULT_PROFILE_NAME
+from radixfleet.replica.disagg import DEFAULT_TRANSFER_BACKEND, TransferBackend
 from radixfleet.sglang_flags import check_args, parse_args
 
 RouterPolicy = Literal["cache_aware", "round_robin", "random", "power_of_two", "least_load"]
@@ -37,8 +38,39 @@ def revision_name(model: str, generation: int) -> str:
     return f"{model}-predictor-{generation:05d}"
 
 
+class DisaggregationSpec(BaseModel):
+    """A prefill/decode pair: SGLang's two roles of one model behind one smg in PD mode.
+
+    The counts are each role's replicas at start; both are zero (the pair asleep) or neither
+    is (radixfleet/controllers/autoscale/pairs.py: no decode without a prefill peer).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prefill: int = Field(default=1, ge=0, description="prefill replicas at start")
+    decode: int = Field(default=1, ge=0, description="decode replicas at start")
+    transfer_backend: TransferBackend = Field(
+        default=DEFAULT_TRANSFER_BACKEND, description="SGLang's KV transfer engine"
+    )
+
+    @model_validator(mode="after")
+    def _paired(self) -> DisaggregationSpec:
+        if (self.prefill == 0) != (self.decode == 0):
+            raise ValueError(
+                f"prefill {self.prefill} and decode {self.decode}: both roles are at zero "
+                "together or neither is"
+            )
+        return self
+
+    @property
+    def pairs(self) -> int:
+        """Prefill/decode pairs at start: what serves requests."""
+        return min(self.prefill, self.decode)
+
+
 class ModelSpec(BaseModel):
-    """One model served in a region: replicas behind one smg gateway."""
+    """One model served in a region: replicas behind one smg gateway (a P/D pair's two roles
+    behind one smg in PD mode, with `disaggregation`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -61,11 +93,21 @@ class ModelSpec(BaseModel):
         " (--enable-hierarchical-cache, --hicache-size, --hicache-ratio, --hicache-write-policy,"
         " --hicache-storage-backend), which the emulated replicas model",
     )
+    disaggregation: DisaggregationSpec | None = Field(
+        default=None,
+        description="serve it as a prefill/decode pair; `replicas` then counts its pairs",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> ModelSpec:
         if self.replicas > self.max_replicas:
             raise ValueError(f"replicas {self.replicas} exceeds max_replicas {self.max_replicas}")
+        pd = self.disaggregation
+        if pd is not None and self.replicas != pd.pairs:
+            raise ValueError(
+                f"replicas {self.replicas}: a P/D model's replicas count its pairs, "
+                f"min(prefill {pd.prefill}, decode {pd.decode}) = {pd.pairs}"
+            )
         return self
 
     @model_validator(mode="after")
@@ -157,11 +199,12 @@ class LocalFleetSpec(BaseModel):
 #: GPU's) instead of being recomputed. us-east-1's 8B keeps the plain H100 for comparison.
 DEMO_HICACHE_ARGS = ["--enable-hierarchical-cache", "--hicache-ratio", "4"]
 DEMO_GPU_TOKENS = 24_576
+DEMO_PD_MODEL = "llama-3-1-70b-pd"
 
 
 def demo_spec() -> LocalFleetSpec:
     """Two regions, as in the example catalog: 8B scales to zero (and runs HiCache in
-    eu-west-1), 70B is kept warm."""
+    eu-west-1), 70B is kept warm; eu-west-1's 70B P/D pair is one prefill and one decode."""
     llama_8b = ModelSpec(name="llama-3-1-8b", namespace="team-search", replicas=2)
     tiered_8b = llama_8b.model_copy(
         update={
@@ -173,9 +216,12 @@ def demo_spec() -> LocalFleetSpec:
     llama_70b = ModelSpec(
         name="llama-3-1-70b", namespace="team-search", replicas=1, profile="4xh100-llama-3.1-70b"
     )
+    llama_70b_pd = llama_70b.model_copy(
+        update={"name": DEMO_PD_MODEL, "disaggregation": DisaggregationSpec(prefill=1, decode=1)}
+    )
     return LocalFleetSpec(
         regions=[
             RegionSpec(name="us-east-1", models=[llama_8b, llama_70b]),
-            RegionSpec(name="eu-west-1", models=[tiered_8b]),
+            RegionSpec(name="eu-west-1", models=[tiered_8b, llama_70b_pd]),
         ]
     )

@@ -4,7 +4,8 @@ llama-3-1-8b replays Mooncake's conversation trace: whole conversations drawn at
 their hash ids turned into prompts that share the trace's prefixes, each conversation kept in
 one region (split across the regions serving the model by its session key, as a latency-based
 DNS record keeps a client in its region). llama-3-1-70b replays the Azure conversation trace's
-arrival gaps and lengths (it says nothing of prefixes, so its prompts share none). Both are
+arrival gaps and lengths (it says nothing of prefixes, so its prompts share none), and the
+prefill/decode pair llama-3-1-70b-pd the trace's next requests. All are
 time-compressed to the demo's duration and token-scaled to keep one machine's CPUs ahead of
 the emulated H100s. Without the trace files, a synthetic shared-prefix workload stands in.
 """
@@ -13,12 +14,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from radixfleet.emulator.tokenizer import EmulatorTokenizer
-from radixfleet.localfleet.spec import LocalFleetSpec
+from radixfleet.localfleet.spec import DEMO_PD_MODEL, LocalFleetSpec
 from radixfleet.workload.prompts import PromptSynth
 from radixfleet.workload.records import WorkItem
 from radixfleet.workload.synthetic import SharedPrefixSpec, shared_prefix_workload
@@ -38,6 +39,7 @@ AZURE = "azure-llm-2023-conversation.csv"
 #: The shared reference folder beside the checkout (../shared/traces), unless told otherwise.
 TRACES_ENV = "RADIXFLEET_TRACES"
 MODEL_8B, MODEL_70B = "llama-3-1-8b", "llama-3-1-70b"
+PD_SHARE = 0.05  # of the demo's rate, to the P/D pair, on top of the 8B's and the 70B's
 
 
 def default_traces_dir() -> Path:
@@ -97,13 +99,18 @@ def demo_workload(
     seed: int,
     traces_dir: Path,
 ) -> DemoWorkload:
-    """Requests at `rate` per second for `duration_s`: 80% to the 8B model, 20% to the 70B."""
+    """Requests at `rate` per second for `duration_s`: 80% to the 8B model, 20% to the 70B,
+    and 5% more to the P/D pair when the fleet serves it."""
     count_8b = max(1, round(rate * duration_s * 0.8))
     count_70b = max(1, round(rate * duration_s * 0.2))
     streams = [
         _mooncake_stream(traces_dir, count=count_8b, seed=seed),
         _azure_stream(traces_dir, count=count_70b),
     ]
+    if any(DEMO_PD_MODEL in {m.name for m in r.models} for r in spec.regions):
+        count_pd = max(1, round(rate * duration_s * PD_SHARE))
+        streams.append(_azure_stream(traces_dir, count=count_pd, model=DEMO_PD_MODEL,
+                                     skip=count_70b))  # fmt: skip
     items: list[WorkItem] = []
     description: dict[str, Any] = {}
     for salt, stream in enumerate(streams):
@@ -128,15 +135,18 @@ def _mooncake_stream(traces_dir: Path, *, count: int, seed: int) -> Stream:
     return Stream(MODEL_8B, f"{MOONCAKE}: {count} requests of whole sessions", sessions)
 
 
-def _azure_stream(traces_dir: Path, *, count: int) -> Stream:
+def _azure_stream(traces_dir: Path, *, count: int, model: str = MODEL_70B, skip: int = 0) -> Stream:
     path = traces_dir / AZURE
     if not path.is_file():
         unique = [
             TraceRequest(at=float(i), input_tokens=1024, output_tokens=128) for i in range(count)
         ]
-        return Stream(MODEL_70B, "synthetic unique prompts (Azure trace not found)", unique)
-    requests = read_azure(path, limit=count)
-    return Stream(MODEL_70B, f"{AZURE}: its first {count} requests", requests)
+        return Stream(model, "synthetic unique prompts (Azure trace not found)", unique)
+    requests = read_azure(path, limit=skip + count)[skip:]
+    start = requests[0].at if requests else 0.0
+    requests = [replace(r, at=r.at - start) for r in requests]
+    which = f"its first {count}" if not skip else f"its {count} after the first {skip}"
+    return Stream(model, f"{AZURE}: {which} requests", requests)
 
 
 def _items(stream: Stream, *, regions: list[str], synth: PromptSynth) -> list[WorkItem]:
