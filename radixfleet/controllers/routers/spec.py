@@ -18,6 +18,14 @@ A Standard-mode model (KServe's raw Deployments; every multi-node model) has no 
 router is named for, and owned by, its head's Deployment (`<isvc>-predictor-router`), and selects
 the head's pods alone (`app=isvc.<isvc>-predictor`: rank 0 serves HTTP, the workers serve only
 their health) on SGLang's own port, as no queue-proxy stands in front of them.
+
+A prefill/decode model (two Knative InferenceServices, `<model>-prefill` and `<model>-decode`,
+their pods labelled `radixfleet.io/model=<model>` and `radixfleet.io/pd-role`) has one router,
+`<model>-router`, owned by its decode InferenceService: smg in PD mode selects each role's
+`serving` pods on their queue-proxy port, sends every request to a prefill and a decode at once
+(cache-aware for the prefill, whose prefix cache is the one that saves work; least-loaded for
+the decode, whose cost is the batch it joins), and reads each prefill pod's bootstrap port from
+its `sglang.ai/bootstrap-port` annotation.
 """
 
 from __future__ import annotations
@@ -56,6 +64,9 @@ class Router:
     tokenizer: str = ""
     # A Standard-mode model's head: `revision` names its Deployment, which owns the router.
     standard: bool = False
+    # A prefill/decode model's router: `revision` names the model, `isvc` its decode
+    # InferenceService, which owns the router.
+    pd: bool = False
 
     @property
     def routes_for(self) -> str:
@@ -69,13 +80,14 @@ class Router:
 
 
 def smg_args(router: Router) -> list[str]:
-    """smg's command line for one revision: cache-aware, pods found by Kubernetes discovery."""
+    """smg's command line for one revision (cache-aware) or one prefill/decode model (PD
+    mode), its pods found by Kubernetes discovery."""
     return [
         "launch",
         "--host", "0.0.0.0", "--port", str(dataplane.ROUTER_PORT),
-        "--policy", "cache_aware",
+        *(pd_args(router) if router.pd else ["--policy", "cache_aware"]),
         "--service-discovery",
-        "--selector", *selector(router),
+        *([] if router.pd else ["--selector", *selector(router)]),
         "--service-discovery-namespace", router.namespace,
         "--service-discovery-port",
         str(dataplane.PREDICTOR_PORT if router.standard else dataplane.QUEUE_PROXY_PORT),
@@ -85,6 +97,30 @@ def smg_args(router: Router) -> list[str]:
         *tokenizer_args(router.tokenizer),
         "--log-level", "warn",
     ]  # fmt: skip
+
+
+# smg's policies in PD mode: a prefill's prefix cache saves the prompt's work, so the prefill
+# goes where the prefix is; a decode's cost is the batch it joins, so the decode goes to the
+# least loaded of two drawn at random (smg's power_of_two).
+PD_PREFILL_POLICY = "cache_aware"
+PD_DECODE_POLICY = "power_of_two"
+
+
+def pd_args(router: Router) -> list[str]:
+    """smg's PD-mode flags: each role's pods by selector, a policy for each."""
+    return [
+        "--pd-disaggregation",
+        "--prefill-selector", *role_selector(router, "prefill"),
+        "--decode-selector", *role_selector(router, "decode"),
+        "--prefill-policy", PD_PREFILL_POLICY,
+        "--decode-policy", PD_DECODE_POLICY,
+    ]  # fmt: skip
+
+
+def role_selector(router: Router, role: str) -> list[str]:
+    """The labels of a prefill/decode model's `serving` pods of one role."""
+    return [f"{labels.MODEL}={router.revision}", f"{labels.PD_ROLE}={role}",
+            f"{labels.POOL}={labels.SERVING_POOL}"]  # fmt: skip
 
 
 def selector(router: Router) -> list[str]:
