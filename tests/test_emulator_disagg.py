@@ -37,6 +37,7 @@ class Pair:
     prefill: RunningEmulator
     decode: RunningEmulator
     bootstrap_port: int
+    impatient: RunningEmulator  # a decode that waits 1 s for a room, for the failures
 
 
 @pytest.fixture(scope="module")
@@ -49,18 +50,20 @@ def pair(tokenizer: EmulatorTokenizer) -> Iterator[Pair]:
     prefill_config = EmulatorConfig(
         profile=PROFILE, port=0, warm=True, disaggregation=DisaggConfig("prefill", 0)
     )
-    decode_config = EmulatorConfig(
-        profile=PROFILE,
-        port=0,
-        warm=True,
-        disaggregation=DisaggConfig("decode", room_timeout_s=1.0),
-    )
+    decode_config, impatient_config = (
+        EmulatorConfig(
+            profile=PROFILE, port=0, warm=True,
+            disaggregation=DisaggConfig("decode", room_timeout_s=timeout),
+        )
+        for timeout in (60.0, 1.0)
+    )  # fmt: skip
     with (
         serve_in_thread(prefill_config, tokenizer=tokenizer) as prefill,
         serve_in_thread(decode_config, tokenizer=tokenizer) as decode,
+        serve_in_thread(impatient_config, tokenizer=tokenizer) as impatient,
     ):
         assert prefill.emulator.role is not None and prefill.emulator.role.bootstrap is not None
-        yield Pair(prefill, decode, prefill.emulator.role.bootstrap.port)
+        yield Pair(prefill, decode, prefill.emulator.role.bootstrap.port, impatient)
 
 
 def post(url: str, body: dict[str, Any], *, timeout: float = 30) -> tuple[int, Any]:
@@ -130,18 +133,18 @@ def test_both_roles_metrics_move(pair: Pair) -> None:
 
 
 def test_a_room_that_never_comes_fails_with_sglangs_error(pair: Pair) -> None:
-    failed = _scrape(pair.decode)["sglang:num_transfer_failed_reqs_total"]
+    failed = _scrape(pair.impatient)["sglang:num_transfer_failed_reqs_total"]
     started = time.monotonic()
-    status, answer = post(f"{pair.decode.url}/generate", _body(12345, pair.bootstrap_port))
+    status, answer = post(f"{pair.impatient.url}/generate", _body(12345, pair.bootstrap_port))
     assert status == 500
     assert "Decode transfer failed" in answer["error"]["message"]
     assert "bootstrap_room=12345" in answer["error"]["message"]
     assert time.monotonic() - started < 20  # the 1 s room timeout, with a wide margin
-    assert _scrape(pair.decode)["sglang:num_transfer_failed_reqs_total"] == failed + 1
+    assert _scrape(pair.impatient)["sglang:num_transfer_failed_reqs_total"] == failed + 1
 
 
 def test_an_unreachable_prefill_fails_the_request(pair: Pair, unused_port: int) -> None:
-    status, answer = post(f"{pair.decode.url}/generate", _body(7, unused_port))
+    status, answer = post(f"{pair.impatient.url}/generate", _body(7, unused_port))
     assert status == 500
     assert "Decode transfer failed" in answer["error"]["message"]
 

@@ -7,7 +7,9 @@ metrics), `control` (the other routes), `streaming` (SSE answers), `http_io` (JS
 dropped connections), `grpc_server` (SGLang's gRPC beside HTTP), `driver` (plays the model in
 real time), `protocol` (request and response bodies, errors),
 `metrics` (`sglang:*` families), `info` (/model_info, /server_info), `tokenizer` (the
-deterministic tokenizer written for the SGLang gateway), `cli` (the command).
+deterministic tokenizer written for the SGLang gateway), `cli` (the command), `hicache` (SGLang
+HiCache's flags), `disagg` and `bootstrap` (SGLang's prefill/decode roles: what each role does to
+a request, its metrics, the prefill's bootstrap server where a decode collects a room's KV).
 """
 
 from radixfleet.emulator.config import EmulatorConfig

@@ -8,6 +8,8 @@
   (what a started region is made of, and the waits they share);
 - `scaler`: the `Scaler` port of one model in one region (what the autoscaler acts through);
 - `replicas`: `ReplicaSet`, the `Scaler` backed by emulator processes registered with a router;
+- `pairs`: `PairSet`, the `Scaler` of a prefill/decode model: its two roles' replica sets behind
+  one smg in PD mode, scaled as one by the pair rule the fleet is given;
 - `entry`: a region's request entry, routing by model and waking models from zero;
 - `router`: the SGLang gateway (smg) as a child process and its worker API;
 - `procs`: child processes that never outlive the fleet;

@@ -122,7 +122,11 @@ class PairSet:
         return [*self.prefill.replicas(), *self.decode.replicas()]
 
     def scale_to(self, replicas: int) -> int:
-        """Ask for `replicas` pairs: as many of each role."""
+        """Ask for `replicas` pairs: as many of each role. With no pair serving, it is a wake
+        (the entry's): the missing role comes, and the other keeps what it has."""
+        if replicas > 0 and self.ready_count() == 0:
+            prefill, decode = (max(replicas, role.desired()) for role in self.roles)
+            return self.scale_roles(prefill=prefill, decode=decode, waiting=True)
         return self.scale_roles(prefill=replicas, decode=replicas, waiting=False)
 
     def scale_roles(self, *, prefill: int, decode: int, waiting: bool) -> int:

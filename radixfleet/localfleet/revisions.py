@@ -56,6 +56,8 @@ class LocalFleetRevisions(LocalFleetCore):
         assert self._session is not None
         region = self.regions[region_name]
         spec = region.spec.model(model)
+        if spec.disaggregation is not None:
+            raise LocalFleetError(f"{model} is a prefill/decode pair: it has no canary revisions")
         if replicas is not None:
             spec = spec.model_copy(update={"replicas": replicas})
         region.generations[model] += 1

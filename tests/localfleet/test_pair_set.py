@@ -128,3 +128,13 @@ def test_each_role_starts_with_sglangs_flags(role: str) -> None:
         assert worker.fields()["bootstrap_port"] == int(flags["--disaggregation-bootstrap-port"])
     else:
         assert "bootstrap_port" not in worker.fields()  # smg applies one to prefill workers only
+
+
+def test_a_wake_with_one_role_down_keeps_the_other_roles_replicas() -> None:
+    async def scenario() -> list[str]:
+        pair, sets, calls = pair_of(2, 1)
+        sets["decode"].ready = 0  # the decode replica died; the two prefills serve on
+        pair.scale_to(1)  # the entry's wake: no pair serves
+        return calls
+
+    assert sorted(asyncio.run(scenario())) == ["decode=1", "prefill=2"]
