@@ -66,6 +66,8 @@ def _computed(typ: str, name: str, inputs: dict[str, Any]) -> dict[str, Any]:
             "endpoint": f"https://{name}.eks.example",
             "certificateAuthority": {"data": "Q0EK"},
             "identities": [{"oidcs": [{"issuer": f"https://oidc.example/{name}"}]}],
+            # EKS makes the cluster's own security group (the nodes' way to the control plane).
+            "vpcConfig": {**inputs.get("vpcConfig", {}), "clusterSecurityGroupId": f"sg-{name}"},
         },
         "aws:acm/certificate:Certificate": lambda: {
             "domainValidationOptions": [

@@ -71,6 +71,50 @@ def fit_to_the_node() -> list[dict[str, Any]]:
     return [policy, binding]
 
 
+KEEP_MULTINODE_PARTS = "radixfleet-test-bed-keep-multinode-parts"
+
+
+def keep_multinode_parts() -> list[dict[str, Any]]:
+    """TEST BED ONLY, around a KServe v0.20.0 bug (kserve/kserve#6113, fixed upstream after
+    it): in Standard mode, the predictor's new canary clean-up deletes, in every reconcile,
+    each Deployment and Service labelled with the InferenceService and `component: predictor`
+    that is not the head's, so a multi-node predictor's worker Deployment and its head and
+    worker Services live for under a second, and no worker ever joins its head. This
+    MutatingAdmissionPolicy takes the `component` label off exactly those objects (the worker
+    Deployment `<isvc>-predictor-worker`, the Services KServe labels `multinode/role`), so the
+    clean-up's selector misses them; their own selectors, and everything else, are untouched.
+    A cluster on KServe v0.20.0 needs the same (or a KServe with the fix): infra/README.md."""
+    part = ("has(object.metadata.labels) && 'component' in object.metadata.labels && "
+            "(object.metadata.name.endsWith('-predictor-worker') || "
+            "'multinode/role' in object.metadata.labels)")  # fmt: skip
+    rules = [
+        {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+         "resources": ["deployments"]},
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+         "resources": ["services"]},
+    ]  # fmt: skip
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1beta1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": KEEP_MULTINODE_PARTS},
+        "spec": {
+            "matchConstraints": {"resourceRules": rules},
+            "matchConditions": [{"name": "a-multinode-part", "expression": part}],
+            "reinvocationPolicy": "Never",
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {
+                "expression": "[JSONPatch{op: 'remove', path: '/metadata/labels/component'}]"}}],
+        },
+    }  # fmt: skip
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1beta1",
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": KEEP_MULTINODE_PARTS},
+        "spec": {"policyName": KEEP_MULTINODE_PARTS, "matchResources": {"namespaceSelector": {
+            "matchExpressions": [{"key": labels.TENANT, "operator": "Exists"}]}}},
+    }  # fmt: skip
+    return [policy, binding]
+
+
 def model_volume(
     cluster: Cluster, *, namespace: str, model: str, data_plane_key: bool = True
 ) -> list[dict[str, Any]]:

@@ -461,6 +461,29 @@ BAD_CATALOGS = [
         "catalog.yaml: models[1].kv_cache.host_gib: '512Gi': Input should be a valid integer",
         id="host-tier-as-a-quantity",
     ),
+    pytest.param(
+        _set("models[3].weights_claim", None),
+        "catalog.yaml: models[3].weights_claim: no claim 'model-cache' is made for "
+        "pvc://model-cache/llama-3.1-405b-fp8: give weights_claim: {storage_class: CLASS}",
+        id="pvc-model-without-a-claim",
+    ),
+    pytest.param(
+        _set("models[0].weights_claim", {"existing": True}),
+        "catalog.yaml: models[0].weights_claim: only a pvc:// model has a claim, not s3://",
+        id="claim-of-an-s3-model",
+    ),
+    pytest.param(
+        _set("models[3].weights_claim", {"existing": True, "storage_class": "efs"}),
+        "catalog.yaml: models[3].weights_claim: give storage_class (render "
+        "creates the claim) or existing: true",
+        id="claim-both-made-and-existing",
+    ),
+    pytest.param(
+        _set("models[3].weights_claim", {}),
+        "catalog.yaml: models[3].weights_claim: give storage_class (render "
+        "creates the claim) or existing: true",
+        id="claim-neither-made-nor-existing",
+    ),
 ]
 
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from infra import manifests
 from infra.components.aws.identity import ROLE_NAME_MAX, role_name_prefix
-from infra.components.aws.nodes import EKS_TAINT_EFFECTS
+from infra.components.aws.nodes import EKS_TAINT_EFFECTS, Efa, gpu_nodes_args
 from infra.settings import PINNED, REQUIRED_CHARTS, REQUIRED_EKS_ADDONS, Fleet
 from infra.testing import Declared, RecordingMocks, example_config, radixfleet_values, run_program
 from radixfleet import labels
@@ -408,6 +408,48 @@ def test_gpu_root_volumes_are_sized_for_model_weights(stack: RecordingMocks, fle
             template = templates[group.inputs["launchTemplate"]["id"]]
             (device,) = template.inputs["blockDeviceMappings"]
             assert device["ebs"]["volumeSize"] == pool.root_volume_gib
+
+
+def test_pools_of_multinode_models_get_efa_on_every_card_in_one_cluster_placement_group(
+    stack: RecordingMocks, fleet: Fleet
+) -> None:
+    """TP16 over two p5 nodes all-reduces across them every step: EFA on all 32 cards, the
+    pool's nodes in one placement group of strategy `cluster` (so in one zone), and a security
+    group that lets them reach each other on every protocol (EFA's SRD is not TCP)."""
+    templates = {t.id: t for t in of_type(stack, "aws:ec2/launchTemplate:LaunchTemplate")}
+    placement = {g.name: g for g in of_type(stack, "aws:ec2/placementGroup:PlacementGroup")}
+    self_open = {r.inputs["securityGroupId"] for r in of_type(
+        stack, "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+        if r.inputs.get("referencedSecurityGroupId") == r.inputs["securityGroupId"]
+        and r.inputs["ipProtocol"] == "-1"}  # fmt: skip
+    with_efa = set()
+    for region in fleet.regions:
+        for pool in region.gpu_pools:
+            group = gpu_node_groups(stack, region.name)[pool.name]
+            template = templates[group.inputs["launchTemplate"]["id"]].inputs
+            cards = template.get("networkInterfaces") or []
+            if not cards:
+                assert "placement" not in template and len(group.inputs["subnetIds"]) > 1
+                continue
+            with_efa.add((region.name, pool.name))
+            assert [c["networkCardIndex"] for c in cards] == list(range(32))
+            assert [c["deviceIndex"] for c in cards] == [0] + [1] * 31
+            assert {c["interfaceType"] for c in cards} == {"efa"}
+            efa_group, cluster_group = cards[0]["securityGroups"]
+            assert efa_group in self_open and cluster_group.startswith("sg-")
+            assert placement[template["placement"]["groupName"]].inputs["strategy"] == "cluster"
+            assert len(group.inputs["subnetIds"]) == 1, "a cluster placement group is in one zone"
+    # The catalog's 405B runs on H100 in us-east-1 only; no other pool pays for EFA.
+    assert with_efa == {("us-east-1", "h100-ondemand"), ("us-east-1", "h100-spot")}
+
+
+def test_a_multinode_pool_of_an_instance_type_without_efa_is_refused_by_name() -> None:
+    pool = GpuPool(name="l40s", instance_type="g6e.12xlarge", gpu_type="L40S", gpus_per_node=4,
+                   min_nodes=0, max_nodes=2)  # fmt: skip
+    efa = Efa(vpc_id="vpc-1", cluster_security_group_id="sg-1")
+    with pytest.raises(ValueError, match=r"multi-node GPU pool needs EFA: g6e\.12xlarge has none"):
+        gpu_nodes_args(pool, cluster_name="c", node_role_arn="r", subnet_ids=["s"],
+                       ami_type="AL2023_x86_64_NVIDIA", node_labels={}, efa=efa)  # fmt: skip
 
 
 def world_open_rules(stack: RecordingMocks) -> Iterator[Declared]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -88,6 +89,8 @@ def test_kubectl_kustomize_builds(folder: str) -> None:
             # Who may make the data plane's pods (radixfleet/render/data_plane_guard.py).
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
+            # The claim a pvc:// model's weights are on (radixfleet/render/weights.py).
+            "PersistentVolumeClaim",
         },
     }
     assert set(kinds) == expected[folder]
@@ -207,6 +210,9 @@ def test_multinode_replicas_meet_at_the_head_kserve_names(rendered: Path) -> Non
         "env"
     ]
     assert any(a.startswith("--dist-init-addr=$(HEAD_SVC):") for a in worker["args"])
+    # KServe v0.20.0 fills `{{...}}` placeholders in the head's container alone: one left in a
+    # worker's reaches the pod as written (a Secret key of that name stops it from starting).
+    assert "{{" not in json.dumps(worker)
     mounted = {m["name"] for m in worker["volumeMounts"]}
     assert mounted <= {v["name"] for v in runtime["spec"]["workerSpec"]["volumes"]}
     multinode = [d for d in inference_services(rendered) if "workerSpec" in d["spec"]["predictor"]]

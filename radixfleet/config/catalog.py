@@ -373,6 +373,8 @@ class Model(Strict):
     tokenizer: TokenizerSource | None = None
     # A host-memory tier of KV cache below the GPUs' (KvCache); None: the GPUs' pool alone.
     kv_cache: KvCache | None = None
+    # Where a pvc:// model's weights' claim comes from (WeightsClaim); only for pvc:// models.
+    weights_claim: WeightsClaim | None = None
 
     @property
     def tokenizer_source(self) -> str | None:
@@ -387,6 +389,30 @@ class Model(Strict):
         or shares. Each tenant runs its own base, so no tenant's adapter sits in another's pod."""
         adapters = [a for a in self.lora_adapters if a.seen_by(tenant)]
         return self.model_copy(update={"lora_adapters": adapters})
+
+
+class WeightsClaim(Strict):
+    """The PersistentVolumeClaim a `pvc://CLAIM/PATH` model's weights are on, in each namespace
+    the model serves in. One of:
+
+    - `storage_class`: `radixfleet render` creates the claim in that class (`pvc_size_gib`:
+      the weights and a tenth more; ReadWriteMany when pods on several nodes mount it, as the
+      ranks of a multi-node model do, else ReadWriteOnce). The class must provision that mode:
+      on AWS, EFS or FSx for Lustre (infra/README.md, "Multi-node models").
+    - `existing: true`: the platform team made the claim and filled it; nothing is rendered.
+
+    A pvc:// model without one is refused (crosscheck.py): its pods would wait for a claim
+    nobody makes.
+    """
+
+    storage_class: Name | None = None
+    existing: bool = False
+
+    @model_validator(mode="after")
+    def _one_way(self) -> Self:
+        if self.existing == (self.storage_class is not None):
+            raise ValueError("give storage_class (render creates the claim) or existing: true")
+        return self
 
 
 class Catalog(Strict):

@@ -342,12 +342,27 @@ def _model_runtime(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding
         # Head and workers must see the same weights without each downloading them: KServe's
         # webhook takes only a PVC or an OCI image (inference_service_validation.go).
         yield f"{loc}.storage_uri", f"multi-node models load from pvc:// or oci://, not {scheme}://"
+    yield from _weights_claim(loc, model, scheme)
     if model.lora_adapters and runtime != "sglang-lora":
         yield f"{loc}.lora_adapters", f"LoRA adapters need runtime sglang-lora, not {runtime}"
     if model.profile is not None and model.profile not in BUILTIN_PROFILES:
         known = ", ".join(sorted(BUILTIN_PROFILES))
         yield f"{loc}.profile", f"unknown profile {model.profile!r} (known: {known})"
     yield from _pd_pair(catalog, loc, model)
+
+
+def _weights_claim(loc: str, model: Model, scheme: str) -> Iterator[Finding]:
+    if scheme == "pvc" and model.weights_claim is None:
+        claim = model.storage_uri.removeprefix("pvc://").split("/", 1)[0]
+        yield (
+            f"{loc}.weights_claim",
+            (
+                f"no claim {claim!r} is made for {model.storage_uri}: give weights_claim: "
+                "{storage_class: CLASS} (radixfleet render creates it) or {existing: true}"
+            ),
+        )
+    elif scheme != "pvc" and model.weights_claim is not None:
+        yield f"{loc}.weights_claim", f"only a pvc:// model has a claim, not {scheme}://"
 
 
 # The runtimes of a prefill/decode model's roles: never a catalog model's own.

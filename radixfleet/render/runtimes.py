@@ -183,12 +183,30 @@ def _volumes(variant: RuntimeVariant) -> list[dict[str, Any]]:
 def _worker_spec(variant: RuntimeVariant, image: str) -> dict[str, Any]:
     worker_args = [*server_args(variant), "--nnodes", "2", "--node-rank", "1"]
     worker_args += [f"--dist-init-addr={WORKER_HEAD_ADDR}"]
-    container = _container(variant, worker_args, image)
+    container = _container(variant, _worker_only(worker_args), image)
     container["name"] = "worker-container"
     # A worker serves no HTTP of its own: only the head answers /health.
     for key in ("startupProbe", "readinessProbe", "livenessProbe", "ports"):
         del container[key]
+    # Nor does it hold the data plane's key: its health server asks for none, and KServe fills
+    # no `{{...}}` placeholder in a worker's container (kserve v0.20.0 predictor.go replaces
+    # them in the head's alone), so the key's templated name would stop the pod from starting.
+    container["env"] = [e for e in container["env"] if e["name"] != dataplane.ENV]
     return {"pipelineParallelSize": 2, "containers": [container], "volumes": _volumes(variant)}
+
+
+def _worker_only(args: list[str]) -> list[str]:
+    """A worker's arguments: the head's but the API key and the served name (templated)."""
+    kept: list[str] = []
+    skip_value = False
+    for arg in args:
+        if skip_value:
+            skip_value = False
+        elif arg == "--served-model-name":
+            skip_value = True
+        elif not arg.startswith("--api-key"):
+            kept.append(arg)
+    return kept
 
 
 def build_runtime(name: str, *, image: str = SGLANG_IMAGE) -> tuple[dict[str, Any], Notes]:

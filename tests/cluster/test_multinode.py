@@ -36,7 +36,15 @@ from testbed.deploy import (
     router_image_patch,
     wait_accounted,
 )  # fmt: skip
-from testbed.emulated import DATA_PLANE_KEY, MODE, ROUTER_TOKENIZER, TOKENIZER, get, model_volume
+from testbed.emulated import (
+    DATA_PLANE_KEY,
+    MODE,
+    ROUTER_TOKENIZER,
+    TOKENIZER,
+    get,
+    keep_multinode_parts,
+    model_volume,
+)
 from tests.cluster.conftest import REPO
 
 TENANT, KEY = "deep", "sk-deep-40b5"
@@ -54,10 +62,9 @@ QUICK_PROBES = {
 }  # fmt: skip
 
 
-def _rank(image: str, name: str) -> dict[str, Any]:
+def _rank(image: str) -> dict[str, Any]:
     """A rank's container over the rendered runtime's: radixfleet's image, one GPU, warm."""
     return {
-        "name": name,
         "image": image,
         "imagePullPolicy": "Never",
         "env": [{"name": "RADIXFLEET_EMULATOR_WARM", "value": "1"}],
@@ -70,7 +77,7 @@ def _model(image: str) -> dict[str, Any]:
     one GPU each: KServe computes two nodes from pipelineParallelSize x tensorParallelSize over
     the worker's one GPU."""
     head = {
-        **_rank(image, "kserve-container"),
+        **_rank(image),
         "modelFormat": {"name": "sglang"},
         "runtime": "sglang-multinode",
         "storageUri": f"pvc://models/{MODEL}",
@@ -88,7 +95,7 @@ def _model(image: str) -> dict[str, Any]:
         "spec": {"predictor": {
             "minReplicas": 1, "maxReplicas": 1, "model": head,
             "workerSpec": {"pipelineParallelSize": 2, "tensorParallelSize": 1,
-                           "containers": [_rank(image, "worker-container")]},
+                           "containers": [{"name": "worker-container", **_rank(image)}]},
         }},
     }  # fmt: skip
 
@@ -119,6 +126,7 @@ def served(
     apply_overlay(kserve, overlay(root / "operator", "operator", image,
                                   patches=[router_image_patch(smg)]))  # fmt: skip
     apply_overlay(kserve, overlay(root / "entry", "entry", image))
+    session.apply(kserve, keep_multinode_parts())  # KServe v0.20.0's bug #6113 (its docstring)
     try:
         session.apply(kserve, _tenant_objects()[:1])
         kserve.kubectl("create", "secret", "generic", "api-keys", "-n", NAMESPACE,
@@ -136,6 +144,9 @@ def served(
         kserve.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
         kserve.kubectl("delete", "-k", str(root / "entry"), "--wait=false", check=False)
         remove_operator(kserve)
+        for obj in keep_multinode_parts():
+            kserve.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--wait=false",
+                           check=False)  # fmt: skip
 
 
 def _chat(url: str) -> tuple[int, dict[str, str], str]:
@@ -198,10 +209,10 @@ def test_a_two_pod_multinode_model_answers_a_tenant_through_the_entry(
     assert (owner["kind"], owner["name"], owner["uid"]) == (
         "Deployment", HEAD, head["metadata"]["uid"])  # fmt: skip
     (head_pod,) = _pods(cluster, f"isvc.{HEAD}")
-    (worker_pod,) = _pods(cluster, f"isvc.{HEAD}-worker")
     assert _router_workers(cluster) == [f"http://{head_pod['status']['podIP']}:8080"]
 
     # Rank 1 joined rank 0 at the head's Service KServe named in HEAD_SVC.
+    (worker_pod,) = _pods(cluster, f"isvc.{HEAD}-worker")
     worker_env = {e["name"]: e.get("value") for e in worker_pod["spec"]["containers"][0]["env"]}
     assert worker_env["HEAD_SVC"].startswith(f"{MODEL}-head-")
     logs = cluster.kubectl("logs", "-n", NAMESPACE, worker_pod["metadata"]["name"]).stdout

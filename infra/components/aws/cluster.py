@@ -60,6 +60,9 @@ class EksCluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         cluster = self._control_plane(child)
         self.name = cluster.name
+        # The security group EKS makes for the cluster: a node whose launch template names its
+        # network interfaces (EFA) names it there too, or it never reaches the control plane.
+        self.security_group_id = cluster.vpc_config.cluster_security_group_id
         aws.iam.OpenIdConnectProvider(
             f"{name}-oidc",
             url=cluster.identities[0].oidcs[0].issuer.apply(lambda u: u or ""),

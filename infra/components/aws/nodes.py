@@ -1,5 +1,12 @@
 """EKS managed node groups behind a launch template that enforces the node baseline:
 IMDSv2 only, no pod access to instance metadata, encrypted gp3 root volumes.
+
+A pool that runs a multi-node model (its ranks exchange activations and all-reduces across
+nodes every step) gets EFA and a cluster placement group: one EFA interface on each of the
+instance type's network cards, in a security group that lets the pool's nodes reach each other
+on every protocol (EFA's SRD traffic is not TCP), the cluster's own security group beside it,
+and every node in one placement group of strategy `cluster` in one zone, so the 3,200 Gbit/s
+of a p5 stays inside one spine. infra/README.md, "Multi-node models", says what is still left.
 """
 
 from __future__ import annotations
@@ -12,6 +19,17 @@ import pulumi_aws as aws
 
 from radixfleet import labels
 from radixfleet.config import GpuPool
+from radixfleet.config.catalog import Catalog, Region
+
+# EFA-capable network cards per instance type (AWS's "Maximize network bandwidth" table): one
+# EFA interface on each. A multi-node pool of a type not listed is refused, by name.
+EFA_CARDS = {
+    "p4d.24xlarge": 4,
+    "p4de.24xlarge": 4,
+    "p5.48xlarge": 32,
+    "p5e.48xlarge": 32,
+    "p5en.48xlarge": 16,
+}
 
 # EKS spells taint effects in its own enum.
 EKS_TAINT_EFFECTS = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE"}
@@ -47,6 +65,29 @@ class ManagedNodesArgs:
     volume_gib: int
     labels: Mapping[str, str]
     taints: Sequence[Taint] = field(default_factory=tuple)
+    # A multi-node pool's: the VPC of its EFA security group and the cluster's security group.
+    efa: Efa | None = None
+
+
+@dataclass(frozen=True)
+class Efa:
+    """What a multi-node pool's nodes need to meet each other over EFA."""
+
+    vpc_id: pulumi.Input[str]
+    cluster_security_group_id: pulumi.Input[str]
+
+
+def multinode_gpu_types(catalog: Catalog, region: Region) -> set[str]:
+    """The GPU types a model of more than one node runs on in `region`."""
+    return {m.gpu_type for m in catalog.models if m.nodes > 1 and region.name in m.regions}
+
+
+def efa_cards(instance_type: str) -> int:
+    """How many EFA interfaces a node of `instance_type` gets; a type without EFA is refused."""
+    if instance_type not in EFA_CARDS:
+        known = ", ".join(sorted(EFA_CARDS))
+        raise ValueError(f"a multi-node GPU pool needs EFA: {instance_type} has none ({known})")
+    return EFA_CARDS[instance_type]
 
 
 def gpu_nodes_args(
@@ -57,8 +98,12 @@ def gpu_nodes_args(
     subnet_ids: Sequence[pulumi.Input[str]],
     ami_type: str,
     node_labels: Mapping[str, str],
+    efa: Efa | None = None,
 ) -> ManagedNodesArgs:
-    """The node group of one catalog GPU pool: its size, capacity, labels and the GPU taint."""
+    """The node group of one catalog GPU pool: its size, capacity, labels and the GPU taint
+    (and EFA with a placement group, for a pool of multi-node models)."""
+    if efa is not None:
+        efa_cards(pool.instance_type)  # refused here, by name, before any resource
     return ManagedNodesArgs(
         cluster_name=cluster_name,
         node_role_arn=node_role_arn,
@@ -71,6 +116,7 @@ def gpu_nodes_args(
         volume_gib=pool.root_volume_gib,
         labels=node_labels,
         taints=(GPU_TAINT,),
+        efa=efa,
     )
 
 
@@ -85,11 +131,13 @@ class ManagedNodes(pulumi.ComponentResource):
         super().__init__("radixfleet:aws:ManagedNodes", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         template = _launch_template(name, args, child)
+        # A cluster placement group lives in one zone: its nodes go to the first subnet's.
+        subnets = list(args.subnet_ids)[:1] if args.efa else list(args.subnet_ids)
         self.node_group = aws.eks.NodeGroup(
             name,
             cluster_name=args.cluster_name,
             node_role_arn=args.node_role_arn,
-            subnet_ids=list(args.subnet_ids),
+            subnet_ids=subnets,
             instance_types=[args.instance_type],
             ami_type=args.ami_type,
             capacity_type="SPOT" if args.capacity == "spot" else "ON_DEMAND",
@@ -126,6 +174,7 @@ def _launch_template(
         encrypted="true",
         delete_on_termination="true",
     )
+    interfaces, placement = _efa(name, args, args.efa, child) if args.efa else (None, None)
     return aws.ec2.LaunchTemplate(
         f"{name}-lt",
         description=f"radixfleet nodes {name}",
@@ -148,8 +197,36 @@ def _launch_template(
             for kind in ("instance", "volume")
         ],
         update_default_version=True,
+        network_interfaces=interfaces,
+        placement=placement,
         opts=child,
     )
+
+
+def _efa(
+    name: str, args: ManagedNodesArgs, efa: Efa, child: pulumi.ResourceOptions
+) -> tuple[list[aws.ec2.LaunchTemplateNetworkInterfaceArgs], aws.ec2.LaunchTemplatePlacementArgs]:
+    """The launch template's EFA interfaces (one per network card; only card 0's is the
+    primary, device 0) and its cluster placement group."""
+    group = aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster", opts=child)
+    peers = aws.ec2.SecurityGroup(
+        f"{name}-efa", vpc_id=efa.vpc_id, description="EFA between one pool's nodes", opts=child
+    )
+    aws.vpc.SecurityGroupIngressRule(f"{name}-efa-in", security_group_id=peers.id,
+                                     referenced_security_group_id=peers.id, ip_protocol="-1",
+                                     opts=child)  # fmt: skip
+    aws.vpc.SecurityGroupEgressRule(f"{name}-efa-out", security_group_id=peers.id,
+                                    referenced_security_group_id=peers.id, ip_protocol="-1",
+                                    opts=child)  # fmt: skip
+    interfaces = [
+        aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+            network_card_index=card, device_index=0 if card == 0 else 1, interface_type="efa",
+            security_groups=[peers.id, efa.cluster_security_group_id],
+            delete_on_termination="true",
+        )
+        for card in range(efa_cards(args.instance_type))
+    ]  # fmt: skip
+    return interfaces, aws.ec2.LaunchTemplatePlacementArgs(group_name=group.name)
 
 
 def _tag_safe(node_labels: Mapping[str, str]) -> dict[str, str]:

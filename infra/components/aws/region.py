@@ -14,7 +14,7 @@ from infra import manifests as m
 from infra.components.aws.cluster import EksCluster, EksClusterArgs
 from infra.components.aws.identity import PodRole, PodRoleArgs, model_reader_statements
 from infra.components.aws.network import Network, NetworkArgs
-from infra.components.aws.nodes import ManagedNodes, gpu_nodes_args
+from infra.components.aws.nodes import Efa, ManagedNodes, gpu_nodes_args, multinode_gpu_types
 from infra.components.interface import ModelStoreRef, RegionalFleetArgs
 from infra.components.kube.addons import AddOns, AddOnsArgs
 from infra.components.kube.workloads import Workloads, region_workloads_args
@@ -177,6 +177,8 @@ class AwsRegionalFleet(pulumi.ComponentResource):
     ) -> list[pulumi.Resource]:
         ami = self._args.fleet.aws.cluster.gpu_ami_type
         groups: list[pulumi.Resource] = []
+        multinode = multinode_gpu_types(self._args.fleet.catalog, self._args.region)
+        efa = Efa(vpc_id=network.vpc_id, cluster_security_group_id=cluster.security_group_id)
         for pool in self._args.region.gpu_pools:
             nodes = ManagedNodes(
                 f"{self._name}-{pool.name}",
@@ -187,6 +189,7 @@ class AwsRegionalFleet(pulumi.ComponentResource):
                     subnet_ids=network.private_subnet_ids,
                     ami_type=ami,
                     node_labels=m.gpu_node_labels(pool),
+                    efa=efa if pool.gpu_type in multinode else None,
                 ),
                 pulumi.ResourceOptions.merge(
                     child, pulumi.ResourceOptions(depends_on=cluster.node_prerequisites)
