@@ -162,8 +162,9 @@ def _predictor(model: Model) -> dict[str, Any]:
 
 
 def _pd_pod_metadata(model: Model) -> dict[str, Any]:
-    """A prefill/decode role's pods carry the pair's name and their role, which its PD router
-    selects them by; a prefill's also its bootstrap port, where smg's discovery reads it."""
+    """A prefill/decode role's pods carry the pair's name and their role (for the platform team's
+    `kubectl get pods -l`, and Prometheus's scrape); a prefill's also its bootstrap port, where
+    smg's discovery reads it."""
     role = pd_role(model)
     if role is None:
         return {}

@@ -362,12 +362,13 @@ def test_a_prefill_decode_router_once_applied_stays() -> None:
 
 
 def test_smg_of_a_prefill_decode_model_runs_in_pd_mode_over_each_roles_serving_pods() -> None:
-    """PD mode with a selector per role (the pair's label, the role's, the serving pool: a
-    pre-warming pod stays out), cache-aware prefill, and no plain `--selector`, which smg
-    ignores in PD mode; both roles on their queue-proxy port, where Knative counts them."""
+    """PD mode with a selector per role (the label only KServe's pods of the role's
+    InferenceService may carry, and the serving pool: a pre-warming pod stays out), cache-aware
+    prefill, and no plain `--selector`, which smg ignores in PD mode; both roles on their
+    queue-proxy port, where Knative counts them."""
     args = smg_args(Router("team-a", "big-pd", "big-pd-decode", pd=True))
     joined = " ".join(args)
-    pods = "radixfleet.io/model=big-pd radixfleet.io/pd-role={} radixfleet.io/pool=serving"
+    pods = "serving.kserve.io/inferenceservice=big-pd-{} radixfleet.io/pool=serving"
     assert "--pd-disaggregation" in args
     assert f"--prefill-selector {pods.format('prefill')} --decode-selector" in joined
     assert f"--decode-selector {pods.format('decode')} --prefill-policy" in joined

@@ -19,10 +19,10 @@ router is named for, and owned by, its head's Deployment (`<isvc>-predictor-rout
 the head's pods alone (`app=isvc.<isvc>-predictor`: rank 0 serves HTTP, the workers serve only
 their health) on SGLang's own port, as no queue-proxy stands in front of them.
 
-A prefill/decode model (two Knative InferenceServices, `<model>-prefill` and `<model>-decode`,
-their pods labelled `radixfleet.io/model=<model>` and `radixfleet.io/pd-role`) has one router,
-`<model>-router`, owned by its decode InferenceService: smg in PD mode selects each role's
-`serving` pods on their queue-proxy port, sends every request to a prefill and a decode at once
+A prefill/decode model (two Knative InferenceServices, `<model>-prefill` and `<model>-decode`)
+has one router, `<model>-router`, owned by its decode InferenceService: smg in PD mode selects
+each role's `serving` pods (`serving.kserve.io/inferenceservice=<model>-<role>`) on their
+queue-proxy port, sends every request to a prefill and a decode at once
 (cache-aware for the prefill, whose prefix cache is the one that saves work; least-loaded for
 the decode, whose cost is the batch it joins), and reads each prefill pod's bootstrap port from
 its `sglang.ai/bootstrap-port` annotation.
@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from radixfleet import dataplane, labels
-from radixfleet.platform import head_pod_label
+from radixfleet.platform import KSERVE_INFERENCESERVICE_LABEL, head_pod_label
 
 NAME = "routers"
 SERVICE_ACCOUNT = "radixfleet-router"  # in each tenant namespace, rendered with the catalog
@@ -118,8 +118,11 @@ def pd_args(router: Router) -> list[str]:
 
 
 def role_selector(router: Router, role: str) -> list[str]:
-    """The labels of a prefill/decode model's `serving` pods of one role."""
-    return [f"{labels.MODEL}={router.revision}", f"{labels.PD_ROLE}={role}",
+    """The `serving` pods of one role of a prefill/decode model, by the label KServe puts on its
+    InferenceService's pods: the data-plane guard lets no other pod carry it
+    (radixfleet/render/data_plane_guard.py), so smg never hands the data plane's key to a
+    tenant's own pod labelled like a role."""
+    return [f"{KSERVE_INFERENCESERVICE_LABEL}={router.revision}-{role}",
             f"{labels.POOL}={labels.SERVING_POOL}"]  # fmt: skip
 
 
