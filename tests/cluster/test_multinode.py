@@ -187,7 +187,10 @@ def test_a_two_pod_multinode_model_answers_a_tenant_through_the_entry(
         if status == 200:
             answered.found = (headers, body)  # type: ignore[attr-defined]
             return True
-        if status:  # while the head is not ready: 503, OpenAI's error shape, Retry-After
+        if status == 404:  # the entry has not read the new model yet (it polls the cluster)
+            assert json.loads(body)["error"]["code"] == "model_not_found", body
+            assert not refusals, "the model was known, then lost"
+        elif status:  # known, while the head is not ready: 503, OpenAI's shape, Retry-After
             refusals.append((status, headers.get("Retry-After", "")))
             assert status == 503 and int(headers["Retry-After"]) > 0, (status, body)
             assert json.loads(body)["error"]["message"], body
