@@ -126,13 +126,21 @@ class Activator:
                 self.ids[revision] = found["worker_id"]
 
     async def sleep(self) -> None:
-        """Both roles to zero: smg loses its workers, as its discovery does when pods go."""
+        """Both roles to zero: smg loses its workers, as its discovery does when pods go. smg
+        adds a worker in a job after it answered, and refuses a removal before that job is
+        done, so each removal is asked again until smg lists no worker."""
         await _until(lambda: self.starting == 0)
-        for worker_id in self.ids.values():
-            async with self.session.delete(f"{self.pair.router}/workers/{worker_id}", headers=KEY):
-                pass
-        self.ids.clear()
-        await _until(lambda: _listed(self.pair.router) == 0)
+        for _ in range(150):
+            for worker_id in self.ids.values():
+                async with self.session.delete(
+                    f"{self.pair.router}/workers/{worker_id}", headers=KEY
+                ):
+                    pass
+            if await asyncio.to_thread(_listed, self.pair.router) == 0:
+                self.ids.clear()
+                return
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"smg kept workers {self.ids} for 30 s")
 
 
 def _listed(router: str) -> int:
