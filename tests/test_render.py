@@ -564,3 +564,49 @@ def test_a_prefill_decode_model_is_no_inference_service_of_its_own(rendered: Pat
     policies = {p["metadata"]["name"] for p in _objects(rendered, "AutoscalePolicy")}
     assert {"llama-3-1-70b-pd-prefill", "llama-3-1-70b-pd-decode"} <= policies
     assert "llama-3-1-70b-pd" not in policies
+
+
+def _admits(policy: dict[str, Any], pod_labels: dict[str, str], port: int) -> bool:
+    """Whether `policy` lets a pod of the same namespace with `pod_labels` open `port`."""
+    for rule in policy["spec"].get("ingress", []):
+        ports = {p["port"] for p in rule.get("ports", [])}
+        if ports and port not in ports:
+            continue
+        for peer in rule.get("from", []):
+            selector = peer.get("podSelector")
+            if selector is None or "namespaceSelector" in peer:
+                continue
+            wanted = selector.get("matchLabels", {}).items()
+            exists = [e["key"] for e in selector.get("matchExpressions", [])
+                      if e["operator"] == "Exists"]  # fmt: skip
+            if wanted <= pod_labels.items() and all(k in pod_labels for k in exists):
+                return True
+    return False
+
+
+@pytest.mark.parametrize(
+    ("who", "pod_labels", "port", "admitted"),
+    [
+        ("the-pairs-router", {"app.kubernetes.io/component": "router"}, 8012, True),
+        ("a-decode-at-the-prefills-bootstrap-port",
+         {"serving.kserve.io/inferenceservice": "llama-3-1-70b-pd-decode"}, 8998, True),
+        ("a-tenants-own-pod-at-the-bootstrap-port", {"app": "notebook"}, 8998, False),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)  # fmt: skip
+def test_a_prefill_pods_bootstrap_port_is_open_to_its_decode_and_router_only(
+    rendered: Path, who: str, pod_labels: dict[str, str], port: int, admitted: bool
+) -> None:
+    """The decode fetches each request's KV from the prefill pod's bootstrap server: the
+    namespace's predictor policy lets other predictors and the routers in, a tenant's pod not."""
+    del who
+    policies = [p for p in _objects(rendered, "NetworkPolicy")
+                if p["metadata"]["namespace"] == "team-research"
+                and p["metadata"]["name"] == "radixfleet-predictors"]  # fmt: skip
+    (policy,) = policies
+    prefill = _rendered_isvc(rendered, "team-research", "llama-3-1-70b-pd-prefill")
+    prefill_pod = {"serving.kserve.io/inferenceservice": "llama-3-1-70b-pd-prefill",
+                   **prefill["spec"]["predictor"]["labels"]}  # fmt: skip
+    selected = policy["spec"]["podSelector"]["matchExpressions"][0]["key"]
+    assert selected in prefill_pod, "the policy holds the prefill's pods"
+    assert _admits(policy, pod_labels, port) is admitted
