@@ -585,21 +585,20 @@ def _admits(policy: dict[str, Any], pod_labels: dict[str, str], port: int) -> bo
 
 
 @pytest.mark.parametrize(
-    ("who", "pod_labels", "port", "admitted"),
+    ("pod_labels", "port", "admitted"),
     [
-        ("the-pairs-router", {"app.kubernetes.io/component": "router"}, 8012, True),
-        ("a-decode-at-the-prefills-bootstrap-port",
-         {"serving.kserve.io/inferenceservice": "llama-3-1-70b-pd-decode"}, 8998, True),
-        ("a-tenants-own-pod-at-the-bootstrap-port", {"app": "notebook"}, 8998, False),
+        pytest.param({"app.kubernetes.io/component": "router"}, 8012, True,
+                     id="the-pairs-router"),
+        pytest.param({"serving.kserve.io/inferenceservice": "llama-3-1-70b-pd-decode"}, 8998,
+                     True, id="a-decode-at-the-prefills-bootstrap-port"),
+        pytest.param({"app": "notebook"}, 8998, False, id="a-tenants-own-pod-at-that-port"),
     ],
-    ids=lambda v: v if isinstance(v, str) else None,
 )  # fmt: skip
 def test_a_prefill_pods_bootstrap_port_is_open_to_its_decode_and_router_only(
-    rendered: Path, who: str, pod_labels: dict[str, str], port: int, admitted: bool
+    rendered: Path, pod_labels: dict[str, str], port: int, admitted: bool
 ) -> None:
     """The decode fetches each request's KV from the prefill pod's bootstrap server: the
     namespace's predictor policy lets other predictors and the routers in, a tenant's pod not."""
-    del who
     policies = [p for p in _objects(rendered, "NetworkPolicy")
                 if p["metadata"]["namespace"] == "team-research"
                 and p["metadata"]["name"] == "radixfleet-predictors"]  # fmt: skip
