@@ -257,6 +257,12 @@ BAD_CATALOGS = [
         id="pd-role-name-taken",
     ),
     pytest.param(
+        _set("tenants[2].token_budget.per_model", {"llama-3-1-70b-pd-prefill": 1000}),
+        "catalog.yaml: tenants[2].token_budget.per_model.llama-3-1-70b-pd-prefill: no model "
+        "named 'llama-3-1-70b-pd-prefill'",
+        id="pd-token-budget-names-a-half",
+    ),
+    pytest.param(
         _set("models[2].runtime", "sglang"),
         "catalog.yaml: models[2].lora_adapters: LoRA adapters need runtime sglang-lora",
         id="lora-without-lora-runtime",
@@ -621,3 +627,12 @@ def test_a_host_tier_the_nodes_hold_is_accepted(mutate: Any, model: int) -> None
 )
 def test_kv_cache_choices_are_sglangs(kind: Any, flag: str) -> None:
     assert get_args(kind) == sglang_flags()[flag].choices
+
+
+def test_a_tenants_token_budget_names_a_prefill_decode_model_as_one() -> None:
+    """The entry charges a P/D model's tokens to its one name: a budget per model names it."""
+    data = example()
+    data["tenants"][2]["token_budget"]["per_model"] = {"llama-3-1-70b-pd": 1000}
+    catalog = parse_catalog(yaml.safe_dump(data), source="catalog.yaml")
+    budget = catalog.tenant("research").token_budget
+    assert budget is not None and budget.per_model == {"llama-3-1-70b-pd": 1000}
