@@ -11,7 +11,6 @@ from collections.abc import Iterable, Iterator
 
 from radixfleet.config.catalog import (
     CATALOG_RUNTIMES,
-    PD_RUNTIME,
     Catalog,
     GpuPool,
     KvCache,
@@ -26,6 +25,7 @@ from radixfleet.config.modelcache import (
     cached_weights,
     caching_pools,
 )
+from radixfleet.config.pdcheck import pd_pair
 from radixfleet.config.sizing import (
     HICACHE_GB,
     device_kv_bytes,
@@ -348,7 +348,7 @@ def _model_runtime(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding
     if model.profile is not None and model.profile not in BUILTIN_PROFILES:
         known = ", ".join(sorted(BUILTIN_PROFILES))
         yield f"{loc}.profile", f"unknown profile {model.profile!r} (known: {known})"
-    yield from _pd_pair(catalog, loc, model)
+    yield from pd_pair(catalog, loc, model)
 
 
 def _weights_claim(loc: str, model: Model, scheme: str) -> Iterator[Finding]:
@@ -363,36 +363,6 @@ def _weights_claim(loc: str, model: Model, scheme: str) -> Iterator[Finding]:
         )
     elif scheme != "pvc" and model.weights_claim is not None:
         yield f"{loc}.weights_claim", f"only a pvc:// model has a claim, not {scheme}://"
-
-
-# The runtimes of a prefill/decode model's roles: never a catalog model's own.
-_ROLE_RUNTIMES = ("sglang-prefill", "sglang-decode")
-
-
-def _pd_pair(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding]:
-    """A prefill/decode model is one entry: runtime sglang-pd with its `disaggregation`, its
-    replica bounds per role, and no canary (a pair needs one rollout of both roles, which the
-    canary controller cannot roll yet)."""
-    pd = model.disaggregation is not None
-    if model.runtime in _ROLE_RUNTIMES:
-        yield (f"{loc}.runtime", f"{model.runtime} is a role of a prefill/decode model: write one "
-               f"model with runtime {PD_RUNTIME} and disaggregation")  # fmt: skip
-    elif pd != (model.runtime == PD_RUNTIME):
-        field = "disaggregation" if pd else "runtime"
-        yield f"{loc}.{field}", f"runtime {PD_RUNTIME} and disaggregation go together"
-    if not pd:
-        return
-    if model.canary_policy is not None:
-        yield (f"{loc}.canary_policy", "a prefill/decode model cannot roll out as one yet: no "
-               "canary (its roles would roll apart)")  # fmt: skip
-    for bound in sorted({"min_replicas", "max_replicas"} & model.model_fields_set):
-        yield (f"{loc}.{bound}", "a prefill/decode model's replicas are per role: "
-               f"disaggregation.prefill.{bound} and disaggregation.decode.{bound}")  # fmt: skip
-    taken = {m.name for m in catalog.models}
-    for role in ("prefill", "decode"):
-        if f"{model.name}-{role}" in taken:
-            isvc = f"{model.name}-{role}"
-            yield f"{loc}.name", f"its {role} InferenceService {isvc} is a model's name"
 
 
 def _storage_lanes(catalog: Catalog) -> Iterator[Finding]:
