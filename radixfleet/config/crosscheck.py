@@ -17,6 +17,7 @@ from radixfleet.config.catalog import (
     Model,
     Region,
 )
+from radixfleet.config.errors import Finding
 from radixfleet.config.gpus import GIB, GPU_TYPES, INSTANCE_TYPES
 from radixfleet.config.modelcache import (
     NODE_RESERVED_GIB,
@@ -38,9 +39,6 @@ from radixfleet.profile import BUILTIN_PROFILES
 
 # Storage a multi-node replica can load from (KServe refuses the others for a workerSpec).
 MULTINODE_STORAGE = ("pvc", "oci")
-
-# (location, message) pairs; the loader adds the file name.
-Finding = tuple[str, str]
 
 
 def check_catalog(catalog: Catalog) -> list[Finding]:

@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from radixfleet.config.catalog import PD_RUNTIME, Catalog, Model
-
-# (location, message), as crosscheck.py's findings.
-Finding = tuple[str, str]
+from radixfleet.config.errors import Finding
 
 # The runtimes of a prefill/decode model's roles: never a catalog model's own.
 _ROLE_RUNTIMES = ("sglang-prefill", "sglang-decode")
