@@ -15,7 +15,12 @@ REGIONS = f"{GROUP}/regions"
 GPUS_PER_REPLICA = f"{GROUP}/gpus-per-replica"
 SLO_TTFT_P95_MS = f"{GROUP}/slo-ttft-p95-ms"
 SLO_ITL_P95_MS = f"{GROUP}/slo-itl-p95-ms"
-PD_PEER = f"{GROUP}/pd-peer"
+# On a prefill/decode model's InferenceServices and their pods: the role each serves
+# (`prefill`, `decode`), beside `radixfleet.io/model` naming the pair; its router selects by both.
+PD_ROLE = f"{GROUP}/pd-role"
+# On a prefill pod: the port of its KV bootstrap server, where smg's Kubernetes discovery reads
+# it (smg 1.13's default `bootstrap_port_annotation`) to tell the decode where to fetch the KV.
+BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
 # On an InferenceService: the name of the CanaryPolicy that carries its rollouts (the catalog's
 # builder writes it, the canary reads it).
 CANARY_POLICY = f"{GROUP}/canary-policy"

@@ -39,8 +39,7 @@ def test_example_catalog_has_every_kind_of_model() -> None:
         "sglang-tp",
         "sglang-lora",
         "sglang-multinode",
-        "sglang-prefill",
-        "sglang-decode",
+        "sglang-pd",
     }
     assert any(m.min_replicas == 0 and m.gpus_per_replica == 1 for m in catalog.models)
     assert any(m.tensor_parallel == 4 for m in catalog.models)
@@ -138,7 +137,7 @@ BAD_CATALOGS = [
     ),
     pytest.param(
         _duplicate_model,
-        "catalog.yaml: models[6].name: duplicate name 'llama-3-1-8b'",
+        "catalog.yaml: models[5].name: duplicate name 'llama-3-1-8b'",
         id="duplicate-model-name",
     ),
     pytest.param(
@@ -210,8 +209,58 @@ BAD_CATALOGS = [
     ),
     pytest.param(
         _set("models[4].pd_peer", "llama-3-1-8b"),
-        "catalog.yaml: models[4].pd_peer: 'llama-3-1-8b' is not a sglang-decode model",
-        id="pd-peer-wrong-role",
+        "catalog.yaml: models[4].pd_peer: unknown field",
+        id="pd-peer-is-gone",
+    ),
+    pytest.param(
+        _set("models[4].runtime", "sglang-prefill"),
+        "catalog.yaml: models[4].runtime: sglang-prefill is a role of a prefill/decode model: "
+        "write one model with runtime sglang-pd and disaggregation",
+        id="pd-role-runtime-as-a-model",
+    ),
+    pytest.param(
+        _set("models[4].runtime", "sglang-tp"),
+        "catalog.yaml: models[4].disaggregation: runtime sglang-pd and disaggregation go together",
+        id="pd-disaggregation-on-another-runtime",
+    ),
+    pytest.param(
+        _set("models[1].runtime", "sglang-pd"),
+        "catalog.yaml: models[1].runtime: runtime sglang-pd and disaggregation go together",
+        id="pd-runtime-without-disaggregation",
+    ),
+    pytest.param(
+        _set("models[4].canary_policy", "llm-default"),
+        "catalog.yaml: models[4].canary_policy: a prefill/decode model cannot roll out as one",
+        id="pd-model-with-a-canary",
+    ),
+    pytest.param(
+        _set("models[4].max_replicas", 4),
+        "catalog.yaml: models[4].max_replicas: a prefill/decode model's replicas are per role: "
+        "disaggregation.prefill.max_replicas and disaggregation.decode.max_replicas",
+        id="pd-model-with-model-level-replicas",
+    ),
+    pytest.param(
+        _set("models[4].disaggregation.decode.min_replicas", 3),
+        "catalog.yaml: models[4].disaggregation.decode: min_replicas 3 is above max_replicas 2",
+        id="pd-role-min-above-max",
+    ),
+    pytest.param(
+        _set("models[4].disaggregation.transfer_backend", "carrier-pigeon"),
+        "catalog.yaml: models[4].disaggregation.transfer_backend: 'carrier-pigeon': Input should "
+        "be 'mooncake' or 'nixl'",
+        id="pd-unknown-transfer-backend",
+    ),
+    pytest.param(
+        _set("models[1].name", "llama-3-1-70b-pd-decode"),
+        "catalog.yaml: models[4].name: its decode InferenceService llama-3-1-70b-pd-decode is a "
+        "model's name",
+        id="pd-role-name-taken",
+    ),
+    pytest.param(
+        _set("tenants[2].token_budget.per_model", {"llama-3-1-70b-pd-prefill": 1000}),
+        "catalog.yaml: tenants[2].token_budget.per_model.llama-3-1-70b-pd-prefill: no model "
+        "named 'llama-3-1-70b-pd-prefill'",
+        id="pd-token-budget-names-a-half",
     ),
     pytest.param(
         _set("models[2].runtime", "sglang"),
@@ -589,3 +638,12 @@ def test_a_host_tier_the_nodes_hold_is_accepted(mutate: Any, model: int) -> None
 )
 def test_kv_cache_choices_are_sglangs(kind: Any, flag: str) -> None:
     assert get_args(kind) == sglang_flags()[flag].choices
+
+
+def test_a_tenants_token_budget_names_a_prefill_decode_model_as_one() -> None:
+    """The entry charges a P/D model's tokens to its one name: a budget per model names it."""
+    data = example()
+    data["tenants"][2]["token_budget"]["per_model"] = {"llama-3-1-70b-pd": 1000}
+    catalog = parse_catalog(yaml.safe_dump(data), source="catalog.yaml")
+    budget = catalog.tenant("research").token_budget
+    assert budget is not None and budget.per_model == {"llama-3-1-70b-pd": 1000}

@@ -31,6 +31,7 @@ from radixfleet import labels
 from radixfleet.config import GpuPool, load_catalog
 from radixfleet.config.catalog import KNOWN_RUNTIMES
 from radixfleet.config.gpus import INSTANCE_TYPES
+from radixfleet.config.serving import inference_services_of
 from radixfleet.controllers.canary.spec import POLICY_ANNOTATION
 from radixfleet.controllers.failover.spec import FailoverPolicySpec
 from radixfleet.controllers.quota import admission
@@ -269,7 +270,8 @@ def test_each_region_runs_the_runtimes_and_the_inference_services_of_its_models(
     runtimes = of_type(stack, "kubernetes:serving.kserve.io/v1alpha1:ClusterServingRuntime")
     for region in fleet.regions:
         served = {i.inputs["metadata"]["name"] for i in in_region(isvcs, region.name)}
-        assert served == {m.name for m in fleet.catalog.models if region.name in m.regions}
+        assert served == {isvc.name for m in fleet.catalog.models if region.name in m.regions
+                          for isvc in inference_services_of(m)}  # fmt: skip
         assert len(in_region(runtimes, region.name)) == len(KNOWN_RUNTIMES)
     for runtime in runtimes:
         spec = runtime.inputs["spec"]

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from radixfleet.cli import app
 from radixfleet.config import KvCache, Model, load_catalog
+from radixfleet.config.serving import inference_services_of
 from radixfleet.config.sizing import hicache_gb_per_rank, pod_memory_gib, weight_gib
 from radixfleet.platform import KUBERNETES_VERSION
 from radixfleet.profile import resolve_profile
@@ -109,7 +110,8 @@ def test_every_model_and_tenant_gets_an_inference_service(rendered: Path) -> Non
     names = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs}
     for model in catalog.models:
         for tenant in model.tenants:
-            assert (catalog.tenant(tenant).namespaces[0], model.name) in names
+            for isvc in inference_services_of(model):
+                assert (catalog.tenant(tenant).namespaces[0], isvc.name) in names
 
 
 def test_no_tenants_lora_adapter_is_mounted_in_another_tenants_namespace(rendered: Path) -> None:
@@ -299,7 +301,7 @@ def test_tighter_itl_slo_never_raises_the_target() -> None:
 
 def test_canary_models_start_new_revisions_at_zero_under_their_policy(rendered: Path) -> None:
     catalog = load_catalog(CATALOG)
-    for model in catalog.models:
+    for model in (isvc for m in catalog.models for isvc in inference_services_of(m)):
         for tenant in model.tenants[:1]:
             ns = catalog.tenant(tenant).namespaces[0]
             doc = yaml.safe_load(
@@ -361,8 +363,9 @@ def test_every_autoscaled_inference_service_has_its_policy(rendered: Path) -> No
         for p in _objects(rendered, "AutoscalePolicy")
     }
     expected = set()
+    isvc_models = [isvc for m in catalog.models for isvc in inference_services_of(m)]
     for isvc in inference_services(rendered):
-        model = next(m for m in catalog.models if m.name == isvc["metadata"]["name"])
+        model = next(m for m in isvc_models if m.name == isvc["metadata"]["name"])
         if model.nodes > 1:
             continue
         key = (isvc["metadata"]["namespace"], model.name)
@@ -543,3 +546,90 @@ def test_a_model_without_a_tier_keeps_its_memory_and_flags(name: str) -> None:
     tenant = load_catalog(CATALOG).tenant(model.tenants[0])
     args = build_inference_service(model, tenant)[0]["spec"]["predictor"]["model"]["args"]
     assert not [a for a in args if "hicache" in a or "hierarchical" in a]
+
+
+def _rendered_isvc(rendered: Path, namespace: str, name: str) -> dict[str, Any]:
+    path = rendered / "inferenceservices" / namespace / f"{name}.yaml"
+    loaded: dict[str, Any] = yaml.safe_load(path.read_text())
+    return loaded
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_a_prefill_decode_model_renders_one_inference_service_per_role(
+    rendered: Path, role: str
+) -> None:
+    """`llama-3-1-70b-pd` is one model and two InferenceServices: each labelled with the pair and
+    its role (on its pods too, for the PD router's selectors), answering to the pair's name, on
+    its role's runtime with the catalog's transfer engine and its own replica bounds; only the
+    prefill's pods declare the bootstrap port smg's discovery reads."""
+    isvc = _rendered_isvc(rendered, "team-research", f"llama-3-1-70b-pd-{role}")
+    pair = {"radixfleet.io/model": "llama-3-1-70b-pd", "radixfleet.io/pd-role": role}
+    assert pair.items() <= isvc["metadata"]["labels"].items()
+    predictor = isvc["spec"]["predictor"]
+    assert pair.items() <= predictor["labels"].items()
+    assert predictor["labels"]["radixfleet.io/pool"] == "serving"
+    assert predictor["model"]["runtime"] == f"sglang-{role}"
+    args = predictor["model"]["args"]
+    assert args[args.index("--served-model-name") + 1] == "llama-3-1-70b-pd"
+    assert args[args.index("--disaggregation-transfer-backend") + 1] == "mooncake"
+    assert (predictor["minReplicas"], predictor["maxReplicas"]) == (1, 2)
+    assert "canaryTrafficPercent" not in predictor
+    bootstrap = predictor.get("annotations", {}).get("sglang.ai/bootstrap-port")
+    assert bootstrap == ("8998" if role == "prefill" else None)
+    runtime = build_runtime(f"sglang-{role}")[0]
+    runtime_args = runtime["spec"]["containers"][0]["args"]
+    if role == "prefill":
+        assert runtime_args[runtime_args.index("--disaggregation-bootstrap-port") + 1] == bootstrap
+
+
+def test_a_prefill_decode_model_is_no_inference_service_of_its_own(rendered: Path) -> None:
+    """Its tenants call it by one name, but no InferenceService has it: the two halves serve it."""
+    assert not (rendered / "inferenceservices/team-research/llama-3-1-70b-pd.yaml").exists()
+    policies = {p["metadata"]["name"] for p in _objects(rendered, "AutoscalePolicy")}
+    assert {"llama-3-1-70b-pd-prefill", "llama-3-1-70b-pd-decode"} <= policies
+    assert "llama-3-1-70b-pd" not in policies
+
+
+def _admits(policy: dict[str, Any], pod_labels: dict[str, str], port: int) -> bool:
+    """Whether `policy` lets a pod of the same namespace with `pod_labels` open `port`."""
+    for rule in policy["spec"].get("ingress", []):
+        ports = {p["port"] for p in rule.get("ports", [])}
+        if ports and port not in ports:
+            continue
+        for peer in rule.get("from", []):
+            selector = peer.get("podSelector")
+            if selector is None or "namespaceSelector" in peer:
+                continue
+            wanted = selector.get("matchLabels", {}).items()
+            exists = [e["key"] for e in selector.get("matchExpressions", [])
+                      if e["operator"] == "Exists"]  # fmt: skip
+            if wanted <= pod_labels.items() and all(k in pod_labels for k in exists):
+                return True
+    return False
+
+
+@pytest.mark.parametrize(
+    ("pod_labels", "port", "admitted"),
+    [
+        pytest.param({"app.kubernetes.io/component": "router"}, 8012, True,
+                     id="the-pairs-router"),
+        pytest.param({"serving.kserve.io/inferenceservice": "llama-3-1-70b-pd-decode"}, 8998,
+                     True, id="a-decode-at-the-prefills-bootstrap-port"),
+        pytest.param({"app": "notebook"}, 8998, False, id="a-tenants-own-pod-at-that-port"),
+    ],
+)  # fmt: skip
+def test_a_prefill_pods_bootstrap_port_is_open_to_its_decode_and_router_only(
+    rendered: Path, pod_labels: dict[str, str], port: int, admitted: bool
+) -> None:
+    """The decode fetches each request's KV from the prefill pod's bootstrap server: the
+    namespace's predictor policy lets other predictors and the routers in, a tenant's pod not."""
+    policies = [p for p in _objects(rendered, "NetworkPolicy")
+                if p["metadata"]["namespace"] == "team-research"
+                and p["metadata"]["name"] == "radixfleet-predictors"]  # fmt: skip
+    (policy,) = policies
+    prefill = _rendered_isvc(rendered, "team-research", "llama-3-1-70b-pd-prefill")
+    prefill_pod = {"serving.kserve.io/inferenceservice": "llama-3-1-70b-pd-prefill",
+                   **prefill["spec"]["predictor"]["labels"]}  # fmt: skip
+    selected = policy["spec"]["podSelector"]["matchExpressions"][0]["key"]
+    assert selected in prefill_pod, "the policy holds the prefill's pods"
+    assert _admits(policy, pod_labels, port) is admitted

@@ -14,6 +14,7 @@ from typing import Annotated, Literal, Self
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from radixfleet.platform import RESERVED_NAMESPACE_PREFIX, RESERVED_NAMESPACES
+from radixfleet.replica.disagg import DEFAULT_TRANSFER_BACKEND, TransferBackend
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 STORAGE_SCHEMES = ("s3://", "hf://", "pvc://", "gs://")
@@ -143,6 +144,10 @@ KNOWN_RUNTIMES = (
     "sglang-prefill",
     "sglang-decode",
 )
+# A prefill/decode model's runtime in the catalog: its two roles run on the prefill and decode
+# runtimes above, each an InferenceService of its own (`disaggregation`).
+PD_RUNTIME = "sglang-pd"
+CATALOG_RUNTIMES = (*KNOWN_RUNTIMES, PD_RUNTIME)
 
 
 class GpuPool(Strict):
@@ -316,6 +321,32 @@ class KvCache(Strict):
     storage_backend: HicacheStorageBackend | None = None
 
 
+class RoleReplicas(Strict):
+    """The replica bounds of one role of a prefill/decode model."""
+
+    min_replicas: Replicas = 0
+    max_replicas: Annotated[Replicas, Field(gt=0)] = 1
+
+    @model_validator(mode="after")
+    def _min_within_max(self) -> Self:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas {self.min_replicas} is above max_replicas "
+                             f"{self.max_replicas}")  # fmt: skip
+        return self
+
+
+class Disaggregation(Strict):
+    """A model served as a prefill/decode pair (SGLang's `--disaggregation-mode`): one name to
+    its tenants, two InferenceServices (`<name>-prefill`, `<name>-decode`) of the same weights,
+    and one smg router in PD mode before them. The prefill computes a prompt's KV, the decode
+    fetches it over `transfer_backend` and generates; each role scales within its own bounds,
+    and both sleep and wake together (radixfleet/controllers/autoscale/pairs.py)."""
+
+    transfer_backend: TransferBackend = DEFAULT_TRANSFER_BACKEND
+    prefill: RoleReplicas = Field(default_factory=RoleReplicas)
+    decode: RoleReplicas = Field(default_factory=RoleReplicas)
+
+
 class Model(Strict):
     """One model of the catalog: where its weights are, how it runs, who uses it and where."""
 
@@ -338,7 +369,8 @@ class Model(Strict):
     regions: list[str] = Field(min_length=1)
     lora_adapters: list[LoraAdapter] = Field(default_factory=list)
     max_loras_per_batch: PositiveInt = 8
-    pd_peer: str | None = None
+    # A prefill/decode pair (runtime sglang-pd); None: every replica does both.
+    disaggregation: Disaggregation | None = None
     profile: str | None = None
     # A CanaryPolicy of the tenant's namespace that judges this model's rollouts
     # (radixfleet/controllers/canary/).

@@ -9,7 +9,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from radixfleet.config.catalog import KNOWN_RUNTIMES, Catalog, GpuPool, KvCache, Model, Region
+from radixfleet.config.catalog import (
+    CATALOG_RUNTIMES,
+    Catalog,
+    GpuPool,
+    KvCache,
+    Model,
+    Region,
+)
+from radixfleet.config.errors import Finding
 from radixfleet.config.gpus import GIB, GPU_TYPES, INSTANCE_TYPES
 from radixfleet.config.modelcache import (
     NODE_RESERVED_GIB,
@@ -18,6 +26,7 @@ from radixfleet.config.modelcache import (
     cached_weights,
     caching_pools,
 )
+from radixfleet.config.pdcheck import pd_pair
 from radixfleet.config.sizing import (
     HICACHE_GB,
     device_kv_bytes,
@@ -34,9 +43,6 @@ MULTINODE_STORAGE = ("pvc", "oci")
 # Hub organisations whose model repositories are gated (a download without a token answers
 # 401): Meta's Llama licence must be accepted per account.
 GATED_HUB_ORGS = ("meta-llama",)
-
-# (location, message) pairs; the loader adds the file name.
-Finding = tuple[str, str]
 
 
 def check_catalog(catalog: Catalog) -> list[Finding]:
@@ -335,8 +341,9 @@ def _model_parallelism(loc: str, model: Model) -> Iterator[Finding]:
 
 def _model_runtime(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding]:
     runtime = model.runtime
-    if runtime not in KNOWN_RUNTIMES:
-        yield f"{loc}.runtime", f"unknown runtime {runtime!r} (known: {', '.join(KNOWN_RUNTIMES)})"
+    if runtime not in CATALOG_RUNTIMES:
+        known = ", ".join(CATALOG_RUNTIMES)
+        yield f"{loc}.runtime", f"unknown runtime {runtime!r} (known: {known})"
         return
     rules = {
         "sglang": (model.gpus_per_replica == 1, "runs one GPU per replica; use sglang-tp"),
@@ -362,7 +369,7 @@ def _model_runtime(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding
     if model.profile is not None and model.profile not in BUILTIN_PROFILES:
         known = ", ".join(sorted(BUILTIN_PROFILES))
         yield f"{loc}.profile", f"unknown profile {model.profile!r} (known: {known})"
-    yield from _pd_pair(catalog, loc, model)
+    yield from pd_pair(catalog, loc, model)
 
 
 def _weights_claim(loc: str, model: Model, scheme: str) -> Iterator[Finding]:
@@ -377,25 +384,6 @@ def _weights_claim(loc: str, model: Model, scheme: str) -> Iterator[Finding]:
         )
     elif scheme != "pvc" and model.weights_claim is not None:
         yield f"{loc}.weights_claim", f"only a pvc:// model has a claim, not {scheme}://"
-
-
-def _pd_pair(catalog: Catalog, loc: str, model: Model) -> Iterator[Finding]:
-    roles = {"sglang-prefill": "sglang-decode", "sglang-decode": "sglang-prefill"}
-    wanted = roles.get(model.runtime)
-    if wanted is None:
-        if model.pd_peer is not None:
-            yield f"{loc}.pd_peer", "only sglang-prefill and sglang-decode models have a pd_peer"
-        return
-    peer = next((m for m in catalog.models if m.name == model.pd_peer), None)
-    if peer is None:
-        yield f"{loc}.pd_peer", f"{model.runtime} needs pd_peer naming its {wanted} model"
-    elif peer.runtime != wanted or peer.pd_peer != model.name:
-        yield (
-            f"{loc}.pd_peer",
-            f"{peer.name!r} is not a {wanted} model paired back with {model.name!r}",
-        )
-    elif peer.storage_uri != model.storage_uri:
-        yield f"{loc}.pd_peer", f"{peer.name!r} serves other weights ({peer.storage_uri})"
 
 
 def _storage_lanes(catalog: Catalog) -> Iterator[Finding]:

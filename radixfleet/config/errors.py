@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# A broken rule as the cross-entry checks find it: (location, message); the loader adds the file.
+Finding = tuple[str, str]
+
 
 @dataclass(frozen=True)
 class Problem:

@@ -16,6 +16,13 @@ A Standard-mode model (KServe's raw Deployments: a multi-node one always) has no
 no traffic split: its one target is its head's Deployment, `<isvc>-predictor`, named where a
 revision's name stands, and marked `knative=False`: it is never at zero, and no activator holds
 its requests while its head is not ready.
+
+A prefill/decode model (two InferenceServices, `<model>-prefill` and `<model>-decode`, labelled
+`radixfleet.io/model=<model>` and `radixfleet.io/pd-role`) is one model to its tenants, and
+neither half is routable: its one target names the model (its router, `<model>-router`, routes
+to both roles) and carries the revisions of both roles with a share, which the entry wakes
+through Knative's activator before it lets a request reach the router of a pair at zero. While
+either role has no revision with a share yet, it has no target.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from radixfleet.labels import BASELINE_POOL, SERVING_POOL
+from radixfleet.labels import BASELINE_POOL, MODEL, PD_ROLE, SERVING_POOL
 from radixfleet.platform import head_deployment, is_standard_mode
 from radixfleet.revisions import BASELINE, CANARY, pick_revision
 
@@ -43,6 +50,9 @@ class Target:
     # A Knative revision (woken from zero by the activator); False: a Standard-mode model's
     # head Deployment, named in `revision`, reached only through its router.
     knative: bool = True
+    # A prefill/decode model (named in `revision`): the Knative revisions of both its roles,
+    # all woken before a request goes to its router.
+    wakes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,17 +134,41 @@ def build_routes(
     controller reports it)."""
     owner = _namespace_owners(namespaces)
     models: dict[tuple[str, str], ModelRoute] = {}
+    pairs: dict[tuple[str, str], dict[str, Mapping[str, Any]]] = {}
     for isvc in sorted(isvcs, key=_where):
         meta = isvc.get("metadata") or {}
         tenant = owner.get(str(meta.get("namespace", "")))
         if tenant is None:
             continue
         name, namespace = str(meta.get("name", "")), str(meta["namespace"])
+        labels = meta.get("labels") or {}
+        if labels.get(PD_ROLE) and labels.get(MODEL):
+            pairs.setdefault((namespace, str(labels[MODEL])), {})[str(labels[PD_ROLE])] = isvc
+            continue
         route = ModelRoute(tenant=tenant, model=name, namespace=namespace,
                            targets=targets_of(isvc), created=_created(meta),
                            baseline=(baselines or {}).get((namespace, name)))  # fmt: skip
         models.setdefault((tenant, route.model), route)  # first namespace of a tenant wins
+    for (namespace, model), roles in sorted(pairs.items()):
+        route = _pair_route(owner[namespace], namespace, model, roles)
+        models.setdefault((route.tenant, model), route)
     return Routes(models)
+
+
+def _pair_route(
+    tenant: str, namespace: str, model: str, roles: Mapping[str, Mapping[str, Any]]
+) -> ModelRoute:
+    """A prefill/decode model's one route: a target once both roles have a revision with a
+    share (the decode's creation dates the model)."""
+    prefill, decode = roles.get("prefill"), roles.get("decode")
+    created = _created((decode or {}).get("metadata") or {})
+    if prefill is None or decode is None:
+        return ModelRoute(tenant=tenant, model=model, namespace=namespace, created=created)
+    wakes = tuple(t.revision for role in (prefill, decode) for t in targets_of(role))
+    ready = all(targets_of(role) for role in (prefill, decode))
+    targets = (Target(namespace, model, 100, wakes=wakes),) if ready else ()
+    return ModelRoute(tenant=tenant, model=model, namespace=namespace, targets=targets,
+                      created=created)  # fmt: skip
 
 
 def _created(meta: Mapping[str, Any]) -> int:

@@ -13,6 +13,13 @@ A Standard-mode model (raw Deployments, a multi-node model among them) has one r
 head (`<isvc>-predictor-router`), and no Knative way: it never scales to zero, so a router with no
 worker (the head not ready yet, its ranks still joining) is the caller's 503 with Retry-After.
 
+A prefill/decode model has one router, `<model>-router` (smg in PD mode, over both roles), and
+no Knative way of its own: sent to one role's revision, a request would be half served. When its
+router has no worker (the pair at zero, or one role gone), the entry wakes every revision of both
+roles through Knative's activator (a `GET /health` each, held there until a pod of that revision
+is ready), and then offers the request to the router until it takes it, so the request is never
+lost and never reaches a decode without a prefill peer.
+
 Every answer says which revision served it and how (`x-radixfleet-revision`,
 `x-radixfleet-path: router|knative`, and `x-radixfleet-pool: baseline` from a canary's
 baseline), for the platform team's debugging and the tests.
@@ -20,6 +27,7 @@ baseline), for the platform team's debugging and the tests.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -47,6 +55,9 @@ from radixfleet.labels import SERVING_POOL
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 5
+# How often a woken prefill/decode model's router is offered the request again, until smg's
+# discovery has seen both roles' new pods ready (its watch sees a pod within a second or two).
+PD_ROUTER_POLL_S = 0.5
 # smg's answers when it has no worker for the revision: 503 `no_available_workers` before it
 # ever had one, 404 `model_not_found` once its last worker has gone (seen on the test cluster).
 NO_WORKERS = {(503, "no_available_workers"), (404, "model_not_found")}
@@ -159,6 +170,8 @@ class ClusterEntry:
         answer = await self._through_router(request, target, raw, served, may_resend=may_resend)
         if answer is not None:
             return answer
+        if target.wakes:
+            return await self._after_waking(request, target, raw, served, may_resend=may_resend)
         if not target.knative:
             raise self.unavailable(f"The model's head {target.revision} is not ready yet.")
         return await self._through_knative(request, target, raw, served, may_resend=may_resend)
@@ -179,6 +192,38 @@ class ClusterEntry:
             log.info("router of %s/%s not reachable (%s)", target.namespace, target.revision,
                      type(err).__name__)  # fmt: skip
             return None
+
+    async def _after_waking(
+        self, request: web.Request, target: Target, raw: bytes, served: dict[str, str],
+        *, may_resend: bool,
+    ) -> web.StreamResponse:  # fmt: skip
+        """A prefill/decode model's answer once both roles are awake: every role's revision
+        woken through the activator, then the router offered the request until it has workers
+        (or the wake's time is up: the caller's 503 with Retry-After)."""
+        deadline = asyncio.get_running_loop().time() + self.wake_timeout_s
+        await asyncio.gather(*(self._wake(target, revision) for revision in target.wakes))
+        while asyncio.get_running_loop().time() < deadline:
+            answer = await self._through_router(request, target, raw, served,
+                                                may_resend=may_resend)  # fmt: skip
+            if answer is not None:
+                return answer
+            await asyncio.sleep(PD_ROUTER_POLL_S)
+        raise self.unavailable(f"The model {target.revision} has not woken yet.")
+
+    async def _wake(self, target: Target, revision: str) -> None:
+        """Hold until `revision` has a ready pod: a `GET /health` through Knative's activator
+        (SGLang answers it without work; the activator holds it while it scales from zero)."""
+        woken = Target(target.namespace, revision, 0)
+        headers = {"Knative-Serving-Revision": revision,
+                   "Knative-Serving-Namespace": target.namespace}  # fmt: skip
+        timeout = aiohttp.ClientTimeout(total=self.wake_timeout_s, sock_connect=10)
+        url = self.upstreams.knative(woken) + "/health"
+        try:
+            async with self.session.get(url, headers=headers, timeout=timeout) as answer:
+                if answer.status >= HTTPStatus.INTERNAL_SERVER_ERROR:
+                    raise self.unavailable(f"Revision {revision} did not wake ({answer.status}).")
+        except (aiohttp.ClientConnectorError, TimeoutError):
+            raise self.unavailable(f"Revision {revision} is not reachable.") from None
 
     async def _through_knative(
         self, request: web.Request, target: Target, raw: bytes, served: dict[str, str],

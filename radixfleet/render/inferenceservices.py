@@ -14,7 +14,7 @@ from radixfleet import dataplane, labels
 from radixfleet.config.catalog import Catalog, Model, Tenant
 from radixfleet.config.gpus import gpu_label_value
 from radixfleet.config.modelcache import cacheable, node_group_name
-from radixfleet.config.serving import model_metadata
+from radixfleet.config.serving import model_metadata, model_name, pd_role
 from radixfleet.config.sizing import hicache_gb_per_rank, pod_memory_gib, weight_gib
 from radixfleet.platform import KNATIVE_NAMESPACE, MONITORING_NAMESPACE, PLATFORM_NAMESPACE
 from radixfleet.profile import resolve_profile
@@ -24,6 +24,7 @@ from radixfleet.render.isolation import (
     network_policy,
     pod_security_labels,
 )
+from radixfleet.render.runtimes import PD_BOOTSTRAP_PORT
 from radixfleet.render.scaling import concurrency_target
 from radixfleet.render.yamlout import Notes
 
@@ -65,7 +66,16 @@ def _model_args(model: Model) -> list[str]:
     if model.lora_adapters:
         paths = [f"{a.name}={ADAPTER_DIR}/{a.name}" for a in model.lora_adapters]
         args += ["--lora-paths", *paths, "--max-loras-per-batch", str(model.max_loras_per_batch)]
-    return args + _hicache_args(model)
+    return args + _hicache_args(model) + _pd_args(model)
+
+
+def _pd_args(model: Model) -> list[str]:
+    """A prefill/decode role's flags beyond its runtime's: the pair's name, which both roles
+    answer to (smg sends them the request as the tenant named it), and the KV transfer engine."""
+    if model.disaggregation is None:
+        return []
+    backend = model.disaggregation.transfer_backend
+    return ["--served-model-name", model_name(model), "--disaggregation-transfer-backend", backend]
 
 
 def _hicache_args(model: Model) -> list[str]:
@@ -136,6 +146,7 @@ def _predictor(model: Model) -> dict[str, Any]:
         # Knative's pods, each behind its revision's router, which sends only to `serving`
         # ones: a new pod pre-warming is taken out meanwhile (radixfleet/labels.py).
         predictor["labels"] = {labels.POOL: labels.SERVING_POOL}
+    predictor |= _pd_pod_metadata(model)
     if model.nodes > 1:
         predictor["workerSpec"] = {
             "pipelineParallelSize": model.nodes,
@@ -161,6 +172,21 @@ def hub_token_env(model: Model) -> list[dict[str, Any]]:
              "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}]  # fmt: skip
 
 
+def _pd_pod_metadata(model: Model) -> dict[str, Any]:
+    """A prefill/decode role's pods carry the pair's name and their role (for the platform team's
+    `kubectl get pods -l`, and Prometheus's scrape); a prefill's also its bootstrap port, where
+    smg's discovery reads it."""
+    role = pd_role(model)
+    if role is None:
+        return {}
+    pod_labels = {labels.POOL: labels.SERVING_POOL, labels.MODEL: model_name(model),
+                  labels.PD_ROLE: role}  # fmt: skip
+    if role == "decode":
+        return {"labels": pod_labels}
+    return {"labels": pod_labels,
+            "annotations": {labels.BOOTSTRAP_PORT_ANNOTATION: str(PD_BOOTSTRAP_PORT)}}  # fmt: skip
+
+
 def _annotations(model: Model) -> dict[str, str]:
     multinode = model.nodes > 1
     annotations = {
@@ -182,8 +208,6 @@ def _annotations(model: Model) -> dict[str, str]:
         annotations[AUTOSCALER_CLASS] = "none"
     else:
         annotations["serving.knative.dev/progress-deadline"] = f"{progress_deadline_s(model)}s"
-    if model.pd_peer:
-        annotations[labels.PD_PEER] = model.pd_peer
     if cacheable(model) and not multinode:
         # Where the region keeps these weights on its nodes, the predictor mounts the cache of
         # its own GPU type's nodes (radixfleet/render/modelcache.py); elsewhere KServe ignores it.
@@ -264,7 +288,8 @@ def build_network_policies(namespace: str) -> list[dict[str, Any]]:
 
     - a router (smg, port 8000): the region entry, and Prometheus for its metrics;
     - a predictor: its namespace's routers, other predictors there (the ranks of a multi-node
-      model, a prefill/decode pair), the entry (on Knative's path to a model at zero, and when
+      model; a prefill/decode pair's decode fetching KV from the prefill's bootstrap port), the
+      entry (on Knative's path to a model at zero, and when
       Knative routes a revision's Service straight to its pods), Knative's activator and
       autoscaler, and Prometheus.
 

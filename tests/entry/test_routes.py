@@ -158,3 +158,47 @@ def test_a_knative_models_targets_are_knatives() -> None:
             "status": {"components": {"predictor": {"traffic": [
                 {"revisionName": "r1", "percent": 100}]}}}}  # fmt: skip
     assert targets_of(isvc) == (Target("team-blue", "r1", 100, knative=True),)
+
+
+def pd_role(role: str, traffic: list[tuple[str, int]] | None, *, model: str = "big-pd",
+            namespace: str = "team-blue") -> dict[str, Any]:  # fmt: skip
+    """One role's InferenceService of a prefill/decode model, as the catalog renders it."""
+    found = isvc(f"{model}-{role}", namespace, traffic)
+    found["metadata"]["labels"] = {"radixfleet.io/model": model, "radixfleet.io/pd-role": role}
+    return found
+
+
+def test_a_prefill_decode_model_is_one_route_and_its_halves_none() -> None:
+    """The tenant calls the pair by its name; its one target is the pair's router, carrying
+    both roles' revisions for the entry to wake."""
+    routes = build_routes(NAMESPACES, [
+        pd_role("prefill", [("big-pd-prefill-predictor-00001", 100)]),
+        pd_role("decode", [("big-pd-decode-predictor-00002", 100)]),
+    ])  # fmt: skip
+    assert [r.model for r in routes.of("blue")] == ["big-pd"]
+    assert routes.resolve("blue", "big-pd-prefill") is None
+    assert routes.resolve("blue", "big-pd-decode") is None
+    route = routes.resolve("blue", "big-pd")
+    assert route is not None
+    (target,) = route.targets
+    assert target == Target("team-blue", "big-pd", 100, wakes=(
+        "big-pd-prefill-predictor-00001", "big-pd-decode-predictor-00002"))  # fmt: skip
+    router = Router(namespace="team-blue", revision="big-pd", isvc="big-pd-decode", pd=True)
+    assert Upstreams().router(target) == f"http://{router.name}.team-blue.svc.cluster.local:8000"
+
+
+@pytest.mark.parametrize(
+    "roles",
+    [
+        [pd_role("prefill", [("p1", 100)])],
+        [pd_role("prefill", [("p1", 100)]), pd_role("decode", None)],
+        [pd_role("prefill", []), pd_role("decode", [("d1", 100)])],
+    ],
+    ids=["no-decode-yet", "decode-without-status", "prefill-without-share"],
+)
+def test_a_prefill_decode_model_has_no_target_until_both_roles_have_a_revision(
+    roles: list[dict[str, Any]],
+) -> None:
+    """A request waits (503, Retry-After) rather than reach a pair with a role missing."""
+    route = build_routes(NAMESPACES, roles).resolve("blue", "big-pd")
+    assert route is not None and route.targets == ()

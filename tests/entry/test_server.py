@@ -48,14 +48,16 @@ DATA_PLANE_KEY = "data-plane-key-of-the-test"
 
 
 def _smg(
-    port: int, metrics: int, workers: list[str], log: Path, *, tokenizer: Path | None = None
-) -> subprocess.Popen[bytes]:
+    port: int, metrics: int, workers: list[str], log: Path, *, tokenizer: Path | None = None,
+    extra: list[str] | None = None,
+) -> subprocess.Popen[bytes]:  # fmt: skip
     command = [
         str(SMG), "launch", "--host", "127.0.0.1", "--port", str(port),
         "--policy", "cache_aware", "--prometheus-port", str(metrics),
         "--log-level", "warn", "--api-key", DATA_PLANE_KEY,
         *(["--worker-urls", *workers] if workers else []),
         *(["--tokenizer-path", str(tokenizer)] if tokenizer else []),
+        *(extra or []),
     ]  # fmt: skip
     with log.open("wb") as sink:
         return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)

@@ -333,3 +333,58 @@ def test_smg_of_a_standard_mode_model_sends_to_its_heads_pods_on_sglangs_port() 
     joined = " ".join(smg_args(Router("team-a", "big-predictor", "big", standard=True)))
     assert "--selector app=isvc.big-predictor --service-discovery-namespace team-a" in joined
     assert "--service-discovery-port 8080" in joined
+
+
+def pd_role(role: str, *, model: str = "big-pd", uid: str | None = None) -> dict[str, Any]:
+    """One role's InferenceService of a prefill/decode model, as the catalog renders it."""
+    found = isvc(f"{model}-{role}", traffic=None)
+    found["metadata"]["labels"] |= {"radixfleet.io/model": model, "radixfleet.io/pd-role": role}
+    if uid is not None:
+        found["metadata"]["uid"] = uid
+    return found
+
+
+def test_a_prefill_decode_model_gets_one_router_owned_by_its_decode() -> None:
+    """One router for the pair, from its first sight (no revision to wait for): named after the
+    model, owned by the decode InferenceService, so it goes with the model."""
+    plan = decide([pd_role("prefill"), pd_role("decode")], {}, {}, image=IMAGE)
+    (router,) = plan.apply
+    assert (router.name, router.isvc, router.pd, router.revision_uid) == (
+        "big-pd-router", "big-pd-decode", True, "uid-big-pd-decode")  # fmt: skip
+    owner = deployment(router, image=IMAGE)["metadata"]["ownerReferences"]
+    assert owner == [{"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+                      "name": "big-pd-decode", "uid": "uid-big-pd-decode"}]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("found", "expected"),
+    [(pd_role("prefill"), set()), (pd_role("decode", uid=""), set()),
+     (pd_role("decode"), {"big-pd-router"})],
+    ids=["the-prefill-has-none-of-its-own", "a-decode-without-uid-waits", "the-decode-has-it"],
+)  # fmt: skip
+def test_wanted_routers_of_a_prefill_decode_model(
+    found: dict[str, Any], expected: set[str]
+) -> None:
+    assert {r.name for r in wanted(found) or set()} == expected
+
+
+def test_a_prefill_decode_router_once_applied_stays() -> None:
+    """After acting on the plan, the next pass changes nothing (its Existing matches it)."""
+    existing = {key("big-pd"): Existing(isvc="big-pd-decode", image=IMAGE)}
+    assert decide([pd_role("prefill"), pd_role("decode")], {}, existing, image=IMAGE) == Plan()
+
+
+def test_smg_of_a_prefill_decode_model_runs_in_pd_mode_over_each_roles_serving_pods() -> None:
+    """PD mode with a selector per role (the label only KServe's pods of the role's
+    InferenceService may carry, and the serving pool: a pre-warming pod stays out), cache-aware
+    prefill, and no plain `--selector`, which smg ignores in PD mode; both roles on their
+    queue-proxy port, where Knative counts them."""
+    args = smg_args(Router("team-a", "big-pd", "big-pd-decode", pd=True))
+    joined = " ".join(args)
+    pods = "serving.kserve.io/inferenceservice=big-pd-{} radixfleet.io/pool=serving"
+    assert "--pd-disaggregation" in args
+    assert f"--prefill-selector {pods.format('prefill')} --decode-selector" in joined
+    assert f"--decode-selector {pods.format('decode')} --prefill-policy" in joined
+    assert "--prefill-policy cache_aware --decode-policy power_of_two" in joined
+    assert "--selector" not in args and "--policy" not in args
+    assert "--service-discovery-port 8012" in joined

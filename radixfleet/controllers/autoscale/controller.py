@@ -12,6 +12,10 @@ Each tick of an AutoscalePolicy (a kopf timer) observes its InferenceService's s
 4. a revision at zero that a floor wants up gets one request through the activator (min-scale
    alone does not wake it).
 
+A prefill/decode model's roles each tick on their own policy; a role's count is first raised to
+what the pair rule wants beside its peer's last desired count (pairing.py), so neither role
+sleeps while the other serves.
+
 Between ticks, at every timer call, new pods of the serving revision are pre-warmed
 (radixfleet/controllers/autoscale/warming.py): out of their router's selection until their prefix
 cache holds the model's hottest prefixes.
@@ -43,6 +47,7 @@ from radixfleet.controllers.autoscale.knative import (
     scale_annotations,
 )
 from radixfleet.controllers.autoscale.observe import ceiling, observe, serving_revision
+from radixfleet.controllers.autoscale.pairing import paired, peer_of
 from radixfleet.controllers.autoscale.ports import (
     AutoscalePolicies,
     InferenceServices,
@@ -116,9 +121,21 @@ class Controller:
         isvc = self.isvcs.get(namespace, spec.inference_service)
         observed, revision = self.observe(namespace, spec, isvc, now=now)
         self.seen[(namespace, policy["metadata"]["name"])] = observed
-        decision = decide(observed, spec, before, now)
+        decision = self._paired(namespace, isvc, decide(observed, spec, before, now))
         self.act(policy, spec, isvc, revision, observed, before, decision)
         return decision
+
+    def _paired(
+        self, namespace: str, isvc: Mapping[str, Any] | None, decision: Decision
+    ) -> Decision:
+        """A prefill/decode role's decision under the pair rule, given its peer's last desired
+        count (pairing.py); any other model's as it is."""
+        peer = peer_of(isvc)
+        if peer is None:
+            return decision
+        found = self.policies.get(namespace, peer.name)
+        desired = ((found or {}).get("status") or {}).get("desired", 0)
+        return paired(decision, role=peer.role, peer_desired=int(desired))
 
     def observe(
         self,

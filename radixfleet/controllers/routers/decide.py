@@ -28,7 +28,11 @@ Rules, in order:
    for its head's Deployment (`<isvc>-predictor`, where a revision's name stands, and its owner),
    from its first sight: it has no revisions, no traffic split and no pools to wait for. Its
    router waits for the head's Deployment to be listed (its UID), as a revision's does.
-7. Every namespace with a model of a tenant holds the data plane's key (radixfleet.dataplane)
+7. A prefill/decode model (InferenceServices labelled `radixfleet.io/pd-role`) gets one router
+   in PD mode, `<model>-router`, from its decode InferenceService's first sight, owned by that
+   InferenceService (its roles' revisions come and go under one router); the prefill's
+   InferenceService gets none of its own.
+8. Every namespace with a model of a tenant holds the data plane's key (radixfleet.dataplane)
    from the first sight of the model, status or not: its predictor pods cannot start without it.
 """
 
@@ -94,9 +98,12 @@ def wanted(isvc: Mapping[str, Any]) -> set[Router] | None:
     if not tenant:
         return set()
     annotations = meta.get("annotations") or {}
-    place = {"namespace": meta["namespace"], "isvc": meta["name"], "tenant": tenant,
+    place: dict[str, Any] = {"namespace": meta["namespace"], "isvc": meta["name"], "tenant": tenant,
              "tokenizer": annotations.get(labels.TOKENIZER, ""),
              "hub_token": annotations.get(labels.HF_TOKEN_SECRET, "")}  # fmt: skip
+    role = (meta.get("labels") or {}).get(labels.PD_ROLE)
+    if role is not None:
+        return _pd_router(meta, role, place)
     if is_standard_mode(isvc):
         return {Router(revision=head_deployment(meta["name"]), standard=True, **place)}
     predictor = ((isvc.get("status") or {}).get("components") or {}).get("predictor") or {}
@@ -112,6 +119,22 @@ def wanted(isvc: Mapping[str, Any]) -> set[Router] | None:
     if isinstance(stable, str) and stable != canary and {stable, canary} <= traffic:
         routers.add(Router(revision=stable, pool=labels.BASELINE_POOL, **place))
     return routers
+
+
+def _pd_router(meta: Mapping[str, Any], role: str, place: dict[str, Any]) -> set[Router]:
+    """A prefill/decode model's one router, from its decode InferenceService (which owns it)."""
+    model = (meta.get("labels") or {}).get(labels.MODEL)
+    if role != "decode" or not model or not meta.get("uid"):
+        return set()
+    return {Router(revision=model, pd=True, revision_uid=meta["uid"], **place)}
+
+
+def _owner(router: Router, revisions: Mapping[Key, RevisionRef]) -> RevisionRef | None:
+    """What owns the router: its revision (or head Deployment), or a prefill/decode model's
+    decode InferenceService, whose pods carry the pool label."""
+    if router.pd:
+        return RevisionRef(uid=router.revision_uid, pooled=True)
+    return revisions.get((router.namespace, router.revision))
 
 
 def decide(
@@ -134,7 +157,7 @@ def decide(
     apply = [
         replace(r, revision_uid=ref.uid, pooled=ref.pooled, data_plane_key=ref.data_plane_key)
         for key, r in want.items()
-        if (ref := revisions.get((r.namespace, r.revision)))
+        if (ref := _owner(r, revisions))
         and (ref.pooled or r.pool == labels.SERVING_POOL)
         and _stale(existing.get(key), image, r)
     ]

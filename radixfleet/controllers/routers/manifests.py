@@ -3,9 +3,9 @@
 The Knative Revision owns both (an owner reference without `blockOwnerDeletion`, which would
 need the right to update the revision's finalizers), so Kubernetes' garbage collector removes a
 router with its revision, and with its model; a Standard-mode model's head Deployment owns its
-router the same way. The pod runs smg as the router service account
-of its namespace, which may only read pods there (rendered with the catalog), non-root on a
-read-only root file system.
+router the same way, and a prefill/decode model's decode InferenceService its PD router. The
+pod runs smg as the router service account of its namespace, which may only read pods there
+(rendered with the catalog), non-root on a read-only root file system.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ DRAIN_SECONDS = 60
 LIVENESS = {"path": "/liveness", "port": "http"}
 REVISION_OWNER = {"apiVersion": "serving.knative.dev/v1", "kind": "Revision"}
 HEAD_OWNER = {"apiVersion": "apps/v1", "kind": "Deployment"}  # a Standard-mode model's head
+# A prefill/decode model's router: its decode InferenceService.
+ISVC_OWNER = {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService"}
 
 
 def router_labels(router: Router) -> dict[str, str]:
@@ -49,11 +51,15 @@ def _meta(router: Router, image: str) -> Manifest:
                         **({labels.TOKENIZER: router.tokenizer} if router.tokenizer else {}),
                         **({labels.HF_TOKEN_SECRET: router.hub_token} if router.hub_token
                            else {})},
-        "ownerReferences": [{
-            **(HEAD_OWNER if router.standard else REVISION_OWNER),
-            "name": router.revision, "uid": router.revision_uid,
-        }],
+        "ownerReferences": [_owner(router)],
     }  # fmt: skip
+
+
+def _owner(router: Router) -> Manifest:
+    if router.pd:
+        return {**ISVC_OWNER, "name": router.isvc, "uid": router.revision_uid}
+    kind = HEAD_OWNER if router.standard else REVISION_OWNER
+    return {**kind, "name": router.revision, "uid": router.revision_uid}
 
 
 def deployment(router: Router, *, image: str, replicas: int = 1) -> Manifest:

@@ -18,6 +18,14 @@ A Standard-mode model (KServe's raw Deployments; every multi-node model) has no 
 router is named for, and owned by, its head's Deployment (`<isvc>-predictor-router`), and selects
 the head's pods alone (`app=isvc.<isvc>-predictor`: rank 0 serves HTTP, the workers serve only
 their health) on SGLang's own port, as no queue-proxy stands in front of them.
+
+A prefill/decode model (two Knative InferenceServices, `<model>-prefill` and `<model>-decode`)
+has one router, `<model>-router`, owned by its decode InferenceService: smg in PD mode selects
+each role's `serving` pods (`serving.kserve.io/inferenceservice=<model>-<role>`) on their
+queue-proxy port, sends every request to a prefill and a decode at once
+(cache-aware for the prefill, whose prefix cache is the one that saves work; least-loaded for
+the decode, whose cost is the batch it joins), and reads each prefill pod's bootstrap port from
+its `sglang.ai/bootstrap-port` annotation.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from radixfleet import dataplane, labels
-from radixfleet.platform import head_pod_label
+from radixfleet.platform import KSERVE_INFERENCESERVICE_LABEL, head_pod_label
 
 NAME = "routers"
 SERVICE_ACCOUNT = "radixfleet-router"  # in each tenant namespace, rendered with the catalog
@@ -59,6 +67,9 @@ class Router:
     hub_token: str = ""
     # A Standard-mode model's head: `revision` names its Deployment, which owns the router.
     standard: bool = False
+    # A prefill/decode model's router: `revision` names the model, `isvc` its decode
+    # InferenceService, which owns the router.
+    pd: bool = False
 
     @property
     def routes_for(self) -> str:
@@ -72,13 +83,14 @@ class Router:
 
 
 def smg_args(router: Router) -> list[str]:
-    """smg's command line for one revision: cache-aware, pods found by Kubernetes discovery."""
+    """smg's command line for one revision (cache-aware) or one prefill/decode model (PD
+    mode), its pods found by Kubernetes discovery."""
     return [
         "launch",
         "--host", "0.0.0.0", "--port", str(dataplane.ROUTER_PORT),
-        "--policy", "cache_aware",
+        *(pd_args(router) if router.pd else ["--policy", "cache_aware"]),
         "--service-discovery",
-        "--selector", *selector(router),
+        *([] if router.pd else ["--selector", *selector(router)]),
         "--service-discovery-namespace", router.namespace,
         "--service-discovery-port",
         str(dataplane.PREDICTOR_PORT if router.standard else dataplane.QUEUE_PROXY_PORT),
@@ -88,6 +100,33 @@ def smg_args(router: Router) -> list[str]:
         *tokenizer_args(router.tokenizer),
         "--log-level", "warn",
     ]  # fmt: skip
+
+
+# smg's policies in PD mode: a prefill's prefix cache saves the prompt's work, so the prefill
+# goes where the prefix is; a decode's cost is the batch it joins, so the decode goes to the
+# least loaded of two drawn at random (smg's power_of_two).
+PD_PREFILL_POLICY = "cache_aware"
+PD_DECODE_POLICY = "power_of_two"
+
+
+def pd_args(router: Router) -> list[str]:
+    """smg's PD-mode flags: each role's pods by selector, a policy for each."""
+    return [
+        "--pd-disaggregation",
+        "--prefill-selector", *role_selector(router, "prefill"),
+        "--decode-selector", *role_selector(router, "decode"),
+        "--prefill-policy", PD_PREFILL_POLICY,
+        "--decode-policy", PD_DECODE_POLICY,
+    ]  # fmt: skip
+
+
+def role_selector(router: Router, role: str) -> list[str]:
+    """The `serving` pods of one role of a prefill/decode model, by the label KServe puts on its
+    InferenceService's pods: the data-plane guard lets no other pod carry it
+    (radixfleet/render/data_plane_guard.py), so smg never hands the data plane's key to a
+    tenant's own pod labelled like a role."""
+    return [f"{KSERVE_INFERENCESERVICE_LABEL}={router.revision}-{role}",
+            f"{labels.POOL}={labels.SERVING_POOL}"]  # fmt: skip
 
 
 def selector(router: Router) -> list[str]:
