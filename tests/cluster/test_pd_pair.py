@@ -3,7 +3,8 @@ InferenceServices of the emulated image on the rendered `sglang-prefill` and `sg
 runtimes (`--disaggregation-mode prefill|decode`, the prefill's bootstrap server on 8998),
 labelled as the catalog labels a pair's roles; the operator's routers controller gives the
 model one smg router in PD mode, and the entry routes the tenant's one model name to it. Then
-both roles scale to zero, and a request through the entry wakes both and is answered.
+both roles scale to zero, and requests sent at once through the entry wake both and are all
+answered.
 
 What is real: KServe v0.20.0 and Knative (revisions, the activator, scale to zero), the rendered
 runtimes, the operator and the entry from radixfleet's kustomize bases, smg 1.13.0 in PD mode
@@ -19,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -49,6 +51,7 @@ ROLES = ("prefill", "decode")
 ROUTER = f"{MODEL}-router"
 TIMEOUT_S = 300.0
 # Each role scales to zero about 6 s + Knative's 30 s grace period after its last request.
+WAKE_CLIENTS = 4  # requests sent to the pair at zero, at once
 FAST_SCALE_DOWN = {"autoscaling.knative.dev/window": "6s"}
 
 
@@ -204,12 +207,18 @@ def test_a_pair_at_zero_is_woken_whole_by_a_request_through_the_entry(
         return not pods and not _router_workers(cluster)
 
     session.wait_for(at_zero, timeout_s=TIMEOUT_S, what=f"{NAMESPACE}/{MODEL} at zero")
+    # Several clients at once while both roles wake: each is held, then answered; none lost.
     started = time.monotonic()
-    status, headers, body = _chat(url)
+    with ThreadPoolExecutor(max_workers=WAKE_CLIENTS) as clients:
+        answers = list(clients.map(lambda _: _chat(url), range(WAKE_CLIENTS)))
     woke_s = time.monotonic() - started
-    assert status == 200, body
-    assert headers["x-radixfleet-path"] == "router"
-    assert json.loads(body)["choices"][0]["message"]["content"]
+    assert [status for status, _, _ in answers] == [200] * WAKE_CLIENTS, answers
+    for _, headers, body in answers:
+        assert headers["x-radixfleet-path"] == "router"
+        assert json.loads(body)["choices"][0]["message"]["content"]
     for role in ROLES:
         assert [p["status"]["phase"] for p in _role_pods(cluster, role)] == ["Running"], role
-    print(f"\nprefill/decode pair woken from zero through the entry and answered in {woke_s:.1f} s")
+    print(
+        f"\nprefill/decode pair woken from zero through the entry: {WAKE_CLIENTS} requests"
+        f" answered in {woke_s:.1f} s"
+    )
