@@ -16,6 +16,11 @@ A Standard-mode model (KServe's raw Deployments: a multi-node one always) has no
 no traffic split: its one target is its head's Deployment, `<isvc>-predictor`, named where a
 revision's name stands, and marked `knative=False`: it is never at zero, and no activator holds
 its requests while its head is not ready.
+
+A LoRA model's adapters are models of their own, `BASE:ADAPTER` as SGLang names them: the
+adapters its predictor preloads (`--lora-paths` in the InferenceService's model args, which
+`radixfleet render` writes from the catalog: each tenant's base holds exactly the adapters that
+tenant sees, so another tenant's adapter is no model of this tenant's).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 from radixfleet.labels import BASELINE_POOL, SERVING_POOL
 from radixfleet.platform import head_deployment, is_standard_mode
 from radixfleet.revisions import BASELINE, CANARY, pick_revision
+from radixfleet.sglang_flags import lora_path_entry, lora_path_specs
 
 FINAL_PHASES = ("Promoted", "RolledBack")  # a CanaryPolicy rollout's, as its status writes them
 
@@ -55,6 +61,7 @@ class ModelRoute:
     targets: tuple[Target, ...] = ()
     baseline: str | None = None  # the stable revision, while its baseline serves a canary
     created: int = 0  # the InferenceService's creation, in Unix seconds (OpenAI's `created`)
+    adapters: tuple[str, ...] = ()  # a LoRA model's adapters, by name (`adapters_of`)
 
     def pick(self, draw: float) -> Target | None:
         """The target whose share holds `draw` (in [0, 100)); None with no target."""
@@ -132,7 +139,8 @@ def build_routes(
         name, namespace = str(meta.get("name", "")), str(meta["namespace"])
         route = ModelRoute(tenant=tenant, model=name, namespace=namespace,
                            targets=targets_of(isvc), created=_created(meta),
-                           baseline=(baselines or {}).get((namespace, name)))  # fmt: skip
+                           baseline=(baselines or {}).get((namespace, name)),
+                           adapters=adapters_of(isvc))  # fmt: skip
         models.setdefault((tenant, route.model), route)  # first namespace of a tenant wins
     return Routes(models)
 
@@ -173,6 +181,28 @@ def targets_of(isvc: Mapping[str, Any]) -> tuple[Target, ...]:
         if isinstance(revision, str) and isinstance(percent, int) and percent > 0:
             shares[revision] = shares.get(revision, 0) + percent
     return tuple(Target(namespace, r, p) for r, p in sorted(shares.items()))
+
+
+def adapters_of(isvc: Mapping[str, Any]) -> tuple[str, ...]:
+    """The LoRA adapters the predictor preloads, by name: its model's `--lora-paths`. An entry
+    SGLang could not read either is left out (SGLang refuses to start with it, so no pod serves
+    it), rather than failing every tenant's routes."""
+    model = (((isvc.get("spec") or {}).get("predictor") or {}).get("model")) or {}
+    args = model.get("args") or []
+    names: list[str] = []
+    for spec in lora_path_specs([str(arg) for arg in args]):
+        try:
+            names.append(lora_path_entry(spec).name)
+        except ValueError:
+            continue
+    return tuple(dict.fromkeys(names))
+
+
+def split_adapter(model: str) -> tuple[str, str | None]:
+    """`BASE:ADAPTER` as (BASE, ADAPTER); a model's own name as (name, None). An
+    InferenceService's name is a DNS label, so the first colon ends it."""
+    base, colon, adapter = model.partition(":")
+    return (base, adapter) if colon and adapter else (model, None)
 
 
 def baselines_of(policies: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], str]:
