@@ -28,7 +28,7 @@ from radixfleet.render import operator
 from radixfleet.render.isolation import pod_security_labels
 from radixfleet.render.tenant_access import tenant_access
 from testbed import images, session
-from testbed.cluster import Cluster
+from testbed.cluster import Cluster, ClusterError
 from testbed.deploy import (
     apply_overlay,
     overlay,
@@ -145,17 +145,27 @@ def _cached(answer: dict[str, Any]) -> int:
 
 
 def test_a_tenants_adapter_answers_through_the_entry_in_both_spellings(
-    served: tuple[str, float],
+    served: tuple[str, float], kserve: Cluster
 ) -> None:
     url, applied = served
+    cluster = kserve
     prompt = "A question for the teal tone adapter, asked at some length to fill a page. " * 6
     named = _completion(prompt, model=f"{MODEL}:teal-tone")
 
+    last: list[Any] = []
+
     def answered() -> bool:  # through the revision's router (the Knative way while it has none)
-        status, headers, _ = _call(url, "/v1/completions", named)
+        status, headers, answer = _call(url, "/v1/completions", named)
+        last[:] = [status, headers.get("x-radixfleet-path"), answer]
         return status == 200 and headers.get("x-radixfleet-path") == "router"
 
-    session.wait_for(answered, timeout_s=TIMEOUT_S, what=f"{MODEL}:teal-tone through the entry")
+    try:
+        session.wait_for(answered, timeout_s=TIMEOUT_S, what=f"{MODEL}:teal-tone via the entry")
+    except ClusterError as error:  # say what the entry answered last, and KServe's view
+        namespace = TEAMS["teal"][0]
+        pods = cluster.kubectl("get", "pods,deployments", "-n", namespace, check=False).stdout
+        status = get(cluster, "isvc", MODEL, "-n", namespace).get("status")
+        pytest.fail(f"{error}\nlast answer: {last}\n{pods}\n{json.dumps(status)}")
     print(f"\nLoRA adapter answered through the entry {time.monotonic() - applied:.1f} s after "
           "the models were applied")  # fmt: skip
 
