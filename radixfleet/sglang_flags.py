@@ -136,3 +136,56 @@ def _check_type(kind: str | None, value: str) -> str | None:
     if kind == "human_readable_int" and not HUMAN_INT.match(value):
         return "not a number (like 8192 or 128k)"
     return None
+
+
+# -- LoRA adapters a command line preloads ------------------------------------------------------
+
+LORA_PATHS = "--lora-paths"
+
+
+@dataclass(frozen=True)
+class LoraPathEntry:
+    """One `--lora-paths` entry: the adapter's name, where its weights are, whether pinned."""
+
+    name: str
+    path: str
+    pinned: bool = False
+
+
+def lora_path_entry(spec: str) -> LoraPathEntry:
+    """One `--lora-paths` entry as sglang 0.5.23 reads it: `NAME=PATH`, a JSON object with
+    `lora_name`, `lora_path` and `pinned`, or a bare path (named by the path); ValueError
+    saying which entry when a JSON one names no adapter."""
+    if spec.lstrip().startswith("{"):
+        try:
+            entry = json.loads(spec)
+        except json.JSONDecodeError:
+            entry = None
+        name = entry.get("lora_name") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"--lora-paths: {spec!r} is not a JSON object with a lora_name")
+        assert isinstance(entry, dict)
+        path, pinned = entry.get("lora_path", name), entry.get("pinned", False)
+        return LoraPathEntry(name=name, path=str(path), pinned=bool(pinned))
+    name, equals, path = spec.partition("=")
+    return LoraPathEntry(name=name, path=path) if equals else LoraPathEntry(name=spec, path=spec)
+
+
+def lora_path_specs(args: Sequence[str]) -> list[str]:
+    """The `--lora-paths` entries of an sglang argument list, in order, as written (every
+    occurrence's: argparse's `nargs='*'` takes the values up to the next flag). Unlike
+    `parse_args`, any other flag may be unknown: this reads a list no check has passed."""
+    specs: list[str] = []
+    i = 0
+    while i < len(args):
+        name, eq, inline = args[i].partition("=")
+        i += 1
+        if name != LORA_PATHS:
+            continue
+        if eq:
+            specs.append(inline)
+            continue
+        while i < len(args) and not _flag_like(args[i]):
+            specs.append(args[i])
+            i += 1
+    return specs

@@ -22,6 +22,7 @@ from aiohttp import web
 from radixfleet.dataplane.errors import EntryError, model_not_found
 from radixfleet.dataplane.gate import TENANT, Gate
 from radixfleet.dataplane.relay import PROXIED_PATHS, entry_application, parse_body
+from radixfleet.dataplane.routes import split_adapter
 
 # By model name: OpenAI's model object of each model a tenant may call.
 Models = Mapping[str, Mapping[str, Any]]
@@ -110,8 +111,9 @@ class Front:
         """The model `tenant`'s request is served by: the one it names, else its only one."""
         models = self._models(tenant)
         name = body.get("model")
-        if name in UNNAMED and len(models) == 1:
-            return next(iter(models))
+        bases = [model for model in models if split_adapter(model)[0] == model]
+        if name in UNNAMED and len(bases) == 1:  # a LoRA model's adapters are no other model
+            return bases[0]
         if name in UNNAMED:
             raise EntryError(400, "Field 'model' is required: several models are served.",
                              param="model")  # fmt: skip

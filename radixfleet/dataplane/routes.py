@@ -23,6 +23,11 @@ neither half is routable: its one target names the model (its router, `<model>-r
 to both roles) and carries the revisions of both roles with a share, which the entry wakes
 through Knative's activator before it lets a request reach the router of a pair at zero. While
 either role has no revision with a share yet, it has no target.
+
+A LoRA model's adapters are models of their own, `BASE:ADAPTER` as SGLang names them: the
+adapters its predictor preloads (`--lora-paths` in the InferenceService's model args, which
+`radixfleet render` writes from the catalog: each tenant's base holds exactly the adapters that
+tenant sees, so another tenant's adapter is no model of this tenant's).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any
 from radixfleet.labels import BASELINE_POOL, MODEL, PD_ROLE, SERVING_POOL
 from radixfleet.platform import head_deployment, is_standard_mode
 from radixfleet.revisions import BASELINE, CANARY, pick_revision
+from radixfleet.sglang_flags import lora_path_entry, lora_path_specs
 
 FINAL_PHASES = ("Promoted", "RolledBack")  # a CanaryPolicy rollout's, as its status writes them
 
@@ -65,6 +71,7 @@ class ModelRoute:
     targets: tuple[Target, ...] = ()
     baseline: str | None = None  # the stable revision, while its baseline serves a canary
     created: int = 0  # the InferenceService's creation, in Unix seconds (OpenAI's `created`)
+    adapters: tuple[str, ...] = ()  # a LoRA model's adapters, by name (`adapters_of`)
 
     def pick(self, draw: float) -> Target | None:
         """The target whose share holds `draw` (in [0, 100)); None with no target."""
@@ -147,7 +154,8 @@ def build_routes(
             continue
         route = ModelRoute(tenant=tenant, model=name, namespace=namespace,
                            targets=targets_of(isvc), created=_created(meta),
-                           baseline=(baselines or {}).get((namespace, name)))  # fmt: skip
+                           baseline=(baselines or {}).get((namespace, name)),
+                           adapters=adapters_of(isvc))  # fmt: skip
         models.setdefault((tenant, route.model), route)  # first namespace of a tenant wins
     for (namespace, model), roles in sorted(pairs.items()):
         route = _pair_route(owner[namespace], namespace, model, roles)
@@ -207,6 +215,28 @@ def targets_of(isvc: Mapping[str, Any]) -> tuple[Target, ...]:
         if isinstance(revision, str) and isinstance(percent, int) and percent > 0:
             shares[revision] = shares.get(revision, 0) + percent
     return tuple(Target(namespace, r, p) for r, p in sorted(shares.items()))
+
+
+def adapters_of(isvc: Mapping[str, Any]) -> tuple[str, ...]:
+    """The LoRA adapters the predictor preloads, by name: its model's `--lora-paths`. An entry
+    SGLang could not read either is left out (SGLang refuses to start with it, so no pod serves
+    it), rather than failing every tenant's routes."""
+    model = (((isvc.get("spec") or {}).get("predictor") or {}).get("model")) or {}
+    args = model.get("args") or []
+    names: list[str] = []
+    for spec in lora_path_specs([str(arg) for arg in args]):
+        try:
+            names.append(lora_path_entry(spec).name)
+        except ValueError:
+            continue
+    return tuple(dict.fromkeys(names))
+
+
+def split_adapter(model: str) -> tuple[str, str | None]:
+    """`BASE:ADAPTER` as (BASE, ADAPTER); a model's own name as (name, None). An
+    InferenceService's name is a DNS label, so the first colon ends it."""
+    base, colon, adapter = model.partition(":")
+    return (base, adapter) if colon and adapter else (model, None)
 
 
 def baselines_of(policies: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], str]:

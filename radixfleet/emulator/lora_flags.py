@@ -6,12 +6,11 @@ Both command lines use it (:mod:`radixfleet.emulator.launch_server`, `radixfleet
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 from radixfleet.replica import AdapterSpec, EvictionPolicy, LoraSpec
 from radixfleet.replica.lora import DEFAULT_RANK
-from radixfleet.sglang_flags import first_value
+from radixfleet.sglang_flags import first_value, lora_path_entry
 
 
 def lora_from_flags(flags: Mapping[str, list[str]]) -> LoraSpec | None:
@@ -35,20 +34,7 @@ def lora_from_flags(flags: Mapping[str, list[str]]) -> LoraSpec | None:
 
 
 def lora_adapter(spec: str, *, rank: int = DEFAULT_RANK) -> AdapterSpec:
-    """One `--lora-paths` entry: `NAME=PATH`, a JSON object with `lora_name`, `lora_path` and
-    `pinned`, or a bare path (named by the path, as SGLang names it)."""
-    if spec.lstrip().startswith("{"):
-        try:
-            entry = json.loads(spec)
-        except json.JSONDecodeError:
-            entry = None
-        name = entry.get("lora_name") if isinstance(entry, dict) else None
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"--lora-paths: {spec!r} is not a JSON object with a lora_name")
-        assert isinstance(entry, dict)
-        path, pinned = entry.get("lora_path", name), entry.get("pinned", False)
-        return AdapterSpec(name=name, path=str(path), rank=rank, pinned=bool(pinned))
-    name, equals, path = spec.partition("=")
-    if not equals:
-        return AdapterSpec(name=spec, path=spec, rank=rank)
-    return AdapterSpec(name=name, path=path, rank=rank)
+    """One `--lora-paths` entry (`NAME=PATH`, a JSON object or a bare path; the cluster's
+    entry reads the same entries, :func:`radixfleet.sglang_flags.lora_path_entry`)."""
+    entry = lora_path_entry(spec)
+    return AdapterSpec(name=entry.name, path=entry.path, rank=rank, pinned=entry.pinned)

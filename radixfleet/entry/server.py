@@ -20,6 +20,13 @@ roles through Knative's activator (a `GET /health` each, held there until a pod 
 is ready), and then offers the request to the router until it takes it, so the request is never
 lost and never reaches a decode without a prefill peer.
 
+A LoRA model's adapters are listed as models, `BASE:ADAPTER` (`routes.py`), so the front takes
+both of SGLang's spellings (that name, or `lora_path` beside the base's) and refuses another
+tenant's adapter as no model at all. smg 1.13 knows models only by its workers' registered name
+(`BASE:ADAPTER` is its 404 "No worker available for model") and hands `lora_path` to the worker
+it picks: the request goes to the base's router as `model: BASE, lora_path: ADAPTER`. Any worker
+will do, since every replica of a revision preloads the adapters its InferenceService names.
+
 Every answer says which revision served it and how (`x-radixfleet-revision`,
 `x-radixfleet-path: router|knative`, and `x-radixfleet-pool: baseline` from a canary's
 baseline), for the platform team's debugging and the tests.
@@ -47,7 +54,7 @@ from radixfleet.dataplane.front import Front, Models
 from radixfleet.dataplane.gate import EntryGate
 from radixfleet.dataplane.prefixes import HotPrefixes
 from radixfleet.dataplane.relay import FAILED_BEFORE_ANSWERING, NOT_REACHED, relay
-from radixfleet.dataplane.routes import ModelRoute, Routes, Target
+from radixfleet.dataplane.routes import ModelRoute, Routes, Target, split_adapter
 from radixfleet.dataplane.signals import SignalsRelay
 from radixfleet.dataplane.tokens import RouterTokenizers
 from radixfleet.labels import SERVING_POOL
@@ -112,16 +119,24 @@ class ClusterEntry:
         if self.routes is None:
             return None
         owned = self.routes.of(tenant) if tenant is not None else []
-        return {route.model: _model_object(route) for route in owned}
+        models = {route.model: _model_object(route) for route in owned}
+        adapters = {f"{route.model}:{adapter}": _model_object(route, adapter=adapter)
+                    for route in owned for adapter in route.adapters}  # fmt: skip
+        return models | adapters
 
     async def forward(
         self, request: web.Request, tenant: str | None, model: str, body: dict[str, Any],
         raw: bytes,
     ) -> web.StreamResponse:  # fmt: skip
-        """Send the request to the revision KServe's split picks for the tenant's model."""
-        route = self.routes.resolve(tenant, model) if self.routes and tenant else None
+        """Send the request to the revision KServe's split picks for the tenant's model (a
+        LoRA adapter's to its base's, naming the adapter as smg passes it on)."""
+        route = self._route(tenant, model)
         if route is None:  # the routes were replaced since the front resolved the model
             raise model_not_found(model)
+        _, adapter = split_adapter(model)
+        if adapter is not None:
+            body = {**body, "model": route.model, "lora_path": adapter}
+            raw = json.dumps(body).encode()
         if self.prefixes is not None:
             self.prefixes.record(route.namespace, route.model, body)
         target = route.pick(self.draw() * 100)
@@ -132,7 +147,7 @@ class ClusterEntry:
     async def count_prompt(self, tenant: str, model: str, texts: Sequence[str]) -> int | None:
         """`texts`' tokens by the tokenizer of the router of `model`'s largest share (a canary
         that changed tokenizers is settled to what its replicas count)."""
-        route = self.routes.resolve(tenant, model) if self.routes else None
+        route = self._route(tenant, model)
         if route is None or not route.targets:
             return None
         target = max(route.targets, key=lambda t: t.percent)
@@ -141,6 +156,16 @@ class ClusterEntry:
         if not keys:
             return None
         return await self.tokenizers.count(self.upstreams.router(target), texts, credentials=keys)
+
+    def _route(self, tenant: str | None, model: str) -> ModelRoute | None:
+        """The tenant's model, or the base of the tenant's adapter `BASE:ADAPTER`."""
+        if self.routes is None or tenant is None:
+            return None
+        base, adapter = split_adapter(model)
+        route = self.routes.resolve(tenant, base)
+        if route is None or (adapter is not None and adapter not in route.adapters):
+            return None
+        return route
 
     def healthy(self) -> bool:
         """Once the entry has read the cluster (Route 53 and the load balancer ask)."""
@@ -291,8 +316,14 @@ def _request_id(request: web.Request) -> dict[str, str]:
     return {openai.REQUEST_ID: openai.request_id(request)}
 
 
-def _model_object(route: ModelRoute) -> dict[str, Any]:
-    return openai.model_object(route.model, created=route.created, owned_by=route.tenant)
+def _model_object(route: ModelRoute, *, adapter: str | None = None) -> dict[str, Any]:
+    """OpenAI's model object of the route's model, or of one of its adapters (whose `parent`
+    is the base, as SGLang lists an adapter)."""
+    if adapter is None:
+        return openai.model_object(route.model, created=route.created, owned_by=route.tenant)
+    name = f"{route.model}:{adapter}"
+    found = openai.model_object(name, created=route.created, owned_by=route.tenant)
+    return {**found, "parent": route.model}
 
 
 async def _no_workers(upstream: aiohttp.ClientResponse) -> bool:
