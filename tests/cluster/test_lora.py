@@ -46,6 +46,13 @@ TEAMS = {
     "amber": ("lora-amber", "sk-amber-8d02", ("amber-tone",)),
 }
 TIMEOUT_S = 300.0
+# Two GPUs for a one-GPU base: KServe updates the Knative Service on every reconcile, and
+# Knative's webhook validates each update by creating its pod in a server-side dry run, which
+# the tenant's ResourceQuota counts. With the budget exactly used (1/1) every dry run is
+# refused ("exceeded quota: radixfleet-gpus"), KServe never copies the revision's readiness
+# to the InferenceService, and no router is made. The same holds for any tenant whose Knative
+# models use its whole budget: known, not fixed here (the quota's README).
+HEADROOM = 2
 
 
 def _lora_args(adapters: tuple[str, ...]) -> list[str]:
@@ -73,7 +80,7 @@ def _tenant_objects(tenant: str) -> list[dict[str, Any]]:
              "labels": {"radixfleet.io/tenant": tenant, **pod_security_labels()}}}  # fmt: skip
     owner = {
         "apiVersion": "radixfleet.io/v1alpha1", "kind": "Tenant", "metadata": {"name": tenant},
-        "spec": {"namespaces": [namespace], "gpuBudget": {"H100": {"guaranteed": 1}},
+        "spec": {"namespaces": [namespace], "gpuBudget": {"H100": {"guaranteed": HEADROOM}},
                  "tokenBudget": {"tokensPerMinute": 6_000_000},
                  "apiKeys": [{"name": "api-keys", "namespace": namespace}]},
     }  # fmt: skip
@@ -136,6 +143,16 @@ def _call(
         return 0, {}, str(error)
 
 
+def _knative_conditions(cluster: Cluster, namespace: str) -> str:
+    """Each Knative object's conditions in `namespace`: which of them holds the revision back."""
+    kinds = "ksvc,configuration,revision,podautoscaler,serverlessservice"
+    found = get(cluster, kinds, "-n", namespace)
+    return "\n".join(
+        f"{item['kind']}/{item['metadata']['name']}: {json.dumps(item.get('status', {}))}"
+        for item in found["items"]
+    )
+
+
 def _completion(prompt: str, **fields: Any) -> dict[str, Any]:
     return {"prompt": prompt, "max_tokens": 2, **fields}
 
@@ -144,12 +161,6 @@ def _cached(answer: dict[str, Any]) -> int:
     return int(answer["usage"]["prompt_tokens_details"]["cached_tokens"])
 
 
-# Not run until it passes: twice (2026-11-30) the teal revision's pod ran 2/2 Ready, yet KServe's
-# predictor status stayed empty ("The Configuration is still working to reflect the latest
-# desired specification"), so no router was made and the entry answered 503 "no ready revision"
-# for 300 s. Whether the sglang-lora runtime's revision or this test's setup is at fault is not
-# known yet; the entry's part is held by tests/entry/test_lora.py against the real smg.
-@pytest.mark.xfail(run=False, reason="the sglang-lora revision never reports Ready here (above)")
 def test_a_tenants_adapter_answers_through_the_entry_in_both_spellings(
     served: tuple[str, float], kserve: Cluster
 ) -> None:
@@ -171,7 +182,8 @@ def test_a_tenants_adapter_answers_through_the_entry_in_both_spellings(
         namespace = TEAMS["teal"][0]
         pods = cluster.kubectl("get", "pods,deployments", "-n", namespace, check=False).stdout
         status = get(cluster, "isvc", MODEL, "-n", namespace).get("status")
-        pytest.fail(f"{error}\nlast answer: {last}\n{pods}\n{json.dumps(status)}")
+        knative = _knative_conditions(cluster, namespace)
+        pytest.fail(f"{error}\nlast answer: {last}\n{pods}\n{json.dumps(status)}\n{knative}")
     print(f"\nLoRA adapter answered through the entry {time.monotonic() - applied:.1f} s after "
           "the models were applied")  # fmt: skip
 
