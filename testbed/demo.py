@@ -40,7 +40,7 @@ from radixfleet.controllers.routers.manifests import access as router_access
 from radixfleet.demo.report import Wake, print_table, write_report, write_summary
 from radixfleet.demo.run import DemoOptions, failed_requests, time_scale_note
 from radixfleet.emulator.tokenizer import load_tokenizer
-from radixfleet.localfleet.spec import demo_spec
+from radixfleet.localfleet.spec import LocalFleetSpec, demo_spec
 from radixfleet.localfleet.workloads import demo_workload
 from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
@@ -100,6 +100,18 @@ class ClusterRun:
         console.print(f"{name.replace('_', ' ')}: {self.steps_s[name]:.0f} s")
 
 
+def cluster_demo_spec() -> LocalFleetSpec:
+    """The local demo's fleet cut to the models this demo deploys (the 8B it rolls out and the
+    70B it wakes): the P/D pair and the LoRA model have cluster tests of their own
+    (tests/cluster/test_pd_pair.py, tests/cluster/test_lora.py), and a request to a model not
+    deployed here would be a 404."""
+    spec = demo_spec()
+    regions = [region.model_copy(update={"models": [m for m in region.models
+                                                    if m.name in (CANARY, WAKES)]})
+               for region in spec.regions]  # fmt: skip
+    return spec.model_copy(update={"regions": regions})
+
+
 def run_cluster_demo(
     options: DemoOptions, *, console: Console, cluster: Cluster | None = None
 ) -> dict[str, Any]:
@@ -108,8 +120,9 @@ def run_cluster_demo(
     started, run = time.monotonic(), ClusterRun()
     tokenizer = load_tokenizer(options.cache_dir)
     workload = demo_workload(
-        spec=demo_spec(), tokenizer=tokenizer, duration_s=options.duration_s, rate=options.rate,
-        token_scale=options.token_scale, seed=options.seed, traces_dir=options.traces_dir,
+        spec=cluster_demo_spec(), tokenizer=tokenizer, duration_s=options.duration_s,
+        rate=options.rate, token_scale=options.token_scale, seed=options.seed,
+        traces_dir=options.traces_dir,
     )  # fmt: skip
     items = [dataclasses.replace(item, region=REGION) for item in workload.items]
     console.print(f"workload: {len(items)} requests over {options.duration_s:g} s")
@@ -368,7 +381,7 @@ def _wakes(run: ClusterRun) -> list[Wake]:
 
 
 def _summary(options: DemoOptions, models: Any, run: ClusterRun, started: float) -> dict[str, Any]:
-    spec = demo_spec()
+    spec = cluster_demo_spec()
     wakes = _wakes(run)
     return {
         "radixfleet_version": __version__,

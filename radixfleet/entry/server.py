@@ -224,10 +224,13 @@ class ClusterEntry:
     ) -> web.StreamResponse:  # fmt: skip
         """A prefill/decode model's answer once both roles are awake: every role's revision
         woken through the activator, then the router offered the request until it has workers
-        (or the wake's time is up: the caller's 503 with Retry-After)."""
+        (or the wake's time is up: the caller's 503 with Retry-After). The roles are woken again
+        before each offer: a `/health` through the activator is what keeps Knative from taking a
+        role back to zero while the router is still admitting its pods (on a busy node that can
+        take longer than the scale-down window), and it wakes a role that went back."""
         deadline = asyncio.get_running_loop().time() + self.wake_timeout_s
-        await asyncio.gather(*(self._wake(target, revision) for revision in target.wakes))
         while asyncio.get_running_loop().time() < deadline:
+            await asyncio.gather(*(self._wake(target, revision) for revision in target.wakes))
             answer = await self._through_router(request, target, raw, served,
                                                 may_resend=may_resend)  # fmt: skip
             if answer is not None:

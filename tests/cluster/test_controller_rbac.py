@@ -223,6 +223,8 @@ ARGS = {
     # It applies the model's router (whose pod cannot start here: no such image; the RBAC of
     # applying it is what is tested).
     "routers": ["routers", "run", "--standalone", "--router-image", "rbac-test/smg:none"],
+    # It lists the LoRA models' pods; with no per-adapter demand source its passes halt.
+    "adapters": ["adapters", "run", "--standalone"],
 }
 
 

@@ -17,6 +17,7 @@ PLUGIN = ControllerPlugin(
     register=Deferred("radixfleet.controllers.adapters.controller:register"),
     rules=Deferred("radixfleet.controllers.adapters.kube:RULES", call=False),
     opt_in=True,
+    cli="radixfleet.controllers.adapters.cli:adapters_app",
     # A scenario's `routing: adapter_dynamic` in the fleet twin (this package's twin.py).
     twin={"routing": {"adapter_dynamic": "radixfleet.controllers.adapters.twin:adapter_dynamic"}},
 )
