@@ -36,7 +36,6 @@ import requests
 from rich.console import Console
 
 from radixfleet import __version__
-from radixfleet.controllers.routers.manifests import access as router_access
 from radixfleet.demo.report import Wake, print_table, write_report, write_summary
 from radixfleet.demo.run import DemoOptions, failed_requests, time_scale_note
 from radixfleet.emulator.tokenizer import load_tokenizer
@@ -44,23 +43,14 @@ from radixfleet.localfleet.spec import LocalFleetSpec, demo_spec
 from radixfleet.localfleet.workloads import demo_workload
 from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
-from radixfleet.render.tenant_access import tenant_access
 from radixfleet.workload.records import RequestResult
 from radixfleet.workload.replay import Replayer
 from radixfleet.workload.stats import breakdown
 from testbed import images, session
 from testbed.cluster import Cluster
-from testbed.deploy import (
-    apply_overlay,
-    apply_pod_monitors,
-    operator_leader,
-    overlay,
-    remove_operator,
-    router_image_patch,
-    wait_accounted,
-)
+from testbed.deploy import apply_pod_monitors, install_platform, operator_leader, remove_operator
 from testbed.emulated import emulated_isvc, get, model_volume, predictor_status, ready
-from testbed.images import REPO
+from testbed.tenants import TenantSpec, onboard
 
 REGION = "cluster"
 # A tenant and namespace of the demo's own: the catalog's (team-search) are the cluster tests'.
@@ -177,7 +167,11 @@ def _deploy(cluster: Cluster, out: Path, run: ClusterRun, console: Console) -> t
         session.load_images(cluster, [image, smg])
     key = f"sk-demo-{secrets.token_hex(12)}"
     with run.step("platform_deploy", console):
-        _platform(cluster, out / "overlays", image, smg)
+        # The fleet token before the entry starts: it relays this region's Prometheus to its
+        # holders.
+        install_platform(cluster, out / "overlays", image, smg,
+                         before_entry=[fleet_token_secret(FLEET_TOKEN)])  # fmt: skip
+        apply_pod_monitors(cluster)  # for the platform's Prometheus
         _tenant(cluster, key, image.pinned)
     with run.step("models_ready", console):
         for model in (WAKES, CANARY):
@@ -193,22 +187,6 @@ def _deploy(cluster: Cluster, out: Path, run: ClusterRun, console: Console) -> t
 def _wait_ready(cluster: Cluster, model: str) -> None:
     session.wait_for(lambda: ready(cluster, "isvc", model, NAMESPACE), timeout_s=READY_S,
                      what=f"{NAMESPACE}/{model} Ready")  # fmt: skip
-
-
-def _platform(
-    cluster: Cluster,
-    folder: Path,
-    image: images.ImageRecord,
-    smg: images.ImageRecord,
-) -> None:
-    cluster.kubectl("apply", "--server-side", "--field-manager=radixfleet",
-                    "-k", str(REPO / "runtimes"))  # fmt: skip
-    apply_overlay(cluster, overlay(folder / "operator", "operator", image,
-                                   patches=[router_image_patch(smg)]))  # fmt: skip
-    # Before the entry starts: it relays this region's Prometheus to holders of the token.
-    session.apply(cluster, [fleet_token_secret(FLEET_TOKEN)])
-    apply_overlay(cluster, overlay(folder / "entry", "entry", image))
-    apply_pod_monitors(cluster)  # for the platform's Prometheus
 
 
 def fleet_token_secret(token: str) -> dict[str, Any]:
@@ -239,19 +217,10 @@ def failover_view(url: str, token: str) -> dict[str, Any]:
 
 
 def _tenant(cluster: Cluster, key: str, image: str) -> None:
-    cluster.kubectl("create", "namespace", NAMESPACE)
-    cluster.kubectl("create", "secret", "generic", "api-keys", "-n", NAMESPACE,
-                    f"--from-literal=api-key={key}")  # fmt: skip
-    tenant = {
-        "apiVersion": "radixfleet.io/v1alpha1", "kind": "Tenant", "metadata": {"name": TENANT},
-        "spec": {"namespaces": [NAMESPACE], "gpuBudget": {"H100": {"guaranteed": 4}},
-                 "apiKeys": [{"name": "api-keys", "namespace": NAMESPACE}]},
-    }  # fmt: skip
     policy = {"apiVersion": "radixfleet.io/v1alpha1", "kind": "CanaryPolicy",
               "metadata": {"name": "default", "namespace": NAMESPACE}, "spec": POLICY}  # fmt: skip
-    access = [*router_access(NAMESPACE), *tenant_access(NAMESPACE, ["api-keys"])]
-    session.apply(cluster, [*access, tenant, policy])
-    wait_accounted(cluster, NAMESPACE)
+    tenant = TenantSpec(TENANT, namespace=NAMESPACE, key=key, gpus=4, tokens_per_minute=None)
+    onboard(cluster, tenant, extra=[policy])
     volumes = [v for m in (WAKES, CANARY) for v in model_volume(cluster, namespace=NAMESPACE,
                                                                model=m)]  # fmt: skip
     session.apply(cluster, [*_unique(volumes), _model(image, WAKES, version="1"),

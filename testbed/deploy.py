@@ -1,17 +1,20 @@
 """radixfleet's own kustomize bases deployed as a platform team deploys them: an overlay that
-names the images by digest (the bases carry placeholders), applied server-side. Used by the
-cluster tests and by `make demo-cluster`."""
+names the images by digest (the bases carry placeholders), applied server-side; the platform
+(runtimes, operator, region entry) installed and removed in one call. Used by the cluster tests
+and by `make demo-cluster`."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from radixfleet.kit.leader import PEERING_NAME, role_in
+from radixfleet.render import entry as entry_base
 from radixfleet.render import operator
 from testbed import images
 from testbed.cluster import Cluster, is_ready
@@ -64,6 +67,60 @@ PLATFORM_FIELD_MANAGER = "radixfleet"
 def apply_overlay(cluster: Cluster, folder: Path) -> None:
     cluster.kubectl("apply", "--server-side", f"--field-manager={PLATFORM_FIELD_MANAGER}", "-k",
                     str(folder))  # fmt: skip
+
+
+def install_platform(
+    cluster: Cluster,
+    folder: Path,
+    image: images.ImageRecord,
+    router: images.ImageRecord,
+    *,
+    before_entry: Sequence[Mapping[str, Any]] = (),
+) -> None:
+    """radixfleet on a region as a platform team installs it: the rendered runtimes, then the
+    operator (its routers controller given the smg image) and the region entry from their
+    kustomize bases, each by an overlay written under `folder`. `before_entry` is applied
+    between the two (what the entry reads when it starts)."""
+    from testbed import session
+
+    cluster.kubectl("apply", "--server-side", f"--field-manager={PLATFORM_FIELD_MANAGER}",
+                    "-k", str(REPO / "runtimes"))  # fmt: skip
+    apply_overlay(cluster, overlay(folder / "operator", "operator", image,
+                                   patches=[router_image_patch(router)]))  # fmt: skip
+    if before_entry:
+        session.apply(cluster, before_entry, field_manager=PLATFORM_FIELD_MANAGER)
+    apply_overlay(cluster, overlay(folder / "entry", "entry", image))
+
+
+def remove_platform(cluster: Cluster, folder: Path) -> None:
+    """The entry and the operator `install_platform` applied from `folder`, gone (the runtimes
+    stay: every module applies the same ones)."""
+    cluster.kubectl("delete", "-k", str(folder / "entry"), "--wait=false", check=False)
+    remove_operator(cluster)
+
+
+@contextmanager
+def platform(cluster: Cluster, folder: Path) -> Iterator[images.ImageRecord]:
+    """The images loaded and the platform installed for the block; radixfleet's image, which
+    the block's models run. Removed after, however the block ends."""
+    from testbed import session
+
+    image, router = images.radixfleet(), images.smg()
+    session.load_images(cluster, [image, router])
+    install_platform(cluster, folder, image, router)
+    try:
+        yield image
+    finally:
+        remove_platform(cluster, folder)
+
+
+def entry_url(cluster: Cluster) -> str:
+    """The region entry's URL inside the cluster, once its rollout is done."""
+    from testbed import session
+
+    session.wait_rollout(cluster, namespace=operator.NAMESPACE, deployment=entry_base.NAME)
+    service = _get(cluster, "service", entry_base.NAME, "-n", operator.NAMESPACE)
+    return f"http://{service['spec']['clusterIP']}"
 
 
 def apply_pod_monitors(cluster: Cluster) -> None:

@@ -48,30 +48,19 @@ from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec
 from radixfleet.controllers.autoscale.state import Observed, ReplicaMetrics
 from radixfleet.controllers.autoscale.warming import WARMED, Warmer
 from radixfleet.controllers.quota.carry import Owed
-from radixfleet.controllers.routers.manifests import access
 from radixfleet.controllers.routers.spec import ROUTES_FOR
 from radixfleet.kit.operator import METRICS_PORT
 from radixfleet.platform import ENTRY_LEDGER
 from radixfleet.render import data_plane_guard, operator
 from radixfleet.render import entry as entry_base
 from radixfleet.render.inferenceservices import build_network_policies
-from radixfleet.render.isolation import pod_security_labels
-from radixfleet.render.tenant_access import tenant_access
 from radixfleet.workload.records import RequestResult, WorkItem
 from radixfleet.workload.replay import Replayer
 from testbed import images, netpol, prometheus, session
 from testbed.cluster import Cluster, ClusterError, is_ready
-from testbed.deploy import (
-    OPERATOR_SELECTOR,
-    apply_overlay,
-    apply_pod_monitors,
-    overlay,
-    remove_operator,
-    router_image_patch,
-    wait_accounted,
-)  # fmt: skip
+from testbed.deploy import OPERATOR_SELECTOR, apply_pod_monitors, entry_url, platform
 from testbed.emulated import ROUTER_TOKENIZER, emulated_isvc, get, model_volume, ready
-from tests.cluster.conftest import REPO
+from testbed.tenants import TenantSpec, offboard, onboard
 from tests.openai_conformance import CHECKS, Endpoint
 
 MODEL = "chat"
@@ -80,6 +69,9 @@ ROUTER = f"{REVISION}-router"
 TIMEOUT_S = 300.0
 # The revision scales to zero about 6 s + Knative's 30 s grace period after its last request.
 FAST_SCALE_DOWN = {"autoscaling.knative.dev/window": "6s"}
+
+
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 
 
 @dataclass(frozen=True)
@@ -94,26 +86,24 @@ class Team:
     def namespace(self) -> str:
         return f"dp-{self.name}"
 
+    @property
+    def tenant(self) -> TenantSpec:
+        """The team as onboarded, its namespace enforcing Pod Security `restricted` where the
+        catalog enforces `baseline`: every pod here (a predictor reading its model from a
+        volume, its queue-proxy, the router) must pass `restricted` to run. Only KServe's
+        storage-initializer, which these predictors do not run (their weights are on a claim),
+        keeps the rendered namespaces at `baseline`."""
+        return TenantSpec(
+            self.name, namespace=self.namespace, key=self.key, gpus=self.gpus,
+            tokens_per_minute=self.tokens_per_minute, namespace_labels=RESTRICTED,
+        )  # fmt: skip
+
 
 BLUE = Team("blue", "sk-blue-7f3a", 6_000_000, FAST_SCALE_DOWN)
 # 600 tokens a minute: each of the two entry replicas holds 300, a bucket of 25 tokens (5 s of
 # budget), about one short chat at a time.
 GREEN = Team("green", "sk-green-51c9", 600, {})
 TEAMS = (BLUE, GREEN)
-
-
-def _tenant(team: Team) -> dict[str, Any]:
-    return {
-        "apiVersion": "radixfleet.io/v1alpha1",
-        "kind": "Tenant",
-        "metadata": {"name": team.name},
-        "spec": {
-            "namespaces": [team.namespace],
-            "gpuBudget": {"H100": {"guaranteed": team.gpus}},
-            "tokenBudget": {"tokensPerMinute": team.tokens_per_minute},
-            "apiKeys": [{"name": "api-keys", "namespace": team.namespace}],
-        },
-    }
 
 
 def _model(image: str, team: Team) -> dict[str, Any]:
@@ -125,27 +115,10 @@ def _model(image: str, team: Team) -> dict[str, Any]:
     )  # fmt: skip
 
 
-def _namespace(team: Team) -> dict[str, Any]:
-    """The tenant's namespace as the catalog renders it, but enforcing Pod Security `restricted`
-    where the catalog enforces `baseline`: every pod here (a predictor reading its model from a
-    volume, its queue-proxy, the router) must pass `restricted` to run. Only KServe's
-    storage-initializer, which these predictors do not run (their weights are on a claim),
-    keeps the rendered namespaces at `baseline`."""
-    restricted = {"pod-security.kubernetes.io/enforce": "restricted"}
-    tenant_labels = {"radixfleet.io/tenant": team.name, **pod_security_labels(), **restricted}
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": team.namespace, "labels": tenant_labels}}  # fmt: skip
-
-
 def _onboard(cluster: Cluster, team: Team, image: str, model: dict[str, Any] | None = None) -> None:
-    """What a platform team applies for a tenant: namespace, router and secret access, key,
-    Tenant, model (`chat` from `image` unless another is given)."""
-    session.apply(cluster, [_namespace(team)])
-    cluster.kubectl("create", "secret", "generic", "api-keys", "-n", team.namespace,
-                    f"--from-literal=api-key={team.key}")  # fmt: skip
-    session.apply(cluster, [*access(team.namespace), *tenant_access(team.namespace, ["api-keys"]),
-                            _tenant(team)])  # fmt: skip
-    wait_accounted(cluster, team.namespace)
+    """What a platform team applies for a tenant (testbed/tenants.py), then its model (`chat`
+    from `image` unless another is given)."""
+    onboard(cluster, team.tenant)
     # No data-plane key from the test bed: the operator must create it.
     volume = model_volume(cluster, namespace=team.namespace, model=MODEL, data_plane_key=False)
     session.apply(cluster, [*volume, model or _model(image, team)])
@@ -156,36 +129,32 @@ def plane(
     kserve: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Cluster, str]]:
     """The operator, the entry and two tenants' models, Ready; the entry's URL."""
-    image, smg = images.radixfleet(), images.smg()
-    session.load_images(kserve, [image, smg])
-    kserve.kubectl("apply", "--server-side", "--field-manager=radixfleet",
-                   "-k", str(REPO / "runtimes"))  # fmt: skip
-    root = tmp_path_factory.mktemp("overlays")
-    apply_overlay(kserve, overlay(root / "operator", "operator", image,
-                                  patches=[router_image_patch(smg)]))  # fmt: skip
-    apply_overlay(kserve, overlay(root / "entry", "entry", image))
-    # For the platform's Prometheus, the canary's judge (the baseline's test below).
-    apply_pod_monitors(kserve)
-    # The whole data plane below is made under the guard: its routers and predictors come
-    # through the chain of controllers it admits (radixfleet/render/data_plane_guard.py).
-    session.apply(kserve, data_plane_guard.manifests())
+    with platform(kserve, tmp_path_factory.mktemp("overlays")) as image, _guarded(kserve):
+        try:
+            for team in TEAMS:
+                _onboard(kserve, team, image.pinned)
+            for team in TEAMS:
+                _wait_ready(kserve, team)
+            yield kserve, entry_url(kserve)
+        finally:
+            for team in TEAMS:
+                offboard(kserve, team.tenant)
+
+
+@contextlib.contextmanager
+def _guarded(cluster: Cluster) -> Iterator[None]:
+    """The platform's Prometheus reading the data plane (the canary's judge in the baseline's
+    test below), and the data plane made under the guard for the block: its routers and
+    predictors come through the chain of controllers it admits
+    (radixfleet/render/data_plane_guard.py)."""
+    apply_pod_monitors(cluster)
+    session.apply(cluster, data_plane_guard.manifests())
     try:
-        for team in TEAMS:
-            _onboard(kserve, team, image.pinned)
-        for team in TEAMS:
-            _wait_ready(kserve, team)
-        session.wait_rollout(kserve, namespace=operator.NAMESPACE, deployment=entry_base.NAME)
-        service = get(kserve, "service", entry_base.NAME, "-n", operator.NAMESPACE)
-        yield kserve, f"http://{service['spec']['clusterIP']}"
+        yield
     finally:
-        for team in TEAMS:
-            kserve.kubectl("delete", "tenant", team.name, "--wait=false", check=False)
-            kserve.kubectl("delete", "namespace", team.namespace, "--wait=false", check=False)
-        kserve.kubectl("delete", "-k", str(root / "entry"), "--wait=false", check=False)
-        remove_operator(kserve)
         for obj in data_plane_guard.manifests():
-            kserve.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--wait=false",
-                           check=False)  # fmt: skip
+            cluster.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--wait=false",
+                            check=False)  # fmt: skip
 
 
 def _wait_ready(cluster: Cluster, team: Team) -> None:
@@ -1075,8 +1044,7 @@ def test_a_new_pod_is_warmed_out_of_its_routers_selection_and_then_joins_it(
             _generate(url, AMBER.key, f"{SYSTEM}Question {i}: what does a router do?")
         _warm_a_second_pod(cluster, kube_client, url)
     finally:
-        cluster.kubectl("delete", "tenant", AMBER.name, "--wait=false", check=False)
-        cluster.kubectl("delete", "namespace", AMBER.namespace, "--wait=false", check=False)
+        offboard(cluster, AMBER.tenant)
 
 
 def _warm_a_second_pod(cluster: Cluster, kube_client: Any, url: str) -> None:
@@ -1187,8 +1155,7 @@ def test_the_data_plane_key_rotates_with_no_401_while_a_client_chats(
         assert _call(base, dataplane.bearer(old)) == 401
         print(f"rotated the data-plane key: {len(statuses)} chats meanwhile, all 200")
     finally:
-        cluster.kubectl("delete", "tenant", VIOLET.name, "--wait=false", check=False)
-        cluster.kubectl("delete", "namespace", VIOLET.namespace, "--wait=false", check=False)
+        offboard(cluster, VIOLET.tenant)
 
 
 def _rotate_to(cluster: Cluster, url: str, new: str) -> None:
@@ -1310,8 +1277,7 @@ def test_a_canary_is_judged_beside_a_baseline_carved_out_of_the_stable_revision(
         assert not chats.failures, chats.failures[:5]
         _released(cluster)
     finally:
-        cluster.kubectl("delete", "tenant", TEAL.name, "--wait=false", check=False)
-        cluster.kubectl("delete", "namespace", TEAL.namespace, "--wait=false", check=False)
+        offboard(cluster, TEAL.tenant)
 
 
 def _carved(cluster: Cluster) -> None:

@@ -22,29 +22,13 @@ from typing import Any
 
 import pytest
 
-from radixfleet.controllers.routers.manifests import access
-from radixfleet.render import entry as entry_base
-from radixfleet.render import operator
-from radixfleet.render.isolation import pod_security_labels
-from radixfleet.render.tenant_access import tenant_access
-from testbed import images, session
+from testbed import session
 from testbed.cluster import Cluster, ClusterError
-from testbed.deploy import (
-    apply_overlay,
-    overlay,
-    remove_operator,
-    router_image_patch,
-    wait_accounted,
-)  # fmt: skip
+from testbed.deploy import entry_url, platform
 from testbed.emulated import emulated_isvc, get, model_volume
-from tests.cluster.conftest import REPO
+from testbed.tenants import TenantSpec, onboarded
 
 MODEL = "llama-lora"
-# tenant -> (namespace, API key, its base's adapters); `amber`'s base is declared, never run.
-TEAMS = {
-    "teal": ("lora-teal", "sk-teal-5c1e", ("teal-tone", "shared-sql")),
-    "amber": ("lora-amber", "sk-amber-8d02", ("amber-tone",)),
-}
 TIMEOUT_S = 300.0
 # Two GPUs for a one-GPU base: KServe updates the Knative Service on every reconcile, and
 # Knative's webhook validates each update by creating its pod in a server-side dry run, which
@@ -53,6 +37,12 @@ TIMEOUT_S = 300.0
 # to the InferenceService, and no router is made. The same holds for any tenant whose Knative
 # models use its whole budget: known, not fixed here (the quota's README).
 HEADROOM = 2
+# `amber`'s base is declared, never run.
+TENANTS = {
+    "teal": TenantSpec("teal", namespace="lora-teal", key="sk-teal-5c1e", gpus=HEADROOM),
+    "amber": TenantSpec("amber", namespace="lora-amber", key="sk-amber-8d02", gpus=HEADROOM),
+}
+ADAPTERS = {"teal": ("teal-tone", "shared-sql"), "amber": ("amber-tone",)}
 
 
 def _lora_args(adapters: tuple[str, ...]) -> list[str]:
@@ -62,7 +52,7 @@ def _lora_args(adapters: tuple[str, ...]) -> list[str]:
 
 
 def _model(image: str, tenant: str) -> dict[str, Any]:
-    namespace, _, adapters = TEAMS[tenant]
+    namespace, adapters = TENANTS[tenant].namespace, ADAPTERS[tenant]
     owner = {"radixfleet.io/tenant": tenant}
     # What render writes and the quota's admission policy asks of a GPU model.
     gpus = {"radixfleet.io/gpu-type": "H100", "radixfleet.io/gpus-per-replica": "1"}
@@ -74,64 +64,25 @@ def _model(image: str, tenant: str) -> dict[str, Any]:
     return isvc
 
 
-def _tenant_objects(tenant: str) -> list[dict[str, Any]]:
-    namespace = TEAMS[tenant][0]
-    space = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace,
-             "labels": {"radixfleet.io/tenant": tenant, **pod_security_labels()}}}  # fmt: skip
-    owner = {
-        "apiVersion": "radixfleet.io/v1alpha1", "kind": "Tenant", "metadata": {"name": tenant},
-        "spec": {"namespaces": [namespace], "gpuBudget": {"H100": {"guaranteed": HEADROOM}},
-                 "tokenBudget": {"tokensPerMinute": 6_000_000},
-                 "apiKeys": [{"name": "api-keys", "namespace": namespace}]},
-    }  # fmt: skip
-    return [space, *access(namespace), *tenant_access(namespace, ["api-keys"]), owner]
-
-
-def _onboard(cluster: Cluster, tenant: str, image: str) -> None:
-    namespace, key, _ = TEAMS[tenant]
-    objects = _tenant_objects(tenant)
-    session.apply(cluster, objects[:1])
-    cluster.kubectl("create", "secret", "generic", "api-keys", "-n", namespace,
-                    f"--from-literal=api-key={key}")  # fmt: skip
-    session.apply(cluster, objects[1:])
-    wait_accounted(cluster, namespace)
-    session.apply(cluster, [*model_volume(cluster, namespace=namespace, model=MODEL),
-                            _model(image, tenant)])  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def served(
     kserve: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, float]]:
     """The operator, the entry and both tenants' LoRA bases applied; the entry's URL and when
     the models were applied."""
-    image, smg = images.radixfleet(), images.smg()
-    session.load_images(kserve, [image, smg])
-    kserve.kubectl("apply", "--server-side", "--field-manager=radixfleet",
-                   "-k", str(REPO / "runtimes"))  # fmt: skip
-    root = tmp_path_factory.mktemp("overlays")
-    apply_overlay(kserve, overlay(root / "operator", "operator", image,
-                                  patches=[router_image_patch(smg)]))  # fmt: skip
-    apply_overlay(kserve, overlay(root / "entry", "entry", image))
-    try:
+    with platform(kserve, tmp_path_factory.mktemp("overlays")) as image:
         applied = time.monotonic()
-        for tenant in TEAMS:
-            _onboard(kserve, tenant, image.pinned)
-        session.wait_rollout(kserve, namespace=operator.NAMESPACE, deployment=entry_base.NAME)
-        service = get(kserve, "service", entry_base.NAME, "-n", operator.NAMESPACE)
-        yield f"http://{service['spec']['clusterIP']}", applied
-    finally:
-        for tenant, (namespace, _, _) in TEAMS.items():
-            kserve.kubectl("delete", "tenant", tenant, "--wait=false", check=False)
-            kserve.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
-        kserve.kubectl("delete", "-k", str(root / "entry"), "--wait=false", check=False)
-        remove_operator(kserve)
+        with onboarded(kserve, list(TENANTS.values())):
+            for tenant, spec in TENANTS.items():
+                session.apply(kserve, [*model_volume(kserve, namespace=spec.namespace, model=MODEL),
+                                       _model(image.pinned, tenant)])  # fmt: skip
+            yield entry_url(kserve), applied
 
 
 def _call(
     url: str, path: str, body: dict[str, Any] | None = None, *, tenant: str = "teal"
 ) -> tuple[int, dict[str, str], Any]:
-    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {TEAMS[tenant][1]}"}
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {TENANTS[tenant].key}"}
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url + path, data=data, headers=headers)
     try:
@@ -179,7 +130,7 @@ def test_a_tenants_adapter_answers_through_the_entry_in_both_spellings(
     try:
         session.wait_for(answered, timeout_s=TIMEOUT_S, what=f"{MODEL}:teal-tone via the entry")
     except ClusterError as error:  # say what the entry answered last, and KServe's view
-        namespace = TEAMS["teal"][0]
+        namespace = TENANTS["teal"].namespace
         pods = cluster.kubectl("get", "pods,deployments", "-n", namespace, check=False).stdout
         status = get(cluster, "isvc", MODEL, "-n", namespace).get("status")
         knative = _knative_conditions(cluster, namespace)
@@ -203,7 +154,7 @@ def test_a_tenant_lists_its_own_adapters_and_another_tenants_is_404(
 ) -> None:
     url, _ = served
     listed = {
-        tenant: _listed(url, tenant) for tenant in TEAMS
+        tenant: _listed(url, tenant) for tenant in TENANTS
     }  # both tenants' InferenceServices read, ready or not
     assert listed["teal"] == {MODEL, f"{MODEL}:teal-tone", f"{MODEL}:shared-sql"}
     assert listed["amber"] == {MODEL, f"{MODEL}:amber-tone"}

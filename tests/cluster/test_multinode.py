@@ -12,6 +12,7 @@ and the node advertises the two GPUs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.error
@@ -22,20 +23,9 @@ from typing import Any
 import pytest
 
 from radixfleet import dataplane
-from radixfleet.controllers.routers.manifests import access
-from radixfleet.render import entry as entry_base
-from radixfleet.render import operator
-from radixfleet.render.isolation import pod_security_labels
-from radixfleet.render.tenant_access import tenant_access
-from testbed import images, session
+from testbed import session
 from testbed.cluster import Cluster
-from testbed.deploy import (
-    apply_overlay,
-    overlay,
-    remove_operator,
-    router_image_patch,
-    wait_accounted,
-)  # fmt: skip
+from testbed.deploy import entry_url, platform
 from testbed.emulated import (
     DATA_PLANE_KEY,
     MODE,
@@ -45,10 +35,10 @@ from testbed.emulated import (
     keep_multinode_parts,
     model_volume,
 )
-from tests.cluster.conftest import REPO
+from testbed.tenants import TenantSpec, onboarded
 
-TENANT, KEY = "deep", "sk-deep-40b5"
-NAMESPACE = "mn-deep"
+TENANT = TenantSpec("deep", namespace="mn-deep", key="sk-deep-40b5")
+NAMESPACE, KEY = TENANT.namespace, TENANT.key
 MODEL = "big"
 HEAD = f"{MODEL}-predictor"  # KServe's head Deployment; the worker's is `big-predictor-worker`
 ROUTER = f"{HEAD}-router"
@@ -87,7 +77,7 @@ def _model(image: str) -> dict[str, Any]:
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
         "metadata": {"name": MODEL, "namespace": NAMESPACE,
-                     "labels": {"radixfleet.io/tenant": TENANT},
+                     "labels": {"radixfleet.io/tenant": TENANT.name},
                      "annotations": {MODE: "Standard", TOKENIZER: ROUTER_TOKENIZER,
                                      "serving.kserve.io/autoscalerClass": "none",
                                      "radixfleet.io/gpu-type": "H100",
@@ -100,53 +90,33 @@ def _model(image: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _tenant_objects() -> list[dict[str, Any]]:
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE,
-                 "labels": {"radixfleet.io/tenant": TENANT, **pod_security_labels()}}}  # fmt: skip
-    tenant = {
-        "apiVersion": "radixfleet.io/v1alpha1", "kind": "Tenant", "metadata": {"name": TENANT},
-        "spec": {"namespaces": [NAMESPACE], "gpuBudget": {"H100": {"guaranteed": 2}},
-                 "tokenBudget": {"tokensPerMinute": 6_000_000},
-                 "apiKeys": [{"name": "api-keys", "namespace": NAMESPACE}]},
-    }  # fmt: skip
-    return [namespace, *access(NAMESPACE), *tenant_access(NAMESPACE, ["api-keys"]), tenant]
-
-
 @pytest.fixture(scope="module")
 def served(
     kserve: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Cluster, str, float]]:
     """The operator, the entry and the tenant's multi-node model applied; the entry's URL and
     when the model was applied."""
-    image, smg = images.radixfleet(), images.smg()
-    session.load_images(kserve, [image, smg])
-    kserve.kubectl("apply", "--server-side", "--field-manager=radixfleet",
-                   "-k", str(REPO / "runtimes"))  # fmt: skip
-    root = tmp_path_factory.mktemp("overlays")
-    apply_overlay(kserve, overlay(root / "operator", "operator", image,
-                                  patches=[router_image_patch(smg)]))  # fmt: skip
-    apply_overlay(kserve, overlay(root / "entry", "entry", image))
-    session.apply(kserve, keep_multinode_parts())  # KServe v0.20.0's bug #6113 (its docstring)
-    try:
-        session.apply(kserve, _tenant_objects()[:1])
-        kserve.kubectl("create", "secret", "generic", "api-keys", "-n", NAMESPACE,
-                       f"--from-literal=api-key={KEY}")  # fmt: skip
-        session.apply(kserve, _tenant_objects()[1:])
-        wait_accounted(kserve, NAMESPACE)
+    with (
+        platform(kserve, tmp_path_factory.mktemp("overlays")) as image,
+        _multinode_parts_kept(kserve),
+        onboarded(kserve, [TENANT]),
+    ):
         applied = time.monotonic()
         session.apply(kserve, [*model_volume(kserve, namespace=NAMESPACE, model=MODEL),
                                _model(image.pinned)])  # fmt: skip
-        session.wait_rollout(kserve, namespace=operator.NAMESPACE, deployment=entry_base.NAME)
-        service = get(kserve, "service", entry_base.NAME, "-n", operator.NAMESPACE)
-        yield kserve, f"http://{service['spec']['clusterIP']}", applied
+        yield kserve, entry_url(kserve), applied
+
+
+@contextlib.contextmanager
+def _multinode_parts_kept(cluster: Cluster) -> Iterator[None]:
+    """KServe v0.20.0's bug #6113 worked around for the block (keep_multinode_parts' docstring)."""
+    session.apply(cluster, keep_multinode_parts())
+    try:
+        yield
     finally:
-        kserve.kubectl("delete", "tenant", TENANT, "--wait=false", check=False)
-        kserve.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
-        kserve.kubectl("delete", "-k", str(root / "entry"), "--wait=false", check=False)
-        remove_operator(kserve)
         for obj in keep_multinode_parts():
-            kserve.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--wait=false",
-                           check=False)  # fmt: skip
+            cluster.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--wait=false",
+                            check=False)  # fmt: skip
 
 
 def _chat(url: str) -> tuple[int, dict[str, str], str]:

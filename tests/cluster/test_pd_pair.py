@@ -26,26 +26,15 @@ from typing import Any
 import pytest
 
 from radixfleet import dataplane, labels
-from radixfleet.controllers.routers.manifests import access
-from radixfleet.render import entry as entry_base
-from radixfleet.render import operator
-from radixfleet.render.isolation import pod_security_labels
 from radixfleet.render.runtimes import PD_BOOTSTRAP_PORT
-from radixfleet.render.tenant_access import tenant_access
-from testbed import images, session
+from testbed import session
 from testbed.cluster import Cluster
-from testbed.deploy import (
-    apply_overlay,
-    overlay,
-    remove_operator,
-    router_image_patch,
-    wait_accounted,
-)  # fmt: skip
+from testbed.deploy import entry_url, platform
 from testbed.emulated import DATA_PLANE_KEY, emulated_isvc, get, model_volume
-from tests.cluster.conftest import REPO
+from testbed.tenants import TenantSpec, onboarded
 
-TENANT, KEY = "disagg", "sk-disagg-6e21"
-NAMESPACE = "pd-disagg"
+TENANT = TenantSpec("disagg", namespace="pd-disagg", key="sk-disagg-6e21")
+NAMESPACE, KEY = TENANT.namespace, TENANT.key
 MODEL = "pair"
 ROLES = ("prefill", "decode")
 ROUTER = f"{MODEL}-router"
@@ -61,7 +50,7 @@ def _role(image: str, role: str) -> dict[str, Any]:
     bootstrap port annotated on its pods, both answering to the pair's name), of the emulator."""
     isvc = emulated_isvc(
         image, name=f"{MODEL}-{role}", namespace=NAMESPACE, mode="Knative", min_replicas=0,
-        labels={labels.TENANT: TENANT, labels.MODEL: MODEL, labels.PD_ROLE: role},
+        labels={labels.TENANT: TENANT.name, labels.MODEL: MODEL, labels.PD_ROLE: role},
         annotations={"radixfleet.io/gpu-type": "H100", "radixfleet.io/gpus-per-replica": "1",
                      **FAST_SCALE_DOWN},
         storage_uri=f"pvc://models/{MODEL}",
@@ -76,47 +65,18 @@ def _role(image: str, role: str) -> dict[str, Any]:
     return isvc
 
 
-def _tenant_objects() -> list[dict[str, Any]]:
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE,
-                 "labels": {labels.TENANT: TENANT, **pod_security_labels()}}}  # fmt: skip
-    tenant = {
-        "apiVersion": "radixfleet.io/v1alpha1", "kind": "Tenant", "metadata": {"name": TENANT},
-        "spec": {"namespaces": [NAMESPACE], "gpuBudget": {"H100": {"guaranteed": 2}},
-                 "tokenBudget": {"tokensPerMinute": 6_000_000},
-                 "apiKeys": [{"name": "api-keys", "namespace": NAMESPACE}]},
-    }  # fmt: skip
-    return [namespace, *access(NAMESPACE), *tenant_access(NAMESPACE, ["api-keys"]), tenant]
-
-
 @pytest.fixture(scope="module")
 def served(
     kserve: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Cluster, str]]:
     """The operator, the entry and the tenant's prefill/decode pair applied; the entry's URL."""
-    image, smg = images.radixfleet(), images.smg()
-    session.load_images(kserve, [image, smg])
-    kserve.kubectl("apply", "--server-side", "--field-manager=radixfleet",
-                   "-k", str(REPO / "runtimes"))  # fmt: skip
-    root = tmp_path_factory.mktemp("overlays")
-    apply_overlay(kserve, overlay(root / "operator", "operator", image,
-                                  patches=[router_image_patch(smg)]))  # fmt: skip
-    apply_overlay(kserve, overlay(root / "entry", "entry", image))
-    try:
-        session.apply(kserve, _tenant_objects()[:1])
-        kserve.kubectl("create", "secret", "generic", "api-keys", "-n", NAMESPACE,
-                       f"--from-literal=api-key={KEY}")  # fmt: skip
-        session.apply(kserve, _tenant_objects()[1:])
-        wait_accounted(kserve, NAMESPACE)
+    with (
+        platform(kserve, tmp_path_factory.mktemp("overlays")) as image,
+        onboarded(kserve, [TENANT]),
+    ):
         session.apply(kserve, [*model_volume(kserve, namespace=NAMESPACE, model=MODEL),
                                *(_role(image.pinned, role) for role in ROLES)])  # fmt: skip
-        session.wait_rollout(kserve, namespace=operator.NAMESPACE, deployment=entry_base.NAME)
-        service = get(kserve, "service", entry_base.NAME, "-n", operator.NAMESPACE)
-        yield kserve, f"http://{service['spec']['clusterIP']}"
-    finally:
-        kserve.kubectl("delete", "tenant", TENANT, "--wait=false", check=False)
-        kserve.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
-        kserve.kubectl("delete", "-k", str(root / "entry"), "--wait=false", check=False)
-        remove_operator(kserve)
+        yield kserve, entry_url(kserve)
 
 
 def _chat(url: str, model: str = MODEL) -> tuple[int, dict[str, str], str]:
