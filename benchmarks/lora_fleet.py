@@ -2,9 +2,9 @@
 eight H100 replicas, each request naming an adapter drawn by Zipf popularity, prompts and
 outputs of the Azure LLM 2023 conversation trace's lengths (replayed at the stated rate by
 time-shifted copies), a 512-token task prompt per adapter. Three policies side by side on the
-same arrivals (`benchmarks/scenarios/lora-fleet.yaml`, radixfleet/twin/adapter_routing.py):
+same arrivals (`benchmarks/scenarios/lora-fleet.yaml`, radixfleet/twin/lora_routing.py):
 
-- dynamic (the baseline of the ratios): the adapters controller's `decide()` keeps adapters by
+- dynamic (the baseline of the ratios): the LoRA controller's `decide()` keeps adapters by
   demand every 10 s and routing prefers a replica holding the adapter and its prefix, loading
   on demand otherwise (`adapter_dynamic`, the controller's twin plug-in);
 - partitioned: the adapters split into sets of equal expected demand, one group of two replicas

@@ -8,7 +8,7 @@ with its adapter's system prompt (a 64-token block) and a question of its own. A
 the same fleet:
 
 - `entry`: each request through the region entry with `lora_path`: to a replica holding the
-  adapter, else loaded on demand where the adapter controller's `place()` says;
+  adapter, else loaded on demand where the LoRA controller's `place()` says;
 - `smg_blind`: the very same requests (`lora_path`) sent to the model's smg router, with the
   adapters where the first arm left them: smg picks a replica without regard to the adapter.
   (smg 1.13 answers `BASE:ADAPTER` with 404 "No worker available for model": it matches the
@@ -38,7 +38,7 @@ from typing import Any
 import requests
 from matplotlib.figure import Figure
 
-from radixfleet.controllers.adapters.localfleet import LocalFleetAdapterPlacer
+from radixfleet.controllers.lora.localfleet import LocalFleetAdapterPlacer
 from radixfleet.emulator.tokenizer import load_tokenizer
 from radixfleet.localfleet import LocalFleet, LocalFleetSpec, ModelSpec, RegionSpec
 from radixfleet.localfleet.spec import LoraAdapterSpec

@@ -24,9 +24,9 @@ from rich.console import Console
 
 from radixfleet import __version__
 from radixfleet.config import ConfigError, load_catalog
-from radixfleet.controllers.adapters.localfleet import LocalFleetAdapterPlacer, LocalFleetAdapters
-from radixfleet.controllers.adapters.spec import AdapterPolicy
 from radixfleet.controllers.autoscale.pairs import pair_counts
+from radixfleet.controllers.lora.localfleet import LocalFleetAdapterPlacer, LocalFleetAdapters
+from radixfleet.controllers.lora.spec import AdapterPolicy
 from radixfleet.dashboards import rules
 from radixfleet.dashboards.html import write_dashboard_report
 from radixfleet.demo.manifests import ManifestCheck, render_and_check
@@ -42,7 +42,7 @@ from radixfleet.workload.replay import Replayer
 from radixfleet.workload.stats import breakdown
 
 QUICK_DURATION_S = 15.0
-# The adapter controller's periodic pass in the demo's minute: a copy is kept 10 s, an adapter
+# The LoRA controller's periodic pass in the demo's minute: a copy is kept 10 s, an adapter
 # unasked for 15 s unloaded (a cluster's defaults are 60 s and 300 s).
 DEMO_ADAPTER_POLICY = AdapterPolicy(min_hold_s=10.0, idle_unload_s=15.0)
 
@@ -76,7 +76,7 @@ class _Run:
     cache_sources: dict[str, dict[str, float]] = field(default_factory=dict)  # by tier
     kv_transfers: dict[str, dict[str, float]] = field(default_factory=dict)  # P/D pairs'
     lora: dict[str, dict[str, Any]] = field(default_factory=dict)  # by region/LoRA model
-    adapter_passes: int = 0  # the adapter controller's periodic passes (over every LoRA model)
+    adapter_passes: int = 0  # the LoRA controller's periodic passes (over every LoRA model)
     notes: list[str] = field(default_factory=list)
 
     def timed(self, step: str, since: float) -> float:
@@ -160,7 +160,7 @@ def _replay(fleet: LocalFleet, workload: DemoWorkload, run: _Run, *, console: Co
 
 @contextlib.contextmanager
 def _adapter_controller(fleet: LocalFleet) -> Iterator[LocalFleetAdapters]:
-    """The adapter controller's periodic pass over the fleet's LoRA models, on the fleet's loop,
+    """The LoRA controller's periodic pass over the fleet's LoRA models, on the fleet's loop,
     while the block runs."""
     routers = {f"{r.name}/{model}": router for r in fleet.spec.regions
                for model, router in fleet.entry(r.name).adapters.items()}  # fmt: skip

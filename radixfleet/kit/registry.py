@@ -25,7 +25,7 @@ CONTROLLERS: tuple[str, ...] = (
     "radixfleet.controllers.quota.plugin:PLUGIN",
     "radixfleet.controllers.failover.plugin:PLUGIN",
     "radixfleet.controllers.routers.plugin:PLUGIN",
-    "radixfleet.controllers.adapters.plugin:PLUGIN",
+    "radixfleet.controllers.lora.plugin:PLUGIN",
 )
 
 

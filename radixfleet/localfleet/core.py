@@ -25,8 +25,8 @@ from radixfleet.dataplane.relay import entry_runner
 from radixfleet.dataplane.signals import SignalsRelay
 from radixfleet.emulator.tokenizer import ensure_tokenizer_dir
 from radixfleet.labels import SERVING_POOL
-from radixfleet.localfleet.adapters import AdapterPlacer, adapter_routers
 from radixfleet.localfleet.entry import RegionEntry, RouterPool
+from radixfleet.localfleet.lora import AdapterPlacer, adapter_routers
 from radixfleet.localfleet.pairs import PairSet
 from radixfleet.localfleet.procs import Supervisor, free_ports, stop_async
 from radixfleet.localfleet.prometheus import (
@@ -73,7 +73,7 @@ class LocalFleetCore:
         self.prewarmers = prewarmers
         # How a P/D model's two roles scale as one (radixfleet/controllers/autoscale/pairs.py).
         self.pair_rule = pair_rule
-        # Where a LoRA model loads an adapter a request waits for (radixfleet/controllers/adapters).
+        # Where a LoRA model loads an adapter a request waits for (radixfleet/controllers/lora).
         self.adapter_placer = adapter_placer
         self.fleet_id = uuid.uuid4().hex
         self.host = host

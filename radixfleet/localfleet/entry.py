@@ -52,7 +52,7 @@ from radixfleet.dataplane.relay import (
 )
 from radixfleet.dataplane.signals import SignalsRelay
 from radixfleet.dataplane.tokens import RouterTokenizers
-from radixfleet.localfleet.adapters import AdapterRouter
+from radixfleet.localfleet.lora import AdapterRouter
 from radixfleet.localfleet.scaler import PromptRecorder, Scaler
 from radixfleet.localfleet.spec import RouterSpread
 from radixfleet.revisions import BASELINE, CANARY, pick_revision
@@ -181,7 +181,7 @@ class RegionEntry:
         self.started = int(time.time())  # the models' `created`: they exist since the entry does
         # By model: the tenants whose keys may call it (a model without: every tenant's).
         self.owners = {model: frozenset(tenants) for model, tenants in (owners or {}).items()}
-        # By LoRA model: where its adapters' requests go (radixfleet/localfleet/adapters.py).
+        # By LoRA model: where its adapters' requests go (radixfleet/localfleet/lora.py).
         self.adapters = dict(adapters or {})
         self.app = self._build_app()
 

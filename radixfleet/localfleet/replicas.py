@@ -130,7 +130,7 @@ class EmulatorLauncher:
         argv += model.sglang_args  # `radixfleet emulate` takes them under SGLang's spelling
         argv += extra_args
         if model.lora_adapters:
-            # None loaded at start: the entry loads each on demand (localfleet/adapters.py).
+            # None loaded at start: the entry loads each on demand (localfleet/lora.py).
             bound = str(model.max_loaded_loras)
             argv += ["--enable-lora", "--max-loaded-loras", bound, "--max-loras-per-batch", bound]
         return self.supervisor.spawn(name, argv, log_path=self.workdir / "logs" / f"{name}.log")

@@ -17,7 +17,9 @@ from typing import Any
 
 from radixfleet.kit.registry import twin_policies, twin_policy
 from radixfleet.profile import resolve_profile
-from radixfleet.twin.adapter_routing import (
+from radixfleet.twin.autoscale import Fixed, Kpa
+from radixfleet.twin.interfaces import AdmitAll
+from radixfleet.twin.lora_routing import (
     AdapterKeeper,
     AdapterRouting,
     Blind,
@@ -25,8 +27,6 @@ from radixfleet.twin.adapter_routing import (
     Partitioned,
     Placement,
 )
-from radixfleet.twin.autoscale import Fixed, Kpa
-from radixfleet.twin.interfaces import AdmitAll
 from radixfleet.twin.routing import LeastLoad, RoundRobin, SmgCacheAware, TieredCacheAware
 from radixfleet.twin.scenario import Model, Scenario
 from radixfleet.twin.traffic import Route53, Static
@@ -92,8 +92,8 @@ ROUTING: Mapping[str, Factory] = {
         seed=ctx.seed,
         profile=resolve_profile(_model(ctx).profile),
     ),
-    # Multi-LoRA (radixfleet/twin/adapters.py): where a request for an adapter may go.
-    # (`adapter_dynamic`, the same with the adapters controller keeping them by demand, is the
+    # Multi-LoRA (radixfleet/twin/lora.py): where a request for an adapter may go.
+    # (`adapter_dynamic`, the same with the LoRA controller keeping them by demand, is the
     # controller's twin plug-in.)
     "adapter_aware": lambda ctx: adapter_routing(ctx, Holders(ctx.scenario.router)),
     "adapter_partitioned": lambda ctx: adapter_routing(ctx, _partitioned(ctx)),

@@ -27,7 +27,6 @@ from radixfleet.replica import (
 from radixfleet.replica.lora import LoraError
 from radixfleet.replica.tiers import HostTierSpec, TierStore, WritePolicy
 from radixfleet.revisions import pick_revision
-from radixfleet.twin.adapters import AdapterHost, ensure_loaded, replica_lora
 from radixfleet.twin.breaker import BreakerSettings, CircuitBreaker
 from radixfleet.twin.interfaces import (
     DrainChooser,
@@ -38,6 +37,7 @@ from radixfleet.twin.interfaces import (
     ServiceObservation,
 )
 from radixfleet.twin.log import Status
+from radixfleet.twin.lora import AdapterHost, ensure_loaded, replica_lora
 from radixfleet.twin.metrics import CanaryWindow
 from radixfleet.twin.scenario import Model
 
@@ -68,7 +68,7 @@ class Job:
 
 class Replica(AdapterHost):
     """One predictor pod: its GPU, its place in the lifecycle and its replica model (and its
-    LoRA adapters, :class:`~radixfleet.twin.adapters.AdapterHost`)."""
+    LoRA adapters, :class:`~radixfleet.twin.lora.AdapterHost`)."""
 
     __slots__ = (
         "booted_at", "created_at", "id", "initial", "load", "model", "planned", "ready_at",

@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from radixfleet.replica import RequestSpec
-from radixfleet.twin.adapters import NO_ADAPTER, draw_adapters, with_adapter
+from radixfleet.twin.lora import NO_ADAPTER, draw_adapters, with_adapter
 from radixfleet.twin.scenario import (
     LongDocQaSource,
     PoissonSource,
@@ -86,7 +86,7 @@ class Arrivals:
     u_route: Floats
     u_ttl: Floats
     u_revision: Floats
-    adapter: Ints  # the adapter's popularity rank, or NO_ADAPTER (radixfleet.twin.adapters)
+    adapter: Ints  # the adapter's popularity rank, or NO_ADAPTER (radixfleet.twin.lora)
 
     def __len__(self) -> int:
         return len(self.t)

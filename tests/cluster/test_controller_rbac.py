@@ -224,7 +224,7 @@ ARGS = {
     # applying it is what is tested).
     "routers": ["routers", "run", "--standalone", "--router-image", "rbac-test/smg:none"],
     # It lists the LoRA models' pods; with no per-adapter demand source its passes halt.
-    "adapters": ["adapters", "run", "--standalone"],
+    "lora": ["lora", "run", "--standalone"],
 }
 
 

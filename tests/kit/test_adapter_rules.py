@@ -139,8 +139,8 @@ def routers(api: Any, rec: Recorder) -> None:
     found.ensure_key("ns")  # already there: kept
 
 
-def adapters(api: Any, rec: Recorder) -> None:
-    from radixfleet.controllers.adapters.kube import KubeLoraPods
+def lora(api: Any, rec: Recorder) -> None:
+    from radixfleet.controllers.lora.kube import KubeLoraPods
     from radixfleet.kit.kube import KubeInferenceServices
 
     KubeInferenceServices(api).everywhere()
@@ -155,7 +155,7 @@ SCENARIOS: dict[str, Scenario] = {
     "quota": quota,
     "failover": failover,
     "routers": routers,
-    "adapters": adapters,
+    "lora": lora,
 }
 
 

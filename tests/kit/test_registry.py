@@ -36,7 +36,7 @@ def test_every_registered_controller_is_a_plugin_and_no_two_share_a_crd() -> Non
         "quota",
         "failover",
         "routers",
-        "adapters",
+        "lora",
     ]
     with_crd = [p.plural for p in found if p.plural is not None]
     assert len(set(with_crd)) == len(with_crd) == 4

@@ -1,6 +1,6 @@
 """A LoRA model on the local fleet: the real smg (1.13.0) routes its base's requests, emulated
 replicas serve SGLang 0.5.23's adapter API, and the entry loads an adapter on demand where the
-adapter controller's `place()` says, then routes that adapter's requests to its holder.
+LoRA controller's `place()` says, then routes that adapter's requests to its holder.
 
 What a replica holds is read from the replica itself (`GET /v1/models` lists each loaded adapter
 with its base as `parent`, as SGLang's does), not from the entry's bookkeeping.
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import requests
 
-from radixfleet.controllers.adapters.localfleet import LocalFleetAdapterPlacer
+from radixfleet.controllers.lora.localfleet import LocalFleetAdapterPlacer
 from radixfleet.controllers.quota.gate import TokenGate
 from radixfleet.controllers.quota.ledger import TokenLedger
 from radixfleet.localfleet import LocalFleet, LocalFleetSpec, ModelSpec, RegionSpec

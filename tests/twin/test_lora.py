@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from radixfleet.config.errors import ConfigError
 from radixfleet.profile import ReplicaProfile
 from radixfleet.replica import ReplicaModel, RequestSpec
-from radixfleet.twin.adapter_routing import AdapterRouting, Partitioned, partition
-from radixfleet.twin.adapters import NO_ADAPTER, adapter_name, replica_lora
 from radixfleet.twin.load import parse_scenario
+from radixfleet.twin.lora import NO_ADAPTER, adapter_name, replica_lora
+from radixfleet.twin.lora_routing import AdapterRouting, Partitioned, partition
 from radixfleet.twin.oracles import replica_capacity
 from radixfleet.twin.registry import PolicyContext, build
 from radixfleet.twin.run import run_scenario

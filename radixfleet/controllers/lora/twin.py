@@ -1,11 +1,11 @@
-"""The adapter controller in the fleet twin: `decide()` keeping each replica's adapters by demand,
+"""The LoRA controller in the fleet twin: `decide()` keeping each replica's adapters by demand,
 under adapter-aware routing.
 
 A scenario names it as its routing policy, `adapter_dynamic` (the controller's plug-in gives the
 twin the name; the twin imports no controller): smg's cache-aware routing among the replicas
 holding a request's adapter, loading on demand where none does (`adapter_aware`,
-radixfleet/twin/adapter_routing.py), plus :class:`DecideKeeper`, which every `tick_s` hands
-`radixfleet.controllers.adapters.decide.decide` the replicas' adapters and the demand the router
+radixfleet/twin/lora_routing.py), plus :class:`DecideKeeper`, which every `tick_s` hands
+`radixfleet.controllers.lora.decide.decide` the replicas' adapters and the demand the router
 counted since the previous tick, exactly as the controller reads them from the replicas and
 Prometheus, and lets the twin apply its load and unload actions.
 
@@ -18,17 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from radixfleet.controllers.adapters.decide import decide
-from radixfleet.controllers.adapters.observed import Demand, Observed, Replica
-from radixfleet.controllers.adapters.spec import AdapterPolicy
-from radixfleet.twin.adapter_routing import (
+from radixfleet.controllers.lora.decide import decide
+from radixfleet.controllers.lora.observed import Demand, Observed, Replica
+from radixfleet.controllers.lora.spec import AdapterPolicy
+from radixfleet.twin.lora import adapter_name
+from radixfleet.twin.lora_routing import (
     AdapterAction,
     AdapterDemand,
     AdapterRouting,
     HeldAdapters,
     Holders,
 )
-from radixfleet.twin.adapters import adapter_name
 from radixfleet.twin.registry import PolicyContext, adapter_routing
 
 #: How often the controller looks at a model's adapters (its kopf timer).

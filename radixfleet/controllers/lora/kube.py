@@ -1,4 +1,4 @@
-"""The adapter controller's Kubernetes adapter: a LoRA InferenceService's ready pods, and SGLang's
+"""The LoRA controller's Kubernetes adapter: a LoRA InferenceService's ready pods, and SGLang's
 load and unload API on each, with the RBAC it needs declared beside the calls.
 
 Not run on a cluster yet (the controller halts without a demand source, controller.py). What a
@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes import client
 
-from radixfleet.controllers.adapters.observed import Action, Replica
+from radixfleet.controllers.lora.observed import Action, Replica
 from radixfleet.kit.kube import INFERENCE_SERVICES, kube_call
 from radixfleet.kit.rbac import READ, PolicyRule, rule
 

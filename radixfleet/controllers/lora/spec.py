@@ -1,4 +1,4 @@
-"""The adapter controller's policy: how much demand one loaded copy of an adapter serves, and the
+"""The LoRA controller's policy: how much demand one loaded copy of an adapter serves, and the
 margins that keep its decisions from flapping.
 
 The controller has no custom resource: what it places (the adapters, their tenants, the bound
@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-NAME = "adapters"
+NAME = "lora"
 
 
 @dataclass(frozen=True)
 class AdapterPolicy:
-    """How the adapter controller sizes each adapter's copies.
+    """How the LoRA controller sizes each adapter's copies.
 
     - `rps_per_copy`: requests per second one replica's copy of an adapter serves before a
       second copy is worth a slot (S-LoRA's batches mix adapters, so this is a share, not a

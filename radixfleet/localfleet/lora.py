@@ -3,12 +3,12 @@
 A request names an adapter as SGLang's OpenAI routes take it (`model: "BASE:ADAPTER"`, or
 `lora_path`; the front turns the second into the first). smg 1.13 picks a worker without regard
 to the adapter (its HTTP routers' tree is keyed on the prompt's text, and over gRPC it drops
-`lora_path`; radixfleet/controllers/adapters/README.md), so the local fleet's entry routes an
+`lora_path`; radixfleet/controllers/lora/README.md), so the local fleet's entry routes an
 adapter's requests itself: to a ready replica that holds the adapter, the same one for the same
 prompt opening among several (a rendezvous hash, as the entry spreads router replicas: the
 replica that served a prefix under this adapter holds its KV). When no replica holds it, the
-request is not refused: the `AdapterPlacer` (the adapter controller's choice,
-radixfleet/controllers/adapters/localfleet.py) says where to load it, the router calls SGLang's
+request is not refused: the `AdapterPlacer` (the LoRA controller's choice,
+radixfleet/controllers/lora/localfleet.py) says where to load it, the router calls SGLang's
 `POST /load_lora_adapter` (after `/unload_lora_adapter` for a slot it frees) and holds the
 request until the load is done, for at most `load_timeout_s` (then 503, Retry-After, in
 OpenAI's error shape). Requests for one adapter waiting together share one load.
@@ -71,7 +71,7 @@ class AdapterAction:
 
 
 class AdapterPlacer(Protocol):
-    """Where to load an adapter that a request waits for (the adapter controller's decision)."""
+    """Where to load an adapter that a request waits for (the LoRA controller's decision)."""
 
     def place(
         self, model: ModelSpec, holdings: Sequence[Holding], demand: Sequence[AdapterDemand],
@@ -285,7 +285,7 @@ def adapter_routers(
     lora = [m for m in models if m.lora_adapters]
     if lora and placer is None:
         raise ValueError(f"LoRA models {[m.name for m in lora]} need an adapter placer"
-                         " (radixfleet/controllers/adapters/localfleet.py)")  # fmt: skip
+                         " (radixfleet/controllers/lora/localfleet.py)")  # fmt: skip
     return {m.name: AdapterRouter(model=m, scaler=scalers[m.name], session=session,
                                   placer=placer, load_timeout_s=load_timeout_s,
                                   retry_after_s=retry_after_s)

@@ -1,4 +1,4 @@
-"""Act: one pass of the adapter controller in a cluster, and the kopf handlers that run it.
+"""Act: one pass of the LoRA controller in a cluster, and the kopf handlers that run it.
 
 A pass lists the InferenceServices, takes those on the LoRA runtime, observes each one's ready
 pods and the adapters they hold (`LoraPods`) and its adapters' demand (`AdapterDemand`),
@@ -19,9 +19,9 @@ from typing import Any, Protocol
 
 import kopf
 
-from radixfleet.controllers.adapters.decide import decide
-from radixfleet.controllers.adapters.observed import Action, Decision, Demand, Observed, Replica
-from radixfleet.controllers.adapters.spec import NAME, AdapterPolicy
+from radixfleet.controllers.lora.decide import decide
+from radixfleet.controllers.lora.observed import Action, Decision, Demand, Observed, Replica
+from radixfleet.controllers.lora.spec import NAME, AdapterPolicy
 from radixfleet.kit.kube import INFERENCE_SERVICES
 from radixfleet.kit.loop import Loop, register_loop
 from radixfleet.kit.plugin import OperatorOptions
@@ -94,7 +94,7 @@ class Controller:
 
 
 def register(registry: kopf.OperatorRegistry, controller: Controller) -> Loop:
-    """Add the adapter controller's handlers to `registry`; nothing is registered on import."""
+    """Add the LoRA controller's handlers to `registry`; nothing is registered on import."""
     loop = Loop(NAME, lambda now: controller.reconcile(now), resync_seconds=RESYNC_SECONDS)
     register_loop(registry, loop, watch=[INFERENCE_SERVICES])
     return loop
@@ -102,7 +102,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> Loop:
 
 def kube_controller(options: OperatorOptions | None = None) -> Controller:
     """A Controller on the in-cluster (or kubeconfig) credentials."""
-    from radixfleet.controllers.adapters.kube import KubeLoraPods
+    from radixfleet.controllers.lora.kube import KubeLoraPods
     from radixfleet.kit.kube import KubeInferenceServices, api_client
 
     del options  # no option of its own yet

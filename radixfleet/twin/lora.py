@@ -1,5 +1,5 @@
 """Multi-LoRA in the twin: which adapter each request names, and a replica's adapters as the
-gateway's side loads them (the routing policies are in :mod:`radixfleet.twin.adapter_routing`).
+gateway's side loads them (the routing policies are in :mod:`radixfleet.twin.lora_routing`).
 
 A model with `lora` (:class:`~radixfleet.twin.scenario.Lora`) has `adapters` adapters on one
 base; each of its requests names one, drawn by Zipf popularity from a random stream of its own
@@ -101,7 +101,7 @@ def ensure_loaded(replica: ReplicaModel, name: str, *, now: float) -> None:
 class AdapterHost:
     """The adapter side of the twin's replica (radixfleet/twin/service.py's `Replica`, whose
     `model` is its replica model): what an adapter-aware gateway asks of it
-    (radixfleet.twin.adapter_routing's `AdapterWorker`)."""
+    (radixfleet.twin.lora_routing's `AdapterWorker`)."""
 
     __slots__ = ()
     model: ReplicaModel | None

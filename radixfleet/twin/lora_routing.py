@@ -7,8 +7,8 @@ their replicas) and differ in which replicas they let it choose from:
 - `adapter_aware` (:class:`Holders`): the replicas holding the adapter (loaded, or loading),
   unless every holder is past smg's spill gate; otherwise (no holder, or all spilled) every
   replica, and the chosen one loads it on demand. `adapter_dynamic` is the same rule with the
-  adapters controller keeping adapters by demand on its tick (an :class:`AdapterKeeper`:
-  radixfleet/controllers/adapters/twin.py; the twin imports no controller).
+  LoRA controller keeping adapters by demand on its tick (an :class:`AdapterKeeper`:
+  radixfleet/controllers/lora/twin.py; the twin imports no controller).
 - `adapter_partitioned` (:class:`Partitioned`): the adapters split statically into sets of
   equal expected demand (greedy by Zipf weight), one replica group per set; a request goes to
   its adapter's group only, whatever the load elsewhere.
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from radixfleet.replica import RequestSpec
-from radixfleet.twin.adapters import adapter_name, zipf_weights
 from radixfleet.twin.interfaces import RoutingPolicy, WorkerView
+from radixfleet.twin.lora import adapter_name, zipf_weights
 from radixfleet.twin.routing import spill_margin
 from radixfleet.twin.scenario import Lora, RouterSettings
 

@@ -1,4 +1,4 @@
-"""The adapter controller's decision: rules by example, then its invariants under Hypothesis."""
+"""The LoRA controller's decision: rules by example, then its invariants under Hypothesis."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from radixfleet.controllers.adapters.decide import decide, place
-from radixfleet.controllers.adapters.observed import (
+from radixfleet.controllers.lora.decide import decide, place
+from radixfleet.controllers.lora.observed import (
     Action,
     Decision,
     Demand,
@@ -17,7 +17,7 @@ from radixfleet.controllers.adapters.observed import (
     Replica,
     may_hold,
 )
-from radixfleet.controllers.adapters.spec import AdapterPolicy
+from radixfleet.controllers.lora.spec import AdapterPolicy
 
 POLICY = AdapterPolicy(rps_per_copy=2.0, keep_band=0.5, min_hold_s=60, idle_unload_s=300)
 NOW = 10_000.0

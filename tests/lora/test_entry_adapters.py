@@ -1,6 +1,6 @@
 """A LoRA model's adapter requests through the local fleet's entry, against stand-in replicas that
 answer SGLang 0.5.23's adapter API as its http_server.py does (load and unload by name, a bound
-on adapters held, 400 for a request naming an adapter not loaded), and the adapter controller's
+on adapters held, 400 for a request naming an adapter not loaded), and the LoRA controller's
 own placer and pass. tests/localfleet/test_lora_fleet.py runs the same path on the real smg and
 emulated replicas.
 """
@@ -19,12 +19,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from radixfleet.controllers.adapters.localfleet import LocalFleetAdapterPlacer, LocalFleetAdapters
-from radixfleet.controllers.adapters.spec import AdapterPolicy
+from radixfleet.controllers.lora.localfleet import LocalFleetAdapterPlacer, LocalFleetAdapters
+from radixfleet.controllers.lora.spec import AdapterPolicy
 from radixfleet.controllers.quota.gate import TokenGate
 from radixfleet.controllers.quota.ledger import TokenLedger
-from radixfleet.localfleet.adapters import AdapterAction, AdapterRouter
 from radixfleet.localfleet.entry import RegionEntry
+from radixfleet.localfleet.lora import AdapterAction, AdapterRouter
 from radixfleet.localfleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.localfleet.spec import LoraAdapterSpec, ModelSpec
 

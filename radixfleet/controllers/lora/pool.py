@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from radixfleet.controllers.adapters.observed import Action, Demand, Replica
-from radixfleet.controllers.adapters.spec import AdapterPolicy
+from radixfleet.controllers.lora.observed import Action, Demand, Replica
+from radixfleet.controllers.lora.spec import AdapterPolicy
 
 
 @dataclass

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from radixfleet.controllers.adapters.observed import (
+from radixfleet.controllers.lora.observed import (
     Action,
     Decision,
     Demand,
@@ -36,8 +36,8 @@ from radixfleet.controllers.adapters.observed import (
     Replica,
     may_hold,
 )
-from radixfleet.controllers.adapters.pool import Pool
-from radixfleet.controllers.adapters.spec import AdapterPolicy
+from radixfleet.controllers.lora.pool import Pool
+from radixfleet.controllers.lora.spec import AdapterPolicy
 
 
 def decide(observed: Observed, policy: AdapterPolicy, now: float) -> Decision:

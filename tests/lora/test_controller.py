@@ -1,4 +1,4 @@
-"""The adapter controller's cluster pass on fakes that record: it halts without a demand source,
+"""The LoRA controller's cluster pass on fakes that record: it halts without a demand source,
 and carries out the decision's loads through the pods' API when it has one."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from radixfleet.controllers.adapters.controller import Controller, is_lora, owners_of
-from radixfleet.controllers.adapters.observed import Action, Demand, Replica
+from radixfleet.controllers.lora.controller import Controller, is_lora, owners_of
+from radixfleet.controllers.lora.observed import Action, Demand, Replica
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

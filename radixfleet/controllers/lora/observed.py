@@ -1,4 +1,4 @@
-"""What the adapter controller sees and what it asks for: plain, frozen types the local fleet, the
+"""What the LoRA controller sees and what it asks for: plain, frozen types the local fleet, the
 twin and the cluster's adapter all fill in (no client, no clock).
 
 A replica is one pod of a tenant's base (each tenant runs its own base of a LoRA model, so a

@@ -1,7 +1,7 @@
-"""The adapter controller on the local fleet: the same decision over a LoRA model's replicas on
+"""The LoRA controller on the local fleet: the same decision over a LoRA model's replicas on
 loopback.
 
-`LocalFleetAdapterPlacer` is the local fleet's `AdapterPlacer` (radixfleet/localfleet/adapters.py):
+`LocalFleetAdapterPlacer` is the local fleet's `AdapterPlacer` (radixfleet/localfleet/lora.py):
 a request waits for an adapter no replica holds, and `decide.place` says where it goes.
 `LocalFleetAdapters.tick` is one periodic pass: observe each LoRA model's replicas and demand from
 its `AdapterRouter`, `decide`, and act through the router's `apply` (SGLang's load and unload
@@ -18,10 +18,10 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from radixfleet.controllers.adapters.decide import decide, place
-from radixfleet.controllers.adapters.observed import Action, Decision, Demand, Observed, Replica
-from radixfleet.controllers.adapters.spec import AdapterPolicy
-from radixfleet.localfleet.adapters import (
+from radixfleet.controllers.lora.decide import decide, place
+from radixfleet.controllers.lora.observed import Action, Decision, Demand, Observed, Replica
+from radixfleet.controllers.lora.spec import AdapterPolicy
+from radixfleet.localfleet.lora import (
     AdapterAction,
     AdapterDemand,
     AdapterError,
@@ -66,7 +66,7 @@ class LocalFleetAdapterPlacer:
 
 @dataclass
 class LocalFleetAdapters:
-    """The periodic adapter controller over a region's LoRA models."""
+    """The periodic LoRA controller over a region's LoRA models."""
 
     routers: Mapping[str, AdapterRouter]
     policy: AdapterPolicy = field(default_factory=AdapterPolicy)

@@ -1,1 +1,0 @@
-"""The adapter controller: which LoRA adapters each replica of a LoRA model keeps loaded."""

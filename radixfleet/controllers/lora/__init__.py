@@ -1,0 +1,1 @@
+"""The LoRA controller: which LoRA adapters each replica of a LoRA model keeps loaded."""
