@@ -34,7 +34,7 @@ from radixfleet.demo.report import Wake, lora_lines, print_table, write_report, 
 from radixfleet.emulator.tokenizer import load_tokenizer
 from radixfleet.localfleet.fleet import LocalFleet
 from radixfleet.localfleet.lora_workload import lora_items
-from radixfleet.localfleet.replicas import ScaleEvent
+from radixfleet.localfleet.replica import ScaleEvent
 from radixfleet.localfleet.spec import LocalFleetSpec, demo_spec
 from radixfleet.localfleet.workloads import DemoWorkload, default_traces_dir, demo_workload
 from radixfleet.workload.records import RequestResult

@@ -1,11 +1,11 @@
 """The local fleet's core: its state, starting and stopping everything, the accessors tests
 and controllers use, and the scrape targets it keeps current. The revisions, chaos and
-monitoring parts of `LocalFleet` extend it (fleet.py)."""
+monitoring parts of `LocalFleet` extend it (fleet.py); what its routers decided and its
+replicas cached is read in monitoring.py."""
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import secrets
 import shutil
@@ -18,7 +18,6 @@ from typing import Any, Self
 
 import aiohttp
 from aiohttp import web
-from prometheus_client.parser import text_string_to_metric_families
 
 from radixfleet.dataplane.gate import Gate
 from radixfleet.dataplane.relay import entry_runner
@@ -34,7 +33,8 @@ from radixfleet.localfleet.prometheus import (
     Target,
     write_targets,
 )
-from radixfleet.localfleet.replicas import EmulatorLauncher, ReplicaRole, ReplicaSet, ScaleEvent
+from radixfleet.localfleet.replica import EmulatorLauncher, ReplicaRole, ScaleEvent
+from radixfleet.localfleet.replicas import ReplicaSet
 from radixfleet.localfleet.router import Router, RouterGroup, router_command
 from radixfleet.localfleet.runtime import (
     START_TIMEOUT_S,
@@ -380,49 +380,6 @@ class LocalFleetCore:
 
         return self.run(read())
 
-    def routing_decisions(self) -> dict[str, dict[str, float]]:
-        """Per `region/model`, the stable router's cache-aware decisions so far, by branch."""
-        assert self._session is not None
-        session = self._session
-
-        async def read() -> dict[str, dict[str, float]]:
-            return {
-                f"{region.spec.name}/{model}": await router.decisions(session)
-                for region in self.regions.values()
-                for model, router in region.routers.items()
-            }
-
-        return self.run(read(), timeout_s=30)
-
-    def cache_sources(self) -> dict[str, dict[str, float]]:
-        """Per `region/model`, what its live replicas' /metrics say: prompt tokens and cached
-        tokens by source (`device`, and with HiCache `host` and `storage`), summed."""
-        assert self._session is not None
-        session = self._session
-
-        async def read() -> dict[str, dict[str, float]]:
-            out: dict[str, dict[str, float]] = {}
-            for region in self.regions.values():
-                for name, replica_set in region.sets.items():
-                    totals: collections.Counter[str] = collections.Counter()
-                    for replica in replica_set.replicas():
-                        if replica.state is ReplicaState.READY:
-                            totals.update(await _cache_sources(session, replica.url))
-                    out[f"{region.spec.name}/{name}"] = dict(totals)
-            return out
-
-        return self.run(read(), timeout_s=30)
-
-    def router_decisions(self, region: str, model: str) -> list[dict[str, float]]:
-        """The stable revision's cache-aware decisions so far, one dict per router replica."""
-        assert self._session is not None
-        session, group = self._session, self.regions[region].routers[model]
-
-        async def read() -> list[dict[str, float]]:
-            return [await member.decisions(session) for member in group.members]
-
-        return self.run(read(), timeout_s=30)
-
     def events(self) -> list[tuple[str, str, ScaleEvent]]:
         """Every replica event so far, as (region, model, event), in time order."""
         out = [
@@ -487,29 +444,6 @@ class LocalFleetCore:
             yield from region.sets.values()
             yield from (replica_set for _, replica_set in region.role_sets())
             yield from (revision.replicas for revision in region.side_revisions())
-
-
-async def _cache_sources(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
-    """One replica's prompt tokens and cached tokens by source; nothing if it cannot say."""
-    try:
-        async with session.get(f"{url}/metrics", timeout=aiohttp.ClientTimeout(total=5)) as got:
-            return cache_sources(await got.text())
-    except (aiohttp.ClientError, TimeoutError):
-        return {}
-
-
-def cache_sources(metrics_text: str) -> dict[str, float]:
-    """`prompt_tokens` and each `cache_source` of `sglang:cached_tokens_total` in an SGLang
-    replica's Prometheus exposition."""
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(metrics_text):
-        for sample in family.samples:
-            if sample.name == "sglang:prompt_tokens_total":
-                out["prompt_tokens"] = out.get("prompt_tokens", 0.0) + sample.value
-            elif sample.name == "sglang:cached_tokens_total":
-                source = sample.labels.get("cache_source", "device")
-                out[source] = out.get(source, 0.0) + sample.value
-    return out
 
 
 def _address(url: str) -> str:

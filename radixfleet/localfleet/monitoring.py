@@ -1,12 +1,15 @@
 """The fleet's Prometheus: its config over the fleet's scrape targets, a server for the fleet
-and one per region (relayed through the region's entry, as a deployed region's is)."""
+and one per region (relayed through the region's entry, as a deployed region's is); and what
+the routers decided and the replicas cached, read from them directly for reports."""
 
 from __future__ import annotations
 
 import collections
 from pathlib import Path
 
+import aiohttp
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from radixfleet.dataplane.signals import PREFIX as SIGNALS_PREFIX
 from radixfleet.localfleet.core import LocalFleetCore
@@ -20,7 +23,8 @@ from radixfleet.localfleet.scaler import ReplicaState
 
 
 class LocalFleetMonitoring(LocalFleetCore):
-    """The fleet's Prometheus servers and their config."""
+    """The fleet's Prometheus servers and their config, and its routers' and replicas' own
+    counters."""
 
     def stop_prometheus(self) -> None:
         """Stop the fleet's Prometheus (its data stays); `start_prometheus_again` brings it back."""
@@ -100,3 +104,71 @@ class LocalFleetMonitoring(LocalFleetCore):
             return out
 
         return self.run(read(), timeout_s=30)
+
+    # -- what the routers decided and the replicas cached ----------------------------------
+
+    def routing_decisions(self) -> dict[str, dict[str, float]]:
+        """Per `region/model`, the stable router's cache-aware decisions so far, by branch."""
+        assert self._session is not None
+        session = self._session
+
+        async def read() -> dict[str, dict[str, float]]:
+            return {
+                f"{region.spec.name}/{model}": await router.decisions(session)
+                for region in self.regions.values()
+                for model, router in region.routers.items()
+            }
+
+        return self.run(read(), timeout_s=30)
+
+    def cache_sources(self) -> dict[str, dict[str, float]]:
+        """Per `region/model`, what its live replicas' /metrics say: prompt tokens and cached
+        tokens by source (`device`, and with HiCache `host` and `storage`), summed."""
+        assert self._session is not None
+        session = self._session
+
+        async def read() -> dict[str, dict[str, float]]:
+            out: dict[str, dict[str, float]] = {}
+            for region in self.regions.values():
+                for name, replica_set in region.sets.items():
+                    totals: collections.Counter[str] = collections.Counter()
+                    for replica in replica_set.replicas():
+                        if replica.state is ReplicaState.READY:
+                            totals.update(await _cache_sources(session, replica.url))
+                    out[f"{region.spec.name}/{name}"] = dict(totals)
+            return out
+
+        return self.run(read(), timeout_s=30)
+
+    def router_decisions(self, region: str, model: str) -> list[dict[str, float]]:
+        """The stable revision's cache-aware decisions so far, one dict per router replica."""
+        assert self._session is not None
+        session, group = self._session, self.regions[region].routers[model]
+
+        async def read() -> list[dict[str, float]]:
+            return [await member.decisions(session) for member in group.members]
+
+        return self.run(read(), timeout_s=30)
+
+
+async def _cache_sources(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """One replica's prompt tokens and cached tokens by source; nothing if it cannot say."""
+    try:
+        async with session.get(f"{url}/metrics", timeout=aiohttp.ClientTimeout(total=5)) as got:
+            return cache_sources(await got.text())
+    except (aiohttp.ClientError, TimeoutError):
+        return {}
+
+
+def cache_sources(metrics_text: str) -> dict[str, float]:
+    """`prompt_tokens` and each `cache_source` of `sglang:cached_tokens_total` in an SGLang
+    replica's Prometheus exposition."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == "sglang:prompt_tokens_total":
+                out["prompt_tokens"] = out.get("prompt_tokens", 0.0) + sample.value
+            elif sample.name == "sglang:cached_tokens_total":
+                source = sample.labels.get("cache_source", "device")
+                out[source] = out.get(source, 0.0) + sample.value
+    return out

@@ -24,7 +24,8 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from radixfleet.localfleet.procs import free_ports
-from radixfleet.localfleet.replicas import ReplicaRole, ReplicaSet, ScaleEvent
+from radixfleet.localfleet.replica import ReplicaRole, ScaleEvent
+from radixfleet.localfleet.replicas import ReplicaSet
 from radixfleet.localfleet.router import WorkerRole
 from radixfleet.localfleet.scaler import PairRule, ReplicaInfo
 from radixfleet.localfleet.spec import ModelSpec

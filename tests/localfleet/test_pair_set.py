@@ -11,7 +11,8 @@ import pytest
 
 from radixfleet.controllers.autoscale.pairs import pair_counts
 from radixfleet.localfleet.pairs import DecodeRole, PairSet, PrefillRole
-from radixfleet.localfleet.replicas import ReplicaRole, ReplicaSet
+from radixfleet.localfleet.replica import ReplicaRole
+from radixfleet.localfleet.replicas import ReplicaSet
 from radixfleet.localfleet.scaler import ReplicaInfo, ReplicaState
 from radixfleet.localfleet.spec import DisaggregationSpec, ModelSpec
 
