@@ -255,7 +255,12 @@ class LocalFleetCore:
             on_change=self._write_replica_targets,
             revision=router.revision,
             warm_start=warm_start,
-            prewarmer=self.prewarmers(region.spec.name, model) if self.prewarmers else None,
+            # A P/D role has nothing to warm (controllers/autoscale/prewarm.py: NOT_FOR_PD_ROLES).
+            prewarmer=(
+                self.prewarmers(region.spec.name, model)
+                if self.prewarmers and role is None
+                else None
+            ),
             pool=pool,
             tag=tag,
             role=role,

@@ -23,7 +23,13 @@ from hypothesis import strategies as st
 
 from radixfleet import dataplane, labels
 from radixfleet.controllers.autoscale.kube import HttpWarmUp
-from radixfleet.controllers.autoscale.prewarm import Gate, PodView, gate, may_hold_back
+from radixfleet.controllers.autoscale.prewarm import (
+    NOT_FOR_PD_ROLES,
+    Gate,
+    PodView,
+    gate,
+    may_hold_back,
+)
 from radixfleet.controllers.autoscale.spec import AutoscalePolicySpec, Prewarm
 from radixfleet.controllers.autoscale.state import Observed, ReplicaMetrics
 from radixfleet.controllers.autoscale.warming import RELOOK_S, WARMED, Warmer, pod_view, waiting_of
@@ -47,6 +53,11 @@ def serving(name: str, ready_for: float | None = 120.0) -> PodView:
 
 def warming(name: str, ready_for: float | None = None) -> PodView:
     return PodView(name, labels.WARMING_POOL, ready_for, warmed=False)
+
+
+def role(name: str, ready_for: float | None, *, pool: str = labels.SERVING_POOL) -> PodView:
+    """A pod of a prefill/decode pair's role."""
+    return PodView(name, pool, ready_for, pd_role=True)
 
 
 @pytest.mark.parametrize(
@@ -78,6 +89,11 @@ def warming(name: str, ready_for: float | None = None) -> PodView:
         pytest.param([warming("new", 1.0)], QUIET,
                      Gate(release=(("new", "needed: another request would wait for it"),)),
                      id="no-other-pod-serves-releases-it"),
+        pytest.param([role("a", 120.0), role("new", None)], QUIET, Gate(),
+                     id="a-new-prefill-or-decode-pod-is-never-held"),
+        pytest.param([role("a", 120.0), role("new", 1.0, pool=labels.WARMING_POOL)], QUIET,
+                     Gate(release=(("new", NOT_FOR_PD_ROLES),)),
+                     id="a-held-prefill-or-decode-pod-is-released-unwarmed"),
     ],
 )  # fmt: skip
 def test_gate(pods: list[PodView], waiting: Waiting | None, expected: Gate) -> None:
@@ -155,6 +171,9 @@ def test_a_pod_is_read_with_its_pool_how_long_it_has_been_ready_and_whether_warm
     assert view == PodView("p", labels.WARMING_POOL, 7.0, warmed=False)
     assert pod_view(pod("q", labels.SERVING_POOL, note="3 of 3"), NOW).warmed
     assert pod_view(pod("q", labels.SERVING_POOL), NOW).ready_for_s is None
+    prefill = pod("r", labels.SERVING_POOL)
+    prefill["metadata"]["labels"][labels.PD_ROLE] = "prefill"
+    assert pod_view(prefill, NOW).pd_role and not pod_view(pod("q", "serving"), NOW).pd_role
 
 
 def test_the_queue_counted_is_the_serving_pods_only() -> None:

@@ -46,9 +46,19 @@ def spec() -> LocalFleetSpec:
     )
 
 
+# The replica sets a pre-warmer was asked for, as (region, model): a recording fake that
+# pre-warms nothing.
+PREWARMERS_ASKED: list[tuple[str, str]] = []
+
+
+def recording_prewarmers(region: str, model: ModelSpec) -> None:
+    PREWARMERS_ASKED.append((region, model.name))
+
+
 @pytest.fixture(scope="module")
 def fleet(cache_dir: Path) -> Iterator[LocalFleet]:
-    local = LocalFleet(spec(), cache_dir=cache_dir, pair_rule=pair_counts)
+    local = LocalFleet(spec(), cache_dir=cache_dir, pair_rule=pair_counts,
+                       prewarmers=recording_prewarmers)  # fmt: skip
     with local:
         yield local
     assert processes_with_marker(local.fleet_id) == [], "processes outlived the fleet"
@@ -157,6 +167,14 @@ class RouterWatch:
         while not self._stop.is_set():
             self.snapshots.append(self.workers())
             time.sleep(0.02)
+
+
+def test_a_pairs_roles_are_never_pre_warmed(fleet: LocalFleet) -> None:
+    """A prefill answers only requests with a bootstrap room and a decode keeps no radix cache:
+    neither role's replica set has a pre-warmer (controllers/autoscale/prewarm.py)."""
+    assert fleet.pair(REGION, MODEL).prefill.prewarmer is None
+    assert fleet.pair(REGION, MODEL).decode.prewarmer is None
+    assert PREWARMERS_ASKED == []
 
 
 def test_a_pd_model_needs_the_pair_rule() -> None:

@@ -97,12 +97,20 @@ class PodView:
 
     `pool` is its `radixfleet.io/pool` label ("" without one: a revision made before it, never
     gated); `ready_for_s` how long it has been ready (None: not ready); `warmed` whether it
-    was taken out once already (it never is twice)."""
+    was taken out once already (it never is twice); `pd_role` whether it is a prefill or a
+    decode of a prefill/decode pair."""
 
     name: str
     pool: str
     ready_for_s: float | None
     warmed: bool = False
+    pd_role: bool = False
+
+
+# Why a prefill/decode role is never held back: it has nothing to warm. A prefill answers only
+# requests that carry a bootstrap room (SGLang's 400 otherwise), and a decode keeps no radix
+# cache of the KV it receives.
+NOT_FOR_PD_ROLES = "not warmed: a prefill/decode role"
 
 
 @dataclass(frozen=True)
@@ -125,7 +133,11 @@ def gate(
     """Hold a new pod out of its router's selection while `may_hold_back` allows, warm it once
     ready, release it when it may no longer wait or its deadline has passed since it was
     ready. `waiting` None (no metrics yet) holds nothing back: a pod serves cold rather than
-    wait on what is not known. `warming_now` are pods whose warm-up runs already."""
+    wait on what is not known. `warming_now` are pods whose warm-up runs already. A
+    prefill/decode role's pods are never held, and released if found held."""
+    if any(p.pd_role for p in pods):
+        held = [p.name for p in pods if p.pool == WARMING_POOL]
+        return Gate(release=tuple((name, NOT_FOR_PD_ROLES) for name in held))
     serving = sum(1 for p in pods if p.pool == SERVING_POOL and p.ready_for_s is not None)
     allowed = waiting is not None and spec.enabled and may_hold_back(
         serving=serving, waiting=waiting, allowance=allowance

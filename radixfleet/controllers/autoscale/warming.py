@@ -206,8 +206,10 @@ class Warmer:
 
 
 def pod_view(pod: Mapping[str, Any], now: datetime) -> PodView:
-    """A pod as `prewarm.gate` reads it: pool label, how long ready, warmed once already."""
+    """A pod as `prewarm.gate` reads it: pool label, how long ready, warmed once already, and
+    whether it is a prefill/decode role (the catalog's role label on its predictor)."""
     meta = pod.get("metadata") or {}
+    pod_labels = meta.get("labels") or {}
     ready = next(
         (c for c in (pod.get("status") or {}).get("conditions") or []
          if c.get("type") == "Ready" and c.get("status") == "True"),
@@ -219,9 +221,10 @@ def pod_view(pod: Mapping[str, Any], now: datetime) -> PodView:
         ready_for = max(0.0, (now - since).total_seconds()) if since else 0.0
     return PodView(
         name=str(meta.get("name", "")),
-        pool=str((meta.get("labels") or {}).get(labels.POOL, "")),
+        pool=str(pod_labels.get(labels.POOL, "")),
         ready_for_s=ready_for,
         warmed=WARMED in (meta.get("annotations") or {}),
+        pd_role=labels.PD_ROLE in pod_labels,
     )
 
 
