@@ -7,18 +7,18 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from radixfleet.dataplane.signals import PREFIX as SIGNALS_PREFIX
 from radixfleet.localfleet.core import LocalFleetCore
-from radixfleet.localfleet.pairs import scrape_kv_transfers
+from radixfleet.localfleet.pairs import kv_transfers
 from radixfleet.localfleet.prometheus import (
     scrape_config,
     start_prometheus,
     wait_scraped,
 )
+from radixfleet.localfleet.replica import scraped
 from radixfleet.localfleet.scaler import ReplicaState
 
 
@@ -99,7 +99,7 @@ class LocalFleetMonitoring(LocalFleetCore):
                     totals: collections.Counter[str] = collections.Counter()
                     for replica in pair.prefill.replicas():
                         if replica.state is ReplicaState.READY:
-                            totals.update(await scrape_kv_transfers(session, replica.url))
+                            totals.update(await scraped(session, replica.url, kv_transfers))
                     out[f"{region.spec.name}/{name}"] = dict(totals)
             return out
 
@@ -134,7 +134,7 @@ class LocalFleetMonitoring(LocalFleetCore):
                     totals: collections.Counter[str] = collections.Counter()
                     for replica in replica_set.replicas():
                         if replica.state is ReplicaState.READY:
-                            totals.update(await _cache_sources(session, replica.url))
+                            totals.update(await scraped(session, replica.url, cache_sources))
                     out[f"{region.spec.name}/{name}"] = dict(totals)
             return out
 
@@ -149,15 +149,6 @@ class LocalFleetMonitoring(LocalFleetCore):
             return [await member.decisions(session) for member in group.members]
 
         return self.run(read(), timeout_s=30)
-
-
-async def _cache_sources(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
-    """One replica's prompt tokens and cached tokens by source; nothing if it cannot say."""
-    try:
-        async with session.get(f"{url}/metrics", timeout=aiohttp.ClientTimeout(total=5)) as got:
-            return cache_sources(await got.text())
-    except (aiohttp.ClientError, TimeoutError):
-        return {}
 
 
 def cache_sources(metrics_text: str) -> dict[str, float]:

@@ -20,7 +20,6 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from radixfleet.localfleet.procs import free_ports
@@ -204,12 +203,3 @@ def kv_transfers(metrics_text: str) -> dict[str, float]:
             if key is not None:
                 out[key] = out.get(key, 0.0) + sample.value
     return out
-
-
-async def scrape_kv_transfers(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
-    """One prefill replica's KV transfers so far; nothing if it cannot say."""
-    try:
-        async with session.get(f"{url}/metrics", timeout=aiohttp.ClientTimeout(total=5)) as got:
-            return kv_transfers(await got.text())
-    except (aiohttp.ClientError, TimeoutError):
-        return {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -136,7 +136,7 @@ class EmulatorLauncher:
         return fields
 
 
-# -- its HTTP interface (SGLang's /health and /get_load) ------------------------------------
+# -- its HTTP interface (SGLang's /health, /get_load and /metrics) ---------------------------
 
 
 async def is_healthy(session: aiohttp.ClientSession, url: str) -> bool:
@@ -169,3 +169,14 @@ async def wait_drained(session: aiohttp.ClientSession, url: str, *, timeout_s: f
         except (aiohttp.ClientError, TimeoutError, ValueError, TypeError, AttributeError):
             return  # it cannot answer: nothing left to wait for
         await asyncio.sleep(0.1)
+
+
+async def scraped(
+    session: aiohttp.ClientSession, url: str, parse: Callable[[str], dict[str, float]]
+) -> dict[str, float]:
+    """A replica's /metrics, read by `parse`; nothing if it cannot say."""
+    try:
+        async with session.get(f"{url}/metrics", timeout=aiohttp.ClientTimeout(total=5)) as got:
+            return parse(await got.text())
+    except (aiohttp.ClientError, TimeoutError):
+        return {}
