@@ -70,8 +70,8 @@ KSERVE = _account(KSERVE_NAMESPACE, "kserve-controller-manager")
 # Who may make (or change the template of) an object that carries the key or the labels, by
 # the resource as kubectl names it. A resource not here has no maker: nobody may.
 MAKERS: Mapping[str, tuple[str, ...]] = {
-    # Knative's webhook (its controller's account) validates a Knative Service by creating its
-    # pod in a server-side dry run (Knative's `kubernetes.podspec-dryrun`).
+    # Knative's webhook (its controller's account) answers a dry-run update of a Knative Service
+    # (KServe makes one every reconcile) by creating its pod in a server-side dry run.
     "pods": (
         _account("kube-system", "replicaset-controller"),
         CONTROLLER_MANAGER,

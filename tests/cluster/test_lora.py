@@ -30,12 +30,12 @@ from testbed.tenants import TenantSpec, onboarded
 
 MODEL = "llama-lora"
 TIMEOUT_S = 300.0
-# Two GPUs for a one-GPU base: KServe updates the Knative Service on every reconcile, and
-# Knative's webhook validates each update by creating its pod in a server-side dry run, which
-# the tenant's ResourceQuota counts. With the budget exactly used (1/1) every dry run is
-# refused ("exceeded quota: radixfleet-gpus"), KServe never copies the revision's readiness
-# to the InferenceService, and no router is made. The same holds for any tenant whose Knative
-# models use its whole budget: known, not fixed here (the quota's README).
+# Two GPUs for a one-GPU base: KServe begins every reconcile of the Knative Service with a
+# dry-run update, which Knative's webhook answers by creating the Service's pod in a dry run,
+# and the tenant's ResourceQuota counts that pod. With the budget exactly used (1/1) every dry
+# run is refused ("exceeded quota: radixfleet-gpus"), KServe never copies the revision's
+# readiness to the InferenceService, and no router is made. The same holds for any tenant whose
+# Knative models use its whole budget: known, not fixed here (the quota's README).
 HEADROOM = 2
 # `amber`'s base is declared, never run.
 TENANTS = {
