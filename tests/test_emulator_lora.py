@@ -274,6 +274,7 @@ def test_max_loaded_loras_below_the_batch_bound_exits_as_sglang_does() -> None:
 # -- the batch cost of mixing adapters -----------------------------------------------------------
 
 STEP_EXTRA_S = 0.005  # each distinct adapter past the first, per decode step
+BASE_STEP_S = 0.010  # a decode step's own time
 MIX = 4
 TOKENS = 60
 
@@ -291,9 +292,13 @@ def batch_seconds(replica: RunningEmulator, adapters: list[str]) -> float:
 def test_mixing_adapters_in_a_batch_is_slower_than_one_adapter(
     tokenizer: EmulatorTokenizer,
 ) -> None:
-    profile = PROFILE.model_copy(
-        update={"lora_load_overhead_s": 0.0, "lora_decode_per_adapter_s": STEP_EXTRA_S}
-    )
+    # Decode steps of 10 ms, so that the answers overlap however late a busy machine starts
+    # the client threads: at the fast profile's steps a first answer was done before the
+    # others came (CI, cold, two cores shared), and its batch never mixed.
+    profile = PROFILE.model_copy(update={
+        "lora_load_overhead_s": 0.0, "lora_decode_per_adapter_s": STEP_EXTRA_S,
+        "decode_overhead_s": BASE_STEP_S,
+    })  # fmt: skip
     names = [f"a{i}" for i in range(MIX)]
     lora = LoraSpec(max_loras_per_batch=MIX + 1)
     with serve(tokenizer, profile=profile, lora=lora) as running:
